@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Prepare this machine for fmcluster: Debian packages (Slurm, munge, Prometheus, sshd, iproute2)
+# and the Python toolchain in .venv. Idempotent and quick on a second run: each step checks first.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(
+  slurmctld slurmd slurm-client munge            # the real local Slurm cluster
+  prometheus prometheus-node-exporter            # the real local monitoring stack (promtool included)
+  openssh-server openssh-client                  # Ansible reaches namespace nodes over ssh
+  iproute2 iputils-ping procps psmisc            # network namespaces, veth, bridge; process checks
+  git rsync sudo                                 # ansible-pull from a local git server; become
+)
+
+missing=()
+for pkg in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if ((${#missing[@]})); then
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "bootstrap: need root to apt-get install: ${missing[*]}" >&2
+    exit 1
+  fi
+  echo "bootstrap: installing Debian packages: ${missing[*]}"
+  # Packages must not start their daemons on install: fmcluster starts exactly what it needs, per tenant.
+  policy=/usr/sbin/policy-rc.d
+  created_policy=0
+  if [[ ! -e $policy ]]; then
+    printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod +x "$policy" && created_policy=1
+  fi
+  trap '[[ $created_policy == 1 ]] && rm -f "$policy"' EXIT
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+PYTHON=${PYTHON:-python3}
+stamp=.venv/.fmcluster-installed
+want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+if [[ ! -f $stamp || $(cat "$stamp") != "$want" ]]; then
+  echo "bootstrap: installing the Python toolchain into .venv"
+  [[ -x .venv/bin/python ]] || "$PYTHON" -m venv .venv
+  .venv/bin/pip install -q --upgrade pip
+  .venv/bin/pip install -q -e '.[dev]'
+  echo "$want" >"$stamp"
+fi
+echo "bootstrap: ready (.venv, Slurm, munge, Prometheus)"

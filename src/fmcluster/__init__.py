@@ -1,0 +1,1 @@
+"""fmcluster: validated foundation-model training clusters."""

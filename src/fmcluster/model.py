@@ -1,0 +1,224 @@
+"""The validated tenant model: what every other part of fmcluster reads, never the raw YAML.
+
+Flow: tenant.yml → load_tenant() (schema + semantic checks, defaults from the schema) → Tenant →
+CloudFormation parameters, generated inventory, role variables.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from fmcluster.catalog import InstanceType, load_catalog
+from fmcluster.paths import inventories_dir, tenant_spec_path
+from fmcluster.validation import Problem, apply_defaults, problems_in
+from fmcluster.yamlpos import YamlSyntaxError, load
+
+Provider = Literal["aws", "local"]
+Scheduler = Literal["slurm-ec2", "hyperpod", "parallelcluster"]
+
+
+class TenantInvalid(Exception):
+    """The spec cannot be used; `problems` holds every reason, each with its fix."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        super().__init__(f"{len(problems)} problem(s) in the tenant spec")
+        self.problems = problems
+
+    def render(self, root: Path | None = None) -> str:
+        lines = [p.render(root) for p in self.problems]
+        noun = "problem" if len(lines) == 1 else "problems"
+        return "\n".join(lines) + f"\n{len(lines)} {noun}; nothing was deployed or changed."
+
+
+@dataclass(frozen=True)
+class Queue:
+    name: str
+    instance: InstanceType
+    count: int
+    capacity_reservation_id: str | None
+    default: bool
+
+    @property
+    def accelerator(self) -> str:
+        return self.instance.accelerator
+
+
+@dataclass(frozen=True)
+class DataRepository:
+    file_system_path: str
+    s3_prefix: str
+    import_policy: tuple[str, ...]
+    export_policy: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Lustre:
+    deployment_type: str
+    storage_capacity_gib: int
+    throughput_per_unit: int | None
+    mount_point: str
+    data_repository: DataRepository | None
+
+
+@dataclass(frozen=True)
+class OpenZfs:
+    storage_capacity_gib: int
+    throughput_mbps: int
+    mount_point: str
+
+
+@dataclass(frozen=True)
+class Storage:
+    s3_versioning: bool
+    lustre: Lustre
+    openzfs: OpenZfs | None
+
+
+@dataclass(frozen=True)
+class AlertReceiver:
+    name: str
+    type: str
+    target: str
+
+
+@dataclass(frozen=True)
+class Monitoring:
+    prometheus_retention_days: int
+    remote_write_url: str | None
+    grafana: bool
+    alert_receivers: tuple[AlertReceiver, ...]
+
+
+@dataclass(frozen=True)
+class Acceptance:
+    enabled: bool
+    min_busbw_gbps: float | None
+    drain_on_failure: bool
+    tests: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Network:
+    vpc_cidr: str
+    ssh_ingress_cidr: str | None
+    local_subnet: str
+
+
+@dataclass(frozen=True)
+class Tenant:
+    spec_path: Path
+    org: str
+    programme: str
+    provider: Provider
+    region: str
+    availability_zone: str
+    scheduler: Scheduler
+    controller: InstanceType
+    login: InstanceType | None
+    login_count: int
+    queues: tuple[Queue, ...]
+    network: Network
+    storage: Storage
+    monitoring: Monitoring
+    acceptance: Acceptance
+
+    @property
+    def stack_prefix(self) -> str:
+        """Prefix of every CloudFormation stack of this tenant."""
+        return f"fmc-{self.org}"
+
+    @property
+    def tags(self) -> dict[str, str]:
+        """Cost-allocation tags put on every stack and resource."""
+        return {"fmcluster:org": self.org, "fmcluster:programme": self.programme}
+
+    @property
+    def compute_nodes(self) -> int:
+        return sum(q.count for q in self.queues)
+
+    @property
+    def default_queue(self) -> Queue:
+        return next((q for q in self.queues if q.default), self.queues[0])
+
+
+def _build(spec_path: Path, raw: dict[str, Any]) -> Tenant:
+    doc = apply_defaults(raw)["tenant"]
+    catalog = load_catalog()
+    storage, lustre = doc["storage"], doc["storage"]["lustre"]
+    dra = lustre.get("data_repository")
+    zfs = storage.get("openzfs")
+    login = doc.get("login")
+    monitoring, acceptance, network = doc["monitoring"], doc["acceptance"], doc["network"]
+    is_scratch = lustre["deployment_type"].startswith("SCRATCH")
+    return Tenant(
+        spec_path=spec_path,
+        org=doc["org"],
+        programme=doc["programme"],
+        provider=doc["provider"],
+        region=doc["region"],
+        availability_zone=doc["availability_zone"],
+        scheduler=doc["scheduler"],
+        controller=catalog[doc["controller"]["instance_type"]],
+        login=catalog[login["instance_type"]] if login and login["count"] > 0 else None,
+        login_count=login["count"] if login else 0,
+        queues=tuple(
+            Queue(q["name"], catalog[q["instance_type"]], q["count"], q.get("capacity_reservation_id"), q["default"])
+            for q in doc["queues"]
+        ),
+        network=Network(network["vpc_cidr"], network.get("ssh_ingress_cidr"), network["local_subnet"]),
+        storage=Storage(
+            s3_versioning=storage["s3"]["versioning"],
+            lustre=Lustre(
+                deployment_type=lustre["deployment_type"],
+                storage_capacity_gib=lustre["storage_capacity_gib"],
+                throughput_per_unit=None if is_scratch else lustre["throughput_per_unit"],
+                mount_point=lustre["mount_point"],
+                data_repository=DataRepository(
+                    dra["file_system_path"], dra["s3_prefix"], tuple(dra["import_policy"]), tuple(dra["export_policy"])
+                ) if dra else None,
+            ),
+            openzfs=OpenZfs(zfs["storage_capacity_gib"], zfs["throughput_mbps"], zfs["mount_point"]) if zfs else None,
+        ),
+        monitoring=Monitoring(
+            prometheus_retention_days=monitoring["prometheus_retention_days"],
+            remote_write_url=monitoring.get("remote_write_url"),
+            grafana=monitoring["grafana"],
+            alert_receivers=tuple(AlertReceiver(r["name"], r["type"], r["target"]) for r in monitoring["alert_receivers"]),
+        ),
+        acceptance=Acceptance(
+            enabled=acceptance["enabled"],
+            min_busbw_gbps=acceptance.get("min_busbw_gbps"),
+            drain_on_failure=acceptance["drain_on_failure"],
+            tests=tuple(acceptance["tests"]),
+        ),
+    )
+
+
+def load_spec(spec_path: Path) -> Tenant:
+    """Validate and load one spec file. Raises TenantInvalid with every problem found."""
+    if not spec_path.is_file():
+        raise TenantInvalid([Problem(spec_path, None, "", "the tenant spec file does not exist",
+                                     "create it with `invoke new-tenant --org=NAME`")])
+    try:
+        loaded = load(spec_path)
+    except YamlSyntaxError as err:
+        raise TenantInvalid([Problem(spec_path, err.line, "", f"YAML syntax error: {err.detail}",
+                                     "fix the YAML at that line (indentation, a missing ':' or an unclosed quote)")]) from None
+    problems = problems_in(loaded)
+    if problems:
+        raise TenantInvalid(problems)
+    return _build(spec_path, loaded.data)
+
+
+def load_tenant(org: str, root: Path | None = None) -> Tenant:
+    """The validated tenant `org` from inventories/<org>/group_vars/all/tenant.yml."""
+    spec_path = tenant_spec_path(org, root)
+    if not spec_path.parent.parent.parent.is_dir():
+        known = sorted(p.name for p in inventories_dir(root).iterdir() if (p / "group_vars").is_dir()) \
+            if inventories_dir(root).is_dir() else []
+        raise TenantInvalid([Problem(spec_path.parent.parent.parent, None, "",
+                                     f"there is no tenant '{org}'",
+                                     f"use one of: {', '.join(known) or '(none yet)'}, or create it with `invoke new-tenant --org={org}`")])
+    return load_spec(spec_path)

@@ -1,0 +1,110 @@
+"""fmcluster's front door: `invoke --list`. Thin on purpose: the logic lives in src/fmcluster."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from invoke import Context, Exit, task
+
+ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT / "src"))
+os.environ.setdefault("FMCLUSTER_ROOT", str(ROOT))
+
+from fmcluster import cli  # noqa: E402
+
+
+@task(help={"org": "tenant name (a folder under inventories/)"})
+def validate(c: Context, org: str) -> None:
+    """Validate a tenant spec: schema and catalog checks, every problem with its fix."""
+    code = cli.validate(org)
+    if code:
+        raise Exit(code=code)
+
+
+@task(
+    name="new-tenant",
+    help={
+        "org": "new tenant name",
+        "instance_type": "compute instance type, e.g. p5.48xlarge",
+        "count": "compute node count",
+        "scheduler": "slurm-ec2 or hyperpod",
+        "region": "AWS region",
+        "provider": "aws or local",
+        "force": "overwrite an existing tenant",
+        "output_dir": "render somewhere other than inventories/ (e.g. a temp dir)",
+    },
+)
+def new_tenant(
+    c: Context,
+    org: str = "",
+    instance_type: str = "",
+    count: int = 0,
+    scheduler: str = "",
+    region: str = "",
+    provider: str = "",
+    force: bool = False,
+    output_dir: str = "",
+) -> None:
+    """Scaffold inventories/<org> from cookiecutters/tenant (prompts when run bare in a terminal)."""
+    from fmcluster.model import TenantInvalid
+    from fmcluster.scaffold import TenantExists, new_tenant as render
+
+    answers = {
+        k: str(v)
+        for k, v in {
+            "instance_type": instance_type, "count": count, "scheduler": scheduler,
+            "region": region, "provider": provider,
+        }.items()
+        if v
+    }
+    if region:
+        answers["availability_zone"] = f"{region}a"
+    interactive = not org and sys.stdin.isatty()
+    if not org and not interactive:
+        raise Exit("new-tenant: pass --org=NAME (or run it in a terminal to be prompted)", code=2)
+    try:
+        tenant = render(org or None, answers, interactive=interactive, force=force,
+                        output_dir=Path(output_dir) if output_dir else None)
+    except (TenantExists, ValueError) as err:
+        raise Exit(f"new-tenant: {err}", code=2) from None
+    except TenantInvalid as err:
+        raise Exit(f"new-tenant: the rendered tenant is not valid:\n{err.render(ROOT)}", code=2) from None
+    print(cli.describe(tenant))
+    print(f"written to {tenant.spec_path.parent.parent.parent}; next: invoke plan --org={tenant.org}")
+
+
+def _venv_bin(name: str) -> str:
+    candidate = ROOT / ".venv" / "bin" / name
+    return str(candidate) if candidate.exists() else name
+
+
+def _pytest(c: Context, marker: str, extra: str = "") -> None:
+    result = c.run(f"{_venv_bin('pytest')} -m '{marker}' {extra}", warn=True, pty=False)
+    # pytest exits 5 when a tier has no tests yet; an empty tier is not a failure.
+    if result is not None and result.exited not in (0, 5):
+        raise Exit(f"tests failed in tier '{marker}'", code=result.exited)
+
+
+@task(help={"tier": "fast | molecule | e2e | all (default)", "k": "pytest -k expression"})
+def test(c: Context, tier: str = "all", k: str = "") -> None:
+    """Run the whole suite: linters and unit/integration tests, Molecule scenarios, then the e2e tier."""
+    extra = f"-k '{k}'" if k else ""
+    with c.cd(str(ROOT)):
+        if tier in ("fast", "all"):
+            _pytest(c, "not e2e", extra)
+        if tier in ("molecule", "all") and (ROOT / "molecule").is_dir():
+            c.run(f"{_venv_bin('molecule')} test --all", env={"PATH": f"{ROOT / '.venv' / 'bin'}:{os.environ['PATH']}"})
+        if tier in ("e2e", "all"):
+            _pytest(c, "e2e", extra)
+
+
+@task(help={"org": "tenant name", "yes": "do not ask before changing anything"})
+def deploy(c: Context, org: str, yes: bool = False) -> None:
+    """Validate, create/update the stacks, bring nodes up, converge them, check acceptance, summarize."""
+    from fmcluster.deploy import run_deploy
+
+    code = run_deploy(cli.require_tenant(org))
+    if code:
+        raise Exit(code=code)

@@ -1,0 +1,25 @@
+"""Shared test fixtures. Tests run against the real tools; nothing here mocks a daemon."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "src"))
+os.environ.setdefault("FMCLUSTER_ROOT", str(ROOT))
+VENV_BIN = ROOT / ".venv" / "bin"
+
+
+@pytest.fixture
+def repo_root() -> Path:
+    return ROOT
+
+
+def venv_tool(name: str) -> str:
+    """Path of a tool installed in the project's venv (falls back to PATH)."""
+    candidate = VENV_BIN / name
+    return str(candidate) if candidate.exists() else name
