@@ -40,7 +40,7 @@ def _to_python(node: yaml.Node, here: KeyPath, lines: dict[KeyPath, int], loader
     if isinstance(node, yaml.MappingNode):
         result: dict[Any, Any] = {}
         for key_node, value_node in node.value:
-            key = loader.construct_object(key_node, deep=True)  # type: ignore[no-untyped-call]
+            key = loader.construct_object(key_node, deep=True)
             if key in result:
                 raise YamlSyntaxError(Path("?"), key_node.start_mark.line + 1, f"duplicate key '{key}'")
             child = (*here, key)
@@ -50,7 +50,7 @@ def _to_python(node: yaml.Node, here: KeyPath, lines: dict[KeyPath, int], loader
         return result
     if isinstance(node, yaml.SequenceNode):
         return [_to_python(item, (*here, i), lines, loader) for i, item in enumerate(node.value)]
-    return loader.construct_object(node, deep=True)  # type: ignore[no-untyped-call]
+    return loader.construct_object(node, deep=True)
 
 
 def load(path: Path) -> LoadedYaml:
@@ -58,7 +58,7 @@ def load(path: Path) -> LoadedYaml:
     text = path.read_text(encoding="utf-8")
     loader = yaml.SafeLoader(text)
     try:
-        root = loader.get_single_node()  # type: ignore[no-untyped-call]
+        root = loader.get_single_node()
         lines: dict[KeyPath, int] = {}
         data = None if root is None else _to_python(root, (), lines, loader)
     except YamlSyntaxError as err:
@@ -70,5 +70,5 @@ def load(path: Path) -> LoadedYaml:
     except yaml.YAMLError as err:
         raise YamlSyntaxError(path, None, str(err)) from None
     finally:
-        loader.dispose()  # type: ignore[no-untyped-call]
+        loader.dispose()
     return LoadedYaml(path=path, data=data, lines=lines)
