@@ -227,8 +227,9 @@ def _context(tenant: Tenant) -> dict[str, Any]:
         accelerators.add(tenant.login.accelerator)
     images = [
         {"parameter": AMI_PARAMETERS[kind][0], "ssm_path": AMI_PARAMETERS[kind][1],
-         "description": f"Image of the {kind if kind != 'none' else 'CPU'} nodes: public SSM parameter "
-                        "resolved by CloudFormation at each deploy."}
+         "description": f"Image of the {'CPU' if kind == 'none' else kind} nodes: a public SSM parameter path that "
+                        f"CloudFormation resolves at each deploy; fmcluster passes {AMI_PARAMETERS[kind][1]} "
+                        "(on the emulator, which lacks it: Amazon Linux's)."}
         for kind in ("cuda", "neuron", "none") if kind in accelerators
     ]
     node_roles = _node_roles(tenant, login_sg)
