@@ -23,7 +23,8 @@ from fmcluster.model import Tenant
 from fmcluster.paths import generated_dir
 from fmcluster.stacks import aws
 from fmcluster.stacks.changesets import (
-    apply_stack, delete_stack, not_created, render_changes, stack_outputs, stack_status, undeclared_outputs,
+    apply_stack, delete_stack, not_created, render_changes, resource_details, stack_outputs, stack_status,
+    undeclared_outputs,
 )
 from fmcluster.stacks.checks import check_stacks
 from fmcluster.stacks.emulator import ensure_emulator, running_emulator, stop_emulator
@@ -157,7 +158,7 @@ def plan_stacks(tenant: Tenant, *, out: Out = print, root: Path | None = None,
         out(f"[{stack.key}] {stack.name}  (from cfn/{stack.source.name})")
         outcome = _plan_one(cf, stack, tenant, outputs, result.endpoint is not None, out)
         result.stacks.append(outcome)
-        for line in render_changes(outcome.changes, result.endpoint is not None):
+        for line in render_changes(outcome.changes, result.endpoint is not None, resource_details(stack)):
             out(line)
         for note in outcome.notes:
             out(f"    note: {note}")

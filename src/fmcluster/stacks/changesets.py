@@ -139,10 +139,27 @@ def _describe_change_set(cf: Any, name: str, change_set: str, poll_s: float) -> 
     return desc, parsed
 
 
-def render_changes(changes: list[ResourceChange], emulator: bool) -> list[str]:
+def resource_details(stack: RenderedStack) -> dict[str, str]:
+    """Short facts worth seeing in a plan: instance type, EFA interfaces, capacity reservation."""
+    details: dict[str, str] = {}
+    for lid, res in load_cfn_yaml(stack.body).get("Resources", {}).items():
+        if res.get("Type") != "AWS::EC2::LaunchTemplate":
+            continue
+        data = res["Properties"]["LaunchTemplateData"]
+        efa = sum(1 for nic in data.get("NetworkInterfaces", []) if nic.get("InterfaceType") == "efa")
+        facts = [str(data.get("InstanceType")), f"{efa} EFA interfaces" if efa else "no EFA"]
+        target = data.get("CapacityReservationSpecification", {}).get("CapacityReservationTarget", {})
+        if target.get("CapacityReservationId"):
+            facts.append(f"capacity reservation {target['CapacityReservationId']}")
+        details[lid] = ", ".join(facts)
+    return details
+
+
+def render_changes(changes: list[ResourceChange], emulator: bool, details: dict[str, str] | None = None) -> list[str]:
     lines = []
     for c in changes:
-        extra = f"  (replacement: {c.replacement})" if c.replacement else ""
+        extra = f"  [{details[c.logical_id]}]" if details and c.logical_id in details else ""
+        extra += f"  (replacement: {c.replacement})" if c.replacement else ""
         if emulator and c.action == "Add" and c.resource_type in EMULATOR_SKIPPED_TYPES:
             extra += "  [the emulator will NOT create this]"
         lines.append(f"    {SYMBOL.get(c.action, c.action)} {c.logical_id} ({c.resource_type}){extra}")
@@ -226,7 +243,7 @@ def apply_stack(cf: Any, stack: RenderedStack, parameters: dict[str, str], tags:
         # CloudFormation answers "no changes" with a FAILED change set; the emulator refuses the call.
         if not any(marker in str(err) for marker in NO_CHANGES):
             raise
-        desc, changes = {"Status": "FAILED", "StatusReason": str(err)}, []
+        desc, changes = {"Status": "FAILED", "StatusReason": str(err)}, list[ResourceChange]()
     else:
         desc, changes = _describe_change_set(cf, stack.name, change_set, poll_s)
     reason = desc.get("StatusReason") or ""

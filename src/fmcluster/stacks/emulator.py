@@ -137,12 +137,24 @@ def stop_emulator(org: str, root: Path | None = None, timeout_s: float = 10.0) -
         return False
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout_s
-    while _is_our_emulator(pid, port) and time.monotonic() < deadline:
-        _reap(pid)
+    while _alive(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
-    if _is_our_emulator(pid, port):
+    if _alive(pid):
         os.kill(pid, signal.SIGKILL)
+        while _alive(pid):
+            time.sleep(0.05)
+    return True
+
+
+def _alive(pid: int) -> bool:
+    """Still running (a zombie child of ours is reaped and counts as gone)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8").rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    if state == "Z":
         _reap(pid)
+        return False
     return True
 
 

@@ -182,7 +182,7 @@ def install_delete_fixes() -> None:
 
     setattr(Instance, "prep_nics", prep_nics)
 
-    from moto.ec2 import ec2_backends
+    from moto.ec2.models import ec2_backends
     from moto.ec2.models.vpcs import VPC
 
     original_vpc_delete = VPC.delete_from_cloudformation_json.__func__  # type: ignore[attr-defined]
