@@ -326,3 +326,26 @@ def test_destroy_asks_and_deletes_nothing_without_a_terminal_unless_yes(root: Pa
     monkeypatch.setattr("sys.stdin.isatty", lambda: False)
     assert commands.destroy(load_tenant("demo"), yes=False) == commands.EXIT_CANCELLED
     assert stacks_status(load_tenant("demo"), out=quiet).stacks[0].status == "CREATE_COMPLETE"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("org", "skipped_in_cluster"), [
+    ("stockmark", []),
+    ("neuronlab", [("Cluster", "AWS::SageMaker::Cluster")]),
+])
+def test_the_aws_example_tenants_rehearse_on_the_emulator_with_every_gap_reported(
+        root: Path, org: str, skipped_in_cluster: list[tuple[str, str]]) -> None:
+    set_in_spec(root, org, "provider: aws", "provider: local")
+    tenant = load_tenant(org)
+    result = deploy_stacks(tenant, out=quiet)
+    assert result.ok, result.failure
+    assert result.not_created.get(f"fmc-{org}-cluster", []) == skipped_in_cluster
+    storage_gaps = {t for _, t in result.not_created[f"fmc-{org}-storage"]}
+    assert "AWS::FSx::FileSystem" in storage_gaps
+    if tenant.scheduler == "hyperpod":
+        s3 = aws.client("s3", tenant.region, result.endpoint)
+        keys = [o["Key"] for o in s3.list_objects_v2(Bucket=result.outputs["DataBucketName"])["Contents"]]
+        assert keys == ["hyperpod/lifecycle/on_create.sh"], "lifecycle scripts uploaded before the cluster stack"
+    else:
+        assert any("PlacementGroupName" in note for note in result.stacks[2].notes), "substitute is said"
+    assert destroy_stacks(tenant, confirm=None, out=quiet).ok
