@@ -91,6 +91,13 @@ def deploy_stacks(tenant: Tenant, *, out: Out = print, root: Path | None = None)
         result.stacks = [StackOutcome(s.key, s.name, "not-attempted") for s in stacks]
         result.notes = findings
         return result
+    if tenant.provider == "aws" and not aws.has_credentials(tenant.region):
+        message = ("no AWS credentials found (boto3's usual chain: AWS_PROFILE, environment, ~/.aws, instance "
+                   "role); nothing was created. `invoke plan` works offline.")
+        out(message)
+        result.stacks = [StackOutcome(s.key, s.name, "not-attempted") for s in stacks]
+        result.notes = [message]
+        return result
     result.endpoint = _endpoint(tenant, out, start=True, root=root)
     emulator = result.endpoint is not None
     cf = aws.client("cloudformation", tenant.region, result.endpoint)
