@@ -108,3 +108,46 @@ def deploy(c: Context, org: str, yes: bool = False) -> None:
     code = run_deploy(cli.require_tenant(org))
     if code:
         raise Exit(code=code)
+
+
+# --- CloudFormation stacks (issue #3): plan, stacks-only deploy, destroy, status -----------------
+# `invoke deploy` (above) calls fmcluster.stacks.api.deploy_stacks as its stacks step.
+
+@task(help={"org": "tenant name", "show_templates": "print the rendered templates too"})
+def plan(c: Context, org: str, show_templates: bool = False) -> None:
+    """Show each stack's change set without executing it (offline render when there are no AWS credentials)."""
+    from fmcluster.stacks import commands
+
+    code = commands.plan(cli.require_tenant(org), show_templates=show_templates)
+    if code:
+        raise Exit(code=code)
+
+
+@task(help={"org": "tenant name"})
+def stacks(c: Context, org: str) -> None:
+    """Create or update only the CloudFormation stacks (network → storage → cluster) and write their outputs."""
+    from fmcluster.stacks import commands
+
+    code = commands.stacks(cli.require_tenant(org))
+    if code:
+        raise Exit(code=code)
+
+
+@task(help={"org": "tenant name", "yes": "do not ask for confirmation"})
+def destroy(c: Context, org: str, yes: bool = False) -> None:
+    """Delete the tenant's stacks (cluster → storage → network); the data bucket is retained."""
+    from fmcluster.stacks import commands
+
+    code = commands.destroy(cli.require_tenant(org), yes=yes)
+    if code:
+        raise Exit(code=code)
+
+
+@task(help={"org": "tenant name"})
+def status(c: Context, org: str) -> None:
+    """Each stack's status and outputs (and, on local, what the emulator did not create)."""
+    from fmcluster.stacks import commands
+
+    code = commands.status(cli.require_tenant(org))
+    if code:
+        raise Exit(code=code)

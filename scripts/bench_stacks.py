@@ -1,0 +1,48 @@
+#!/usr/bin/env python3
+"""Print how long a local stacks deploy takes: cold (fresh emulator, every stack created), warm (no-op).
+
+Runs in a temporary copy of inventories/, so the real tenants are untouched.
+Usage: PYTHONPATH=src .venv/bin/python scripts/bench_stacks.py [org]   (default: demo)
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "src"))
+
+
+def main(org: str = "demo") -> None:
+    with tempfile.TemporaryDirectory(prefix="fmc-bench-") as tmp:
+        shutil.copytree(ROOT / "inventories", Path(tmp) / "inventories",
+                        ignore=shutil.ignore_patterns("generated", "hosts.yml"))
+        os.environ["FMCLUSTER_ROOT"] = tmp
+        from fmcluster.model import load_tenant
+        from fmcluster.stacks.api import deploy_stacks
+        from fmcluster.stacks.emulator import stop_emulator
+
+        tenant = load_tenant(org)
+        if tenant.provider != "local":
+            raise SystemExit(f"{org} is a provider-{tenant.provider} tenant; this measures the local emulator only")
+        try:
+            start = time.monotonic()
+            cold = deploy_stacks(tenant, out=lambda _: None)
+            cold_s = time.monotonic() - start
+            start = time.monotonic()
+            warm = deploy_stacks(tenant, out=lambda _: None)
+            warm_s = time.monotonic() - start
+        finally:
+            stop_emulator(org)
+        print(f"{org}: cold deploy (emulator start + {len(cold.changed)} stacks created): {cold_s:.1f} s")
+        print(f"{org}: warm deploy (emulator reused, {len(warm.skipped)} stacks unchanged): {warm_s:.1f} s")
+        print(f"load average: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:2])

@@ -1,0 +1,3 @@
+"""CloudFormation stacks of a tenant: render (cfn/*.yaml), plan, deploy, destroy, status.
+
+The deploy flow calls `fmcluster.stacks.api.deploy_stacks(tenant)`; see that module."""

@@ -1,0 +1,28 @@
+"""boto3 clients for a tenant: the usual credential chain on AWS, the tenant's emulator on local.
+Nothing else differs between the two providers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import boto3
+from botocore.config import Config
+
+EMULATOR_CREDENTIALS = {"aws_access_key_id": "emulator", "aws_secret_access_key": "emulator"}
+
+
+def session(region: str, endpoint: str | None) -> boto3.session.Session:
+    if endpoint:
+        return boto3.session.Session(region_name=region, **EMULATOR_CREDENTIALS)
+    return boto3.session.Session(region_name=region)
+
+
+def client(service: str, region: str, endpoint: str | None) -> Any:
+    config = Config(retries={"mode": "standard", "max_attempts": 8 if endpoint is None else 2},
+                    connect_timeout=5, read_timeout=120)
+    return session(region, endpoint).client(service, endpoint_url=endpoint, config=config)
+
+
+def has_credentials(region: str) -> bool:
+    """Whether the boto3 chain finds credentials (no network call)."""
+    return session(region, None).get_credentials() is not None

@@ -1,0 +1,285 @@
+"""One stack at a time: change set → (plan: show | deploy: execute and stream events) → outcome.
+
+CloudFormation semantics followed here, on AWS and on the emulator alike:
+- a stack that does not exist gets a CREATE change set; one that does, an UPDATE change set;
+- a change set that "didn't contain changes" means the stack is skipped;
+- a stack left in ROLLBACK_COMPLETE (a failed first create) can only be deleted: it is deleted and
+  created again, which is what makes a re-run after a failure resume cleanly;
+- UPDATE_ROLLBACK_COMPLETE is a healthy stack (the failed update was undone): it is updated again;
+- a stack still in progress (another run, or one interrupted) is waited for first.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from fmcluster.stacks.render import RenderedStack, load_cfn_yaml
+from fmcluster.stacks.result import EMULATOR_SKIPPED_TYPES, Failure, ResourceChange, StackOutcome
+
+Out = Callable[[str], object]
+
+MAX_TEMPLATE_BODY = 51_200  # bytes CloudFormation accepts inline; larger needs an S3 TemplateURL
+RECREATE_STATES = {"ROLLBACK_COMPLETE", "ROLLBACK_FAILED", "CREATE_FAILED", "DELETE_FAILED", "REVIEW_IN_PROGRESS"}
+STUCK_STATES = {"UPDATE_ROLLBACK_FAILED"}
+NO_CHANGES = ("didn't contain changes", "No updates are to be performed")
+SYMBOL = {"Add": "+", "Modify": "~", "Remove": "-", "Import": "<", "Dynamic": "?"}
+
+
+class StackTimeout(RuntimeError):
+    pass
+
+
+def stack_status(cf: Any, name: str) -> dict[str, Any] | None:
+    try:
+        stacks = cf.describe_stacks(StackName=name)["Stacks"]
+    except ClientError as err:
+        if "does not exist" in str(err):
+            return None
+        raise
+    live = [s for s in stacks if s["StackStatus"] != "DELETE_COMPLETE"]
+    return live[0] if live else None
+
+
+def _latest_event_id(cf: Any, name: str) -> str | None:
+    try:
+        events = cf.describe_stack_events(StackName=name)["StackEvents"]
+    except ClientError:
+        return None
+    return events[0]["EventId"] if events else None
+
+
+def _new_events(cf: Any, name: str, since: str | None) -> list[dict[str, Any]]:
+    """Events after `since`, oldest first (describe_stack_events returns newest first)."""
+    new: list[dict[str, Any]] = []
+    kwargs: dict[str, Any] = {"StackName": name}
+    while True:
+        try:
+            page = cf.describe_stack_events(**kwargs)
+        except ClientError:
+            break
+        for event in page["StackEvents"]:
+            if event["EventId"] == since:
+                return list(reversed(new))
+            new.append(event)
+        if not page.get("NextToken"):
+            break
+        kwargs["NextToken"] = page["NextToken"]
+    return list(reversed(new))
+
+
+def format_event(event: dict[str, Any]) -> str:
+    stamp = event.get("Timestamp")
+    when = stamp.astimezone(timezone.utc).strftime("%H:%M:%S") if isinstance(stamp, datetime) else "--:--:--"
+    reason = f"  {event['ResourceStatusReason']}" if event.get("ResourceStatusReason") else ""
+    return (f"    {when}  {event['ResourceStatus']:<28} {event['LogicalResourceId']} "
+            f"({event.get('ResourceType', '')}){reason}")
+
+
+def wait_for_stack(cf: Any, name: str, since: str | None, out: Out, poll_s: float, timeout_s: float,
+                   ) -> tuple[str, list[dict[str, Any]]]:
+    """Stream the stack's events until it leaves *_IN_PROGRESS; returns (final status, events seen)."""
+    seen: list[dict[str, Any]] = []
+    deadline = time.monotonic() + timeout_s
+    while True:
+        for event in _new_events(cf, name, seen[-1]["EventId"] if seen else since):
+            seen.append(event)
+            out(format_event(event))
+        stack = stack_status(cf, name)
+        status = stack["StackStatus"] if stack else "DELETE_COMPLETE"
+        if not status.endswith("_IN_PROGRESS") or status == "REVIEW_IN_PROGRESS":
+            for event in _new_events(cf, name, seen[-1]["EventId"] if seen else since):
+                seen.append(event)
+                out(format_event(event))
+            return status, seen
+        if time.monotonic() > deadline:
+            raise StackTimeout(f"{name} still {status} after {timeout_s:.0f} s; re-run to resume waiting")
+        time.sleep(poll_s)
+
+
+def first_failure(events: list[dict[str, Any]]) -> Failure | None:
+    """The resource that failed first (later ones are usually 'cancelled' knock-on failures)."""
+    failed = [e for e in events if e["ResourceStatus"].endswith("_FAILED")]
+    real = [e for e in failed if "cancelled" not in (e.get("ResourceStatusReason") or "").lower()]
+    if not failed:
+        return None
+    event = (real or failed)[0]
+    return Failure(event["LogicalResourceId"], event.get("ResourceType", ""), event["ResourceStatus"],
+                   event.get("ResourceStatusReason") or "(no reason given)")
+
+
+def delete_stack(cf: Any, name: str, out: Out, poll_s: float, timeout_s: float) -> tuple[str, Failure | None]:
+    since = _latest_event_id(cf, name)
+    cf.delete_stack(StackName=name)
+    status, events = wait_for_stack(cf, name, since, out, poll_s, timeout_s)
+    return status, (first_failure(events) if status == "DELETE_FAILED" else None)
+
+
+def _describe_change_set(cf: Any, name: str, change_set: str, poll_s: float) -> tuple[dict[str, Any], list[ResourceChange]]:
+    deadline = time.monotonic() + 300
+    while True:
+        desc = cf.describe_change_set(StackName=name, ChangeSetName=change_set)
+        if desc["Status"] in ("CREATE_COMPLETE", "FAILED") or time.monotonic() > deadline:
+            break
+        time.sleep(poll_s)
+    changes = list(desc.get("Changes", []))
+    token = desc.get("NextToken")
+    while token:
+        page = cf.describe_change_set(StackName=name, ChangeSetName=change_set, NextToken=token)
+        changes += page.get("Changes", [])
+        token = page.get("NextToken")
+    parsed = [ResourceChange(c["ResourceChange"]["Action"], c["ResourceChange"]["LogicalResourceId"],
+                             c["ResourceChange"].get("ResourceType", ""),
+                             str(c["ResourceChange"].get("Replacement", "")))
+              for c in changes if "ResourceChange" in c]
+    return desc, parsed
+
+
+def resource_details(stack: RenderedStack) -> dict[str, str]:
+    """Short facts worth seeing in a plan: instance type, EFA interfaces, capacity reservation."""
+    details: dict[str, str] = {}
+    for lid, res in load_cfn_yaml(stack.body).get("Resources", {}).items():
+        if res.get("Type") != "AWS::EC2::LaunchTemplate":
+            continue
+        data = res["Properties"]["LaunchTemplateData"]
+        efa = sum(1 for nic in data.get("NetworkInterfaces", []) if nic.get("InterfaceType") == "efa")
+        facts = [str(data.get("InstanceType")), f"{efa} EFA interfaces" if efa else "no EFA"]
+        target = data.get("CapacityReservationSpecification", {}).get("CapacityReservationTarget", {})
+        if target.get("CapacityReservationId"):
+            facts.append(f"capacity reservation {target['CapacityReservationId']}")
+        details[lid] = ", ".join(facts)
+    return details
+
+
+def render_changes(changes: list[ResourceChange], emulator: bool, details: dict[str, str] | None = None) -> list[str]:
+    lines = []
+    for c in changes:
+        extra = f"  [{details[c.logical_id]}]" if details and c.logical_id in details else ""
+        extra += f"  (replacement: {c.replacement})" if c.replacement else ""
+        if emulator and c.action == "Add" and c.resource_type in EMULATOR_SKIPPED_TYPES:
+            extra += "  [the emulator will NOT create this]"
+        lines.append(f"    {SYMBOL.get(c.action, c.action)} {c.logical_id} ({c.resource_type}){extra}")
+    return lines
+
+
+def template_resources(stack: RenderedStack) -> dict[str, str]:
+    return stack.resource_types()
+
+
+def not_created(cf: Any, stack: RenderedStack) -> list[tuple[str, str]]:
+    """Resources in the template that the stack does not hold (the emulator skipped them)."""
+    present: set[str] = set()
+    kwargs: dict[str, Any] = {"StackName": stack.name}
+    while True:
+        page = cf.list_stack_resources(**kwargs)
+        present |= {r["LogicalResourceId"] for r in page["StackResourceSummaries"] if r.get("LogicalResourceId")}
+        if not page.get("NextToken"):
+            break
+        kwargs["NextToken"] = page["NextToken"]
+    return [(lid, rtype) for lid, rtype in template_resources(stack).items() if lid not in present]
+
+
+def undeclared_outputs(stack: RenderedStack, provider: str) -> list[str]:
+    """Outputs declared only on AWS (Condition OnAws): absent on the emulator, by design."""
+    if provider != "local":
+        return []
+    outputs = load_cfn_yaml(stack.body).get("Outputs", {})
+    return [key for key, spec in outputs.items() if spec.get("Condition") == "OnAws"]
+
+
+def stack_outputs(stack_desc: dict[str, Any] | None) -> dict[str, str]:
+    return {o["OutputKey"]: o["OutputValue"] for o in (stack_desc or {}).get("Outputs") or []}
+
+
+def apply_stack(cf: Any, stack: RenderedStack, parameters: dict[str, str], tags: dict[str, str], *,
+                execute: bool, emulator: bool, out: Out) -> StackOutcome:
+    """Create/update one stack through a change set; with execute=False only show the change set."""
+    poll_s, timeout_s = (0.2, 120.0) if emulator else (5.0, 3 * 3600.0)
+    outcome = StackOutcome(stack.key, stack.name, "failed")
+    if len(stack.body.encode()) > MAX_TEMPLATE_BODY:
+        raise ValueError(f"{stack.name}: rendered template is {len(stack.body.encode())} bytes, over the "
+                         f"{MAX_TEMPLATE_BODY} CloudFormation accepts inline")
+    current = stack_status(cf, stack.name)
+    if current and current["StackStatus"].endswith("_IN_PROGRESS") and current["StackStatus"] != "REVIEW_IN_PROGRESS":
+        out(f"  {stack.name} is {current['StackStatus']} (another run?): waiting for it first")
+        wait_for_stack(cf, stack.name, _latest_event_id(cf, stack.name), out, poll_s, timeout_s)
+        current = stack_status(cf, stack.name)
+    if current and current["StackStatus"] in STUCK_STATES:
+        outcome.status = current["StackStatus"]
+        outcome.failure = Failure(stack.name, "AWS::CloudFormation::Stack", current["StackStatus"],
+                                  "the stack needs `aws cloudformation continue-update-rollback` before fmcluster can update it")
+        return outcome
+    if current and current["StackStatus"] in RECREATE_STATES:
+        if not execute:
+            outcome.notes.append(f"{stack.name} is {current['StackStatus']} (a failed or interrupted create): "
+                                 "deploy will delete it and create it again")
+            outcome.action = "would-create"
+            outcome.changes = [ResourceChange("Add", lid, rtype) for lid, rtype in template_resources(stack).items()]
+            return outcome
+        out(f"  {stack.name} is {current['StackStatus']} (a failed or interrupted create was rolled back): "
+            "deleting it so it can be created again")
+        status, failure = delete_stack(cf, stack.name, out, poll_s, timeout_s)
+        if failure:
+            outcome.failure, outcome.status = failure, status
+            return outcome
+        current = None
+
+    change_set_type = "UPDATE" if current else "CREATE"
+    change_set = f"fmc-{datetime.now(timezone.utc).strftime('%Y%m%d%H%M%S%f')}"
+    try:
+        cf.create_change_set(
+            StackName=stack.name, ChangeSetName=change_set, ChangeSetType=change_set_type,
+            TemplateBody=stack.body,
+            Parameters=[{"ParameterKey": k, "ParameterValue": v} for k, v in parameters.items()],
+            Capabilities=["CAPABILITY_IAM"],
+            Tags=[{"Key": k, "Value": v} for k, v in tags.items()],
+            Description=f"fmcluster {'plan' if not execute else 'deploy'} of {stack.name}",
+        )
+    except ClientError as err:
+        # CloudFormation answers "no changes" with a FAILED change set; the emulator refuses the call.
+        if not any(marker in str(err) for marker in NO_CHANGES):
+            raise
+        desc, changes = {"Status": "FAILED", "StatusReason": str(err)}, list[ResourceChange]()
+    else:
+        desc, changes = _describe_change_set(cf, stack.name, change_set, poll_s)
+    reason = desc.get("StatusReason") or ""
+    if desc["Status"] == "FAILED":
+        if "ChangeSetId" in desc:
+            cf.delete_change_set(StackName=stack.name, ChangeSetName=change_set)
+        if any(marker in reason for marker in NO_CHANGES):
+            outcome.action = "unchanged" if execute else "no-changes"
+            outcome.status = current["StackStatus"] if current else ""
+            outcome.outputs = stack_outputs(current)
+            if emulator and current:
+                outcome.not_created = not_created(cf, stack)
+            return outcome
+        outcome.failure = Failure(stack.name, "AWS::CloudFormation::ChangeSet", "FAILED", reason)
+        return outcome
+    outcome.changes = changes
+
+    if not execute:
+        cf.delete_change_set(StackName=stack.name, ChangeSetName=change_set)
+        if change_set_type == "CREATE":
+            cf.delete_stack(StackName=stack.name)  # the empty REVIEW_IN_PROGRESS stack the change set made
+        outcome.action = "would-create" if change_set_type == "CREATE" else "would-update"
+        outcome.status = current["StackStatus"] if current else "(does not exist)"
+        return outcome
+
+    out(f"  {stack.name}: {change_set_type.lower()} ({len(changes)} resource change(s))")
+    since = _latest_event_id(cf, stack.name)
+    cf.execute_change_set(StackName=stack.name, ChangeSetName=change_set)
+    status, events = wait_for_stack(cf, stack.name, since, out, poll_s, timeout_s)
+    outcome.status = status
+    if status not in ("CREATE_COMPLETE", "UPDATE_COMPLETE"):
+        outcome.failure = first_failure(events) or Failure(stack.name, "AWS::CloudFormation::Stack", status,
+                                                           "no failed resource event; see the stack's events")
+        return outcome
+    outcome.action = "created" if change_set_type == "CREATE" else "updated"
+    outcome.outputs = stack_outputs(stack_status(cf, stack.name))
+    if emulator:
+        outcome.not_created = not_created(cf, stack)
+    return outcome

@@ -1,0 +1,54 @@
+"""`invoke plan|stacks|destroy|status`: the stacks operations with their exit codes and prompts."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+
+from fmcluster.model import Tenant
+from fmcluster.stacks.api import deploy_stacks, destroy_stacks, plan_stacks, stacks_status
+from fmcluster.stacks.result import StacksResult
+
+EXIT_FAILED = 1
+EXIT_CANCELLED = 3
+
+
+def summarize(result: StacksResult, out: Callable[[str], object] = print) -> None:
+    """The closing lines: what changed, what was skipped, what the emulator did not create."""
+    if result.changed:
+        out(f"changed: {', '.join(result.changed)}")
+    if result.skipped:
+        out(f"unchanged (skipped): {', '.join(result.skipped)}")
+    for stack, items in result.not_created.items():
+        out(f"not created by the emulator in {stack}: " + ", ".join(f"{lid} ({rtype})" for lid, rtype in items))
+    if result.failure:
+        out(f"FAILED: {result.failure.render()}")
+
+
+def plan(tenant: Tenant, show_templates: bool = False) -> int:
+    result = plan_stacks(tenant, show_templates=show_templates)
+    return 0 if result.ok and not result.notes else EXIT_FAILED  # notes: security findings
+
+
+def stacks(tenant: Tenant) -> int:
+    result = deploy_stacks(tenant)
+    summarize(result)
+    return 0 if result.ok else EXIT_FAILED
+
+
+def destroy(tenant: Tenant, yes: bool = False) -> int:
+    def confirm(question: str) -> bool:
+        if not sys.stdin.isatty():
+            print(f"{question} Not a terminal: nothing deleted; pass --yes to confirm.")
+            return False
+        return input(f"{question} Type '{tenant.org}' to confirm: ").strip() == tenant.org
+
+    result = destroy_stacks(tenant, confirm=None if yes else confirm)
+    if "cancelled" in result.notes:
+        return EXIT_CANCELLED
+    return 0 if result.ok else EXIT_FAILED
+
+
+def status(tenant: Tenant) -> int:
+    result = stacks_status(tenant)
+    return 0 if result.ok else EXIT_FAILED

@@ -1,0 +1,166 @@
+"""One AWS emulator (moto server mode) per local tenant, kept running between tasks.
+
+moto keeps its state in memory only, so "a second deploy changes nothing" needs the emulator to
+outlive one `invoke` run: it runs detached on a free 127.0.0.1 port, and its pid, port and log are
+recorded in inventories/<org>/generated/emulator.json. A later task reuses it when that pid is still
+our emulator on that port; if it died, the task says so and starts a fresh (empty) one.
+`stop_emulator(org)` stops it (called by `invoke destroy`, and by the deploy flow's cleanup).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from fmcluster.paths import PACKAGE_DIR, generated_dir
+
+STATE_FILE = "emulator.json"
+LOG_FILE = "emulator.log"
+MODULE = "fmcluster.stacks.emulator_server"
+START_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True)
+class Emulator:
+    org: str
+    pid: int
+    port: int
+    log: Path
+    started: bool  # True: started by this call; False: an already running one was reused
+    note: str  # what happened, for the progress display
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+def _state_path(org: str, root: Path | None) -> Path:
+    return generated_dir(org, root) / STATE_FILE
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _is_our_emulator(pid: int, port: int) -> bool:
+    """The pid is alive and is our emulator server on that port (guards against pid reuse)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return MODULE.encode() in cmdline and str(port).encode() in cmdline
+
+
+def _answers(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/moto-api/", timeout=5) as resp:
+            return bool(resp.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def read_state(org: str, root: Path | None = None) -> dict[str, object] | None:
+    path = _state_path(org, root)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def running_emulator(org: str, root: Path | None = None) -> Emulator | None:
+    """The tenant's emulator if it is alive and answering, else None (reads state only)."""
+    state = read_state(org, root)
+    if not state:
+        return None
+    pid, port = int(str(state.get("pid", 0))), int(str(state.get("port", 0)))
+    if pid and port and _is_our_emulator(pid, port) and _answers(port):
+        return Emulator(org, pid, port, Path(str(state.get("log", ""))), False,
+                        f"reusing the AWS emulator of '{org}' (moto, pid {pid}, 127.0.0.1:{port})")
+    return None
+
+
+def ensure_emulator(org: str, root: Path | None = None) -> Emulator:
+    """Reuse the tenant's running emulator or start one; says which in `Emulator.note`."""
+    alive = running_emulator(org, root)
+    if alive:
+        return alive
+    previous = read_state(org, root)
+    gen = generated_dir(org, root)
+    gen.mkdir(parents=True, exist_ok=True)
+    port, log = _free_port(), gen / LOG_FILE
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PACKAGE_DIR.parent), env.get("PYTHONPATH", "")]))
+    env.setdefault("AWS_ACCESS_KEY_ID", "emulator")
+    env.setdefault("AWS_SECRET_ACCESS_KEY", "emulator")
+    with log.open("ab") as sink:
+        proc = subprocess.Popen(  # noqa: S603 - our own module, fixed arguments
+            [sys.executable, "-m", MODULE, "--port", str(port)],
+            stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT, env=env,
+            start_new_session=True,  # outlives this task on purpose; stopped by stop_emulator()
+        )
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while not _answers(port):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise RuntimeError(f"the AWS emulator did not start (exit {proc.poll()}); see {log}")
+        time.sleep(0.1)
+    _state_path(org, root).write_text(json.dumps({"pid": proc.pid, "port": port, "log": str(log),
+                                                  "started_at": time.time()}) + "\n", encoding="utf-8")
+    if previous:
+        note = (f"the AWS emulator of '{org}' (pid {previous.get('pid')}) is gone, and its state with it: "
+                f"started a fresh one (pid {proc.pid}, 127.0.0.1:{port}); every stack will be created again")
+    else:
+        note = f"started the AWS emulator of '{org}' (moto, pid {proc.pid}, 127.0.0.1:{port}, log {log})"
+    return Emulator(org, proc.pid, port, log, True, note)
+
+
+def stop_emulator(org: str, root: Path | None = None, timeout_s: float = 10.0) -> bool:
+    """Stop the tenant's emulator if it runs; forget its state. True if one was stopped."""
+    state = read_state(org, root)
+    _state_path(org, root).unlink(missing_ok=True)
+    if not state:
+        return False
+    pid, port = int(str(state.get("pid", 0))), int(str(state.get("port", 0)))
+    if not (pid and _is_our_emulator(pid, port)):
+        return False
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if _alive(pid):
+        os.kill(pid, signal.SIGKILL)
+        while _alive(pid):
+            time.sleep(0.05)
+    return True
+
+
+def _alive(pid: int) -> bool:
+    """Still running (a zombie child of ours is reaped and counts as gone)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8").rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    if state == "Z":
+        _reap(pid)
+        return False
+    return True
+
+
+def _reap(pid: int) -> None:
+    """Collect the exit status when the emulator is our own child (tests), so no zombie remains."""
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass

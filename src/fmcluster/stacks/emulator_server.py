@@ -1,0 +1,234 @@
+"""The local AWS emulator: moto's server, with two fidelity fixes to its CloudFormation change sets.
+
+Run as `python -m fmcluster.stacks.emulator_server --port N` (fmcluster.stacks.emulator starts it).
+It is moto 5.1 unchanged except for what CloudFormation's contract needs and moto lacks:
+
+1. Executing a change set did not compute the stack's outputs (only create_stack/update_stack did):
+   they are now computed after every executed change set, exactly as moto does for update_stack.
+2. Deleting a stack whose resources could not all be deleted answered HTTP 500 and forgot the stack.
+   Now the stack stays, in DELETE_FAILED, with an event naming the resources left and the reason.
+3. Network interfaces made when an instance launched survived its termination (EC2 deletes them,
+   and moto lost the launch template's DeleteOnTermination); and moto's CloudFormation never deletes
+   route tables, NAT gateways, internet gateways or VPC endpoints, so the VPC could not be deleted.
+   Deleting a stack's VPC now first deletes those, as CloudFormation would have done before it.
+4. A resource that failed to create or update made ExecuteChangeSet answer HTTP 500 and left the
+   stack half-built. Now, as in CloudFormation, the failing resource gets a CREATE_FAILED or
+   UPDATE_FAILED event with the reason, the stack rolls back (created resources deleted, or the
+   previous template re-applied) and ends in ROLLBACK_COMPLETE / UPDATE_ROLLBACK_COMPLETE.
+   Each resource moto does create also gets its *_COMPLETE event, so progress can be streamed.
+
+Resource types moto does not implement are still silently skipped here, as in moto: fmcluster
+detects and reports them itself (fmcluster.stacks.deploy), it never pretends they exist.
+"""
+
+from __future__ import annotations
+
+import argparse
+import traceback
+from typing import Any
+
+
+class ResourceFailed(Exception):
+    def __init__(self, logical_id: str, resource_type: str, reason: str) -> None:
+        super().__init__(f"{logical_id} ({resource_type}): {reason}")
+        self.logical_id = logical_id
+        self.resource_type = resource_type
+        self.reason = reason
+
+
+def _reason(err: BaseException) -> str:
+    message = getattr(err, "message", None) or str(err) or repr(err)
+    code = getattr(err, "error_type", None) or getattr(err, "code", None) or type(err).__name__
+    return f"{code}: {message}"
+
+
+def install_fidelity_fixes() -> None:
+    from moto.cloudformation import models, parsing
+
+    def stack_of(resources_map: Any) -> Any:
+        backend = models.cloudformation_backends[resources_map._account_id][resources_map._region_name]
+        return backend.stacks.get(resources_map.stack_id)
+
+    def resource_event(stack: Any, logical_id: str, physical_id: str, rtype: str, status: str,
+                       reason: str | None = None) -> None:
+        if stack is not None:
+            stack.events.append(models.Event(stack.stack_id, stack.name, logical_id, physical_id, rtype,
+                                             status, reason, None))
+
+    original_create = parsing.parse_and_create_resource
+    original_update = parsing.parse_and_update_resource
+
+    def create(logical_id: str, resource_json: dict[str, Any], resources_map: Any, account_id: str,
+               region_name: str) -> Any:
+        try:
+            resource = original_create(logical_id, resource_json, resources_map, account_id, region_name)
+        except ResourceFailed:
+            raise
+        except Exception as err:  # noqa: BLE001 - any emulator error is this resource's failure
+            raise ResourceFailed(logical_id, resource_json.get("Type", "?"), _reason(err)) from err
+        if resource is not None:
+            resource_event(stack_of(resources_map), logical_id, str(getattr(resource, "physical_resource_id", "")),
+                           resource_json["Type"], "CREATE_COMPLETE")
+        return resource
+
+    def update(logical_id: str, resource_json: dict[str, Any], resources_map: Any, account_id: str,
+               region_name: str) -> Any:
+        try:
+            resource = original_update(logical_id, resource_json, resources_map, account_id, region_name)
+        except ResourceFailed:
+            raise
+        except Exception as err:  # noqa: BLE001
+            raise ResourceFailed(logical_id, resource_json.get("Type", "?"), _reason(err)) from err
+        if resource is not None:
+            resource_event(stack_of(resources_map), logical_id, str(getattr(resource, "physical_resource_id", "")),
+                           resource_json["Type"], "UPDATE_COMPLETE")
+        return resource
+
+    parsing.parse_and_create_resource = create
+    parsing.parse_and_update_resource = update
+
+    original_execute = models.CloudFormationBackend.execute_change_set
+
+    def execute_change_set(self: Any, change_set_name: str, stack_name: str | None = None) -> None:
+        change_set = self.change_sets.get(change_set_name) or next(
+            (cs for cs in self.change_sets.values() if cs.change_set_name == change_set_name
+             and (stack_name is None or stack_name in (cs.stack_name, cs.stack_id))), None)
+        if change_set is None:
+            return original_execute(self, change_set_name, stack_name)
+        stack = self.stacks[change_set.stack_id]
+        previous_template, previous_parameters = stack.template, dict(stack.resource_map.input_parameters)
+        try:
+            original_execute(self, change_set_name, stack_name)
+        except Exception as err:  # noqa: BLE001
+            traceback.print_exc()  # into the emulator log, for whoever debugs the emulator itself
+            failure = err if isinstance(err, ResourceFailed) else ResourceFailed(stack.name, "AWS::CloudFormation::Stack", _reason(err))
+            _roll_back(stack, change_set, failure, previous_template, previous_parameters)
+            return None
+        stack._parse_template()  # a CREATE change set's stack was made with an empty template
+        stack.output_map = stack._create_output_map()
+        stack.description = stack.template_dict.get("Description")
+        return None
+
+    def _roll_back(stack: Any, change_set: Any, failure: ResourceFailed, previous_template: str,
+                   previous_parameters: dict[str, Any]) -> None:
+        creating = change_set.change_set_type == "CREATE"
+        resource_event(stack, failure.logical_id, "", failure.resource_type,
+                       "CREATE_FAILED" if creating else "UPDATE_FAILED", failure.reason)
+        change_set.execution_status = "EXECUTE_FAILED"
+        if creating:
+            stack.status = "ROLLBACK_IN_PROGRESS"
+            stack._add_stack_event("ROLLBACK_IN_PROGRESS",
+                                   f"The following resource(s) failed to create: [{failure.logical_id}]. "
+                                   "Rollback requested by user.")
+            try:
+                stack.resource_map.delete()
+            except Exception:  # noqa: BLE001, S110 - best effort, like a rollback that leaves orphans
+                pass
+            stack.status = "ROLLBACK_COMPLETE"
+            stack._add_stack_event("ROLLBACK_COMPLETE")
+        else:
+            stack.status = "UPDATE_ROLLBACK_IN_PROGRESS"
+            stack._add_stack_event("UPDATE_ROLLBACK_IN_PROGRESS",
+                                   f"The following resource(s) failed to update: [{failure.logical_id}].")
+            try:
+                stack.resource_map.update(stack.parse_template(previous_template), previous_parameters)
+            except Exception:  # noqa: BLE001, S110
+                pass
+            stack.template = previous_template
+            stack._parse_template()
+            stack.output_map = stack._create_output_map()
+            stack.status = "UPDATE_ROLLBACK_COMPLETE"
+            stack._add_stack_event("UPDATE_ROLLBACK_COMPLETE")
+
+    setattr(models.CloudFormationBackend, "execute_change_set", execute_change_set)
+
+
+def install_delete_fixes() -> None:
+    from moto.cloudformation import models
+    from moto.ec2.models.instances import Instance
+
+    original_delete = models.CloudFormationBackend.delete_stack
+
+    def delete_stack(self: Any, name_or_stack_id: str) -> None:
+        stack = self.stacks.get(name_or_stack_id) or next(
+            (st for st in self.stacks.values() if st.name == name_or_stack_id), None)
+        try:
+            original_delete(self, name_or_stack_id)
+        except Exception as err:  # noqa: BLE001
+            traceback.print_exc()
+            if stack is None:
+                raise
+            left = sorted(lid for lid, res in stack.resource_map._parsed_resources.items()
+                          if not lid.startswith("AWS::") and res is not None and not isinstance(res, str))
+            self.stacks[stack.stack_id] = stack
+            self.deleted_stacks.pop(stack.stack_id, None)
+            stack.events.append(models.Event(stack.stack_id, stack.name, ", ".join(left) or stack.name, "",
+                                             "AWS::CloudFormation::Stack", "DELETE_FAILED",
+                                             f"resources not deleted: {', '.join(left)}: {_reason(err)}", None))
+            stack.status = "DELETE_FAILED"
+            stack._add_stack_event("DELETE_FAILED", _reason(err))
+
+    setattr(models.CloudFormationBackend, "delete_stack", delete_stack)
+
+    original_prep_nics = Instance.prep_nics
+
+    def prep_nics(self: Any, nic_spec: list[dict[str, Any]], *args: Any, **kwargs: Any) -> None:
+        keep = any(str(nic.get("DeleteOnTermination", "")).lower() == "false" for nic in nic_spec)
+        before = set(self.ec2_backend.enis)
+        original_prep_nics(self, nic_spec, *args, **kwargs)
+        for nic in self.nics.values():
+            if nic.id not in before and not keep:  # made at launch: goes with the instance, as on EC2
+                nic.delete_on_termination = True
+
+    setattr(Instance, "prep_nics", prep_nics)
+
+    from moto.ec2.models import ec2_backends
+    from moto.ec2.models.vpcs import VPC
+
+    original_vpc_delete = VPC.delete_from_cloudformation_json.__func__  # type: ignore[attr-defined]
+
+    def delete_vpc(cls: Any, resource_name: str, cloudformation_json: Any, account_id: str, region_name: str) -> None:
+        # moto's CloudFormation never deletes these (their delete is a no-op), yet they block the
+        # VPC's deletion. CloudFormation would have deleted them before the VPC: do it here.
+        ec2 = ec2_backends[account_id][region_name]
+        subnets = {sub.id for sub in ec2.describe_subnets() if sub.vpc_id == resource_name}
+        if subnets:  # not yet: moto deletes a stack's resources in passes, the subnets go first
+            original_vpc_delete(cls, resource_name, cloudformation_json, account_id, region_name)
+        for nat in list(ec2.nat_gateways.values()):
+            if nat.subnet_id in subnets or nat.state != "deleted" and nat._eni.vpc_id == resource_name:
+                nat.state = "deleted"
+                ec2.enis.pop(nat._eni.id, None)
+        endpoints = [vpce.id for vpce in ec2.vpc_end_points.values() if vpce.vpc_id == resource_name]
+        if endpoints:
+            ec2.delete_vpc_endpoints(endpoints)
+        for table in list(ec2.route_tables.values()):
+            if table.vpc_id == resource_name and not table.main_association_id:
+                table.associations.clear()
+                ec2.route_tables.pop(table.id, None)
+        for igw in list(ec2.internet_gateways.values()):
+            if igw.vpc is not None and igw.vpc.id == resource_name:
+                igw.vpc = None
+                ec2.internet_gateways.pop(igw.id, None)
+        try:
+            original_vpc_delete(cls, resource_name, cloudformation_json, account_id, region_name)
+        except Exception:
+            traceback.print_exc()
+            raise
+
+    setattr(VPC, "delete_from_cloudformation_json", classmethod(delete_vpc))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True)
+    args = parser.parse_args(argv)
+    install_fidelity_fixes()
+    install_delete_fixes()
+    from moto.server import main as moto_main
+
+    moto_main(["-H", args.host, "-p", str(args.port)])
+
+
+if __name__ == "__main__":
+    main()
