@@ -37,9 +37,25 @@ def _validate(tenant: Tenant) -> StepOutcome:
     return StepOutcome("ok", describe(tenant))
 
 
+def _stacks(tenant: Tenant) -> StepOutcome:
+    from fmcluster.stacks.api import deploy_stacks
+
+    result = deploy_stacks(tenant)
+    if not result.ok:
+        failure = next((s.failure for s in result.stacks if s.failure), None)
+        return StepOutcome("failed", failure.render() if failure else "a stack did not deploy",
+                           [f"{s.name}: {s.action} {s.status}" for s in result.stacks])
+    details = [f"{s.name}: {s.action}" for s in result.stacks]
+    missing = [f"{lid} ({kind})" for s in result.stacks for lid, kind in s.not_created]
+    if missing:
+        details.append(f"not created by the AWS emulator (exist only on AWS): {', '.join(missing)}")
+    status: Status = "changed" if result.changed else "ok"
+    return StepOutcome(status, f"{len(result.changed)} stack(s) created/updated, {len(result.skipped)} unchanged", details)
+
+
 def deploy_steps(tenant: Tenant) -> list[Step]:
     """The steps for this tenant, in order. Later steps need the earlier ones to have succeeded."""
-    return [("validate", _validate)]
+    return [("validate", _validate), ("stacks", _stacks)]
 
 
 def run_steps(tenant: Tenant, steps: list[Step], out: Callable[[str], object] = print) -> list[StepReport]:
