@@ -214,3 +214,20 @@ def test_efa_fails_clearly_on_an_aws_host_without_the_efa_the_catalog_promises(t
     failed = [r["msg"] for _, r in task_results(run, "p5_48xlarge") if r.get("failed")]
     assert failed and "attaches 32 EFA interface(s), but no EFA device was found on this AWS host" in failed[0]
     assert "Nothing was installed" in failed[0]
+
+
+def test_a_cluster_of_plain_cpu_queues_gets_no_accelerator_role_at_all(tmp_path: Path) -> None:
+    inventory = write_inventory(tmp_path / "hosts.yml", "local", ["c5.2xlarge", "m5.xlarge"], out=tmp_path)
+    run = run_playbook(inventory)
+    assert run["rc"] == 0
+    assert {host: stats["changed"] for host, stats in run["stats"].items()} == {"c5_2xlarge": 0, "m5_xlarge": 0}
+    assert [p.name for p in tmp_path.iterdir()] == ["hosts.yml"]
+    said = " ".join(messages(run, "c5_2xlarge"))
+    assert "Roles: ['none']" in said
+
+
+def test_cpu_nodes_of_an_accelerated_cluster_get_the_cluster_wide_task_prolog_empty(
+        converged: tuple[Path, dict[str, Any], dict[str, Any]]) -> None:
+    out, _, _ = converged
+    printed = subprocess.run(["sh", str(out / "c5_2xlarge" / "task-prolog.sh")], capture_output=True, text=True, check=True)
+    assert printed.stdout == ""

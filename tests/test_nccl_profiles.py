@@ -139,3 +139,9 @@ def test_queue_vars_carry_the_environment_the_nccl_role_renders() -> None:
 def test_versions_compare_numerically_and_ignore_vendor_suffixes(text: str, version: tuple[int, ...]) -> None:
     assert parse_version(text) == version
     assert parse_version("1.10.0") > parse_version("1.9.1")
+
+
+def test_slurm_task_prolog_is_set_only_for_clusters_with_an_accelerated_or_efa_queue() -> None:
+    assert nccl.cluster_vars(["c5.2xlarge", "p5.48xlarge"]) == {"slurm_task_prolog": "/etc/slurm/fmcluster-task-prolog.sh"}
+    assert nccl.cluster_vars(["trn1.32xlarge"]) == {"slurm_task_prolog": "/etc/slurm/fmcluster-task-prolog.sh"}
+    assert nccl.cluster_vars(["c5.2xlarge", "m5.xlarge"]) == {}

@@ -151,3 +151,22 @@ def queue_vars(instance_type: str) -> dict[str, Any]:
         "nccl_plugin_version": pinned["aws_ofi_nccl"],
         "nccl_instance_type": instance_type,
     }
+
+
+def nccl_role_defaults(root: Path | None = None) -> dict[str, Any]:
+    """The nccl role's defaults (where it writes the profile and the Slurm TaskProlog)."""
+    path = (root or repo_root()) / "roles" / "nccl" / "defaults" / "main.yml"
+    data: dict[str, Any] = yaml.safe_load(path.read_text(encoding="utf-8"))
+    return data
+
+
+def cluster_vars(instance_types: list[str]) -> dict[str, Any]:
+    """`all` vars for the generated inventory: the Slurm TaskProlog path when some queue needs an NCCL environment.
+
+    Slurm's TaskProlog is cluster-wide, so playbooks/accelerators.yml renders the script on every compute node of
+    such a cluster (empty where nothing is needed); a cluster of plain CPU queues gets no TaskProlog at all.
+    """
+    catalog = load_catalog()
+    if any(catalog[t].accelerator != "none" or catalog[t].has_efa for t in instance_types):
+        return {"slurm_task_prolog": str(nccl_role_defaults()["nccl_task_prolog_path"])}
+    return {}
