@@ -145,3 +145,16 @@ def test_slurm_task_prolog_is_set_only_for_clusters_with_an_accelerated_or_efa_q
     assert nccl.cluster_vars(["c5.2xlarge", "p5.48xlarge"]) == {"slurm_task_prolog": "/etc/slurm/fmcluster-task-prolog.sh"}
     assert nccl.cluster_vars(["trn1.32xlarge"]) == {"slurm_task_prolog": "/etc/slurm/fmcluster-task-prolog.sh"}
     assert nccl.cluster_vars(["c5.2xlarge", "m5.xlarge"]) == {}
+
+
+def test_invoke_nccl_env_shows_each_value_with_its_source(repo_root: Any) -> None:
+    import subprocess
+
+    from conftest import venv_tool
+
+    out = subprocess.run([venv_tool("invoke"), "nccl-env", "--instance-type=p4d.24xlarge", "--plugin-version=1.6.1"],
+                         cwd=repo_root, capture_output=True, text=True, check=True).stdout
+    assert "FI_EFA_USE_DEVICE_RDMA=1" in out and "doc/efa-env-var.md" in out
+    current = subprocess.run([venv_tool("invoke"), "nccl-env", "--instance-type=trn1.32xlarge"],
+                             cwd=repo_root, capture_output=True, text=True, check=True).stdout
+    assert "nothing to set" in current

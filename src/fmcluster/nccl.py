@@ -170,3 +170,16 @@ def cluster_vars(instance_types: list[str]) -> dict[str, Any]:
     if any(catalog[t].accelerator != "none" or catalog[t].has_efa for t in instance_types):
         return {"slurm_task_prolog": str(nccl_role_defaults()["nccl_task_prolog_path"])}
     return {}
+
+
+def describe(instance_type: str, plugin_version: str | None = None) -> str:
+    """Human-readable environment for `instance_type` (default: the pinned plugin), each value with its source."""
+    pinned = pinned_versions()
+    plugin = plugin_version or pinned["aws_ofi_nccl"]
+    settings = nccl_settings(instance_type, plugin)
+    lines = [f"{instance_type}: aws-ofi-nccl {plugin}, libfabric {pinned['libfabric']}, NCCL {pinned['nccl']} (assumed)"]
+    if not settings:
+        lines.append("  nothing to set: the plugin configures libfabric itself")
+    for setting in settings:
+        lines.append(f"  {setting.name}={setting.value}\n      rule: {setting.rule}\n      source: {setting.source}")
+    return "\n".join(lines)
