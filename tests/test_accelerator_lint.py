@@ -13,7 +13,7 @@ from conftest import ROOT, venv_tool
 pytestmark = pytest.mark.slow
 
 PATHS = ["roles/accel_detect", "roles/efa", "roles/nccl", "roles/nvidia_driver", "roles/neuron",
-         "playbooks/accelerators.yml", "molecule/accelerators", "molecule/efa_aws_without_device"]
+         "playbooks/accelerators.yml", "molecule/accelerators", "molecule/efa_aws_without_device", "tests/golden/packages"]
 
 
 def _run(tool: str, *args: str) -> subprocess.CompletedProcess[str]:
