@@ -151,3 +151,18 @@ def status(c: Context, org: str) -> None:
     code = commands.status(cli.require_tenant(org))
     if code:
         raise Exit(code=code)
+
+
+# --- Accelerators and fabric (issue #5) -------------------------------------------------------------------------
+@task(
+    name="nccl-env",
+    help={"instance_type": "e.g. p5.48xlarge", "plugin_version": "aws-ofi-nccl version (default: the pinned one)"},
+)
+def nccl_env(c: Context, instance_type: str, plugin_version: str = "") -> None:
+    """Show the NCCL/libfabric environment an instance type gets, with the public source of each value."""
+    from fmcluster.nccl import describe
+
+    try:
+        print(describe(instance_type, plugin_version or None))
+    except (KeyError, ValueError) as err:
+        raise Exit(f"nccl-env: {err.args[0] if err.args else err}", code=2) from None

@@ -1,0 +1,134 @@
+"""The install paths, as far as this machine allows: a local HTTP server stands in for the tenant's S3 mirror and a
+prepared sysfs-shaped tree (accel_detect_root) stands in for the PCI bus. Nothing is installed: the EFA run stops
+at the checksum, the NVIDIA and Neuron runs are --check."""
+
+from __future__ import annotations
+
+import hashlib
+import http.server
+import io
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import ROOT, venv_tool
+
+pytestmark = pytest.mark.slow
+
+
+class _Mirror(http.server.SimpleHTTPRequestHandler):
+    requested: list[str] = []
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - signature of the base class
+        _Mirror.requested.append(self.path)
+
+
+@pytest.fixture
+def mirror(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    root = tmp_path / "bucket"
+    for key in ("mirror/cuda/debian12/x86_64/3bf863cc.pub", "mirror/libnvidia-container/gpgkey",
+                "mirror/neuron/GPG-PUB-KEY-AMAZON-AWS-NEURON.PUB"):
+        (root / key).parent.mkdir(parents=True, exist_ok=True)
+        (root / key).write_text("-----BEGIN PGP PUBLIC KEY BLOCK-----\n(test key)\n", encoding="ascii")
+    tampered = io.BytesIO()
+    with tarfile.open(fileobj=tampered, mode="w:gz") as tar:
+        info = tarfile.TarInfo("aws-efa-installer/efa_installer.sh")
+        payload = b"#!/bin/sh\necho this must never run\nexit 1\n"
+        info.size = len(payload)
+        tar.addfile(info, io.BytesIO(payload))
+    (root / "mirror/efa").mkdir(parents=True)
+    (root / "mirror/efa/aws-efa-installer-1.49.0.tar.gz").write_bytes(tampered.getvalue())
+    _Mirror.requested = []
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), lambda *a: _Mirror(*a, directory=str(root)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/mirror", root
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Path:
+    """A sysfs-shaped tree with 2 GPUs + 1 NVSwitch, 2 EFA and 1 Trainium function."""
+    root = tmp_path / "node"
+    for address, vendor, device, pci_class in [
+        ("0000:10:00.0", "0x10de", "0x2330", "0x030200"), ("0000:11:00.0", "0x10de", "0x2330", "0x030200"),
+        ("0000:12:00.0", "0x10de", "0x22a3", "0x068000"), ("0000:20:00.0", "0x1d0f", "0xefa1", "0x020000"),
+        ("0000:21:00.0", "0x1d0f", "0xefa1", "0x020000"), ("0000:30:00.0", "0x1d0f", "0x7164", "0x120000"),
+    ]:
+        node_dir = root / "sys/bus/pci/devices" / address
+        node_dir.mkdir(parents=True)
+        for name, value in {"vendor": vendor, "device": device, "class": pci_class}.items():
+            (node_dir / name).write_text(value + "\n", encoding="ascii")
+    (root / "dev").mkdir()
+    return root
+
+
+def run_role(tmp_path: Path, role: str, variables: dict[str, Any], *args: str) -> tuple[int, dict[str, Any]]:
+    play = tmp_path / f"{role}.yml"
+    play.write_text(f"- hosts: localhost\n  gather_facts: true\n  roles: [{role}]\n", encoding="utf-8")
+    extra = tmp_path / f"{role}-vars.json"
+    extra.write_text(json.dumps({"ansible_python_interpreter": sys.executable, **variables}), encoding="utf-8")
+    env = {**os.environ, "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json", "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+           "ANSIBLE_ROLES_PATH": str(ROOT / "roles"), "ANSIBLE_CACHE_PLUGIN": "memory"}
+    proc = subprocess.run([venv_tool("ansible-playbook"), "-i", "localhost,", "-c", "local", "-e", f"@{extra}", str(play), *args],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    return proc.returncode, json.loads(proc.stdout)
+
+
+def results(run: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    return [(t["task"]["name"], t["hosts"]["localhost"]) for p in run["plays"] for t in p["tasks"] if "localhost" in t["hosts"]]
+
+
+def test_a_tampered_efa_tarball_from_the_mirror_is_refused_by_its_checksum(tmp_path: Path, mirror: tuple[str, Path], node: Path) -> None:
+    url, root = mirror
+    work = tmp_path / "efa-work"
+    rc, run = run_role(tmp_path, "efa", {
+        "accel_detect_root": str(node), "efa_expected_interfaces": 2, "efa_provider": "local", "efa_source": "s3",
+        "efa_mirror_url": url, "efa_work_dir": str(work), "efa_limits_file": str(tmp_path / "limits.conf"),
+    })
+    assert rc != 0
+    failed = [(name, r) for name, r in results(run) if r.get("failed")]
+    assert [name for name, _ in failed] == ["efa : Download the EFA installer and verify its SHA-256 (s3)"]
+    actual = hashlib.sha256((root / "mirror/efa/aws-efa-installer-1.49.0.tar.gz").read_bytes()).hexdigest()
+    assert "checksum" in failed[0][1]["msg"].lower()
+    assert actual != "cf2e9281a2328a243c76f911a490faed43ca0fecfe4733c25e34b2e92a32c309"
+    assert "/mirror/efa/aws-efa-installer-1.49.0.tar.gz" in _Mirror.requested
+    assert not (work / "aws-efa-installer").exists() and not (tmp_path / "limits.conf").exists()
+
+
+def test_nvidia_install_path_in_check_mode_uses_the_mirror_and_writes_nothing(tmp_path: Path, mirror: tuple[str, Path], node: Path) -> None:
+    url, _ = mirror
+    before = sorted(os.listdir("/etc/apt/sources.list.d"))
+    rc, run = run_role(tmp_path, "nvidia_driver", {
+        "accel_detect_root": str(node), "nvidia_driver_expected_gpus": 2, "nvidia_driver_fabric_manager": True,
+        "nvidia_driver_container_toolkit": True, "nvidia_driver_source": "s3", "nvidia_driver_mirror_url": url,
+    }, "--check", "--diff")
+    assert rc == 0, [r.get("msg") for _, r in results(run) if r.get("failed")]
+    assert sorted(os.listdir("/etc/apt/sources.list.d")) == before
+    sources = [r for name, r in results(run) if name.endswith("Add the NVIDIA apt repositories (s3)")][0]
+    written = [item["diff"][0]["after"] if isinstance(item["diff"], list) else item["diff"]["after"] for item in sources["results"]]
+    assert f"URIs: {url}/cuda/debian12/x86_64/\n" in written[0]
+    assert f"URIs: {url}/libnvidia-container/amd64/\n" in written[1]
+    assert {"/mirror/cuda/debian12/x86_64/3bf863cc.pub", "/mirror/libnvidia-container/gpgkey"} <= set(_Mirror.requested)
+
+
+def test_neuron_install_path_in_check_mode_uses_the_mirror_and_writes_nothing(tmp_path: Path, mirror: tuple[str, Path], node: Path) -> None:
+    url, _ = mirror
+    rc, run = run_role(tmp_path, "neuron", {
+        "accel_detect_root": str(node), "neuron_expected_devices": 1, "neuron_source": "s3", "neuron_mirror_url": url,
+        "neuron_profile_path": str(tmp_path / "neuron.sh"),
+    }, "--check", "--diff")
+    assert rc == 0, [r.get("msg") for _, r in results(run) if r.get("failed")]
+    assert not Path("/etc/apt/sources.list.d/fmcluster-neuron.sources").exists() and not (tmp_path / "neuron.sh").exists()
+    assert "/mirror/neuron/GPG-PUB-KEY-AMAZON-AWS-NEURON.PUB" in _Mirror.requested
