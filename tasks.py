@@ -108,3 +108,14 @@ def deploy(c: Context, org: str, yes: bool = False) -> None:
     code = run_deploy(cli.require_tenant(org))
     if code:
         raise Exit(code=code)
+
+
+# --- acceptance (issue #7) -------------------------------------------------------------------------------
+@task(help={"org": "tenant name", "no_install": "skip converging the job scripts (playbooks/acceptance.yml)"})
+def acceptance(c: Context, org: str, no_install: bool = False) -> None:
+    """Collective-bandwidth gate through Slurm: judge against the catalog, bisect and drain bad nodes."""
+    from fmcluster.acceptance.runner import main_for_org
+
+    code = main_for_org(org, install=not no_install)
+    if code:
+        raise Exit(code=code)

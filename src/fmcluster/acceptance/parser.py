@@ -26,7 +26,7 @@ _NCCL_VERSION = re.compile(r"NCCL version (\S+)")
 _GLOO_VERSION = re.compile(r"^# Using (gloo \(torch [^)]+\))")
 _TESTS_VERSION = re.compile(r"^# nccl-tests version (\S+)")
 _BENCH_VERSION = re.compile(r"^# fmcluster cpu-bench version (\S+)")
-_TEST_START = re.compile(r"^# Collective test starting: (\S+)")
+_TEST_START = re.compile(r"^# (?:Collective test starting|fmcluster acceptance job): (\S+)")
 _HEADER_KEYS = re.compile(
     r"(nThread|nGpus|minBytes|maxBytes|step:|warmup iters:|iters:|agg iters:|validation:|graph:)\s+(\S+)"
 )
@@ -159,8 +159,9 @@ class _NetworkBuilder:
         if network is None and self.transports:
             network = self.transports[0].split("/")[1]
         gdr: bool | None = None
-        if self.transports:
-            gdr = any("GDRDMA" in t for t in self.transports)
+        rdma = [t for t in self.transports if not t.startswith("NET/Socket")]
+        if rdma:  # GPUDirect is a question for RDMA-capable transports only
+            gdr = any("GDRDMA" in t for t in rdma)
         channels = self.ring_total or self.coll_channels or (len(self.rings) or None)
         return NetworkInfo(
             network=network,
