@@ -110,6 +110,39 @@ def deploy(c: Context, org: str, yes: bool = False) -> None:
         raise Exit(code=code)
 
 
+# --- Local nodes and converge (issue #4: Slurm on namespace nodes) ------------------------------------
+
+@task(name="nodes-up", help={"org": "tenant name (provider local)"})
+def nodes_up(c: Context, org: str) -> None:
+    """Create the tenant's local namespace nodes and write the generated inventory (idempotent)."""
+    from fmcluster import cluster
+
+    code = cluster.nodes_up_task(org)
+    if code:
+        raise Exit(code=code)
+
+
+@task(name="nodes-down", help={"org": "tenant name (provider local)"})
+def nodes_down(c: Context, org: str) -> None:
+    """Remove the tenant's local nodes: namespaces, veths, bridge, daemons and runtime files."""
+    from fmcluster import cluster
+
+    code = cluster.nodes_down_task(org)
+    if code:
+        raise Exit(code=code)
+
+
+@task(help={"org": "tenant name", "limit": "Ansible --limit pattern, e.g. controller,cpu-4",
+            "check": "dry run (--check --diff): change nothing"})
+def converge(c: Context, org: str, limit: str = "", check: bool = False) -> None:
+    """Converge the tenant's nodes into its Slurm cluster (playbooks/slurm-cluster.yml)."""
+    from fmcluster import cluster
+
+    code = cluster.converge_task(org, limit=limit, check=check)
+    if code:
+        raise Exit(code=code)
+
+
 # --- acceptance (issue #7) -------------------------------------------------------------------------------
 @task(help={"org": "tenant name", "no_install": "skip converging the job scripts (playbooks/acceptance.yml)"})
 def acceptance(c: Context, org: str, no_install: bool = False) -> None:
