@@ -4,7 +4,8 @@ Round 1 tests disjoint pairs (an odd node out is paired with the first node), so
 cluster can run at the same time. A node in a passing pair is good. A failing pair with one good member
 convicts the other member; a failing pair with no known-good member is split and each member is tested
 again beside a good node. If no pair passes at all, the problem is cluster-wide (a setting, not a node):
-nothing is convicted, because draining every node would hide the real cause.
+nothing is convicted, because draining every node would hide the real cause. (With two nodes a
+failing pair cannot say which node it was: that is reported the same way.)
 """
 
 from __future__ import annotations

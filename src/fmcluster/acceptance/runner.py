@@ -28,10 +28,9 @@ from fmcluster.acceptance.slurm import Job, SlurmClient, SlurmError
 from fmcluster.acceptance.verdict import Verdict, human_bytes, judge, render, thresholds_for
 from fmcluster.catalog import InstanceType
 from fmcluster.model import Queue, Tenant
-from fmcluster.paths import PACKAGE_DIR, generated_dir, repo_root
+from fmcluster.paths import repo_root
 
 Backend = Literal["nccl", "cpu"]
-SOURCE_ROOT = PACKAGE_DIR.parent.parent
 Out = Callable[[str], object]
 
 #: Failures that are the configuration's, not a node's: bisecting would only drain healthy nodes.
@@ -123,44 +122,42 @@ class AcceptanceResult:
 
 
 def default_client(tenant: Tenant) -> SlurmClient:
-    """Slurm clients on this machine; a local tenant's cluster is found through its SLURM_CONF."""
-    env: dict[str, str] = {}
-    if tenant.provider == "local":
-        conf = local_slurm_conf(tenant.org)
-        if conf is not None:
-            env["SLURM_CONF"] = str(conf)
-    return SlurmClient(env=env)
+    """Slurm clients as a user on the cluster's submit node sees them.
 
-
-def local_slurm_conf(org: str) -> Path | None:
-    """The local cluster's slurm.conf: $FMCLUSTER_SLURM_CONF, else the local node provider's runtime dir."""
+    provider local: inside the login node's network namespace (controller when there is no login node)
+    with that node's SLURM_CONF (fmcluster.cluster, the Slurm issue's local provider). $FMCLUSTER_SLURM_CONF
+    overrides this with a plain SLURM_CONF on this machine (any cluster reachable from here).
+    """
     override = os.environ.get("FMCLUSTER_SLURM_CONF")
     if override:
-        return Path(override)
-    try:
-        import importlib
+        return SlurmClient(env={"SLURM_CONF": override})
+    if tenant.provider == "local":
+        from fmcluster.cluster import client_node, slurm_conf_path
+        from fmcluster.localnodes import node_named
 
-        localnodes = importlib.import_module("fmcluster.localnodes")  # the Slurm issue's local node provider
-    except ImportError:
-        return None
-    root = Path(localnodes.runtime_root(org))
-    for candidate in (root / "etc" / "slurm" / "slurm.conf", root / "etc" / "slurm.conf", root / "slurm.conf"):
-        if candidate.is_file():
-            return candidate
-    return None
+        node = client_node(tenant)
+        return SlurmClient(env={"SLURM_CONF": slurm_conf_path(tenant, node)},
+                           prefix=("nsenter", f"--net={node_named(tenant, node).netns_path}"))
+    return SlurmClient()
 
 
 def install_job_scripts(tenant: Tenant, out: Out = print, inventory: Path | None = None) -> None:
-    """Converge playbooks/acceptance.yml (nccl_tests role): build nccl-tests on GPU nodes, install job scripts."""
-    root = SOURCE_ROOT  # playbooks and roles come with the code, the tenant's files from repo_root()
-    argv = [str(root / ".venv" / "bin" / "ansible-playbook") if (root / ".venv" / "bin").is_dir() else "ansible-playbook",
-            "-i", str(inventory or generated_dir(tenant.org)), str(root / "playbooks" / "acceptance.yml"),
-            "-e", f"nccl_tests_job_dir={job_dir(tenant)}"]
-    proc = subprocess.run(argv, cwd=root, capture_output=True, text=True, env={**os.environ, "ANSIBLE_CONFIG": str(root / "ansible.cfg")})
+    """Converge playbooks/acceptance.yml (nccl_tests role): build nccl-tests on GPU nodes, install job scripts.
+
+    Runs against the generated inventory like every converge; `inventory` points elsewhere (tests).
+    """
+    from fmcluster.converge import ansible_env, converge_command
+
+    argv = converge_command(tenant, playbook="playbooks/acceptance.yml",
+                            extra=["-e", f"nccl_tests_job_dir={job_dir(tenant)}"])
+    if inventory is not None:
+        argv[argv.index("-i") + 1] = str(inventory)
+    proc = subprocess.run(argv, cwd=repo_root(), capture_output=True, text=True, env=ansible_env(tenant))
     if proc.returncode != 0:
         raise SlurmError(f"installing the acceptance job scripts failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-2000:]}")
-    recap = [line for line in proc.stdout.splitlines() if "ok=" in line and "changed=" in line]
-    out("acceptance: job scripts converged (" + "; ".join(" ".join(r.split()) for r in recap) + ")")
+    recap = [" ".join(line.split()) for line in proc.stdout.splitlines() if "ok=" in line and "changed=" in line]
+    out(f"acceptance: job scripts converged ({len(recap)} hosts, changed="
+        f"{sum(int(r.split('changed=')[1].split()[0]) for r in recap)})")
 
 
 class _Gate:
