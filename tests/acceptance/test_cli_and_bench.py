@@ -55,22 +55,38 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.mark.slow
-def test_cpu_bench_prints_nccl_tests_format_that_the_verdict_passes() -> None:
+def run_bench(op: str, ranks: int = 2) -> str:
     env = {**os.environ, "PYTHONPATH": str(SRC), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()),
-           "SLURM_NTASKS": "2"}
-    argv = [sys.executable, "-m", "fmcluster.acceptance.bench", "-b", "1M", "-e", "4M", "-n", "2", "-w", "1"]
-    peer = subprocess.Popen(argv, env={**env, "SLURM_PROCID": "1"}, stdout=subprocess.PIPE, text=True)
+           "SLURM_NTASKS": str(ranks)}
+    argv = [sys.executable, "-m", "fmcluster.acceptance.bench", "--op", op, "-b", "1M", "-e", "4M", "-n", "2", "-w", "1"]
+    peers = [subprocess.Popen(argv, env={**env, "SLURM_PROCID": str(r)}, stdout=subprocess.PIPE, text=True)
+             for r in range(1, ranks)]
     try:
         rank0 = subprocess.run(argv, env={**env, "SLURM_PROCID": "0"}, capture_output=True, text=True, timeout=120)
     finally:
-        peer_out = peer.communicate(timeout=60)[0]
+        peer_out = "".join(p.communicate(timeout=60)[0] for p in peers)
     assert rank0.returncode == 0, rank0.stdout + rank0.stderr
-    log = parse_text(rank0.stdout + peer_out)
+    return rank0.stdout + peer_out
+
+
+@pytest.mark.slow
+def test_cpu_bench_prints_nccl_tests_format_that_the_verdict_passes() -> None:
+    log = parse_text(run_bench("all_reduce"))
     assert log.completed and log.ranks == 2 and [r.size_bytes for r in log.rows] == [1 << 20, 2 << 20, 4 << 20]
     assert log.library and log.library.startswith("gloo (torch 2.13.0")
+    assert log.tests_version == "fmcluster-cpu-bench 0.1.0"
     assert log.network.network == "Socket" and log.network.socket_interfaces == ("lo",)
+    assert log.network.channels == 1 and log.network.rings == ((0, 1),)
     assert log.wrong == 0 and log.out_of_bounds == 0
     th = thresholds_for(load_catalog()["c5.2xlarge"], 1, override_gbps=0.001, ranks_per_node=2)
     th = th.__class__(**{**th.__dict__, "message_bytes": 4 << 20})
     assert judge(log, th).passed
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("op", "redop"), [("all_gather", "none"), ("reduce_scatter", "sum"), ("alltoall", "none")])
+def test_cpu_bench_checks_every_other_collective(op: str, redop: str) -> None:
+    log = parse_text(run_bench(op, ranks=3))
+    assert log.benchmark == f"{op}_perf" and log.completed and log.ranks == 3
+    assert all(r.redop == redop and r.wrong == 0 for r in log.rows) and log.out_of_bounds == 0
+    assert all(r.out_of_place.busbw_gbps > 0 for r in log.rows)

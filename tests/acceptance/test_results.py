@@ -6,6 +6,12 @@ import json
 from datetime import datetime, timezone
 from pathlib import Path
 
+import os
+import subprocess
+
+import pytest
+
+from conftest import ROOT, venv_tool
 from fmcluster.acceptance import results
 from fmcluster.acceptance.slurm import _fields
 
@@ -39,3 +45,16 @@ def test_scontrol_one_line_output_keeps_a_reason_with_spaces() -> None:
     fields = _fields(line)
     assert fields["State"] == "IDLE+DRAIN"
     assert fields["Reason"] == "fmcluster acceptance: below_floor [root@2026-12-02T13:28:40]"
+
+
+@pytest.mark.slow
+def test_run_records_beside_the_generated_inventory_are_not_read_as_inventory(tmp_path: Path) -> None:
+    generated = tmp_path / "inventories" / "acme" / "generated"
+    generated.mkdir(parents=True)
+    (generated / "hosts.yml").write_text("all:\n  hosts:\n    n1: {}\n")
+    run = results.new_run_dir("acme", root=tmp_path)
+    results.write(run, {"passed": True, "tests": []}, "# summary\n")
+    (run / "cpu-all_reduce-3nodes.log").write_text("#  Rank  0 Group  0 Pid 1 on cpu-1 device 0 [cpu]\nnot ini\n")
+    proc = subprocess.run([venv_tool("ansible-inventory"), "-i", f"{generated}/", "--list"], capture_output=True,
+                          text=True, env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")})
+    assert proc.returncode == 0 and "WARNING" not in proc.stderr, proc.stderr
