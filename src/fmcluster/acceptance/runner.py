@@ -28,7 +28,7 @@ from fmcluster.acceptance.slurm import Job, SlurmClient, SlurmError
 from fmcluster.acceptance.verdict import Verdict, human_bytes, judge, render, thresholds_for
 from fmcluster.catalog import InstanceType
 from fmcluster.model import Queue, Tenant
-from fmcluster.paths import repo_root
+from fmcluster.paths import generated_dir, repo_root
 
 Backend = Literal["nccl", "cpu"]
 Out = Callable[[str], object]
@@ -57,7 +57,7 @@ def job_dir(tenant: Tenant) -> Path:
 
 
 @dataclass(frozen=True)
-class TestRun:
+class CollectiveRun:
     name: str
     queue: str
     collective: str
@@ -96,9 +96,9 @@ class AcceptanceResult:
     started: str
     passed: bool = True
     skipped: str | None = None
-    tests: list[TestRun] = field(default_factory=list)
+    tests: list[CollectiveRun] = field(default_factory=list)
     bisection: Bisection | None = None
-    probes: list[TestRun] = field(default_factory=list)
+    probes: list[CollectiveRun] = field(default_factory=list)
     drained: list[Drain] = field(default_factory=list)
     unavailable: list[str] = field(default_factory=list)
     comparison: list[str] = field(default_factory=list)
@@ -148,6 +148,10 @@ def install_job_scripts(tenant: Tenant, out: Out = print, inventory: Path | None
     """
     from fmcluster.converge import ansible_env, converge_command
 
+    if inventory is None and not (generated_dir(tenant.org) / "hosts.yml").is_file():
+        hint = "invoke nodes-up" if tenant.provider == "local" else "invoke deploy"
+        raise SlurmError(f"no generated inventory for {tenant.org}; run `{hint} --org={tenant.org}` and "
+                         f"`invoke converge --org={tenant.org}` first")
     argv = converge_command(tenant, playbook="playbooks/acceptance.yml",
                             extra=["-e", f"nccl_tests_job_dir={job_dir(tenant)}"])
     if inventory is not None:
@@ -166,14 +170,14 @@ class _Gate:
     def __init__(self, tenant: Tenant, client: SlurmClient, run_dir: Path, out: Out, timeout: float) -> None:
         self.tenant, self.client, self.run_dir, self.out, self.timeout = tenant, client, run_dir, out, timeout
         self.jobs = job_dir(tenant)
-        self.probes: list[TestRun] = []
+        self.probes: list[CollectiveRun] = []
 
     def submit(self, name: str, collective: str, nodes: Sequence[str], rpn: int, args: Sequence[str] = ()) -> Job:
         return self.client.submit(
             self.jobs / f"{collective}.sbatch", nodes=nodes, output=self.run_dir / f"{name}.log",
             ntasks_per_node=rpn, job_name=f"fmc-accept-{name}"[:60], args=args)
 
-    def collect(self, specs: Sequence[tuple[str, str, Queue, tuple[str, ...], int, Job]]) -> list[TestRun]:
+    def collect(self, specs: Sequence[tuple[str, str, Queue, tuple[str, ...], int, Job]]) -> list[CollectiveRun]:
         started = time.monotonic()
         states = self.client.wait([s[5] for s in specs], timeout=self.timeout)
         elapsed = time.monotonic() - started
@@ -181,7 +185,7 @@ class _Gate:
         for name, collective, queue, nodes, rpn, job in specs:
             log = parse_file(job.output) if job.output.is_file() else ParsedLog(source=str(job.output))
             th = thresholds_for(queue.instance, len(nodes), self.tenant.acceptance.min_busbw_gbps, rpn)
-            runs.append(TestRun(name, queue.name, collective, nodes, rpn, job.job_id, states[job.job_id],
+            runs.append(CollectiveRun(name, queue.name, collective, nodes, rpn, job.job_id, states[job.job_id],
                                 job.output.name, log, judge(log, th), elapsed))
         return runs
 
@@ -218,7 +222,7 @@ def ranks_per_node(instance: InstanceType, backend: Backend, single: bool = Fals
     return CPU_SINGLE_NODE_RANKS if single else 1
 
 
-def _bw(run: TestRun) -> str:
+def _bw(run: CollectiveRun) -> str:
     bw = run.verdict.busbw_gbps
     return f"busbw {bw:.3f} GB/s" if bw is not None else "no busbw"
 
@@ -331,8 +335,8 @@ def available_nodes(client: SlurmClient, partition: str) -> tuple[list[str], lis
     return usable, unavailable
 
 
-def drain_reason(now: datetime, failing: TestRun, node: str, bisection: Bisection,
-                 probes: Sequence[TestRun] = ()) -> str:
+def drain_reason(now: datetime, failing: CollectiveRun, node: str, bisection: Bisection,
+                 probes: Sequence[CollectiveRun] = ()) -> str:
     """`fmcluster acceptance <when>: <code> <measured> < <floor> GB/s at <size>; failed in pair a+b`."""
     th = failing.verdict.thresholds
     mine = [p for p in probes if node in p.nodes and not p.passed]
@@ -385,4 +389,7 @@ def main_for_org(org: str, out: Out = print, install: bool = True) -> int:
         return run_acceptance(tenant, out=out, install=install).exit_code
     except SlurmError as err:
         out(f"acceptance: cannot use Slurm: {err}")
+        return 3
+    except RuntimeError as err:  # LocalNodesError, ConvergeError: the cluster is not there yet
+        out(f"acceptance: the cluster is not ready: {err}")
         return 3
