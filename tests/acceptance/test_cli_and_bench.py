@@ -90,3 +90,15 @@ def test_cpu_bench_checks_every_other_collective(op: str, redop: str) -> None:
     assert log.benchmark == f"{op}_perf" and log.completed and log.ranks == 3
     assert all(r.redop == redop and r.wrong == 0 for r in log.rows) and log.out_of_bounds == 0
     assert all(r.out_of_place.busbw_gbps > 0 for r in log.rows)
+
+
+@pytest.mark.slow
+def test_a_wrong_socket_interface_setting_fails_fast_with_its_cause() -> None:
+    env = {**os.environ, "PYTHONPATH": str(SRC), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()),
+           "SLURM_NTASKS": "1", "SLURM_PROCID": "0", "FMC_BENCH_SOCKET_IFNAME": "fmabogus0"}
+    argv = [sys.executable, "-m", "fmcluster.acceptance.bench", "-b", "1M", "-e", "1M", "-T", "20"]
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0
+    verdict = judge(parse_text(proc.stdout), thresholds_for(load_catalog()["c5.2xlarge"], 2))
+    assert [f.code for f in verdict.failures] == ["bad_socket_interface"]
+    assert "fmabogus0" in verdict.cause

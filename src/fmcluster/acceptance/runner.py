@@ -34,7 +34,7 @@ Backend = Literal["nccl", "cpu"]
 Out = Callable[[str], object]
 
 #: Failures that are the configuration's, not a node's: bisecting would only drain healthy nodes.
-CONFIG_WIDE = frozenset({"socket_fallback", "provider_not_efa", "plugin_init_failed", "no_efa_selection",
+CONFIG_WIDE = frozenset({"bad_socket_interface", "socket_fallback", "provider_not_efa", "plugin_init_failed", "no_efa_selection",
                          "ranks_not_wired", "no_results"})
 #: Where the nccl_tests role puts the job scripts on AWS clusters (shared by login and controller).
 AWS_JOB_DIR = Path("/opt/fmcluster/acceptance")

@@ -8,6 +8,7 @@ reference message size, the public expected figure and its source), overridable 
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
@@ -16,7 +17,8 @@ from fmcluster.catalog import InstanceType
 
 Severity = Literal["fail", "warn"]
 GATED_BENCHMARKS = ("all_reduce_perf", None)
-MAX_ERROR = 1e-3  # old nccl-tests printed a max error instead of #wrong; above this the data are wrong
+MAX_ERROR = 1e-3
+_BAD_IFACE = re.compile(r"Unable to find address for|no socket interface found|No usable listening interface")  # old nccl-tests printed a max error instead of #wrong; above this the data are wrong
 
 
 @dataclass(frozen=True)
@@ -105,6 +107,12 @@ def _completeness(log: ParsedLog) -> list[Finding]:
             return [Finding("plugin_init_failed", "fail", f"aws-ofi-nccl failed to initialise: {warn}",
                             "check the EFA devices (`fi_info -p efa`), the EFA installer version and that the "
                             "security group allows all traffic from itself")]
+        iface = next((e for e in log.errors + log.network.warnings if _BAD_IFACE.search(e)), None)
+        if iface:
+            return [Finding("bad_socket_interface", "fail",
+                            f"the socket interface setting names an interface the node lacks: {iface}",
+                            "fix NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME / FMC_BENCH_SOCKET_IFNAME (or unset it "
+                            "to let the library choose)")]
         if log.errors:
             return [Finding("run_failed", "fail", f"the benchmark failed before printing results: {tail}",
                             "rerun with NCCL_DEBUG=INFO and read the first WARN line of the failing rank")]
