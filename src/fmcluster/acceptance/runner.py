@@ -172,9 +172,10 @@ class _Gate:
         self.jobs = job_dir(tenant)
         self.probes: list[CollectiveRun] = []
 
-    def submit(self, name: str, collective: str, nodes: Sequence[str], rpn: int, args: Sequence[str] = ()) -> Job:
+    def submit(self, name: str, backend: Backend, collective: str, nodes: Sequence[str], rpn: int,
+               args: Sequence[str] = ()) -> Job:
         return self.client.submit(
-            self.jobs / f"{collective}.sbatch", nodes=nodes, output=self.run_dir / f"{name}.log",
+            self.jobs / f"{backend}-{collective}.sbatch", nodes=nodes, output=self.run_dir / f"{name}.log",
             ntasks_per_node=rpn, job_name=f"fmc-accept-{name}"[:60], args=args)
 
     def collect(self, specs: Sequence[tuple[str, str, Queue, tuple[str, ...], int, Job]]) -> list[CollectiveRun]:
@@ -197,7 +198,7 @@ class _Gate:
             specs = []
             for a, b in pairs:
                 name = f"probe-{queue.name}-{a}-{b}"
-                job = self.submit(name, "all_reduce", (a, b), rpn, ("-b", size, "-e", size, *PROBE_ARGS[backend]))
+                job = self.submit(name, backend, "all_reduce", (a, b), rpn, ("-b", size, "-e", size, *PROBE_ARGS[backend]))
                 specs.append((name, "all_reduce", queue, (a, b), rpn, job))
             runs = self.collect(specs)
             self.probes.extend(runs)
@@ -268,11 +269,11 @@ def run_acceptance(tenant: Tenant, *, client: SlurmClient | None = None, out: Ou
         for collective in tenant.acceptance.tests:
             single = ranks_per_node(queue.instance, backend, single=True)
             name = f"{queue.name}-{collective}-1node"
-            specs.append((name, collective, queue, (nodes[0],), single, gate.submit(name, collective, nodes[:1], single)))
+            specs.append((name, collective, queue, (nodes[0],), single, gate.submit(name, backend, collective, nodes[:1], single)))
             if len(nodes) > 1:
                 rpn = ranks_per_node(queue.instance, backend)
                 name = f"{queue.name}-{collective}-{len(nodes)}nodes"
-                specs.append((name, collective, queue, tuple(nodes), rpn, gate.submit(name, collective, nodes, rpn)))
+                specs.append((name, collective, queue, tuple(nodes), rpn, gate.submit(name, backend, collective, nodes, rpn)))
     out(f"acceptance: {len(specs)} job(s) submitted; logs in {run_dir}")
     result.tests = gate.collect(specs)
     for run in result.tests:
