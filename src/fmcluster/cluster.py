@@ -61,8 +61,11 @@ def converge_task(org: str, limit: str = "", check: bool = False) -> int:
 def client_node(tenant: Tenant) -> str:
     """The node users (and the acceptance job) submit from: the first login node, else the controller."""
     nodes = load_nodes(tenant.org)
-    logins = [n.name for n in nodes if n.role == "login"]
-    return logins[0] if logins else "controller"
+    for role in ("login", "controller"):
+        names = [n.name for n in nodes if n.role == role]
+        if names:
+            return names[0]
+    raise LocalNodesError(f"the local nodes of {tenant.org} are not up; run `invoke nodes-up --org={tenant.org}`")
 
 
 def slurm_conf_path(tenant: Tenant, node: str | None = None) -> str:
@@ -79,3 +82,24 @@ def slurm(tenant: Tenant, argv: Sequence[str], node: str | None = None,
     """
     name = node or client_node(tenant)
     return run_on_node(tenant, name, argv, env={"SLURM_CONF": slurm_conf_path(tenant, name)}, timeout=timeout)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m fmcluster.cluster nodes-up|nodes-down|converge ORG`: the same as the invoke tasks, for
+    Molecule's prepare/cleanup playbooks (which set $FMCLUSTER_ROOT to the scenario's directory)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m fmcluster.cluster")
+    parser.add_argument("action", choices=["nodes-up", "nodes-down", "converge"])
+    parser.add_argument("org")
+    parser.add_argument("--limit", default="")
+    args = parser.parse_args(argv)
+    if args.action == "nodes-up":
+        return nodes_up_task(args.org)
+    if args.action == "nodes-down":
+        return nodes_down_task(args.org)
+    return converge_task(args.org, limit=args.limit)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -121,12 +121,13 @@ def control_path_dir(org: str) -> Path:
 
 
 def plan(tenant: Tenant) -> list[NodeSpec]:
-    """The nodes the spec asks for, in a stable order: controller, login-1..N, then <queue>-1..count per queue.
+    """The nodes the spec asks for, in a stable order: controller-1, login-1..N, then <queue>-1..count per queue.
 
-    Slurm node names are `<queue>-<i>` (e.g. cpu-1..cpu-3): unique per tenant, valid hostnames, and they say
-    which partition a node belongs to.
+    Every name is `<role or queue>-<i>`: compute nodes (the Slurm NodeNames) are `<queue>-<i>` (e.g.
+    cpu-1..cpu-3), unique per tenant, valid hostnames, and say which partition a node belongs to. No node is
+    named like an inventory group (`controller`, `login`), which Ansible would warn about.
     """
-    specs = [NodeSpec("controller", "controller")]
+    specs = [NodeSpec("controller-1", "controller")]
     specs += [NodeSpec(f"login-{i}", "login") for i in range(1, tenant.login_count + 1)]
     for q in tenant.queues:
         specs += [NodeSpec(f"{q.name}-{i}", "compute", q.name) for i in range(1, q.count + 1)]
@@ -244,7 +245,6 @@ def _allocate(tenant: Tenant, specs: list[NodeSpec], existing: list[LocalNode]) 
     names = names_for(tenant.org)
     kept = {n.name: n for n in existing if ipaddress.IPv4Address(n.address) in net}
     used = {n.address for n in kept.values()}
-    offsets = {int(ipaddress.IPv4Address(n.address)) - int(net.network_address) for n in kept.values()}
     free = (h for h in hosts[1:] if str(h) not in used)
     nodes = []
     for s in specs:
@@ -253,7 +253,6 @@ def _allocate(tenant: Tenant, specs: list[NodeSpec], existing: list[LocalNode]) 
             continue
         addr = next(free)
         offset = int(addr) - int(net.network_address)
-        offsets.add(offset)
         nodes.append(LocalNode(s.name, s.role, s.queue, str(addr), names.netns(s.name), names.host_veth(offset)))
     return nodes
 
@@ -261,7 +260,7 @@ def _allocate(tenant: Tenant, specs: list[NodeSpec], existing: list[LocalNode]) 
 def bridge_address(tenant: Tenant) -> ipaddress.IPv4Interface:
     """The bridge's own address (the subnet's first host): where this machine is seen from the nodes."""
     net = ipaddress.IPv4Network(tenant.network.local_subnet)
-    return ipaddress.IPv4Interface(f"{next(net.hosts())}/{net.prefixlen}")
+    return ipaddress.IPv4Interface(f"{net.network_address + 1}/{net.prefixlen}")
 
 
 # --- ssh ------------------------------------------------------------------------------------------------
@@ -350,7 +349,6 @@ def _ensure_bridge(tenant: Tenant, out: Out) -> bool:
     addr = str(bridge_address(tenant))
     changed = False
     if not _link_exists(names.bridge):
-        _check_subnet_free(tenant, names.bridge)
         _run(["ip", "link", "add", "name", names.bridge, "type", "bridge"])
         changed = True
     if addr not in _addresses(names.bridge):
@@ -410,6 +408,8 @@ def nodes_up(tenant: Tenant, out: Out = print) -> list[LocalNode]:
     if tenant.provider != "local":
         raise LocalNodesError(f"tenant {tenant.org} has provider {tenant.provider}; local nodes are for provider local")
     _require_root()
+    if not _link_exists(names_for(tenant.org).bridge):
+        _check_subnet_free(tenant, names_for(tenant.org).bridge)
     root = runtime_root(tenant.org)
     root.mkdir(parents=True, exist_ok=True)
     root.chmod(0o755)
