@@ -199,3 +199,14 @@ def converge(c: Context, org: str, limit: str = "", check: bool = False) -> None
     code = cluster.converge_task(org, limit=limit, check=check)
     if code:
         raise Exit(code=code)
+
+
+# --- acceptance (issue #7) -------------------------------------------------------------------------------
+@task(help={"org": "tenant name", "no_install": "skip converging the job scripts (playbooks/acceptance.yml)"})
+def acceptance(c: Context, org: str, no_install: bool = False) -> None:
+    """Collective-bandwidth gate through Slurm: judge against the catalog, bisect and drain bad nodes."""
+    from fmcluster.acceptance.runner import main_for_org
+
+    code = main_for_org(org, install=not no_install)
+    if code:
+        raise Exit(code=code)

@@ -46,7 +46,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_validate.add_argument("org")
     p_schema = sub.add_parser("schema-doc", help="print the tenant spec reference (Markdown) from the JSON Schema")
     p_schema.add_argument("--output", type=Path)
+    from fmcluster.acceptance import cli as acceptance_cli
+
+    acceptance_cli.register(sub)
     args = parser.parse_args(argv)
+    if args.command == "acceptance":
+        return acceptance_cli.main(args)
     if args.command == "validate":
         return validate(args.org)
     if args.command == "schema-doc":

@@ -1,0 +1,121 @@
+"""The few Slurm commands acceptance needs: list a partition's nodes, submit, wait, cancel, drain, resume.
+
+Plain subprocess calls to the Slurm clients (`sinfo`, `sbatch`, `scontrol`, `scancel`) with the tenant's
+environment (e.g. SLURM_CONF for a local cluster). `prefix` puts a remote shell in front of every command
+(e.g. `("ssh", "controller")`) for clusters whose Slurm clients are not on this machine.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+FINAL_STATES = frozenset({
+    "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE",
+    "PREEMPTED", "GONE",
+})
+
+
+class SlurmError(RuntimeError):
+    """A Slurm command failed; the message holds the command and its stderr."""
+
+
+@dataclass(frozen=True)
+class Job:
+    job_id: int
+    nodes: tuple[str, ...]
+    output: Path
+
+
+@dataclass(frozen=True)
+class SlurmClient:
+    env: Mapping[str, str] = field(default_factory=dict)
+    prefix: tuple[str, ...] = ()
+
+    def run(self, argv: Sequence[str], check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        import os
+
+        full = [*self.prefix, *argv]
+        proc = subprocess.run(full, capture_output=True, text=True, timeout=timeout, env={**os.environ, **self.env})
+        if check and proc.returncode != 0:
+            raise SlurmError(f"`{' '.join(full)}` failed ({proc.returncode}): {proc.stderr.strip()}")
+        return proc
+
+    def partition_nodes(self, partition: str) -> list[str]:
+        """Nodes of a partition, in Slurm's order (sorted by name)."""
+        out = self.run(["sinfo", "-h", "-N", "-p", partition, "-o", "%N"]).stdout.split()
+        return list(dict.fromkeys(out))
+
+    def node_state(self, node: str) -> tuple[str, str]:
+        """(State, Reason) of a node, e.g. ("IDLE+DRAIN", "fmcluster acceptance ...")."""
+        line = self.run(["scontrol", "-o", "show", "node", node]).stdout
+        fields = _fields(line)
+        return fields.get("State", "?"), fields.get("Reason", "")
+
+    def submit(self, script: Path, *, nodes: Sequence[str], output: Path, ntasks_per_node: int | None = None,
+               job_name: str | None = None, time_limit: str | None = None,
+               args: Sequence[str] = (), env: Mapping[str, str] | None = None) -> Job:
+        argv = ["sbatch", "--parsable", f"--nodes={len(nodes)}", f"--nodelist={','.join(nodes)}",
+                f"--output={output}", "--exclusive"]
+        if ntasks_per_node:
+            argv.append(f"--ntasks-per-node={ntasks_per_node}")
+        if job_name:
+            argv.append(f"--job-name={job_name}")
+        if time_limit:
+            argv.append(f"--time={time_limit}")
+        if env:
+            argv.append("--export=ALL," + ",".join(f"{k}={v}" for k, v in env.items()))
+        proc = self.run([*argv, str(script), *args])
+        return Job(int(proc.stdout.strip().split(";")[0]), tuple(nodes), output)
+
+    def job_state(self, job_id: int) -> str:
+        proc = self.run(["scontrol", "-o", "show", "job", str(job_id)], check=False)
+        if proc.returncode != 0:
+            return "GONE"  # purged after MinJobAge: it ended
+        return _fields(proc.stdout).get("JobState", "UNKNOWN")
+
+    def wait(self, jobs: Sequence[Job], timeout: float, poll: float = 0.5) -> dict[int, str]:
+        """Final state of every job; jobs still running at `timeout` are cancelled (state TIMEOUT)."""
+        states: dict[int, str] = {}
+        deadline = time.monotonic() + timeout
+        while len(states) < len(jobs):
+            for job in jobs:
+                if job.job_id in states:
+                    continue
+                state = self.job_state(job.job_id)
+                if state in FINAL_STATES:
+                    states[job.job_id] = state
+            if len(states) < len(jobs):
+                if time.monotonic() > deadline:
+                    for job in jobs:
+                        if job.job_id not in states:
+                            self.cancel(job.job_id)
+                            states[job.job_id] = "TIMEOUT"
+                    break
+                time.sleep(poll)
+        return states
+
+    def cancel(self, job_id: int) -> None:
+        self.run(["scancel", str(job_id)], check=False)
+
+    def drain(self, node: str, reason: str) -> None:
+        self.run(["scontrol", "update", f"nodename={node}", "state=drain", f"reason={reason}"])
+
+    def resume(self, node: str) -> None:
+        self.run(["scontrol", "update", f"nodename={node}", "state=resume"])
+
+
+def _fields(line: str) -> dict[str, str]:
+    """`Key=Value Key2=Value two` from `scontrol -o show`; Reason may contain spaces and is the last key."""
+    out: dict[str, str] = {}
+    key = None
+    for token in line.strip().split(" "):
+        if "=" in token and token.split("=", 1)[0].isidentifier():
+            key, value = token.split("=", 1)
+            out[key] = value
+        elif key:
+            out[key] += " " + token
+    return out

@@ -1,0 +1,104 @@
+"""`fmcluster acceptance parse` and the CPU bench, run for real."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fmcluster.acceptance.parser import parse_text
+from fmcluster.acceptance.verdict import judge, thresholds_for
+from fmcluster.catalog import load_catalog
+from fmcluster.cli import main
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "nccl"
+SRC = Path(__file__).resolve().parents[2] / "src"
+
+
+def test_parse_prints_the_table_and_exits_zero_for_a_complete_log(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["acceptance", "parse", str(FIXTURES / "p5_2node_all_reduce_ok.log")]) == 0
+    out = capsys.readouterr().out
+    assert "16 ranks on 2 host(s)" in out and "provider efa (32 nics)" in out and "1073741824" in out
+
+
+def test_parse_with_an_instance_type_gives_the_verdict_and_its_exit_code(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["acceptance", "parse", str(FIXTURES / "p5_2node_socket_fallback.log"), "--instance-type", "p5.48xlarge"])
+    assert code == 1
+    assert "FAIL — the fabric fell back to sockets" in capsys.readouterr().out
+
+
+def test_parse_json_holds_rows_network_and_verdict(capsys: pytest.CaptureFixture[str]) -> None:
+    main(["acceptance", "parse", str(FIXTURES / "p4d_2node_all_reduce_ok.log"), "--json",
+          "--instance-type", "p4d.24xlarge"])
+    data = json.loads(capsys.readouterr().out)
+    assert data["log"]["network"]["ofi_provider"] == "efa" and len(data["log"]["rows"]) == 32
+    assert data["verdict"]["passed"] is True and data["verdict"]["thresholds"]["min_busbw_gbps"] == 26
+
+
+def test_parse_of_a_killed_job_exits_nonzero(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["acceptance", "parse", str(FIXTURES / "p5_4node_killed_mid_run.log")]) == 1
+    assert "INCOMPLETE; KILLED" in capsys.readouterr().out
+
+
+def test_parse_of_a_missing_file_says_so(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert main(["acceptance", "parse", str(tmp_path / "nope.log")]) == 2
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def run_bench(op: str, ranks: int = 2) -> str:
+    env = {**os.environ, "PYTHONPATH": str(SRC), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()),
+           "SLURM_NTASKS": str(ranks)}
+    argv = [sys.executable, "-m", "fmcluster.acceptance.bench", "--op", op, "-b", "1M", "-e", "4M", "-n", "2", "-w", "1"]
+    peers = [subprocess.Popen(argv, env={**env, "SLURM_PROCID": str(r)}, stdout=subprocess.PIPE, text=True)
+             for r in range(1, ranks)]
+    try:
+        rank0 = subprocess.run(argv, env={**env, "SLURM_PROCID": "0"}, capture_output=True, text=True, timeout=120)
+    finally:
+        peer_out = "".join(p.communicate(timeout=60)[0] for p in peers)
+    assert rank0.returncode == 0, rank0.stdout + rank0.stderr
+    return rank0.stdout + peer_out
+
+
+@pytest.mark.slow
+def test_cpu_bench_prints_nccl_tests_format_that_the_verdict_passes() -> None:
+    log = parse_text(run_bench("all_reduce"))
+    assert log.completed and log.ranks == 2 and [r.size_bytes for r in log.rows] == [1 << 20, 2 << 20, 4 << 20]
+    assert log.library and log.library.startswith("gloo (torch 2.13.0")
+    assert log.tests_version == "fmcluster-cpu-bench 0.1.0"
+    assert log.network.network == "Socket" and log.network.socket_interfaces == ("lo",)
+    assert log.network.channels == 1 and log.network.rings == ((0, 1),)
+    assert log.wrong == 0 and log.out_of_bounds == 0
+    th = thresholds_for(load_catalog()["c5.2xlarge"], 1, override_gbps=0.001, ranks_per_node=2)
+    th = th.__class__(**{**th.__dict__, "message_bytes": 4 << 20})
+    assert judge(log, th).passed
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("op", "redop"), [("all_gather", "none"), ("reduce_scatter", "sum"), ("alltoall", "none")])
+def test_cpu_bench_checks_every_other_collective(op: str, redop: str) -> None:
+    log = parse_text(run_bench(op, ranks=3))
+    assert log.benchmark == f"{op}_perf" and log.completed and log.ranks == 3
+    assert all(r.redop == redop and r.wrong == 0 for r in log.rows) and log.out_of_bounds == 0
+    assert all(r.out_of_place.busbw_gbps > 0 for r in log.rows)
+
+
+@pytest.mark.slow
+def test_a_wrong_socket_interface_setting_fails_fast_with_its_cause() -> None:
+    env = {**os.environ, "PYTHONPATH": str(SRC), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()),
+           "SLURM_NTASKS": "1", "SLURM_PROCID": "0", "FMC_BENCH_SOCKET_IFNAME": "fmabogus0"}
+    argv = [sys.executable, "-m", "fmcluster.acceptance.bench", "-b", "1M", "-e", "1M", "-T", "20"]
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0
+    verdict = judge(parse_text(proc.stdout), thresholds_for(load_catalog()["c5.2xlarge"], 2))
+    assert [f.code for f in verdict.failures] == ["bad_socket_interface"]
+    assert "fmabogus0" in verdict.cause
