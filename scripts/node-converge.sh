@@ -38,12 +38,11 @@ started=$(date -u +%FT%TZ)
 rc=1
 # Boot-time networks and mirrors come up late: retry the pull with backoff instead of failing the node.
 for attempt in 1 2 3 4 5; do
-  if "$venv/bin/ansible-pull" --url "$FMCLUSTER_REPO_URL" --checkout "$FMCLUSTER_REF" --directory "$checkout" \
-      --full --clean --inventory "$FMCLUSTER_INVENTORY" --limit "$FMCLUSTER_NODE" "$playbook" >"$log.tmp" 2>&1; then
-    rc=0
-    break
-  fi
-  rc=$?
+  rc=0
+  "$venv/bin/ansible-pull" --url "$FMCLUSTER_REPO_URL" --checkout "$FMCLUSTER_REF" --directory "$checkout" \
+    --full --clean --inventory "$FMCLUSTER_INVENTORY" --limit "$FMCLUSTER_NODE" \
+    --extra-vars ansible_connection=local "$playbook" >"$log.tmp" 2>&1 || rc=$?
+  ((rc == 0)) && break
   grep -q "Unable to update repository\|Failed to .* repository\|Could not read from remote" "$log.tmp" || break
   sleep $((attempt * 2))
 done

@@ -53,9 +53,105 @@ def _stacks(tenant: Tenant) -> StepOutcome:
     return StepOutcome(status, f"{len(result.changed)} stack(s) created/updated, {len(result.skipped)} unchanged", details)
 
 
+def _nodes(tenant: Tenant) -> StepOutcome:
+    from fmcluster.inventory import write_inventory
+    from fmcluster.localnodes import load_nodes, nodes_up
+    from fmcluster.stacks.outputs import read_stack_outputs
+
+    before = {n.name for n in load_nodes(tenant.org)}
+    nodes = nodes_up(tenant, out=lambda line: print(f"    {line}"))
+    path = write_inventory(tenant, nodes, read_stack_outputs(tenant.org))
+    added = [n.name for n in nodes if n.name not in before]
+    status: Status = "changed" if added else "ok"
+    summary = f"{len(nodes)} namespace nodes up ({len(added)} new); inventory {path.parent}/"
+    return StepOutcome(status, summary, [f"{n.name} {n.address} ({n.role})" for n in nodes])
+
+
+def _recap_changes(output: str) -> dict[str, int]:
+    """changed= per host from an ansible-playbook PLAY RECAP."""
+    import re
+
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\S+)\s+: ok=\d+\s+changed=(\d+)", output, re.M)}
+
+
+def _converge_push(tenant: Tenant) -> StepOutcome:
+    import subprocess
+
+    from fmcluster.converge import ansible_env, converge_command
+    from fmcluster.paths import repo_root
+
+    argv = converge_command(tenant, limit="controller:login", playbook="playbooks/site.yml")
+    print("    " + " ".join(argv), flush=True)
+    proc = subprocess.Popen(argv, cwd=repo_root(), env=ansible_env(tenant), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+    assert proc.stdout is not None
+    for line in proc.stdout:  # per-host progress: task headers and each host's result as it lands
+        lines.append(line)
+        if line.startswith(("TASK [", "PLAY [", "changed:", "fatal:", "failed:")) or line.startswith("RUNNING HANDLER"):
+            print("    " + line.rstrip()[:160], flush=True)
+    code = proc.wait()
+    output = "".join(lines)
+    changes = _recap_changes(output)
+    details = [f"{host}: changed={n}" for host, n in sorted(changes.items())]
+    if code:
+        return StepOutcome("failed", f"ansible-playbook exited {code}", details + output.strip().splitlines()[-15:])
+    total = sum(changes.values())
+    return StepOutcome("changed" if total else "ok", f"controller and login converged by push, {total} change(s)", details)
+
+
+def _converge_pull(tenant: Tenant) -> StepOutcome:
+    from fmcluster.localnodes import load_nodes
+    from fmcluster.pull import pull_converge
+
+    compute = [n.name for n in load_nodes(tenant.org) if n.role == "compute"]
+    reports = pull_converge(tenant, compute)
+    details = [r.render() for r in reports]
+    failed = [r.node for r in reports if r.rc != 0]
+    if failed:
+        return StepOutcome("failed", f"ansible-pull failed on {', '.join(failed)}", details)
+    total = sum(r.changed or 0 for r in reports)
+    slowest = max((r.seconds for r in reports), default=0.0)
+    return StepOutcome("changed" if total else "ok",
+                       f"{len(reports)} compute node(s) converged themselves with ansible-pull, {total} change(s), "
+                       f"slowest {slowest:.1f}s", details)
+
+
+def _acceptance(tenant: Tenant) -> StepOutcome:
+    from fmcluster.acceptance.runner import run_acceptance
+
+    if not tenant.acceptance.enabled:
+        return StepOutcome("skipped", "acceptance is disabled in the tenant spec")
+    result = run_acceptance(tenant)
+    details = [f"{t.name}: {len(t.nodes)} node(s), busbw {t.verdict.busbw_gbps if t.verdict.busbw_gbps is not None else '-'}"
+               f" GB/s — {'pass' if t.passed else 'FAIL: ' + t.verdict.cause}" for t in result.tests]
+    details += [f"drained {d.node}: {d.reason}" for d in result.drained]
+    if result.run_dir:
+        details.append(f"results: {result.run_dir}")
+    if result.skipped:
+        return StepOutcome("skipped", result.skipped, details)
+    if not result.passed:
+        return StepOutcome("failed", "acceptance FAILED: the fabric is not fit for training", details)
+    return StepOutcome("ok", f"acceptance passed ({len(result.tests)} collective run(s))", details)
+
+
+def _aws_nodes(tenant: Tenant) -> StepOutcome:
+    return StepOutcome("skipped", "on AWS the cluster stack's instances converge themselves at boot "
+                       "(user data runs scripts/node-converge.sh with ansible-pull); this run pushes nothing to AWS hosts")
+
+
 def deploy_steps(tenant: Tenant) -> list[Step]:
     """The steps for this tenant, in order. Later steps need the earlier ones to have succeeded."""
-    return [("validate", _validate), ("stacks", _stacks)]
+    if tenant.provider == "aws":
+        return [("validate", _validate), ("stacks", _stacks), ("nodes", _aws_nodes)]
+    return [
+        ("validate", _validate),
+        ("stacks", _stacks),
+        ("nodes", _nodes),
+        ("converge (push)", _converge_push),
+        ("converge (pull)", _converge_pull),
+        ("acceptance", _acceptance),
+    ]
 
 
 def run_steps(tenant: Tenant, steps: list[Step], out: Callable[[str], object] = print) -> list[StepReport]:

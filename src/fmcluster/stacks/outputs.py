@@ -44,3 +44,13 @@ def remove_stack_outputs(org: str, root: Path | None = None) -> bool:
         path.unlink()
         return True
     return False
+
+
+def read_stack_outputs(org: str, root: Path | None = None) -> dict[str, str]:
+    """The outputs the last stacks run wrote ({} before the first one)."""
+    path = outputs_path(org, root)
+    if not path.is_file():
+        return {}
+    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    outputs: dict[str, str] = data.get("all", {}).get("vars", {}).get("fmcluster_stack_outputs", {}) or {}
+    return {str(k): str(v) for k, v in outputs.items()}
