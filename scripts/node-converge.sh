@@ -11,7 +11,7 @@
 #   FMCLUSTER_REPO_URL   git URL of the tenant repository (git://, https:// or a path)
 #   FMCLUSTER_REF        commit or tag to converge to (pinned: never a moving branch in production)
 #   FMCLUSTER_NODE       this node's inventory name, e.g. cpu-1
-#   FMCLUSTER_INVENTORY  inventory path for this tenant (published with the deploy)
+#   FMCLUSTER_INVENTORY  the tenant's inventory files, space-separated (published with the deploy)
 #   FMCLUSTER_PLAYBOOK   playbook inside the repository (default playbooks/node.yml)
 #   FMCLUSTER_STATE_DIR  node-local state: checkout, logs (default /var/lib/fmcluster)
 #   FMCLUSTER_REPORT_DIR where status files go for the controller (default $FMCLUSTER_STATE_DIR/report)
@@ -29,6 +29,13 @@ checkout="$state/pull/$FMCLUSTER_NODE"
 log="$state/log/pull-$FMCLUSTER_NODE.log"
 mkdir -p "$(dirname "$log")" "$report" "$checkout"
 
+# ansible-pull checks the repository out on "localhost" with the same inventory it converges with, so the
+# node itself must be in it; the tenant inventory stays untouched and --limit picks this node's plays.
+self_inventory="$state/pull/$FMCLUSTER_NODE.inventory.yml"
+printf 'all:\n  hosts:\n    localhost:\n      ansible_connection: local\n' >"$self_inventory"
+inventory_args=(--inventory "$self_inventory")
+for source in $FMCLUSTER_INVENTORY; do inventory_args+=(--inventory "$source"); done
+
 if [[ ! -x $venv/bin/ansible-pull ]]; then
   python3 -m venv "$venv"
   "$venv/bin/pip" install -q "ansible-core==${FMCLUSTER_ANSIBLE_CORE:-2.19.14}"
@@ -40,7 +47,7 @@ rc=1
 for attempt in 1 2 3 4 5; do
   rc=0
   "$venv/bin/ansible-pull" --url "$FMCLUSTER_REPO_URL" --checkout "$FMCLUSTER_REF" --directory "$checkout" \
-    --full --clean --inventory "$FMCLUSTER_INVENTORY" --limit "$FMCLUSTER_NODE" \
+    --full --clean "${inventory_args[@]}" --limit "$FMCLUSTER_NODE" \
     --extra-vars ansible_connection=local "$playbook" >"$log.tmp" 2>&1 || rc=$?
   ((rc == 0)) && break
   grep -q "Unable to update repository\|Failed to .* repository\|Could not read from remote" "$log.tmp" || break

@@ -104,9 +104,10 @@ def _node_env(tenant: Tenant, node: str, url: str, ref: str) -> dict[str, str]:
         "FMCLUSTER_REPO_URL": url,
         "FMCLUSTER_REF": ref,
         "FMCLUSTER_NODE": node,
-        "FMCLUSTER_INVENTORY": f"{generated_dir(tenant.org)}/",
+        # What a node needs of the deploy, as the deploy publishes it (to the tenant bucket on AWS).
+        "FMCLUSTER_INVENTORY": " ".join(str(generated_dir(tenant.org) / f) for f in ("hosts.yml", "stack_outputs.yml")),
         "FMCLUSTER_PLAYBOOK": PULL_PLAYBOOK,
-        "FMCLUSTER_STATE_DIR": str(runtime_root(tenant.org) / "pull"),
+        "FMCLUSTER_STATE_DIR": str(runtime_root(tenant.org)),
         "FMCLUSTER_REPORT_DIR": str(report_dir(tenant.org)),
         "FMCLUSTER_VENV": str(venv),
     }
