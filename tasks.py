@@ -135,7 +135,7 @@ def stacks(c: Context, org: str) -> None:
 
 @task(help={"org": "tenant name", "yes": "do not ask for confirmation"})
 def destroy(c: Context, org: str, yes: bool = False) -> None:
-    """Delete the tenant's stacks (cluster → storage → network); the data bucket is retained."""
+    """Delete the tenant's stacks (cluster → storage → network) and, on local, its nodes; the bucket is retained."""
     from fmcluster.stacks import commands
 
     code = commands.destroy(cli.require_tenant(org), yes=yes)

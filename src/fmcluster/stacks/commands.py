@@ -46,6 +46,11 @@ def destroy(tenant: Tenant, yes: bool = False) -> int:
     result = destroy_stacks(tenant, confirm=None if yes else confirm)
     if "cancelled" in result.notes:
         return EXIT_CANCELLED
+    if tenant.provider == "local":
+        # The local "instances" are this machine's namespace nodes: they go with the cluster stack.
+        from fmcluster.localnodes import nodes_down
+
+        nodes_down(tenant)
     return 0 if result.ok else EXIT_FAILED
 
 
