@@ -51,7 +51,28 @@ def destroy(tenant: Tenant, yes: bool = False) -> int:
         from fmcluster.localnodes import nodes_down
 
         nodes_down(tenant)
+        _forget_generated_state(tenant)
     return 0 if result.ok else EXIT_FAILED
+
+
+def _forget_generated_state(tenant: Tenant) -> None:
+    """Remove what deploy generated for nodes that no longer exist; keep the acceptance history."""
+    import shutil
+
+    from fmcluster.paths import generated_dir
+
+    generated = generated_dir(tenant.org)
+    if not generated.is_dir():
+        return
+    for entry in generated.iterdir():
+        if entry.name == "acceptance":
+            continue
+        if entry.is_dir():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+    if (generated / "acceptance").is_dir():
+        print(f"kept the acceptance history in {generated / 'acceptance'}")
 
 
 def status(tenant: Tenant) -> int:
