@@ -108,3 +108,13 @@ def deploy(c: Context, org: str, yes: bool = False) -> None:
     code = run_deploy(cli.require_tenant(org))
     if code:
         raise Exit(code=code)
+
+
+# --- observability (issue #6) -------------------------------------------------------------------
+@task
+def dashboards(c: Context) -> None:
+    """Regenerate the Grafana dashboard JSON files of the grafana role from fmcluster.dashboards."""
+    from fmcluster.dashboards import write_all
+
+    for path in write_all():
+        print(path.relative_to(ROOT))
