@@ -11,7 +11,7 @@ from monitoring_helpers import ROOT
 
 pytestmark = pytest.mark.slow
 PATHS = ["roles/monitoring_service", "roles/node_exporter", "roles/dcgm_exporter", "roles/efa_exporter",
-         "roles/prometheus", "roles/grafana", "playbooks/monitoring.yml", "molecule/monitoring"]
+         "roles/prometheus", "roles/grafana", "roles/alertmanager", "playbooks/monitoring.yml", "molecule/monitoring"]
 
 
 def test_yamllint_is_clean() -> None:
