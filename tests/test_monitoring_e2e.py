@@ -199,6 +199,13 @@ def test_playbook_converges_then_changes_nothing_on_a_second_run(cluster: Cluste
     print(f"\nsecond (idempotent) converge of {len(changed)} hosts: {time.monotonic() - started:.1f}s")
 
 
+def test_check_mode_on_the_converged_cluster_reports_nothing_to_change(cluster: Cluster) -> None:
+    check = cluster.playbook("--check")
+    assert check.returncode == 0, check.stdout[-6000:] + check.stderr[-3000:]
+    changed = {host: counts["changed"] for host, counts in _recap(check.stdout).items()}
+    assert changed == {host: 0 for host in ("fmo-ctl", *NODES)}, check.stdout[-6000:]
+
+
 def test_prometheus_reports_every_node_exporter_up(cluster: Cluster) -> None:
     targets = _wait_all_up(cluster.prometheus, expected=1 + 1 + len(NODES))  # self + controller + nodes
     nodes = {t["labels"]["node"]: t for t in targets if t["labels"]["job"] == "node"}
