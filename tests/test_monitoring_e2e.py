@@ -288,3 +288,20 @@ def test_an_alert_reaches_the_tenant_s_webhook_receiver(cluster: Cluster) -> Non
     delivered = cluster.webhook[0]
     assert delivered["receiver"] == "fmo-hook"
     assert [a["labels"]["alertname"] for a in delivered["alerts"]] == ["FmoE2eProbe"]
+
+
+def test_a_node_removed_from_the_inventory_loses_its_target_even_with_limit(cluster: Cluster) -> None:
+    file_sd = cluster.workdir / "prometheus" / "etc" / "file_sd"
+    retired = file_sd / "node-fmo-retired.yml"
+    retired.write_text(yaml.safe_dump([{"targets": ["10.78.0.99:9100"], "labels": {"node": "fmo-retired"}}]))
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and "fmo-retired" not in {t["labels"]["node"] for t in _targets(cluster.prometheus)}:
+        time.sleep(1)
+    run = cluster.playbook("--limit", "fmo-ctl")
+    assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-3000:]
+    assert not retired.exists()
+    assert sorted(p.name for p in file_sd.glob("node-*.yml")) == sorted(f"node-{h}.yml" for h in ("fmo-ctl", *NODES))
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and "fmo-retired" in {t["labels"]["node"] for t in _targets(cluster.prometheus)}:
+        time.sleep(1)
+    assert "fmo-retired" not in {t["labels"]["node"] for t in _targets(cluster.prometheus)}
