@@ -108,9 +108,9 @@ class Cluster:
 def _inventory(workdir: Path, prometheus_port: int, controller_exporter_port: int, alertmanager_port: int,
                webhook_port: int) -> dict[str, Any]:
     catalog = load_catalog()
-    compute = {name: {"fmcluster_node_address": addr, "fmcluster_netns": name}
+    compute = {name: {"fmcluster_address": addr, "fmcluster_netns": name}
                for name, (role, addr) in NODES.items() if role == "compute"}
-    login = {name: {"fmcluster_node_address": addr, "fmcluster_netns": name}
+    login = {name: {"fmcluster_address": addr, "fmcluster_netns": name}
              for name, (role, addr) in NODES.items() if role == "login"}
     base = str(workdir)
     return {"all": {
@@ -133,7 +133,7 @@ def _inventory(workdir: Path, prometheus_port: int, controller_exporter_port: in
             "alertmanager_run_dir": f"{base}/alertmanager/run",
         },
         "children": {
-            "controller": {"hosts": {"fmo-ctl": {"fmcluster_node_address": HOST_ADDRESS,
+            "controller": {"hosts": {"fmo-ctl": {"fmcluster_address": HOST_ADDRESS,
                                                  "node_exporter_port": controller_exporter_port}}},
             "login": {"hosts": login},
             "compute": {"children": {"queue_cpu": {

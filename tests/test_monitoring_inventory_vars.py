@@ -8,11 +8,17 @@ from fmcluster import monitoring
 from fmcluster.model import load_tenant
 
 
-def test_demo_keeps_two_days_locally_without_remote_write_or_receivers() -> None:
+def test_demo_keeps_two_days_locally_without_remote_write_or_receivers_and_installs_nothing() -> None:
     assert monitoring.inventory_vars(load_tenant("demo")) == {
         "prometheus_retention_days": 2, "prometheus_remote_write_url": "", "prometheus_remote_write_region": "",
         "grafana_enabled": True, "alertmanager_receivers": [],
-        "fmcluster_lustre_mount_point": load_tenant("demo").storage.lustre.mount_point}
+        "fmcluster_lustre_mount_point": load_tenant("demo").storage.lustre.mount_point,
+        "node_exporter_install": False, "prometheus_install": False, "alertmanager_install": False}
+
+
+def test_aws_tenants_install_the_packages() -> None:
+    values = monitoring.inventory_vars(load_tenant("stockmark"))
+    assert not {"node_exporter_install", "prometheus_install", "alertmanager_install"} & set(values)
 
 
 def test_remote_write_is_signed_for_the_tenant_s_region() -> None:

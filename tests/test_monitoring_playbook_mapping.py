@@ -30,9 +30,9 @@ def check_diff(tmp_path_factory: pytest.TempPathFactory) -> str:
                  "prometheus_config_dir": str(workdir / "prometheus"),
                  "node_exporter_run_dir": str(workdir / "{{ inventory_hostname }}")},
         "children": {
-            "controller": {"hosts": {"fmo-map-ctl": {"fmcluster_node_address": "10.1.0.10"}}},
+            "controller": {"hosts": {"fmo-map-ctl": {"fmcluster_address": "10.1.0.10"}}},
             "compute": {"children": {"queue_gpu": {
-                "hosts": {"fmo-map-gpu1": {"fmcluster_node_address": "10.1.16.21"}},
+                "hosts": {"fmo-map-gpu1": {"fmcluster_address": "10.1.16.21"}},
                 "vars": {"fmcluster_instance_type": "p5.48xlarge", "fmcluster_instance": p5.as_vars()}}}}},
     }}
     path = workdir / "hosts.yml"

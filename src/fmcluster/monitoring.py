@@ -22,7 +22,7 @@ def playbook_path(root: Path | None = None) -> Path:
 def inventory_vars(tenant: Tenant) -> dict[str, Any]:
     """Role variables derived from the tenant, for the generated inventory's `all: vars:`."""
     monitoring = tenant.monitoring
-    return {
+    values: dict[str, Any] = {
         "prometheus_retention_days": monitoring.prometheus_retention_days,
         "prometheus_remote_write_url": monitoring.remote_write_url or "",
         "prometheus_remote_write_region": tenant.region if monitoring.remote_write_url else "",
@@ -33,3 +33,8 @@ def inventory_vars(tenant: Tenant) -> dict[str, Any]:
         # Expected on every node where FSx exists (the playbook only expects it with provider aws).
         "fmcluster_lustre_mount_point": tenant.storage.lustre.mount_point,
     }
+    if tenant.provider == "local":
+        # The namespace nodes share this machine's filesystem and packages (scripts/bootstrap.sh installs
+        # them): no node runs apt, so several nodes never race for the dpkg lock.
+        values.update({"node_exporter_install": False, "prometheus_install": False, "alertmanager_install": False})
+    return values
