@@ -2,18 +2,29 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 from fmcluster import monitoring
 from fmcluster.model import load_tenant
 
 
-def test_demo_keeps_two_days_locally_without_remote_write_or_receivers_and_installs_nothing() -> None:
-    assert monitoring.inventory_vars(load_tenant("demo")) == {
+def test_demo_keeps_two_days_locally_without_remote_write_or_receivers() -> None:
+    values = monitoring.inventory_vars(load_tenant("demo"))
+    assert {k: values[k] for k in ("prometheus_retention_days", "prometheus_remote_write_url",
+                                   "prometheus_remote_write_region", "grafana_enabled", "alertmanager_receivers")} == {
         "prometheus_retention_days": 2, "prometheus_remote_write_url": "", "prometheus_remote_write_region": "",
-        "grafana_enabled": True, "alertmanager_receivers": [],
-        "fmcluster_lustre_mount_point": load_tenant("demo").storage.lustre.mount_point,
-        "node_exporter_install": False, "prometheus_install": False, "alertmanager_install": False}
+        "grafana_enabled": True, "alertmanager_receivers": []}
+
+
+def test_local_nodes_install_nothing_and_keep_every_file_under_the_tenant_s_runtime_root() -> None:
+    values = monitoring.inventory_vars(load_tenant("demo"))
+    assert (values["node_exporter_install"], values["prometheus_install"], values["alertmanager_install"]) == (
+        False, False, False)
+    paths = {k: v for k, v in values.items() if k.endswith(("_dir",))}
+    assert len(paths) == 12
+    assert all(v.startswith("{{ fmcluster_local_root") for v in paths.values()), paths
+    assert "{{ inventory_hostname }}" in values["node_exporter_run_dir"]
 
 
 def test_aws_tenants_install_the_packages() -> None:
@@ -43,3 +54,16 @@ def test_every_variable_is_a_documented_role_or_playbook_variable(repo_root: Pat
 
 def test_the_playbook_path_exists() -> None:
     assert monitoring.playbook_path().is_file()
+
+
+def test_stop_daemons_stops_each_process_by_its_pidfile(tmp_path: Path) -> None:
+    run_dir = tmp_path / "nodes" / "n1" / "node_exporter"
+    run_dir.mkdir(parents=True)
+    pidfile = run_dir / "fmcluster-node-exporter.pid"
+    subprocess.run(["start-stop-daemon", "--start", "--background", "--make-pidfile", f"--pidfile={pidfile}",
+                    "--exec=/bin/sleep", "--", "300"], check=True)
+    pid = int(pidfile.read_text())
+    assert Path(f"/proc/{pid}").exists()
+    assert monitoring.stop_daemons(tmp_path) == [pidfile]
+    assert not Path(f"/proc/{pid}").exists()
+    assert monitoring.stop_daemons(tmp_path) == []  # nothing left; no error
