@@ -210,3 +210,13 @@ def acceptance(c: Context, org: str, no_install: bool = False) -> None:
     code = main_for_org(org, install=not no_install)
     if code:
         raise Exit(code=code)
+
+
+# --- observability (issue #6) -------------------------------------------------------------------
+@task
+def dashboards(c: Context) -> None:
+    """Regenerate the Grafana dashboard JSON files of the grafana role from fmcluster.dashboards."""
+    from fmcluster.dashboards import write_all
+
+    for path in write_all():
+        print(path.relative_to(ROOT))

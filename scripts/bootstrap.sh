@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 APT_PACKAGES=(
   slurmctld slurmd slurm-client munge            # the real local Slurm cluster
   prometheus prometheus-node-exporter            # the real local monitoring stack (promtool included)
+  prometheus-alertmanager                        # alert routing to the tenant's receivers (amtool included)
   openssh-server openssh-client                  # Ansible reaches namespace nodes over ssh
   iproute2 iputils-ping procps psmisc            # network namespaces, veth, bridge; process checks
   git rsync sudo                                 # ansible-pull from a local git server; become
