@@ -141,3 +141,14 @@ def converge(c: Context, org: str, limit: str = "", check: bool = False) -> None
     code = cluster.converge_task(org, limit=limit, check=check)
     if code:
         raise Exit(code=code)
+
+
+@task(help={"org": "tenant name (provider local)", "cmd": "Slurm client command, e.g. 'sinfo -N' or 'sbatch job.sh'",
+            "node": "node to run it on (default: the login node, else the controller)"})
+def slurm(c: Context, org: str, cmd: str, node: str = "") -> None:
+    """Run a Slurm client command on a local tenant's login node (its namespace and SLURM_CONF)."""
+    from fmcluster import cluster
+
+    code = cluster.slurm_task(org, cmd, node)
+    if code:
+        raise Exit(code=code)

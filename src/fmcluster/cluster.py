@@ -8,6 +8,7 @@ fmcluster.inventory.write_inventory, fmcluster.converge.converge.
 from __future__ import annotations
 
 import subprocess
+import sys
 import time
 from collections.abc import Sequence
 
@@ -56,6 +57,21 @@ def converge_task(org: str, limit: str = "", check: bool = False) -> int:
         return 1
     print(f"converge: {'ok' if code == 0 else f'failed ({code})'} in {time.monotonic() - started:.1f} s")
     return code
+
+
+def slurm_task(org: str, cmd: str, node: str = "") -> int:
+    """`invoke slurm`: run one Slurm client command on a local node; its output goes to ours."""
+    import shlex
+
+    tenant = require_tenant(org)
+    try:
+        done = slurm(tenant, shlex.split(cmd), node or None)
+    except LocalNodesError as err:
+        print(f"slurm: {err}")
+        return 1
+    print(done.stdout, end="")
+    print(done.stderr, end="", file=sys.stderr)
+    return done.returncode
 
 
 def client_node(tenant: Tenant) -> str:
