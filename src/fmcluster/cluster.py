@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 from fmcluster.cli import require_tenant
 from fmcluster.converge import ConvergeError, converge
@@ -49,6 +50,10 @@ def nodes_down_task(org: str) -> int:
 def converge_task(org: str, limit: str = "", check: bool = False) -> int:
     """`invoke converge`: run playbooks/slurm-cluster.yml against the generated inventory."""
     tenant = require_tenant(org)
+    up = load_nodes(org)
+    if tenant.provider == "local" and (not up or not all(Path(n.netns_path).exists() for n in up)):
+        print(f"converge: the local nodes of {org} are not up; run `invoke nodes-up --org={org}` first")
+        return 1
     started = time.monotonic()
     try:
         code = converge(tenant, limit=limit, check=check)
