@@ -201,6 +201,17 @@ def converge(c: Context, org: str, limit: str = "", check: bool = False) -> None
         raise Exit(code=code)
 
 
+@task(help={"org": "tenant name (provider local)", "cmd": "Slurm client command, e.g. 'sinfo -N' or 'sbatch job.sh'",
+            "node": "node to run it on (default: the login node, else the controller)"})
+def slurm(c: Context, org: str, cmd: str, node: str = "") -> None:
+    """Run a Slurm client command on a local tenant's login node (its namespace and SLURM_CONF)."""
+    from fmcluster import cluster
+
+    code = cluster.slurm_task(org, cmd, node)
+    if code:
+        raise Exit(code=code)
+
+
 # --- acceptance (issue #7) -------------------------------------------------------------------------------
 @task(help={"org": "tenant name", "no_install": "skip converging the job scripts (playbooks/acceptance.yml)"})
 def acceptance(c: Context, org: str, no_install: bool = False) -> None:

@@ -98,3 +98,12 @@ def test_two_tenants_coexist_and_a_third_on_an_overlapping_subnet_is_refused(
         nodes_down(other, quiet)
         nodes_down(clash, quiet)
     assert leftovers(clash, []) == []
+
+
+def test_nodes_up_from_another_checkout_is_refused(tenant: Tenant, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    nodes_up(tenant, quiet)
+    other_checkout = make_root(tmp_path / "other", "t-nodes", "10.79.11.0/24", login=1)
+    monkeypatch.setenv("FMCLUSTER_ROOT", str(other_checkout))
+    with pytest.raises(LocalNodesError, match="another checkout"):
+        nodes_up(load_tenant("t-nodes"), quiet)

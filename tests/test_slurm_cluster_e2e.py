@@ -48,7 +48,8 @@ def test_local_tenant_converges_into_a_slurm_cluster_that_grows_and_shrinks_with
         dry = subprocess.run(converge_command(tenant, check=True), env=ansible_env(tenant),
                              capture_output=True, text=True, cwd=tmp_path)
         recap = re.findall(r"^(\S+)\s+: ok=\d+\s+changed=(\d+)\s+unreachable=0\s+failed=(\d+)", dry.stdout, re.M)
-        assert dry.returncode == 0 and len(recap) == 4, dry.stdout[-3000:]
+        assert dry.returncode == 0, dry.stdout[-3000:]
+        assert {"controller-1", "login-1", "cpu-1", "cpu-2"} <= {name for name, _, _ in recap}
         assert all(changed == "0" and failed == "0" for _, changed, failed in recap), recap
 
         grown = up(tmp_path, compute=3)

@@ -8,8 +8,10 @@ fmcluster.inventory.write_inventory, fmcluster.converge.converge.
 from __future__ import annotations
 
 import subprocess
+import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 from fmcluster.cli import require_tenant
 from fmcluster.converge import ConvergeError, converge
@@ -48,6 +50,10 @@ def nodes_down_task(org: str) -> int:
 def converge_task(org: str, limit: str = "", check: bool = False) -> int:
     """`invoke converge`: run playbooks/slurm-cluster.yml against the generated inventory."""
     tenant = require_tenant(org)
+    up = load_nodes(org)
+    if tenant.provider == "local" and (not up or not all(Path(n.netns_path).exists() for n in up)):
+        print(f"converge: the local nodes of {org} are not up; run `invoke nodes-up --org={org}` first")
+        return 1
     started = time.monotonic()
     try:
         code = converge(tenant, limit=limit, check=check)
@@ -56,6 +62,21 @@ def converge_task(org: str, limit: str = "", check: bool = False) -> int:
         return 1
     print(f"converge: {'ok' if code == 0 else f'failed ({code})'} in {time.monotonic() - started:.1f} s")
     return code
+
+
+def slurm_task(org: str, cmd: str, node: str = "") -> int:
+    """`invoke slurm`: run one Slurm client command on a local node; its output goes to ours."""
+    import shlex
+
+    tenant = require_tenant(org)
+    try:
+        done = slurm(tenant, shlex.split(cmd), node or None)
+    except LocalNodesError as err:
+        print(f"slurm: {err}")
+        return 1
+    print(done.stdout, end="")
+    print(done.stderr, end="", file=sys.stderr)
+    return done.returncode
 
 
 def client_node(tenant: Tenant) -> str:

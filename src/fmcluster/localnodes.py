@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Literal
 
 from fmcluster.model import Tenant
-from fmcluster.paths import secrets_dir
+from fmcluster.paths import repo_root, secrets_dir
 
 Role = Literal["controller", "login", "compute"]
 Out = Callable[[str], object]
@@ -228,10 +228,17 @@ def load_nodes(org: str) -> list[LocalNode]:
     return [LocalNode(**raw) for raw in json.loads(path.read_text())["nodes"]]
 
 
+def _owner(org: str) -> str | None:
+    """The checkout whose nodes_up created the tenant's nodes on this machine (None when none are up)."""
+    path = _state_path(org)
+    checkout = json.loads(path.read_text()).get("checkout") if path.is_file() else None
+    return str(checkout) if checkout else None
+
+
 def _save_nodes(org: str, nodes: list[LocalNode]) -> None:
     path = _state_path(org)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"nodes": [asdict(n) for n in nodes]}, indent=2) + "\n")
+    tmp.write_text(json.dumps({"checkout": str(repo_root()), "nodes": [asdict(n) for n in nodes]}, indent=2) + "\n")
     tmp.replace(path)
 
 
@@ -408,6 +415,10 @@ def nodes_up(tenant: Tenant, out: Out = print) -> list[LocalNode]:
     if tenant.provider != "local":
         raise LocalNodesError(f"tenant {tenant.org} has provider {tenant.provider}; local nodes are for provider local")
     _require_root()
+    owner = _owner(tenant.org)
+    if owner is not None and owner != str(repo_root()):
+        raise LocalNodesError(f"the local nodes of {tenant.org} are up from another checkout ({owner}); a tenant's "
+                              f"local cluster is one per machine: run `invoke nodes-down --org={tenant.org}` there first")
     if not _link_exists(names_for(tenant.org).bridge):
         _check_subnet_free(tenant, names_for(tenant.org).bridge)
     root = runtime_root(tenant.org)
