@@ -8,7 +8,7 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from fmcluster.cli import describe
 from fmcluster.model import Tenant
@@ -117,6 +117,39 @@ def _converge_pull(tenant: Tenant) -> StepOutcome:
                        f"slowest {slowest:.1f}s", details)
 
 
+def _monitoring(tenant: Tenant, wait_s: float = 90.0) -> StepOutcome:
+    """Prometheus on the controller must scrape every exporter: ask its HTTP API, as Grafana would."""
+    import json
+    import urllib.request
+
+    from fmcluster.localnodes import load_nodes
+
+    controller = next(n for n in load_nodes(tenant.org) if n.role == "controller")
+    url = f"http://{controller.address}:9090/api/v1/targets?state=active"
+    deadline = time.monotonic() + wait_s
+    targets: list[dict[str, Any]] = []
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                targets = json.load(response)["data"]["activeTargets"]
+        except OSError as err:
+            targets, error = [], str(err)
+        else:
+            error = ""
+        down = [t for t in targets if t.get("health") != "up"]
+        if targets and not down:
+            break
+        if time.monotonic() > deadline:
+            detail = [f"{t.get('scrapeUrl')}: {t.get('health')} {t.get('lastError', '')}" for t in down]
+            return StepOutcome("failed", f"Prometheus at {url}: {len(down)} of {len(targets)} target(s) not up {error}",
+                               detail)
+        time.sleep(3)
+    jobs = sorted({str(t.get("labels", {}).get("job", "?")) for t in targets})
+    return StepOutcome("ok", f"Prometheus scrapes {len(targets)}/{len(targets)} targets up ({', '.join(jobs)})",
+                       [f"Prometheus: http://{controller.address}:9090 (from this machine)",
+                        "Grafana dashboards: provisioning files only on local (Grafana is installed on AWS)"])
+
+
 def _acceptance(tenant: Tenant) -> StepOutcome:
     from fmcluster.acceptance.runner import run_acceptance
 
@@ -150,6 +183,7 @@ def deploy_steps(tenant: Tenant) -> list[Step]:
         ("nodes", _nodes),
         ("converge (push)", _converge_push),
         ("converge (pull)", _converge_pull),
+        ("monitoring", _monitoring),
         ("acceptance", _acceptance),
     ]
 

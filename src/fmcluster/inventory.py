@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 import yaml
 
+from fmcluster import monitoring, nccl
 from fmcluster.catalog import InstanceType
 from fmcluster.model import Tenant
 from fmcluster.paths import generated_dir, repo_root, secrets_dir
@@ -115,6 +116,9 @@ def role_vars(tenant: Tenant, nodes: Sequence[NodeLike], stack_outputs: Mapping[
         "slurm_partitions": partitions,
         "slurm_topology": topology,
     }
+    # Each concern's own module derives its role variables from the tenant; this file only assembles them.
+    v.update(monitoring.inventory_vars(tenant))
+    v.update(nccl.cluster_vars([q.instance.name for q in tenant.queues]))
     if tenant.provider == "local":
         v.update(_local_vars(tenant))
     else:
@@ -180,8 +184,9 @@ def inventory_document(tenant: Tenant, nodes: Sequence[NodeLike], stack_outputs:
     logins = [n for n in nodes if n.role == "login"]
     queue_groups: dict[str, Any] = {}
     for q in tenant.queues:
-        queue_groups[f"queue_{q.name.replace('-', '_')}"] = _group(
-            tenant, q.instance, [n for n in nodes if n.role == "compute" and n.queue == q.name])
+        group = _group(tenant, q.instance, [n for n in nodes if n.role == "compute" and n.queue == q.name])
+        group["vars"].update(nccl.queue_vars(q.instance.name))
+        queue_groups[f"queue_{q.name.replace('-', '_')}"] = group
     login_group = _group(tenant, tenant.login or tenant.controller, logins or controller)
     return {
         "all": {
