@@ -58,10 +58,13 @@ mv "$log.tmp" "$log"
 recap=$(grep -E "^$FMCLUSTER_NODE +: ok=" "$log" | tail -n 1 || true)
 changed=$(sed -nE 's/.*changed=([0-9]+).*/\1/p' <<<"$recap")
 failed=$(sed -nE 's/.*failed=([0-9]+).*/\1/p' <<<"$recap")
-first_run=true
-[[ -f $report/$FMCLUSTER_NODE.json ]] && grep -q '"rc": 0' "$report/$FMCLUSTER_NODE.json" && first_run=false
+# Drift: the same ref converged cleanly before, yet this run changed something (a new ref may change things).
 drift=false
-[[ $first_run == false && ${changed:-0} -gt 0 ]] && drift=true
+previous="$report/$FMCLUSTER_NODE.json"
+if [[ -f $previous ]] && grep -q '"rc": 0' "$previous" && grep -q "\"ref\": \"$FMCLUSTER_REF\"" "$previous" \
+    && ((${changed:-0} > 0)); then
+  drift=true
+fi
 cat >"$report/$FMCLUSTER_NODE.json.tmp" <<JSON
 {"node": "$FMCLUSTER_NODE", "ref": "$FMCLUSTER_REF", "rc": $rc, "changed": ${changed:-null},
  "failed": ${failed:-null}, "drift": $drift, "started": "$started", "finished": "$(date -u +%FT%TZ)",
