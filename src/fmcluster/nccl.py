@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from fmcluster.catalog import load_catalog
-from fmcluster.paths import DATA_DIR, repo_root
+from fmcluster.paths import DATA_DIR, source_root
 
 NCCL_PROFILES_PATH = DATA_DIR / "nccl_profiles.yml"
 _VERSION_BOUNDS = {
@@ -62,7 +62,7 @@ def load_profiles(path: Path = NCCL_PROFILES_PATH) -> dict[str, Any]:
 
 def efa_role_defaults(root: Path | None = None) -> dict[str, Any]:
     """The efa role's defaults: the pinned installer and the component versions it ships (one source of truth)."""
-    path = (root or repo_root()) / "roles" / "efa" / "defaults" / "main.yml"
+    path = (root or source_root()) / "roles" / "efa" / "defaults" / "main.yml"
     data: dict[str, Any] = yaml.safe_load(path.read_text(encoding="utf-8"))
     return data
 
@@ -155,7 +155,7 @@ def queue_vars(instance_type: str) -> dict[str, Any]:
 
 def nccl_role_defaults(root: Path | None = None) -> dict[str, Any]:
     """The nccl role's defaults (where it writes the profile and the Slurm TaskProlog)."""
-    path = (root or repo_root()) / "roles" / "nccl" / "defaults" / "main.yml"
+    path = (root or source_root()) / "roles" / "nccl" / "defaults" / "main.yml"
     data: dict[str, Any] = yaml.safe_load(path.read_text(encoding="utf-8"))
     return data
 

@@ -19,6 +19,12 @@ def repo_root() -> Path:
     return PACKAGE_DIR.parent.parent
 
 
+def source_root() -> Path:
+    """The checkout this package's code ships in (roles, cfn, playbooks), whatever $FMCLUSTER_ROOT says:
+    tests and Molecule scenarios point $FMCLUSTER_ROOT at throwaway tenant trees, not at code."""
+    return PACKAGE_DIR.parent.parent
+
+
 def inventories_dir(root: Path | None = None) -> Path:
     return (root or repo_root()) / "inventories"
 
