@@ -16,10 +16,14 @@
 # Inputs: converge.env next to this script (FMCLUSTER_BUCKET, FMCLUSTER_REGION, FMCLUSTER_REF,
 # FMCLUSTER_PLAYBOOK, FMCLUSTER_ANSIBLE_CORE); FMCLUSTER_NODE overrides the node name (default: hostname -s,
 # which is how the generated inventory names AWS nodes); FMCLUSTER_INVENTORY_WAIT (tries, 30 s apart,
-# waiting for the inventory the deploy writes once the nodes exist; default 60).
+# waiting for the inventory the deploy writes once the nodes exist; default 60). FMCLUSTER_ETC_DIR,
+# FMCLUSTER_BOOTSTRAP_DIR and FMCLUSTER_SBIN_DIR move /etc/fmcluster, /opt/fmcluster/bootstrap and
+# /usr/local/sbin (tests).
 set -euo pipefail
 
-bundle_dir=/opt/fmcluster/bootstrap
+etc=${FMCLUSTER_ETC_DIR:-/etc/fmcluster}
+bundle_dir=${FMCLUSTER_BOOTSTRAP_DIR:-/opt/fmcluster/bootstrap}
+sbin=${FMCLUSTER_SBIN_DIR:-/usr/local/sbin}
 here=$(cd "$(dirname "$0")" && pwd)
 [[ -f $here/converge.env ]] || here=$bundle_dir
 set -a
@@ -32,9 +36,9 @@ node=${FMCLUSTER_NODE:-$(hostname -s)}
 state=${FMCLUSTER_STATE_DIR:-/var/lib/fmcluster}
 venv=${FMCLUSTER_VENV:-/opt/fmcluster/venv}
 repo="$state/repo.git"
-inventory_dir=/etc/fmcluster/inventory
+inventory_dir=$etc/inventory
 s3="s3://$FMCLUSTER_BUCKET/fmcluster"
-install -d -m 0755 /etc/fmcluster "$inventory_dir" "$bundle_dir" "$state"
+install -d -m 0755 "$etc" "$inventory_dir" "$bundle_dir" "$sbin" "$state"
 
 aws_s3() { aws s3 "$@" --only-show-errors ${region:+--region "$region"}; }
 
@@ -52,7 +56,7 @@ retry() {
 
 fetch() {
   retry 20 aws_s3 cp --recursive "$s3/bootstrap/" "$bundle_dir/"
-  install -m 0755 "$bundle_dir/node-bootstrap.sh" /usr/local/sbin/fmcluster-bootstrap
+  install -m 0755 "$bundle_dir/node-bootstrap.sh" "$sbin/fmcluster-bootstrap"
   set -a
   # shellcheck source=/dev/null
   . "$bundle_dir/converge.env"
@@ -64,22 +68,22 @@ fetch() {
   inventory_ready() { aws_s3 cp --recursive "$s3/inventory/" "$inventory_dir/" && [[ -s $inventory_dir/hosts.yml ]]; }
   retry "${FMCLUSTER_INVENTORY_WAIT:-60}" inventory_ready
   # What the node_convergence role needs to know of this bootstrap, as an inventory source of its own.
-  cat >/etc/fmcluster/node-vars.yml <<YAML
+  cat >"$etc/node-vars.yml" <<YAML
 # written by fmcluster-bootstrap (scripts/node-bootstrap.sh); rewritten at each fetch
 all:
   vars:
     fmcluster_repo_url: $repo
     fmcluster_repo_ref: $FMCLUSTER_REF
-    fmcluster_node_inventory: [$inventory_dir/hosts.yml, $inventory_dir/stack_outputs.yml, /etc/fmcluster/node-vars.yml]
-    fmcluster_converge_refresh: /usr/local/sbin/fmcluster-bootstrap --fetch
+    fmcluster_node_inventory: [$inventory_dir/hosts.yml, $inventory_dir/stack_outputs.yml, $etc/node-vars.yml]
+    fmcluster_converge_refresh: $sbin/fmcluster-bootstrap --fetch
 YAML
   # The same keys, in the same order, as the node_convergence role's converge.env.j2.
-  cat >/etc/fmcluster/converge.env <<ENV
+  cat >"$etc/converge.env" <<ENV
 # fmcluster node convergence (written by fmcluster-bootstrap, kept by the node_convergence role)
 FMCLUSTER_REPO_URL=$repo
 FMCLUSTER_REF=$FMCLUSTER_REF
 FMCLUSTER_NODE=$node
-FMCLUSTER_INVENTORY=$inventory_dir/hosts.yml $inventory_dir/stack_outputs.yml /etc/fmcluster/node-vars.yml
+FMCLUSTER_INVENTORY=$inventory_dir/hosts.yml $inventory_dir/stack_outputs.yml $etc/node-vars.yml
 FMCLUSTER_PLAYBOOK=${FMCLUSTER_PLAYBOOK:-playbooks/site.yml}
 FMCLUSTER_STATE_DIR=$state
 FMCLUSTER_REPORT_DIR=$state/report
@@ -97,7 +101,7 @@ fi
 
 rc=0
 env -i PATH="$venv/bin:/usr/sbin:/usr/bin:/sbin:/bin" HOME=/root bash -c \
-  "set -a; . /etc/fmcluster/converge.env; exec bash '$bundle_dir/node-converge.sh'" || rc=$?
+  "set -a; . '$etc/converge.env'; exec bash '$bundle_dir/node-converge.sh'" || rc=$?
 # Leave the status and the log where the controller collects them, even (above all) on failure.
 aws_s3 cp "$state/report/$node.json" "$s3/report/$node.json" || true
 aws_s3 cp "$state/log/pull-$node.log" "$s3/report/$node.log" || true

@@ -10,14 +10,21 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from conftest import ROOT, VENV_BIN
+from fmcluster.bootstrap import upload_bootstrap, upload_inventory
 from fmcluster.model import load_tenant
+from fmcluster.paths import generated_dir
+from fmcluster.stacks import aws
+from fmcluster.stacks.emulator import ensure_emulator, stop_emulator
 from fmcluster.stacks.render import load_cfn_yaml, render_stacks
 
 PLAY = """\
@@ -123,7 +130,7 @@ def test_the_bootstrap_writes_the_environment_file_exactly_as_the_role_keeps_it(
     after the bootstrap leaves it unchanged (no drift from two writers)."""
     script = (ROOT / "scripts" / "node-bootstrap.sh").read_text()
     template = (ROOT / "roles" / "node_convergence" / "templates" / "converge.env.j2").read_text()
-    written = script.split("cat >/etc/fmcluster/converge.env <<ENV\n", 1)[1].split("\nENV\n", 1)[0].splitlines()
+    written = script.split('cat >"$etc/converge.env" <<ENV\n', 1)[1].split("\nENV\n", 1)[0].splitlines()
     assert [line.split("=", 1)[0] for line in written] == [line.split("=", 1)[0] for line in template.splitlines()]
 
 
@@ -145,3 +152,71 @@ def test_the_hyperpod_lifecycle_script_fetches_and_runs_the_bootstrap() -> None:
     assert '. "$here/fmcluster-lifecycle.env"' in script
     assert '"s3://$FMCLUSTER_BUCKET/fmcluster/bootstrap/" /opt/fmcluster/bootstrap/ && break' in script
     assert script.rstrip().endswith("/usr/local/sbin/fmcluster-bootstrap")
+
+
+# --- the first-boot fetch, against the tenant's real moto server -------------------------------------
+
+@pytest.fixture
+def emulator_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A private copy of the bundled tenants; the emulator started in it is stopped afterwards."""
+    root = tmp_path / "root"
+    shutil.copytree(ROOT / "inventories", root / "inventories", ignore=shutil.ignore_patterns("generated", "hosts.yml"))
+    monkeypatch.setenv("FMCLUSTER_ROOT", str(root))
+    yield root
+    stop_emulator("demo", root)
+
+
+def test_first_boot_fetch_unpacks_the_pinned_commit_and_writes_what_the_role_keeps(
+        emulator_root: Path, tmp_path: Path) -> None:
+    tenant = load_tenant("demo")
+    endpoint = ensure_emulator("demo", emulator_root).endpoint
+    s3 = aws.client("s3", tenant.region, endpoint)
+    bucket = "fmc-demo-bootstrap-test"
+    s3.create_bucket(Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": tenant.region})
+    upload_bootstrap(tenant, bucket, endpoint, out=lambda _: None)
+    generated = generated_dir("demo", emulator_root)
+    generated.mkdir(parents=True, exist_ok=True)
+    (generated / "hosts.yml").write_text("all:\n  hosts:\n    cpu-1: {}\n")
+    (generated / "stack_outputs.yml").write_text("all:\n  vars: {}\n")
+    assert upload_inventory(tenant, bucket, endpoint, out=lambda _: None) == [
+        "fmcluster/inventory/hosts.yml", "fmcluster/inventory/stack_outputs.yml"]
+
+    node = tmp_path / "node"
+    env = {"PATH": f"{ROOT / 'tests' / 'fixtures' / 'awscli'}:{VENV_BIN}:/usr/bin:/bin", "HOME": str(tmp_path),
+           "AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "emulator", "AWS_SECRET_ACCESS_KEY": "emulator",
+           "FMCLUSTER_NODE": "cpu-1", "FMCLUSTER_ETC_DIR": str(node / "etc"),
+           "FMCLUSTER_BOOTSTRAP_DIR": str(node / "opt"), "FMCLUSTER_SBIN_DIR": str(node / "sbin"),
+           "FMCLUSTER_STATE_DIR": str(node / "state"), "FMCLUSTER_VENV": str(node / "venv"),
+           "FMCLUSTER_INVENTORY_WAIT": "1"}
+    # What the user data does first, then the bootstrap's own fetch (the timer's ExecStartPre).
+    subprocess.run(["aws", "s3", "cp", "--recursive", "--region", tenant.region, f"s3://{bucket}/fmcluster/bootstrap/",
+                    str(node / "opt")], env=env, check=True, timeout=60)
+    run = subprocess.run(["bash", str(node / "opt" / "node-bootstrap.sh"), "--fetch"], env=env, capture_output=True,
+                         text=True, check=False, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                          check=True).stdout.strip()
+    repo = node / "state" / "repo.git"
+    assert subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True,
+                          check=True).stdout.strip() == head, "the bare repository holds the pinned commit"
+    assert (node / "sbin" / "fmcluster-bootstrap").read_bytes() == (ROOT / "scripts" / "node-bootstrap.sh").read_bytes()
+    assert (node / "etc" / "inventory" / "hosts.yml").read_text() == "all:\n  hosts:\n    cpu-1: {}\n"
+    node_vars = yaml.safe_load((node / "etc" / "node-vars.yml").read_text())["all"]["vars"]
+    assert node_vars["fmcluster_repo_url"] == str(repo) and node_vars["fmcluster_repo_ref"] == head
+    converge_env = (node / "etc" / "converge.env").read_text()
+    assert f"FMCLUSTER_REF={head}\nFMCLUSTER_NODE=cpu-1\n" in converge_env
+
+    # The role, given what the bootstrap left (as playbooks/node-convergence.yml maps it), keeps the file as is.
+    role = run_role(tmp_path, {
+        "node_convergence_service_mgr": "systemd", "node_convergence_enable_timer": False,
+        "node_convergence_systemd_dir": str(tmp_path / "units"), "node_convergence_node": "cpu-1",
+        "node_convergence_env_file": str(node / "etc" / "converge.env"),
+        "node_convergence_repo_url": node_vars["fmcluster_repo_url"],
+        "node_convergence_ref": node_vars["fmcluster_repo_ref"],
+        "node_convergence_inventory": node_vars["fmcluster_node_inventory"],
+        "node_convergence_refresh_command": node_vars["fmcluster_converge_refresh"],
+        "node_convergence_state_dir": str(node / "state"), "node_convergence_venv": str(node / "venv"),
+    }, "--diff")
+    assert recap(role)["changed"] == 2, "only the units directory and the units are new, not converge.env"
+    assert (node / "etc" / "converge.env").read_text() == converge_env, "no second writer rewrites it"
