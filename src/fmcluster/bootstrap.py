@@ -83,6 +83,10 @@ def upload_bootstrap(tenant: Tenant, bucket: str, endpoint: str | None, out: Out
         keys.append(f"{BOOTSTRAP_PREFIX}{name}")
     out(f"  uploaded the node bootstrap ({', '.join(sorted(k.rsplit('/', 1)[1] for k in keys))}) "
         f"to s3://{bucket}/{BOOTSTRAP_PREFIX}")
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=SOURCE_ROOT,
+                           capture_output=True, text=True, check=False).stdout.strip()
+    if dirty:
+        out("    note: the work tree has uncommitted changes; nodes converge to the committed HEAD only")
     return keys
 
 
