@@ -211,6 +211,35 @@ def test_deploy_of_demo_creates_all_stacks_and_writes_the_stack_outputs_inventor
 
 
 @pytest.mark.slow
+def test_deploy_uploads_the_node_bootstrap_bundle_before_the_cluster_stack(root: Path, tmp_path: Path) -> None:
+    lines: list[str] = []
+    result = deploy_stacks(load_tenant("demo"), out=lines.append)
+    assert result.ok, result.failure
+    bucket = result.outputs["DataBucketName"]
+    uploaded = next(i for i, line in enumerate(lines) if "uploaded the node bootstrap" in line)
+    assert uploaded < lines.index("[cluster] fmc-demo-cluster"), "nodes find the bundle at first boot"
+    s3 = aws.client("s3", "ap-northeast-1", result.endpoint)
+    listed = s3.list_objects_v2(Bucket=bucket, Prefix="fmcluster/bootstrap/")["Contents"]
+    assert sorted(o["Key"].rsplit("/", 1)[1] for o in listed) == [
+        "converge.env", "node-bootstrap.sh", "node-converge.sh", "repo.bundle"]
+
+    def body(name: str) -> bytes:
+        return s3.get_object(Bucket=bucket, Key=f"fmcluster/bootstrap/{name}")["Body"].read()
+
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                          check=True).stdout.strip()
+    env = dict(line.split("=", 1) for line in body("converge.env").decode().splitlines() if "=" in line)
+    assert env == {"FMCLUSTER_BUCKET": bucket, "FMCLUSTER_REGION": "ap-northeast-1", "FMCLUSTER_REF": head,
+                   "FMCLUSTER_PLAYBOOK": "playbooks/site.yml", "FMCLUSTER_ANSIBLE_CORE": "2.19.14"}
+    assert body("node-bootstrap.sh") == (ROOT / "scripts" / "node-bootstrap.sh").read_bytes()
+    # The bundle is a real git bundle of the pinned commit: a node can fetch from it without a git server.
+    (tmp_path / "repo.bundle").write_bytes(body("repo.bundle"))
+    heads = subprocess.run(["git", "bundle", "list-heads", str(tmp_path / "repo.bundle")], capture_output=True,
+                           text=True, check=True).stdout
+    assert heads.split() == [head, "HEAD"]
+
+
+@pytest.mark.slow
 def test_second_deploy_is_a_no_op_and_reuses_the_running_emulator(root: Path) -> None:
     first = deploy_stacks(load_tenant("demo"), out=quiet)
     assert first.ok
@@ -345,7 +374,10 @@ def test_the_aws_example_tenants_rehearse_on_the_emulator_with_every_gap_reporte
     if tenant.scheduler == "hyperpod":
         s3 = aws.client("s3", tenant.region, result.endpoint)
         keys = [o["Key"] for o in s3.list_objects_v2(Bucket=result.outputs["DataBucketName"])["Contents"]]
-        assert keys == ["hyperpod/lifecycle/on_create.sh"], "lifecycle scripts uploaded before the cluster stack"
+        lifecycle = [k for k in keys if k.startswith("hyperpod/")]
+        assert lifecycle == ["hyperpod/lifecycle/fmcluster-lifecycle.env", "hyperpod/lifecycle/on_create.sh"], \
+            "lifecycle scripts (and where the bootstrap lies) uploaded before the cluster stack"
+        assert "fmcluster/bootstrap/node-bootstrap.sh" in keys
     else:
         assert any("PlacementGroupName" in note for note in result.stacks[2].notes), "substitute is said"
     assert destroy_stacks(tenant, confirm=None, out=quiet).ok

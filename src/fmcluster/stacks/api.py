@@ -19,6 +19,7 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from fmcluster.bootstrap import upload_bootstrap
 from fmcluster.model import Tenant
 from fmcluster.paths import generated_dir
 from fmcluster.stacks import aws
@@ -33,6 +34,7 @@ from fmcluster.stacks.render import LIFECYCLE_DIR, LIFECYCLE_PREFIX, RenderedSta
 from fmcluster.stacks.result import EMULATOR_SKIPPED_TYPES, Failure, ResourceChange, StackOutcome, StacksResult
 
 Out = Callable[[str], object]
+LIFECYCLE_ENV = "fmcluster-lifecycle.env"
 Confirm = Callable[[str], bool]
 
 __all__ = ["deploy_stacks", "plan_stacks", "destroy_stacks", "stacks_status", "stop_emulator", "StacksResult",
@@ -109,8 +111,11 @@ def deploy_stacks(tenant: Tenant, *, out: Out = print, root: Path | None = None)
         params, notes = stack.resolved_parameters(outputs)
         for note in notes:
             out(f"  {stack.name}: {note}")
-        if tenant.scheduler == "hyperpod" and stack.key == "cluster":
-            _upload_lifecycle_scripts(tenant, params["DataBucketName"], result.endpoint, out)
+        if stack.key == "cluster":
+            # The cluster's nodes fetch these at first boot (user data / HyperPod lifecycle scripts).
+            upload_bootstrap(tenant, params["DataBucketName"], result.endpoint, out)
+            if tenant.scheduler == "hyperpod":
+                _upload_lifecycle_scripts(tenant, params["DataBucketName"], result.endpoint, out)
         out(f"[{stack.key}] {stack.name}")
         try:
             outcome = apply_stack(cf, stack, params, tenant.tags, execute=True, emulator=emulator, out=out)
@@ -140,6 +145,9 @@ def _upload_lifecycle_scripts(tenant: Tenant, bucket: str, endpoint: str | None,
     for script in sorted(LIFECYCLE_DIR.glob("*.sh")):
         s3.put_object(Bucket=bucket, Key=f"{LIFECYCLE_PREFIX}{script.name}", Body=script.read_bytes())
         out(f"  uploaded {script.name} to s3://{bucket}/{LIFECYCLE_PREFIX}")
+    # on_create.sh sources this to find the bootstrap bundle (HyperPod copies the whole prefix to the node).
+    s3.put_object(Bucket=bucket, Key=f"{LIFECYCLE_PREFIX}{LIFECYCLE_ENV}",
+                  Body=f"FMCLUSTER_BUCKET={bucket}\nFMCLUSTER_REGION={tenant.region}\n".encode())
 
 
 def plan_stacks(tenant: Tenant, *, out: Out = print, root: Path | None = None,
