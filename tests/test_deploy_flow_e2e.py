@@ -54,6 +54,7 @@ def test_deploy_converges_accepts_then_redeploys_as_a_no_op_and_destroy_leaves_n
     assert "acceptance passed" in first.stdout
     assert "compute node(s) converged themselves with ansible-pull" in first.stdout
     assert "not created by the AWS emulator" in first.stdout
+    assert "Prometheus scrapes all 5 nodes" in first.stdout
 
     second = invoke("deploy", f"--org={ORG}")
     assert second.returncode == 0, second.stdout[-6000:]

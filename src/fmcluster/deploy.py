@@ -118,34 +118,39 @@ def _converge_pull(tenant: Tenant) -> StepOutcome:
 
 
 def _monitoring(tenant: Tenant, wait_s: float = 90.0) -> StepOutcome:
-    """Prometheus on the controller must scrape every exporter: ask its HTTP API, as Grafana would."""
+    """Prometheus on the controller must scrape every node's exporter: ask its HTTP API, as Grafana would."""
     import json
     import urllib.request
 
     from fmcluster.localnodes import load_nodes
 
-    controller = next(n for n in load_nodes(tenant.org) if n.role == "controller")
+    nodes = load_nodes(tenant.org)
+    controller = next(n for n in nodes if n.role == "controller")
     url = f"http://{controller.address}:9090/api/v1/targets?state=active"
     deadline = time.monotonic() + wait_s
-    targets: list[dict[str, Any]] = []
     while True:
         try:
             with urllib.request.urlopen(url, timeout=5) as response:
-                targets = json.load(response)["data"]["activeTargets"]
+                targets: list[dict[str, Any]] = json.load(response)["data"]["activeTargets"]
+            error = ""
         except OSError as err:
             targets, error = [], str(err)
-        else:
-            error = ""
+        up_hosts = {str(t.get("scrapeUrl", "")).split("//")[-1].split(":")[0] for t in targets if t.get("health") == "up"}
+        # A node that just converged may not be in Prometheus's file_sd yet: wait for every node, not for
+        # whatever targets happen to be known.
+        missing = [n.name for n in nodes if n.address not in up_hosts]
         down = [t for t in targets if t.get("health") != "up"]
-        if targets and not down:
+        if targets and not missing and not down:
             break
         if time.monotonic() > deadline:
             detail = [f"{t.get('scrapeUrl')}: {t.get('health')} {t.get('lastError', '')}" for t in down]
-            return StepOutcome("failed", f"Prometheus at {url}: {len(down)} of {len(targets)} target(s) not up {error}",
-                               detail)
+            detail += [f"{name}: no target up" for name in missing]
+            return StepOutcome("failed", f"Prometheus at {url}: {len(missing)} node(s) not scraped, "
+                               f"{len(down)} target(s) down {error}", detail)
         time.sleep(3)
     jobs = sorted({str(t.get("labels", {}).get("job", "?")) for t in targets})
-    return StepOutcome("ok", f"Prometheus scrapes {len(targets)}/{len(targets)} targets up ({', '.join(jobs)})",
+    return StepOutcome("ok", f"Prometheus scrapes all {len(nodes)} nodes: {len(targets)}/{len(targets)} targets up "
+                       f"({', '.join(jobs)})",
                        [f"Prometheus: http://{controller.address}:9090 (from this machine)",
                         "Grafana dashboards: provisioning files only on local (Grafana is installed on AWS)"])
 
