@@ -117,7 +117,7 @@ def _converge_pull(tenant: Tenant) -> StepOutcome:
                        f"slowest {slowest:.1f}s", details)
 
 
-def _monitoring(tenant: Tenant, wait_s: float = 90.0) -> StepOutcome:
+def _monitoring(tenant: Tenant, wait_s: float = 150.0) -> StepOutcome:
     """Prometheus on the controller must scrape every node's exporter: ask its HTTP API, as Grafana would."""
     import json
     import urllib.request
@@ -136,8 +136,8 @@ def _monitoring(tenant: Tenant, wait_s: float = 90.0) -> StepOutcome:
         except OSError as err:
             targets, error = [], str(err)
         up_hosts = {str(t.get("scrapeUrl", "")).split("//")[-1].split(":")[0] for t in targets if t.get("health") == "up"}
-        # A node that just converged may not be in Prometheus's file_sd yet: wait for every node, not for
-        # whatever targets happen to be known.
+        # A node that just converged may not be in Prometheus's file_sd yet (its refresh_interval is 1m, plus
+        # a scrape interval): wait for every node, not for whatever targets happen to be known.
         missing = [n.name for n in nodes if n.address not in up_hosts]
         down = [t for t in targets if t.get("health") != "up"]
         if targets and not missing and not down:
