@@ -55,37 +55,24 @@ def install_fidelity_fixes() -> None:
             stack.events.append(models.Event(stack.stack_id, stack.name, logical_id, physical_id, rtype,
                                              status, reason, None))
 
-    original_create = parsing.parse_and_create_resource
-    original_update = parsing.parse_and_update_resource
+    def reporting(original: Any, done_status: str) -> Any:
+        """Wrap moto's create/update of one resource: a failure names the resource, success adds its event."""
+        def wrapper(logical_id: str, resource_json: dict[str, Any], resources_map: Any, account_id: str,
+                    region_name: str) -> Any:
+            try:
+                resource = original(logical_id, resource_json, resources_map, account_id, region_name)
+            except ResourceFailed:
+                raise
+            except Exception as err:  # noqa: BLE001 - any emulator error is this resource's failure
+                raise ResourceFailed(logical_id, resource_json.get("Type", "?"), _reason(err)) from err
+            if resource is not None:
+                resource_event(stack_of(resources_map), logical_id,
+                               str(getattr(resource, "physical_resource_id", "")), resource_json["Type"], done_status)
+            return resource
+        return wrapper
 
-    def create(logical_id: str, resource_json: dict[str, Any], resources_map: Any, account_id: str,
-               region_name: str) -> Any:
-        try:
-            resource = original_create(logical_id, resource_json, resources_map, account_id, region_name)
-        except ResourceFailed:
-            raise
-        except Exception as err:  # noqa: BLE001 - any emulator error is this resource's failure
-            raise ResourceFailed(logical_id, resource_json.get("Type", "?"), _reason(err)) from err
-        if resource is not None:
-            resource_event(stack_of(resources_map), logical_id, str(getattr(resource, "physical_resource_id", "")),
-                           resource_json["Type"], "CREATE_COMPLETE")
-        return resource
-
-    def update(logical_id: str, resource_json: dict[str, Any], resources_map: Any, account_id: str,
-               region_name: str) -> Any:
-        try:
-            resource = original_update(logical_id, resource_json, resources_map, account_id, region_name)
-        except ResourceFailed:
-            raise
-        except Exception as err:  # noqa: BLE001
-            raise ResourceFailed(logical_id, resource_json.get("Type", "?"), _reason(err)) from err
-        if resource is not None:
-            resource_event(stack_of(resources_map), logical_id, str(getattr(resource, "physical_resource_id", "")),
-                           resource_json["Type"], "UPDATE_COMPLETE")
-        return resource
-
-    parsing.parse_and_create_resource = create
-    parsing.parse_and_update_resource = update
+    parsing.parse_and_create_resource = reporting(parsing.parse_and_create_resource, "CREATE_COMPLETE")
+    parsing.parse_and_update_resource = reporting(parsing.parse_and_update_resource, "UPDATE_COMPLETE")
 
     original_execute = models.CloudFormationBackend.execute_change_set
 
