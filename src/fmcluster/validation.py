@@ -294,16 +294,6 @@ def _check_network(out: _Collector, tenant: dict[str, Any], t: KeyPath, total_no
                         "use your office or VPN range, e.g. 203.0.113.0/24, or remove the key to use SSM only")
         except ValueError:
             out.add((*n, "ssh_ingress_cidr"), f"'{ssh}' is not a CIDR block", "write it like 203.0.113.0/24")
-    local = network.get("local_subnet")
-    if isinstance(local, str):
-        try:
-            net = ipaddress.ip_network(local)
-            needed = total_nodes + 4  # gateway, controller, login, a spare
-            if not net.is_private or net.num_addresses - 2 < needed:
-                out.add((*n, "local_subnet"), f"'{local}' must be a private range with room for {needed} hosts",
-                        "use e.g. 10.77.0.0/24")
-        except ValueError:
-            out.add((*n, "local_subnet"), f"'{local}' is not a CIDR block", "write it like 10.77.0.0/24")
 
 
 def _check_storage(out: _Collector, tenant: dict[str, Any], t: KeyPath) -> None:

@@ -21,16 +21,15 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parse.add_argument("--instance-type", help="judge against this catalog instance type, e.g. p5.48xlarge")
     parse.add_argument("--nodes", type=int, help="node count of the run (default: hosts seen in the log)")
     parse.add_argument("--min-busbw", type=float, help="floor override in GB/s (as tenant.acceptance.min_busbw_gbps)")
-    run = acc.add_parser("run", help="run the acceptance gate on a tenant's Slurm cluster")
+    run = acc.add_parser("run", help="run the acceptance gate on a tenant's Slurm cluster (as `invoke acceptance`)")
     run.add_argument("org")
-    run.add_argument("--no-install", action="store_true", help="do not converge the job scripts first")
 
 
 def main(args: argparse.Namespace) -> int:
     if args.acceptance_command == "run":
-        from fmcluster.acceptance.runner import main_for_org
+        from fmcluster import commands
 
-        return main_for_org(args.org, install=not args.no_install)
+        return commands.acceptance(args.org)
     if not args.log.is_file():
         print(f"acceptance parse: no such log file: {args.log}")
         return 2

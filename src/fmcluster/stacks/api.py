@@ -19,7 +19,6 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from fmcluster.bootstrap import upload_bootstrap
 from fmcluster.model import Tenant
 from fmcluster.paths import generated_dir
 from fmcluster.stacks import aws
@@ -28,28 +27,19 @@ from fmcluster.stacks.changesets import (
     undeclared_outputs,
 )
 from fmcluster.stacks.checks import check_stacks
-from fmcluster.stacks.emulator import ensure_emulator, running_emulator, stop_emulator
+from fmcluster.stacks.emulator import stop_emulator
 from fmcluster.stacks.outputs import outputs_path, remove_stack_outputs, write_stack_outputs
-from fmcluster.stacks.render import LIFECYCLE_DIR, LIFECYCLE_PREFIX, RenderedStack, render_stacks
+from fmcluster.stacks.render import RenderedStack, render_stacks
 from fmcluster.stacks.result import EMULATOR_SKIPPED_TYPES, Failure, ResourceChange, StackOutcome, StacksResult
 
 Out = Callable[[str], object]
-LIFECYCLE_ENV = "fmcluster-lifecycle.env"
 Confirm = Callable[[str], bool]
+#: Called before the cluster stack with the outputs of the stacks before it (the deploy publishes the
+#: nodes' bootstrap bundle, manifest and lifecycle scripts there).
+BeforeCluster = Callable[[dict[str, str]], None]
 
 __all__ = ["deploy_stacks", "plan_stacks", "destroy_stacks", "stacks_status", "stop_emulator", "StacksResult",
            "write_rendered"]
-
-
-def _endpoint(tenant: Tenant, out: Out, start: bool, root: Path | None) -> str | None:
-    if tenant.provider != "local":
-        return None
-    if start:
-        emulator = ensure_emulator(tenant.org, root)
-        out(emulator.note)
-        return emulator.endpoint
-    running = running_emulator(tenant.org, root)
-    return running.endpoint if running else None
 
 
 def write_rendered(tenant: Tenant, stacks: list[RenderedStack], root: Path | None = None) -> Path:
@@ -81,9 +71,11 @@ def _security_gate(stacks: list[RenderedStack], out: Out) -> list[str]:
     return findings
 
 
-def deploy_stacks(tenant: Tenant, *, out: Out = print, root: Path | None = None) -> StacksResult:
+def deploy_stacks(tenant: Tenant, endpoint: str | None, *, before_cluster: BeforeCluster | None = None,
+                  out: Out = print, root: Path | None = None) -> StacksResult:
     """Create or update the tenant's stacks in order and write generated/stack_outputs.yml.
 
+    `endpoint` is where the AWS APIs answer (None: AWS itself; the tenant's emulator on provider local).
     Unchanged stacks are skipped; the first failure stops the run (later stacks: not-attempted) and
     is reported with the failing resource and reason; re-running resumes where it failed."""
     stacks = render_stacks(tenant)
@@ -93,15 +85,8 @@ def deploy_stacks(tenant: Tenant, *, out: Out = print, root: Path | None = None)
         result.stacks = [StackOutcome(s.key, s.name, "not-attempted") for s in stacks]
         result.notes = findings
         return result
-    if tenant.provider == "aws" and not aws.has_credentials(tenant.region):
-        message = ("no AWS credentials found (boto3's usual chain: AWS_PROFILE, environment, ~/.aws, instance "
-                   "role); nothing was created. `invoke plan` works offline.")
-        out(message)
-        result.stacks = [StackOutcome(s.key, s.name, "not-attempted") for s in stacks]
-        result.notes = [message]
-        return result
-    result.endpoint = _endpoint(tenant, out, start=True, root=root)
-    emulator = result.endpoint is not None
+    result.endpoint = endpoint
+    emulator = endpoint is not None
     cf = aws.client("cloudformation", tenant.region, result.endpoint)
     outputs: dict[str, dict[str, str]] = {}
     for stack in stacks:
@@ -111,11 +96,8 @@ def deploy_stacks(tenant: Tenant, *, out: Out = print, root: Path | None = None)
         params, notes = stack.resolved_parameters(outputs)
         for note in notes:
             out(f"  {stack.name}: {note}")
-        if stack.key == "cluster":
-            # The cluster's nodes fetch these at first boot (user data / HyperPod lifecycle scripts).
-            upload_bootstrap(tenant, params["DataBucketName"], result.endpoint, out)
-            if tenant.scheduler == "hyperpod":
-                _upload_lifecycle_scripts(tenant, params["DataBucketName"], result.endpoint, out)
+        if stack.key == "cluster" and before_cluster is not None:
+            before_cluster({k: v for key in outputs for k, v in outputs[key].items()})
         out(f"[{stack.key}] {stack.name}")
         try:
             outcome = apply_stack(cf, stack, params, tenant.tags, execute=True, emulator=emulator, out=out)
@@ -140,22 +122,12 @@ def deploy_stacks(tenant: Tenant, *, out: Out = print, root: Path | None = None)
     return result
 
 
-def _upload_lifecycle_scripts(tenant: Tenant, bucket: str, endpoint: str | None, out: Out) -> None:
-    s3 = aws.client("s3", tenant.region, endpoint)
-    for script in sorted(LIFECYCLE_DIR.glob("*.sh")):
-        s3.put_object(Bucket=bucket, Key=f"{LIFECYCLE_PREFIX}{script.name}", Body=script.read_bytes())
-        out(f"  uploaded {script.name} to s3://{bucket}/{LIFECYCLE_PREFIX}")
-    # on_create.sh sources this to find the bootstrap bundle (HyperPod copies the whole prefix to the node).
-    s3.put_object(Bucket=bucket, Key=f"{LIFECYCLE_PREFIX}{LIFECYCLE_ENV}",
-                  Body=f"FMCLUSTER_BUCKET={bucket}\nFMCLUSTER_REGION={tenant.region}\n".encode())
-
-
-def plan_stacks(tenant: Tenant, *, out: Out = print, root: Path | None = None,
-                show_templates: bool = False) -> StacksResult:
+def plan_stacks(tenant: Tenant, endpoint: str | None, *, offline: bool = False, out: Out = print,
+                root: Path | None = None, show_templates: bool = False) -> StacksResult:
     """Render everything, run the checks, and show each stack's change set without executing it.
 
-    provider aws without credentials: offline (rendered templates and parameters only; says that the
-    change sets need AWS). provider local: against the tenant's emulator (started if needed)."""
+    `offline` (no AWS credentials): rendered templates and parameters only, saying that the change sets
+    need AWS. Otherwise against `endpoint` (None: AWS; provider local: the tenant's emulator)."""
     stacks = render_stacks(tenant)
     folder = write_rendered(tenant, stacks, root)
     result = StacksResult(tenant.org, tenant.provider, None)
@@ -164,9 +136,7 @@ def plan_stacks(tenant: Tenant, *, out: Out = print, root: Path | None = None,
     if not result.notes:
         out("  security check: clean (EFA group self-only, no open ingress, bucket private/encrypted/retained, "
             "IMDSv2, encrypted volumes, least-privilege node role, tags)")
-    offline = tenant.provider == "aws" and not aws.has_credentials(tenant.region)
-    if not offline:
-        result.endpoint = _endpoint(tenant, out, start=True, root=root)
+    result.endpoint = endpoint
     cf = None if offline else aws.client("cloudformation", tenant.region, result.endpoint)
     outputs: dict[str, dict[str, str]] = {}
     for stack in stacks:
@@ -220,21 +190,14 @@ def _plan_one(cf: Any, stack: RenderedStack, tenant: Tenant, outputs: dict[str, 
     return outcome
 
 
-def destroy_stacks(tenant: Tenant, *, confirm: Confirm | None = None, out: Out = print,
+def destroy_stacks(tenant: Tenant, endpoint: str | None, *, confirm: Confirm | None = None, out: Out = print,
                    root: Path | None = None) -> StacksResult:
     """Delete cluster → storage → network after confirmation. The data bucket is kept (Retain) and named.
 
-    `confirm(question) -> bool` asks the user; None means the caller already confirmed (--yes).
-    On provider local the tenant's emulator is stopped afterwards (its state goes with it)."""
+    `confirm(question) -> bool` asks the user; None means the caller already confirmed (--yes)."""
     result = StacksResult(tenant.org, tenant.provider, None)
     stacks = list(reversed(render_stacks(tenant)))
-    if tenant.provider == "local" and running_emulator(tenant.org, root) is None:
-        out(f"no AWS emulator is running for '{tenant.org}': there are no local stacks to delete")
-        result.stacks = [StackOutcome(s.key, s.name, "absent") for s in stacks]
-        remove_stack_outputs(tenant.org, root)
-        stop_emulator(tenant.org, root)
-        return result
-    result.endpoint = _endpoint(tenant, out, start=False, root=root)
+    result.endpoint = endpoint
     cf = aws.client("cloudformation", tenant.region, result.endpoint)
     existing = [(s, stack_status(cf, s.name)) for s in stacks]
     present = [(s, d) for s, d in existing if d is not None]
@@ -263,10 +226,6 @@ def destroy_stacks(tenant: Tenant, *, confirm: Confirm | None = None, out: Out =
             return result
     result.notes += [f"kept: {line}" for line in retained]
     remove_stack_outputs(tenant.org, root)
-    if tenant.provider == "local":
-        stop_emulator(tenant.org, root)
-        out(f"stopped the AWS emulator of '{tenant.org}' (what it kept, including the retained bucket, "
-            "is gone with it)")
     return result
 
 
@@ -288,23 +247,11 @@ def _retained(cf: Any, stacks: list[RenderedStack]) -> list[str]:
     return lines
 
 
-def stacks_status(tenant: Tenant, *, out: Out = print, root: Path | None = None) -> StacksResult:
-    """Each stack's status, outputs and (local) what the emulator did not create. Starts nothing."""
+def stacks_status(tenant: Tenant, endpoint: str | None, *, out: Out = print, root: Path | None = None) -> StacksResult:
+    """Each stack's status, outputs and (on the emulator) what it did not create. Starts nothing."""
     result = StacksResult(tenant.org, tenant.provider, None)
     stacks = render_stacks(tenant)
-    if tenant.provider == "local":
-        running = running_emulator(tenant.org, root)
-        if running is None:
-            out(f"no AWS emulator is running for '{tenant.org}': nothing is deployed locally "
-                "(the emulator keeps state in memory only; `invoke deploy` starts one)")
-            result.stacks = [StackOutcome(s.key, s.name, "absent") for s in stacks]
-            return result
-        out(f"AWS emulator: moto, pid {running.pid}, {running.endpoint}")
-        result.endpoint = running.endpoint
-    elif not aws.has_credentials(tenant.region):
-        out("no AWS credentials found (boto3's usual chain): cannot read the stacks' status")
-        result.notes.append("no credentials")
-        return result
+    result.endpoint = endpoint
     cf = aws.client("cloudformation", tenant.region, result.endpoint)
     for stack in stacks:
         desc = stack_status(cf, stack.name)

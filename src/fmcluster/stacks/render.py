@@ -129,6 +129,12 @@ def logical_name(name: str) -> str:
     return "".join(part[:1].upper() + part[1:] for part in re.split(r"[^A-Za-z0-9]+", name) if part)
 
 
+def subnet_cidrs(vpc_cidr: str) -> dict[str, str]:
+    """The cluster's subnets in the VPC, by name (network stack: PublicSubnet, PrivateSubnet)."""
+    public, private = _subnets(vpc_cidr)
+    return {"public": public, "private": private}
+
+
 def _subnets(vpc_cidr: str) -> tuple[str, str]:
     """Public: the first /24 (or the first quarter of a small VPC); private: the upper half."""
     vpc = ipaddress.ip_network(vpc_cidr)
@@ -217,6 +223,25 @@ def _node_roles(tenant: Tenant, login_sg: bool) -> list[dict[str, Any]]:
     return roles
 
 
+USER_DATA_SCRIPT = PACKAGE_DIR.parent.parent / "scripts" / "node-user-data.sh"
+
+
+def node_user_data(org: str, signal_resource: str) -> dict[str, Any]:
+    """Every node's user data: its settings (the bucket and region from the stack, the org, the resource to
+    signal) followed by scripts/node-user-data.sh, the same script HyperPod's on_create.sh runs.
+
+    An Fn::Join of literal strings and Refs, not an Fn::Sub: the script's shell `${...}` stays shell, and no
+    value can become template syntax."""
+    return {"Fn::Base64": {"Fn::Join": ["", [
+        "#!/bin/bash\nFMCLUSTER_BUCKET=", {"Ref": "DataBucketName"},
+        "\nFMCLUSTER_REGION=", {"Ref": "AWS::Region"},
+        "\nFMCLUSTER_STACK=", {"Ref": "AWS::StackName"},
+        f"\nFMCLUSTER_ORG={org}\nFMCLUSTER_SIGNAL_RESOURCE={signal_resource}\n"
+        "export FMCLUSTER_STACK FMCLUSTER_SIGNAL_RESOURCE\n",
+        USER_DATA_SCRIPT.read_text(encoding="utf-8"),
+    ]]}}
+
+
 def _context(tenant: Tenant) -> dict[str, Any]:
     public_cidr, private_cidr = _subnets(tenant.network.vpc_cidr)
     lustre = tenant.storage.lustre
@@ -263,6 +288,7 @@ def _context(tenant: Tenant) -> dict[str, Any]:
         "images": images,
         "instance_groups": instance_groups,
         "lifecycle_prefix": LIFECYCLE_PREFIX,
+        "node_user_data": lambda signal_resource: json.dumps(node_user_data(tenant.org, signal_resource)),
         "tags_json": lambda name, extra=None: json.dumps(_tags(tenant, name, extra)),
         "asg_tags_json": lambda name, extra=None: json.dumps(
             [{**t, "PropagateAtLaunch": True} for t in _tags(tenant, name, extra)]),

@@ -1,0 +1,52 @@
+"""Scheduler `hyperpod`: SageMaker HyperPod with Slurm (cfn/cluster-hyperpod.yaml). HyperPod makes the
+instances and runs the lifecycle script on each (cfn/hyperpod-lifecycle/on_create.sh), which runs the same
+first-boot script as every other node; the nodes are found through SageMaker's ListClusterNodes."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from fmcluster.model import Tenant
+from fmcluster.schedulers import SITE_PLAYBOOK, Out
+from fmcluster.stacks.render import LIFECYCLE_DIR, LIFECYCLE_PREFIX, USER_DATA_SCRIPT
+
+LIFECYCLE_ENV = "fmcluster-lifecycle.env"
+
+
+class HyperPod:
+    name = "hyperpod"
+    playbook = SITE_PLAYBOOK
+
+    def __init__(self, tenant: Tenant) -> None:
+        self.tenant = tenant
+
+    def cluster_template(self) -> str:
+        return "cluster-hyperpod.yaml"
+
+    def groups(self) -> dict[str, str]:
+        """Instance group name → role (the compute groups are named after their queues)."""
+        groups = {"controller": "controller", **({"login": "login"} if self.tenant.login else {})}
+        groups.update({q.name: "compute" for q in self.tenant.queues})
+        return groups
+
+    def discovery(self, outputs: Mapping[str, str]) -> dict[str, Any]:
+        return {"kind": "hyperpod", "cluster_name": outputs.get("ClusterName", f"{self.tenant.stack_prefix}-cluster"),
+                "groups": self.groups()}
+
+    def manifest_vars(self) -> dict[str, Any]:
+        # HyperPod's instances live in a service account, not in the tenant's EC2: Prometheus scrapes the
+        # nodes the controller's inventory lists (it re-converges when nodes join or leave).
+        return {"prometheus_node_discovery": {"kind": "inventory"}}
+
+    def lifecycle_files(self, bucket: str) -> dict[str, bytes]:
+        files = {script.name: script.read_bytes() for script in sorted(LIFECYCLE_DIR.glob("*.sh"))}
+        files[USER_DATA_SCRIPT.name] = USER_DATA_SCRIPT.read_bytes()
+        files[LIFECYCLE_ENV] = (f"FMCLUSTER_BUCKET={bucket}\nFMCLUSTER_REGION={self.tenant.region}\n"
+                                f"FMCLUSTER_ORG={self.tenant.org}\n").encode()
+        return files
+
+    def before_cluster(self, s3: Any, bucket: str, out: Out) -> None:
+        for name, body in self.lifecycle_files(bucket).items():
+            s3.put_object(Bucket=bucket, Key=f"{LIFECYCLE_PREFIX}{name}", Body=body)
+        out(f"  uploaded the lifecycle scripts (on_create.sh → {USER_DATA_SCRIPT.name}) to s3://{bucket}/{LIFECYCLE_PREFIX}")
