@@ -85,7 +85,7 @@ class Host:
     def nsenter(self) -> list[str]:
         """argv prefix that runs a command inside this host (its network, filesystem and hostname)."""
         return ["nsenter", f"--net={self.netns_path}", f"--mount={self.ns_handle('mnt')}",
-                f"--uts={self.ns_handle('uts')}", "--wd=/"]
+                f"--uts={self.ns_handle('uts')}", "--wdns=/"]
 
 
 def substrate_root(org: str) -> Path:
