@@ -206,8 +206,6 @@ class Agent:
         text = inventory_yaml(document, "# written by the fmcluster node agent from the manifest and the AWS APIs\n")
         if not path.exists() or path.read_text() != text:
             path.write_text(text)
-        # ansible-pull checks the repository out on `localhost` with the same inventory: name it here.
-        (folder / "localhost.yml").write_text("all:\n  hosts:\n    localhost:\n      ansible_connection: local\n")
         return path
 
     def run_playbook(self, me: Node, inventory: Path, report: Report) -> int:
@@ -234,13 +232,15 @@ class Agent:
 
         private = self.state_dir / "runner"
         venv_bin = Path(sys.executable).parent
+        # The inventory goes through ANSIBLE_INVENTORY, not --inventory: ansible-pull then checks the repository out
+        # on `localhost` alone, whereas with the inventory it would also run the checkout for this node's own
+        # name (its hostname is in the inventory) at the same time, into the same directory.
         argv = ["--url", str(self.state_dir / "repo.git"), "--checkout", self.settings.ref,
                 "--directory", str(self.state_dir / "pull"), "--full", "--clean",
-                "--inventory", str(inventory.parent / "localhost.yml"), "--inventory", str(inventory),
                 "--limit", me.name, "--extra-vars", "ansible_connection=local",
                 "--extra-vars", f"ansible_python_interpreter={sys.executable}", self.settings.playbook]
         env = {**os.environ, "PATH": f"{venv_bin}:{os.environ.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}",
-               "ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_NOCOLOR": "1"}
+               "ANSIBLE_INVENTORY": str(inventory), "ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_NOCOLOR": "1"}
         stdout, stderr, rc = ansible_runner.run_command(
             executable_cmd=str(venv_bin / "ansible-pull"), cmdline_args=argv, private_data_dir=str(private),
             event_handler=on_event, envvars=env, quiet=True, timeout=CONVERGE_TIMEOUT_S, rotate_artifacts=3)
