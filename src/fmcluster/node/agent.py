@@ -239,7 +239,7 @@ class Agent:
                 "--directory", str(self.state_dir / "pull"), "--full", "--clean",
                 "--limit", me.name, "--extra-vars", "ansible_connection=local",
                 "--extra-vars", f"ansible_python_interpreter={sys.executable}", self.settings.playbook]
-        env = {**os.environ, "PATH": f"{venv_bin}:{os.environ.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}",
+        env = {**clean_environment(), "PATH": f"{venv_bin}:{os.environ.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}",
                "ANSIBLE_INVENTORY": str(inventory), "ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_NOCOLOR": "1"}
         stdout, stderr, rc = ansible_runner.run_command(
             executable_cmd=str(venv_bin / "ansible-pull"), cmdline_args=argv, private_data_dir=str(private),
@@ -340,6 +340,15 @@ class Agent:
         return wanted
 
 
+#: Variables of an enclosing Ansible or ansible-runner run: a daemon started from inside a converge must not
+#: hand them to the converges it runs later (the runner's own callback would be loaded twice).
+INHERITED_PREFIXES = ("ANSIBLE_", "RUNNER_", "AWX_")
+
+
+def clean_environment() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith(INHERITED_PREFIXES)}
+
+
 @contextmanager
 def converge_lock() -> Iterator[None]:
     """One converge at a time on a node (first boot, the watcher, an operator)."""
@@ -392,6 +401,10 @@ def watch_main(interval: float) -> int:
                                            str(interval)], env)
             if stale and (wanted != failed_for or time.monotonic() >= next_try):
                 with converge_lock():
+                    # Another converge (first boot, an operator) may have finished while this one waited.
+                    stale = [k for k, v in wanted.items() if agent.converged().get(k) != v]
+                    if not stale:
+                        continue
                     report = agent.converge(f"changed: {', '.join(stale)}")
                 if report.ok:
                     backoff, failed_for = interval, {}
