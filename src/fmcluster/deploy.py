@@ -42,6 +42,7 @@ class Deploy:
         self.ref = ""
         self.nodes: list[Node] = []
         self.published: list[str] = []
+        self.published_changed = False
         self.started_at = ""
         self.converge_timeout_s = converge_timeout_s or self.provider.boot_timeout_s
 
@@ -84,7 +85,7 @@ class Deploy:
         if missing:
             details.append(f"not created by the AWS emulator (exist only on AWS): {', '.join(missing)}")
         details += self.published
-        changed = bool(result.changed) or any("published" in line for line in self.published)
+        changed = bool(result.changed) or self.published_changed
         return StepOutcome("changed" if changed else "ok",
                            f"{len(result.changed)} stack(s) created/updated, {len(result.skipped)} unchanged", details)
 
@@ -109,6 +110,7 @@ class Deploy:
             self.out(f"  {line}")
         if uncommitted_changes():
             lines.append(f"note: the work tree has uncommitted changes; nodes converge to the committed {self.ref[:12]}")
+        self.published_changed = bool(done.written)
         self.published = ([f"published commit {self.ref[:12]} and the manifest to s3://{bucket}/fmcluster/"]
                           if done.written else [f"commit {self.ref[:12]} and the manifest already published"]) + lines
 

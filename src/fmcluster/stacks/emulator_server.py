@@ -21,7 +21,10 @@ It is moto 5.1 unchanged except for what CloudFormation's and EC2's contracts ne
    the auto scaling groups) now takes the template's user data, key pair and primary network interface's
    subnet where the request omits them, as EC2 does; and CloudFormation's AWS::EC2::Instance, which
    ignored its LaunchTemplate property altogether, launches from the template.
-6. SignalResource (the call a node's bootstrap makes for a CreationPolicy) was not implemented: it is
+6. Updating an auto scaling group through CloudFormation deleted it and made a new one, replacing every
+   instance. CloudFormation updates a group in place: a new desired capacity launches or terminates only
+   the difference, a new launch template version applies to instances launched from then on.
+7. SignalResource (the call a node's bootstrap makes for a CreationPolicy) was not implemented: it is
    now accepted and recorded as a stack event, as CloudFormation records it. moto does not wait for
    signals (it creates resources at once), so the event says the signal arrived after creation.
 
@@ -263,6 +266,34 @@ def install_launch_fixes() -> None:
     setattr(Instance, "create_from_cloudformation_json", classmethod(create_instance))
 
 
+def install_scaling_fixes() -> None:
+    from moto.autoscaling.models import FakeAutoScalingGroup, autoscaling_backends
+
+    original_update = FakeAutoScalingGroup.update_from_cloudformation_json.__func__  # type: ignore[attr-defined]
+
+    def number(value: Any) -> int | None:
+        return None if value in (None, "") else int(value)
+
+    def update_group(cls: Any, /, original_resource: Any, new_resource_name: str, cloudformation_json: Any,
+                     account_id: str, region_name: str) -> Any:
+        properties = cloudformation_json["Properties"]
+        renamed = properties.get("AutoScalingGroupName") not in (None, original_resource.name)
+        if renamed:  # the one property whose change replaces the group
+            return original_update(cls, original_resource, new_resource_name, cloudformation_json, account_id,
+                                   region_name)
+        backend = autoscaling_backends[account_id][region_name]
+        return backend.update_auto_scaling_group(
+            name=original_resource.name, availability_zones=properties.get("AvailabilityZones", []),
+            desired_capacity=number(properties.get("DesiredCapacity")), max_size=number(properties.get("MaxSize")),
+            min_size=number(properties.get("MinSize")), launch_config_name=properties.get("LaunchConfigurationName"),
+            launch_template=properties.get("LaunchTemplate", {}),
+            vpc_zone_identifier=",".join(properties.get("VPCZoneIdentifier", [])) or None,
+            health_check_period=properties.get("HealthCheckGracePeriod"),
+            health_check_type=properties.get("HealthCheckType"))
+
+    setattr(FakeAutoScalingGroup, "update_from_cloudformation_json", classmethod(update_group))
+
+
 def install_signal_resource() -> None:
     from moto.cloudformation import models
     from moto.cloudformation.responses import CloudFormationResponse
@@ -294,6 +325,7 @@ def main(argv: list[str] | None = None) -> None:
     install_fidelity_fixes()
     install_delete_fixes()
     install_launch_fixes()
+    install_scaling_fixes()
     install_signal_resource()
     from moto.server import main as moto_main
 
