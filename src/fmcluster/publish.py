@@ -95,7 +95,7 @@ def build_manifest(tenant: Tenant, ref: str, stack_outputs: Mapping[str, str],
     """Everything about the cluster that does not depend on which instances exist (fmcluster.manifest)."""
     queues = {
         q.name: {"instance_type": q.instance.name, "instance": q.instance.as_vars(), "default": q.name == tenant.default_queue.name,
-                 "count": q.count, "resources": queue_resources(q.instance), "vars": nccl.queue_vars(q.instance.name)}
+                 "resources": queue_resources(q.instance), "vars": nccl.queue_vars(q.instance.name)}
         for q in tenant.queues
     }
     login = tenant.login

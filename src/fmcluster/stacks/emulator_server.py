@@ -287,7 +287,7 @@ def install_scaling_fixes() -> None:
             desired_capacity=number(properties.get("DesiredCapacity")), max_size=number(properties.get("MaxSize")),
             min_size=number(properties.get("MinSize")), launch_config_name=properties.get("LaunchConfigurationName"),
             launch_template=properties.get("LaunchTemplate", {}),
-            vpc_zone_identifier=",".join(properties.get("VPCZoneIdentifier", [])) or None,
+            vpc_zone_identifier=",".join(properties.get("VPCZoneIdentifier", [])) or "",
             health_check_period=properties.get("HealthCheckGracePeriod"),
             health_check_type=properties.get("HealthCheckType"))
 
