@@ -6,7 +6,6 @@ Every task that changes something validates the tenant first (an invalid spec ex
 
 from __future__ import annotations
 
-import shlex
 import sys
 from collections.abc import Callable
 
@@ -172,7 +171,8 @@ def halt(org: str, node: str) -> int:
 
 
 def slurm(org: str, cmd: str, node: str = "") -> int:
-    """A Slurm client command on the login node (or `node`), through ssh as an operator would run it."""
+    """A command on the login node (or `node`), through ssh as an operator would type it (the remote shell
+    reads `cmd`: Slurm clients, or anything else an operator runs there)."""
     import subprocess
 
     from fmcluster.acceptance.gate import client_node
@@ -188,7 +188,7 @@ def slurm(org: str, cmd: str, node: str = "") -> int:
     if target is None:
         print(f"slurm: no node {node!r} in {org}; nodes: {', '.join(n.name for n in nodes)}")
         return EXIT_FAILED
-    argv = [*provider_for(tenant).client_argv(target), shlex.join(shlex.split(cmd))]
+    argv = [*provider_for(tenant).client_argv(target), cmd]
     return subprocess.run(argv).returncode
 
 

@@ -147,6 +147,9 @@ class LocalProvider:
         env = {"PATH": f"/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:{IMAGE_VENV}/bin",
                "HOME": "/root", "LANG": "C.UTF-8", "AWS_ENDPOINT_URL": str(endpoint),
                **{k.upper(): v for k, v in aws.EMULATOR_CREDENTIALS.items()}}
+        # Fault tests shorten the nodes' retries (node-bootstrap.sh and the agent honour it); unset normally.
+        if os.environ.get("FMCLUSTER_FETCH_TRIES"):
+            env["FMCLUSTER_FETCH_TRIES"] = os.environ["FMCLUSTER_FETCH_TRIES"]
         host_spawn(host, ["/bin/bash", USER_DATA_PATH], env, CONSOLE_LOG)
 
     @staticmethod
