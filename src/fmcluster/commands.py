@@ -61,7 +61,10 @@ def plan(org: str, show_templates: bool = False) -> int:
 
     tenant = require_tenant(org)
     endpoint, unreachable = _endpoint(tenant, start=True)
-    result = plan_stacks(tenant, endpoint, offline=unreachable is not None, show_templates=show_templates)
+    from fmcluster.providers import provider_for
+
+    result = plan_stacks(tenant, endpoint, offline=unreachable is not None, show_templates=show_templates,
+                         image_parameter=provider_for(tenant).image_parameter)
     return 0 if result.ok and not result.notes else EXIT_FAILED  # notes: security findings
 
 
@@ -75,7 +78,9 @@ def stacks(org: str) -> int:
     if unreachable is not None:
         print(unreachable)
         return EXIT_FAILED
-    result = deploy_stacks(tenant, endpoint)
+    from fmcluster.providers import provider_for
+
+    result = deploy_stacks(tenant, endpoint, image_parameter=provider_for(tenant).image_parameter)
     summarize(result)
     return 0 if result.ok else EXIT_FAILED
 

@@ -74,7 +74,8 @@ class Deploy:
     def stacks(self) -> StepOutcome:
         from fmcluster.stacks.api import deploy_stacks
 
-        result = deploy_stacks(self.tenant, self.endpoint, before_cluster=self.publish, out=self.out)
+        result = deploy_stacks(self.tenant, self.endpoint, before_cluster=self.publish,
+                               image_parameter=self.provider.image_parameter, out=self.out)
         if not result.ok:
             failure = next((s.failure for s in result.stacks if s.failure), None)
             return StepOutcome("failed", failure.render() if failure else "; ".join(result.notes) or "a stack did not deploy",

@@ -59,6 +59,9 @@ class Provider(Protocol):
     def boot(self, endpoint: str | None, out: Out) -> BootResult:
         """Make every live instance of the tenant run (its user data on first boot); remove the gone ones."""
 
+    def image_parameter(self, path: str) -> str:
+        """The public SSM parameter naming an image, as this endpoint has it (AWS: `path` itself)."""
+
     def queue_resources(self, instance: InstanceType) -> dict[str, Any]:
         """Slurm's view of one node of this type: cpus, real_memory_mb and, with real GPUs, gres."""
 

@@ -34,6 +34,9 @@ class AwsProvider:
         return BootResult(notes=["EC2 boots every instance of the cluster stack; each runs its user data "
                                  "(scripts/node-user-data.sh → node-bootstrap.sh)"])
 
+    def image_parameter(self, path: str) -> str:
+        return path
+
     def queue_resources(self, instance: InstanceType) -> dict[str, Any]:
         resources: dict[str, Any] = {"cpus": instance.vcpus,
                                      "real_memory_mb": int(instance.memory_gib * 1024 * MEMORY_SHARE)}

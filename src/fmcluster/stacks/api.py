@@ -72,13 +72,14 @@ def _security_gate(stacks: list[RenderedStack], out: Out) -> list[str]:
 
 
 def deploy_stacks(tenant: Tenant, endpoint: str | None, *, before_cluster: BeforeCluster | None = None,
-                  out: Out = print, root: Path | None = None) -> StacksResult:
+                  image_parameter: Callable[[str], str] = lambda path: path, out: Out = print,
+                  root: Path | None = None) -> StacksResult:
     """Create or update the tenant's stacks in order and write generated/stack_outputs.yml.
 
     `endpoint` is where the AWS APIs answer (None: AWS itself; the tenant's emulator on provider local).
     Unchanged stacks are skipped; the first failure stops the run (later stacks: not-attempted) and
     is reported with the failing resource and reason; re-running resumes where it failed."""
-    stacks = render_stacks(tenant)
+    stacks = render_stacks(tenant, image_parameter)
     result = StacksResult(tenant.org, tenant.provider, None)
     findings = _security_gate(stacks, out)
     if findings:
@@ -122,13 +123,14 @@ def deploy_stacks(tenant: Tenant, endpoint: str | None, *, before_cluster: Befor
     return result
 
 
-def plan_stacks(tenant: Tenant, endpoint: str | None, *, offline: bool = False, out: Out = print,
+def plan_stacks(tenant: Tenant, endpoint: str | None, *, offline: bool = False,
+                image_parameter: Callable[[str], str] = lambda path: path, out: Out = print,
                 root: Path | None = None, show_templates: bool = False) -> StacksResult:
     """Render everything, run the checks, and show each stack's change set without executing it.
 
     `offline` (no AWS credentials): rendered templates and parameters only, saying that the change sets
     need AWS. Otherwise against `endpoint` (None: AWS; provider local: the tenant's emulator)."""
-    stacks = render_stacks(tenant)
+    stacks = render_stacks(tenant, image_parameter)
     folder = write_rendered(tenant, stacks, root)
     result = StacksResult(tenant.org, tenant.provider, None)
     out(f"rendered {len(stacks)} templates and their parameters to {folder}")

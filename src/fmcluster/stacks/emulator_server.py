@@ -24,7 +24,10 @@ It is moto 5.1 unchanged except for what CloudFormation's and EC2's contracts ne
 6. Updating an auto scaling group through CloudFormation deleted it and made a new one, replacing every
    instance. CloudFormation updates a group in place: a new desired capacity launches or terminates only
    the difference, a new launch template version applies to instances launched from then on.
-7. SignalResource (the call a node's bootstrap makes for a CreationPolicy) was not implemented: it is
+7. An output whose value reads an attribute (Fn::GetAtt) of a resource moto skipped (FSx, placement group…)
+   failed the whole stack call with HTTP 500, while a Ref to one silently drops the output. Both now drop
+   the output: the stack exists, and the output is absent because its resource is (reported as such).
+8. SignalResource (the call a node's bootstrap makes for a CreationPolicy) was not implemented: it is
    now accepted and recorded as a stack event, as CloudFormation records it. moto does not wait for
    signals (it creates resources at once), so the event says the signal arrived after creation.
 
@@ -266,6 +269,37 @@ def install_launch_fixes() -> None:
     setattr(Instance, "create_from_cloudformation_json", classmethod(create_instance))
 
 
+def install_output_fixes() -> None:
+    from moto.cloudformation import parsing
+
+    original_parse_output = parsing.parse_output
+
+    def referenced(value: Any) -> set[str]:
+        if isinstance(value, dict):
+            found = set()
+            for key, inner in value.items():
+                if key == "Fn::GetAtt":
+                    found.add(inner[0] if isinstance(inner, list) else str(inner).split(".", 1)[0])
+                elif key == "Ref":
+                    found.add(str(inner))
+                else:
+                    found |= referenced(inner)
+            return found
+        if isinstance(value, list):
+            return set().union(*(referenced(v) for v in value)) if value else set()
+        return set()
+
+    def parse_output(output_logical_id: str, output_json: Any, resources_map: Any) -> Any:
+        skipped = {name for name in referenced(output_json.get("Value"))
+                   if name in resources_map._resource_json_map
+                   and not hasattr(resources_map._parsed_resources.get(name), "physical_resource_id")}
+        if skipped:
+            return None  # its resource was not created by the emulator
+        return original_parse_output(output_logical_id, output_json, resources_map)
+
+    parsing.parse_output = parse_output
+
+
 def install_scaling_fixes() -> None:
     from moto.autoscaling.models import FakeAutoScalingGroup, autoscaling_backends
 
@@ -325,6 +359,7 @@ def main(argv: list[str] | None = None) -> None:
     install_fidelity_fixes()
     install_delete_fixes()
     install_launch_fixes()
+    install_output_fixes()
     install_scaling_fixes()
     install_signal_resource()
     from moto.server import main as moto_main

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -37,9 +38,6 @@ AMI_PARAMETERS: dict[str, tuple[str, str]] = {
     "neuron": ("NeuronImageId", "/aws/service/neuron/dlami/multi-framework/ubuntu-22.04/latest/image_id"),
     "none": ("CpuImageId", "/aws/service/canonical/ubuntu/server/22.04/stable/current/amd64/hvm/ebs-gp2/ami-id"),
 }
-# The emulator ships no DLAMI/Ubuntu parameters; on provider local every image parameter points at
-# the Amazon Linux parameter moto does ship (its AMI id is as fake as the instances launched from it).
-EMULATOR_AMI_PARAMETER = "/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-default-x86_64"
 
 FILE_SYSTEM_PORTS = (
     ("tcp", 988, 988, "Lustre"),
@@ -299,8 +297,10 @@ def cluster_template_name(tenant: Tenant) -> str:
     return f"cluster-{tenant.scheduler}.yaml"
 
 
-def render_stacks(tenant: Tenant) -> list[RenderedStack]:
-    """The tenant's stacks in dependency order (network → storage → cluster), rendered offline."""
+def render_stacks(tenant: Tenant, image_parameter: Callable[[str], str] = lambda path: path) -> list[RenderedStack]:
+    """The tenant's stacks in dependency order (network → storage → cluster), rendered offline.
+
+    `image_parameter` maps each public image parameter path to the one the endpoint has (the provider's)."""
     if tenant.scheduler not in ("slurm-ec2", "hyperpod"):
         raise ValueError(f"scheduler {tenant.scheduler!r} has no cluster template yet (cfn/cluster-*.yaml)")
     env, ctx = _environment(), _context(tenant)
@@ -327,7 +327,7 @@ def render_stacks(tenant: Tenant) -> list[RenderedStack]:
         if ctx["login_sg"]:
             cluster_params["LoginSecurityGroupId"] = OutputRef(net, "LoginSecurityGroupId")
         for image in ctx["images"]:
-            cluster_params[image["parameter"]] = EMULATOR_AMI_PARAMETER if provider == "local" else image["ssm_path"]
+            cluster_params[image["parameter"]] = image_parameter(image["ssm_path"])
     sources = {"network": "network.yaml", "storage": "storage.yaml", "cluster": cluster_template_name(tenant)}
     params = {"network": network_params, "storage": storage_params, "cluster": cluster_params}
     stacks = []

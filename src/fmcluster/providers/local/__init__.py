@@ -39,6 +39,9 @@ MEMORY_SHARE = 0.9
 USER_DATA_PATH = "/var/lib/cloud/instance/user-data.txt"
 CONSOLE_LOG = "/var/log/cloud-init-output.log"
 IMAGE_VENV = "/opt/fmcluster/venv"
+#: The emulator ships no DLAMI or Ubuntu parameters, only Amazon Linux's: every image parameter names that one
+#: here (the hosts boot this machine's root filesystem whatever the image id says).
+EMULATOR_IMAGE_PARAMETER = "/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-default-x86_64"
 
 
 class LocalProvider:
@@ -161,6 +164,9 @@ class LocalProvider:
             raise SubstrateError(f"cannot write {path} on host {host.hostname}: {done.stderr.strip()}")
 
     # --- the rest of the substrate --------------------------------------------------------------------------
+    def image_parameter(self, path: str) -> str:
+        return EMULATOR_IMAGE_PARAMETER
+
     def queue_resources(self, instance: InstanceType) -> dict[str, Any]:
         mem_kib = next(int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines()
                        if line.startswith("MemTotal:"))
