@@ -78,9 +78,20 @@ class LocalProvider:
         return emulator.endpoint
 
     # --- instances → hosts ---------------------------------------------------------------------------------
+    def _hidden(self) -> tuple[str, ...]:
+        """What of this machine a host must not see: the deploy checkout, and root's home (this machine's
+        dotfiles and caches are not the image's: a shell init that runs `pyenv rehash` would hang ssh)."""
+        return (str(repo_root()), "/root")
+
     def _binds(self) -> tuple[Bind, ...]:
-        venv = str(repo_root() / ".venv")
-        binds = [Bind(venv, venv, read_only=True), Bind(venv, IMAGE_VENV, read_only=True)]
+        venv = repo_root() / ".venv"
+        binds = [Bind(str(venv), str(venv), read_only=True), Bind(str(venv), IMAGE_VENV, read_only=True)]
+        # The toolchain's interpreter, where it lives under a hidden directory (e.g. pyenv's under /root).
+        home = next((line.split("=", 1)[1].strip() for line in (venv / "pyvenv.cfg").read_text().splitlines()
+                     if line.startswith("home")), "")
+        base = str(Path(home).parent) if home else ""
+        if base and any(base == h or base.startswith(h + "/") for h in self._hidden()):
+            binds.append(Bind(base, base, read_only=True))
         storage = [("lustre", self.tenant.storage.lustre.mount_point)]
         if self.tenant.storage.openzfs is not None:
             storage.append(("home", self.tenant.storage.openzfs.mount_point))
@@ -111,7 +122,7 @@ class LocalProvider:
         vpc = ipaddress.IPv4Network(self.tenant.network.vpc_cidr)
         result = BootResult()
         specs, by_key = [], {}
-        binds, hidden = self._binds(), (str(repo_root()),)
+        binds, hidden = self._binds(), self._hidden()
         for instance in instances:
             address = instance.get("PrivateIpAddress", "")
             if not address or ipaddress.IPv4Address(address) not in vpc:
