@@ -34,7 +34,7 @@ from conftest import ROOT, venv_tool
 
 pytestmark = pytest.mark.e2e
 ORG = "e2e"
-VPC = "10.83.0.0/16"
+VPC = "10.91.0.0/16"
 SPEC = ROOT / "inventories" / ORG / "group_vars" / "all" / "tenant.yml"
 
 
