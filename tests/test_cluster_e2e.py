@@ -25,6 +25,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -320,11 +321,12 @@ def test_a_node_that_cannot_read_the_manifest_reports_what_it_could_not_reach(cl
     name = sorted(n for n, r in reports().items() if r.get("role") == "compute")[-1]
     manifest = s3.get_object(Bucket=bucket, Key="fmcluster/manifest/cluster.json")["Body"].read()
     s3.delete_object(Bucket=bucket, Key="fmcluster/manifest/cluster.json")
+    since = datetime.now(timezone.utc).isoformat(timespec="seconds")
     try:
         assert invoke("halt", f"--node={name}").returncode == 0
         assert invoke("nodes-up", env={"FMCLUSTER_FETCH_TRIES": "2"}).returncode == 0
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and reports()[name].get("trigger") != "first-boot":
+        while time.monotonic() < deadline and str(reports()[name].get("started", "")) < since:
             time.sleep(2)
         report = reports()[name]
         assert report["ok"] is False and report["stage"] == "manifest", report
