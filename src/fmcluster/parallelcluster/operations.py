@@ -31,7 +31,7 @@ from fmcluster.paths import source_root
 
 Out = Callable[[str], object]
 DRYRUN_OK = "Request would have succeeded, but DryRun flag is set."
-NO_CHANGES = "No changes found in your cluster configuration."
+NO_CHANGES = "No changes found in your cluster configuration."  # inside a BadRequest message
 SETTLED_OK = ("CREATE_COMPLETE", "UPDATE_COMPLETE")
 SETTLED_FAILED = ("CREATE_FAILED", "UPDATE_FAILED", "DELETE_FAILED")
 
@@ -207,7 +207,7 @@ def apply(cfg: ClusterConfig, config_path: Path, run: Runner = run_pcluster, out
     argv = update_argv if state.exists else create_argv
     out(f"[cluster] {cfg.cluster_name}: pcluster {action}-cluster --dryrun true")
     dry = run(argv(cfg.cluster_name, config_path, cfg.region, dryrun=True))
-    if dry.message == NO_CHANGES:
+    if NO_CHANGES in dry.message:  # "Bad Request: No changes found ..." (exit 1)
         out(f"  {cfg.cluster_name}: no changes")
         return Outcome("no-changes", state)
     notes = validation_lines(dry)
@@ -236,17 +236,18 @@ def wait(name: str, region: str, run: Runner = run_pcluster, out: Out = print, *
     last_said = start
     while True:
         state = describe(name, region, run)
-        elapsed = clock() - start
+        now = clock()
+        elapsed = now - start
         if not state.exists:
             if until_gone:
                 out(f"  {name}: deleted ({elapsed / 60:.0f} min)")
                 return state
             raise PclusterError(f"{name} does not exist (any more)")
-        now = (state.status, state.stack_status, state.fleet)
-        if now != last or clock() - last_said >= 600:
+        seen = (state.status, state.stack_status, state.fleet)
+        if seen != last or now - last_said >= 600:
             out(f"  {name}: {state.status}, stack {state.stack_status}, compute fleet {state.fleet or '?'} "
                 f"({elapsed / 60:.0f} min)")
-            last, last_said = now, clock()
+            last, last_said = seen, now
         # While a delete runs, the status it started from (e.g. CREATE_FAILED) may still show once.
         if state.status in (("DELETE_FAILED",) if until_gone else SETTLED_FAILED):
             raise PclusterError(f"{name} is {state.status}", list(state.failures)
