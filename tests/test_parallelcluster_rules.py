@@ -124,3 +124,16 @@ def test_a_valid_parallelcluster_tenant_passes_fmclusters_own_checks() -> None:
     tenant = load_tenant("pclab", ROOT)
     assert tenant.parallelcluster is not None and tenant.parallelcluster.os == "ubuntu2204"
     assert tenant.parallelcluster.accounting is not None and tenant.parallelcluster.accounting.user_name == "slurm"
+
+
+def test_new_tenant_scaffolds_a_parallelcluster_tenant(tmp_path: Path) -> None:
+    from fmcluster.parallelcluster.config import render_cluster_config
+    from fmcluster.scaffold import new_tenant
+
+    tenant = new_tenant("acme", {"scheduler": "parallelcluster", "instance_type": "p4d.24xlarge", "count": "2",
+                                 "region": "us-east-1", "availability_zone": "us-east-1a"}, output_dir=tmp_path)
+    assert tenant.scheduler == "parallelcluster" and tenant.parallelcluster is not None
+    cfg = render_cluster_config(tenant)
+    assert cfg.data["Scheduling"]["SlurmQueues"][0]["ComputeResources"][0]["InstanceType"] == "p4d.24xlarge"
+    other = new_tenant("other", {}, output_dir=tmp_path)
+    assert other.scheduler == "slurm-ec2" and "parallelcluster" not in other.spec_path.read_text()
