@@ -31,8 +31,11 @@ NEEDS_AWS = ("the capacity reservation's instance type, zone, size and kind (Cap
 
 def report_check(cfg: ClusterConfig, report: SchemaReport, out: Out) -> int:
     """Print one config's report; the exit code it earns."""
-    shown = cfg.spec_path
     root = repo_root()
+    try:
+        shown: Path = cfg.spec_path.resolve().relative_to(root.resolve())
+    except ValueError:
+        shown = cfg.spec_path
     for finding in report.warnings:
         out(f"  ParallelCluster {finding.level.lower()} ({finding.validator}) at {finding.where}: {finding.message}")
     problems = tenant_problems(cfg, report)
