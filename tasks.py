@@ -29,7 +29,7 @@ def validate(c: Context, org: str) -> None:
         "org": "new tenant name",
         "instance_type": "compute instance type, e.g. p5.48xlarge",
         "count": "compute node count",
-        "scheduler": "slurm-ec2 or hyperpod",
+        "scheduler": "slurm-ec2, hyperpod or parallelcluster",
         "region": "AWS region",
         "provider": "aws or local",
         "force": "overwrite an existing tenant",

@@ -27,6 +27,10 @@ def validate(org: str, out: Callable[[str], object] = print) -> int:
         out(err.render(repo_root()))
         return EXIT_INVALID_SPEC
     out(describe(tenant))
+    if tenant.scheduler == "parallelcluster":  # its cluster config through ParallelCluster's own schema
+        from fmcluster.parallelcluster import commands as parallelcluster
+
+        return parallelcluster.validate(tenant, out)
     return 0
 
 

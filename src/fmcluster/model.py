@@ -107,6 +107,25 @@ class Network:
 
 
 @dataclass(frozen=True)
+class Accounting:
+    """Slurm accounting in an existing database (ParallelCluster's SlurmSettings/Database)."""
+
+    uri: str
+    user_name: str
+    password_secret_arn: str
+    database_name: str | None
+
+
+@dataclass(frozen=True)
+class ParallelClusterSettings:
+    """The `parallelcluster` section: what a ParallelCluster 3 config needs beyond the rest of the spec."""
+
+    os: str
+    ssh_key_name: str | None
+    accounting: Accounting | None
+
+
+@dataclass(frozen=True)
 class Tenant:
     spec_path: Path
     org: str
@@ -123,6 +142,7 @@ class Tenant:
     storage: Storage
     monitoring: Monitoring
     acceptance: Acceptance
+    parallelcluster: ParallelClusterSettings | None = None  # scheduler parallelcluster only
 
     @property
     def stack_prefix(self) -> str:
@@ -152,6 +172,7 @@ def _build(spec_path: Path, raw: dict[str, Any]) -> Tenant:
     login = doc.get("login")
     monitoring, acceptance, network = doc["monitoring"], doc["acceptance"], doc["network"]
     is_scratch = lustre["deployment_type"].startswith("SCRATCH")
+    pcluster, accounting = doc["parallelcluster"], doc["parallelcluster"].get("accounting")
     return Tenant(
         spec_path=spec_path,
         org=doc["org"],
@@ -193,6 +214,12 @@ def _build(spec_path: Path, raw: dict[str, Any]) -> Tenant:
             drain_on_failure=acceptance["drain_on_failure"],
             tests=tuple(acceptance["tests"]),
         ),
+        parallelcluster=ParallelClusterSettings(
+            os=pcluster["os"],
+            ssh_key_name=pcluster.get("ssh_key_name"),
+            accounting=Accounting(accounting["uri"], accounting["user_name"], accounting["password_secret_arn"],
+                                  accounting.get("database_name")) if accounting else None,
+        ) if doc["scheduler"] == "parallelcluster" else None,
     )
 
 

@@ -18,6 +18,7 @@ from typing import Any, Iterable
 import jsonschema
 
 from fmcluster.catalog import InstanceType, load_catalog
+from fmcluster.parallelcluster import rules as parallelcluster_rules
 from fmcluster.paths import SCHEMA_PATH
 from fmcluster.yamlpos import KeyPath, LoadedYaml
 
@@ -212,10 +213,10 @@ def _semantic_problems(loaded: LoadedYaml, out: _Collector) -> None:
         out.add((*t, "availability_zone"), f"'{az}' is not an availability zone of region '{region}'",
                 f"use '{region}' followed by a zone letter, e.g. '{region}a'")
 
-    scheduler = tenant.get("scheduler")
-    if scheduler == "parallelcluster":
-        out.add((*t, "scheduler"), "'parallelcluster' is reserved and not supported yet",
-                "use 'slurm-ec2' (self-managed Slurm, the same shape ParallelCluster builds) or 'hyperpod'")
+    if tenant.get("scheduler") == "parallelcluster":
+        parallelcluster_rules.check_tenant(tenant, out.add)
+    else:
+        parallelcluster_rules.check_not_parallelcluster(tenant, out.add)
 
     _check_instance(out, (*t, "controller", "instance_type"), _get(tenant, "controller", "instance_type"), catalog)
     _check_instance(out, (*t, "login", "instance_type"), _get(tenant, "login", "instance_type"), catalog)
@@ -254,6 +255,13 @@ def _semantic_problems(loaded: LoadedYaml, out: _Collector) -> None:
                 out.add((*q, "accelerator"),
                         f"'{wanted}' does not match {itype.name}, which is {itype.accelerator}",
                         f"remove the key (it is derived from the catalog) or set it to '{itype.accelerator}'; {hint}")
+            efa = queue.get("efa")
+            if itype is not None and isinstance(efa, bool) and efa != itype.has_efa:
+                out.add((*q, "efa"),
+                        f"{itype.name} has {itype.efa_interfaces} EFA interfaces" if itype.has_efa
+                        else f"{itype.name} has no EFA interface",
+                        f"remove the key (it is derived from the catalog) or set it to {str(itype.has_efa).lower()}; "
+                        "EFA instance types: " + ", ".join(sorted(n for n, i in catalog.items() if i.has_efa)))
             if queue.get("default") is True:
                 defaults += 1
                 if defaults > 1:

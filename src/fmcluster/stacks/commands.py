@@ -27,7 +27,12 @@ def summarize(result: StacksResult, out: Callable[[str], object] = print) -> Non
 
 def plan(tenant: Tenant, show_templates: bool = False) -> int:
     result = plan_stacks(tenant, show_templates=show_templates)
-    return 0 if result.ok and not result.notes else EXIT_FAILED  # notes: security findings
+    code = 0 if result.ok and not result.notes else EXIT_FAILED  # notes: security findings
+    if tenant.scheduler == "parallelcluster":  # no cluster stack: ParallelCluster's cluster config instead
+        from fmcluster.parallelcluster import commands as parallelcluster
+
+        code = parallelcluster.plan(tenant) or code
+    return code
 
 
 def stacks(tenant: Tenant) -> int:

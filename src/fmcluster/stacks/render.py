@@ -24,6 +24,7 @@ import yaml
 
 from fmcluster.catalog import InstanceType
 from fmcluster.model import Tenant
+from fmcluster.parallelcluster.config import NODE_READ_PREFIXES, NODE_WRITE_PREFIXES, secret_prefix
 from fmcluster.paths import PACKAGE_DIR
 
 CFN_DIR = PACKAGE_DIR.parent.parent / "cfn"
@@ -242,6 +243,12 @@ def _context(tenant: Tenant) -> dict[str, Any]:
                          "threads_per_core": 1} for q in tenant.queues]
     return {
         "org": tenant.org,
+        "scheduler": tenant.scheduler,
+        # scheduler parallelcluster: the storage stack's node policy (fmcluster.parallelcluster.config)
+        "node_read_prefixes": NODE_READ_PREFIXES,
+        "node_list_prefixes": [p + "*" for p in NODE_READ_PREFIXES],
+        "node_write_prefixes": NODE_WRITE_PREFIXES,
+        "secret_prefix": secret_prefix(tenant.org),
         "prefix": tenant.stack_prefix,
         "spec_file": f"inventories/{tenant.org}/group_vars/all/tenant.yml",
         "az": tenant.availability_zone,
@@ -274,8 +281,11 @@ def cluster_template_name(tenant: Tenant) -> str:
 
 
 def render_stacks(tenant: Tenant) -> list[RenderedStack]:
-    """The tenant's stacks in dependency order (network → storage → cluster), rendered offline."""
-    if tenant.scheduler not in ("slurm-ec2", "hyperpod"):
+    """The tenant's stacks in dependency order (network → storage → cluster), rendered offline.
+
+    Scheduler parallelcluster has no cluster stack of ours: ParallelCluster creates its own from the
+    cluster config fmcluster.parallelcluster renders (network and storage stay ours)."""
+    if tenant.scheduler not in ("slurm-ec2", "hyperpod", "parallelcluster"):
         raise ValueError(f"scheduler {tenant.scheduler!r} has no cluster template yet (cfn/cluster-*.yaml)")
     env, ctx = _environment(), _context(tenant)
     provider = tenant.provider
@@ -305,7 +315,7 @@ def render_stacks(tenant: Tenant) -> list[RenderedStack]:
     sources = {"network": "network.yaml", "storage": "storage.yaml", "cluster": cluster_template_name(tenant)}
     params = {"network": network_params, "storage": storage_params, "cluster": cluster_params}
     stacks = []
-    for key in STACK_KEYS:
+    for key in STACK_KEYS if tenant.scheduler != "parallelcluster" else ("network", "storage"):
         body = env.get_template(sources[key]).render(ctx)
         declared = load_cfn_yaml(body).get("Parameters", {})
         stacks.append(RenderedStack(
