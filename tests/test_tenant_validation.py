@@ -80,7 +80,7 @@ BAD_SPECS: list[tuple[str, str | Callable[[dict[str, Any]], None], list[str]]] =
     ("sagemaker-instance-name", set_in("queues.0.instance_type", "ml.p5.48xlarge"),
      ["SageMaker name", "write the EC2 name 'p5.48xlarge'"]),
     ("count-as-string", set_in("queues.0.count", "three"),
-     ["tenant.queues[0].count", "'three' is a str, expected integer"]),
+     ["tenant.queues[0].count", "'three' is text, expected a whole number"]),
     ("count-zero", set_in("queues.0.count", 0), ["tenant.queues[0].count", "at least 1 node"]),
     ("duplicate-queue", add_queue(name="cpu", instance_type="c5.2xlarge", count=1),
      ["tenant.queues[1].name", "queue name 'cpu' is used twice"]),
