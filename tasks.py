@@ -40,7 +40,7 @@ def new_tenant(
     c: Context,
     org: str = "",
     instance_type: str = "",
-    count: int = 0,
+    count: str = "",  # text, so that --count=0 is refused rather than read as "not given"
     scheduler: str = "",
     region: str = "",
     provider: str = "",
