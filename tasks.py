@@ -32,7 +32,7 @@ def validate(c: Context, org: str) -> None:
         "scheduler": "slurm-ec2 or hyperpod",
         "region": "AWS region",
         "provider": "aws or local",
-        "force": "overwrite an existing tenant",
+        "force": "replace an existing tenant (the old one is kept under inventories/.backup/)",
         "output_dir": "render somewhere other than inventories/ (e.g. a temp dir)",
     },
 )
