@@ -17,12 +17,13 @@ import yaml
 
 KeyPath = tuple[str | int, ...]
 
-#: A tenant spec is a few kilobytes; the biggest sensible one (many queues and receivers) stays far below.
-MAX_BYTES = 1024 * 1024
+#: A tenant spec is a few kilobytes; the biggest sensible one (16 queues, 20 receivers) stays under 10 KiB.
+MAX_BYTES = 256 * 1024
 #: The schema nests six levels; anything much deeper is not a spec.
 MAX_DEPTH = 32
-#: Nodes after alias expansion: a spec has about a hundred; an alias bomb has billions.
-MAX_NODES = 20_000
+#: Values in the document, before and after alias expansion: a spec has one to three hundred, an alias bomb
+#: billions. Counted while composing too, so a large flat file stops early instead of being read whole.
+MAX_NODES = 2_000
 
 
 GENERIC_FIX = "fix the YAML at that line (indentation, a missing ':' or an unclosed quote)"
@@ -81,10 +82,16 @@ class _Loader(yaml.SafeLoader):
     def __init__(self, stream: str) -> None:
         super().__init__(stream)
         self._depth = 0
+        self._composed = 0
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         self._depth += 1
+        self._composed += 1
         try:
+            if self._composed > MAX_NODES:
+                event = self.peek_event()  # type: ignore[no-untyped-call]
+                raise _Refused(_line(event), f"the document holds more than {MAX_NODES} values",
+                               "a tenant spec has one to three hundred: remove what is not the spec")
             if self._depth > MAX_DEPTH:
                 event = self.peek_event()  # type: ignore[no-untyped-call]
                 raise _Refused(_line(event), f"the document nests deeper than {MAX_DEPTH} levels",
@@ -107,7 +114,7 @@ class _Builder:
         self.nodes += 1
         if self.nodes > MAX_NODES:
             raise _Refused(_line(node), f"aliases expand to more than {MAX_NODES} values (an alias bomb?)",
-                           "write the values out; a tenant spec has about a hundred", here[:-1])
+                           "write the values out; a tenant spec has one to three hundred", here[:-1])
         self.lines[here] = _line(node)
         if not isinstance(node, (yaml.MappingNode, yaml.SequenceNode)):
             return self.loader.construct_object(node, deep=True)
