@@ -442,6 +442,11 @@ def _semantic_problems(loaded: LoadedYaml, out: _Collector) -> None:
                         "HyperPod instance groups do not launch into EC2 capacity reservations; the reservation would be ignored",
                         "remove it (HyperPod reserves capacity with SageMaker training plans), or use scheduler: slurm-ec2")
 
+    if scheduler == "hyperpod" and isinstance(_get(tenant, "network", "ssh_ingress_cidr"), str):
+        out.add((*t, "network", "ssh_ingress_cidr"),
+                "HyperPod nodes are not reachable by ssh from outside the VPC; the range would only create an unused "
+                "security group", "remove it and reach the nodes through SSM (aws ssm start-session), "
+                "or use scheduler: slurm-ec2 for public login nodes")
     login_count = _get(tenant, "login", "count")
     logins = (login, login_count if _whole(login_count) else 1) if login is not None else None
     _check_network(out, tenant, t, controller, logins, compute)

@@ -257,6 +257,8 @@ REFUSED: list[Refused] = [
     R("queue-name-duplicate", "names", queue(name="cpu", instance_type="c5.2xlarge", count=1), "tenant.queues[1].name",
       "used twice"),
     # --- network: IPv4 where IPv4 is needed, no open or near-open ranges, room for every address ------------
+    R("ssh-on-hyperpod", "scheduler", setter("network.ssh_ingress_cidr", "203.0.113.0/24"), f"{N}.ssh_ingress_cidr",
+      "HyperPod nodes are not reachable by ssh", "SSM", base="neuronlab"),
     R("ssh-open", "network", setter("network.ssh_ingress_cidr", "0.0.0.0/0"), f"{N}.ssh_ingress_cidr", "the whole internet"),
     R("ssh-half-internet", "network", setter("network.ssh_ingress_cidr", "0.0.0.0/1"), f"{N}.ssh_ingress_cidr",
       "1/2 of the internet"),
