@@ -273,9 +273,14 @@ def _schema_problems(loaded: LoadedYaml, out: _Collector) -> None:
                 fix = f"use one of: {', '.join(map(str, here['enum']))}"
             elif expected == "integer" and isinstance(value, float) and value.is_integer():
                 fix = f"write {int(value)}, without the decimal point"
+            elif expected == "object":
+                fix = f"write its keys indented under it. {described}".strip()
+            elif expected == "array":
+                fix = f"write a list: one `- item` line per entry. {described}".strip()
             else:
                 fix = f"write {wanted_words}. {described}".strip()
-            out.add(path, f"{show(value)} is {_kind(value)}, expected {wanted_words}", fix)
+            shown = "the value" if value is None else show(value)
+            out.add(path, f"{shown} is {_kind(value)}, expected {wanted_words}", fix)
         elif error.validator == "const":
             out.add(path, f"{show(value)} is not supported", f"set it to {error.validator_value!r}")
         elif error.validator == "pattern":
@@ -590,6 +595,9 @@ def _check_path(out: _Collector, path: KeyPath, value: str, example: str) -> boo
 
 
 def _check_mount(out: _Collector, path: KeyPath, mount: Any) -> str | None:
+    if mount == "/":
+        out.add(path, "'/' is the root file system", "mount it at a directory of its own, e.g. /fsx or /shared")
+        return None
     if not isinstance(mount, str) or not _check_path(out, path, mount, "/fsx"):
         return None
     inside = next((d for d in SYSTEM_DIRS if mount == d or mount.startswith(d + "/")), None)
@@ -630,10 +638,11 @@ def _check_storage(out: _Collector, tenant: dict[str, Any], t: KeyPath) -> None:
             out.add((*s, "data_repository"), f"a data repository association needs {' or '.join(LUSTRE_DRA_TYPES)}, not {kind}",
                     "set deployment_type: PERSISTENT_2 or remove data_repository")
         fs_path = _get(lustre, "data_repository", "file_system_path")
-        if isinstance(fs_path, str) and _check_path(out, (*s, "data_repository", "file_system_path"), fs_path, "/data"):
-            if fs_path == "/":
-                out.add((*s, "data_repository", "file_system_path"), "'/' is the whole file system",
-                        "link a sub-path, e.g. /data")
+        if fs_path == "/":
+            out.add((*s, "data_repository", "file_system_path"), "'/' would link the whole file system to the bucket",
+                    "link a sub-path, e.g. /data, so the rest of the file system stays scratch space")
+        elif isinstance(fs_path, str):
+            _check_path(out, (*s, "data_repository", "file_system_path"), fs_path, "/data")
         prefix = _get(lustre, "data_repository", "s3_prefix")
         if isinstance(prefix, str) and (not S3_PREFIX_PATTERN.fullmatch(prefix) or len(prefix) > 512 or
                                         any(part in (".", "..") for part in prefix.split("/"))):

@@ -300,7 +300,7 @@ REFUSED: list[Refused] = [
     R("local-subnet-tiny", "network", setter("network.local_subnet", "10.77.0.0/30"), f"{N}.local_subnet", "room for 7 hosts"),
     R("local-subnet-template", "text", setter("network.local_subnet", "{{ x }}"), f"{N}.local_subnet", "templates"),
     # --- storage: paths the OS mounts, S3 prefixes ---------------------------------------------------------
-    R("mount-root", "paths", setter("storage.lustre.mount_point", "/"), f"{L}.mount_point", "not an absolute, normalised path"),
+    R("mount-root", "paths", setter("storage.lustre.mount_point", "/"), f"{L}.mount_point", "the root file system"),
     R("mount-etc", "paths", setter("storage.lustre.mount_point", "/etc"), f"{L}.mount_point", "a system directory"),
     R("mount-inside-etc", "paths", setter("storage.lustre.mount_point", "/etc/fsx"), f"{L}.mount_point", "inside /etc"),
     R("mount-usr-local", "paths", setter("storage.lustre.mount_point", "/usr/local/fsx"), f"{L}.mount_point", "inside /usr"),
@@ -328,7 +328,7 @@ REFUSED: list[Refused] = [
       "tenant.storage.openzfs.mount_point", "are nested"),
     R("openzfs-mount-boot", "paths", openzfs("/boot"), "tenant.storage.openzfs.mount_point", "system directory"),
     R("dra-path-root", "paths", setter("storage.lustre.data_repository.file_system_path", "/"),
-      f"{L}.data_repository.file_system_path", "absolute, normalised"),
+      f"{L}.data_repository.file_system_path", "link a sub-path, e.g. /data"),
     R("dra-path-relative", "paths", setter("storage.lustre.data_repository.file_system_path", "data"),
       f"{L}.data_repository.file_system_path", "absolute"),
     R("dra-path-dotdot", "paths", setter("storage.lustre.data_repository.file_system_path", "/data/../.."),
