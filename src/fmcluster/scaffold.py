@@ -16,6 +16,7 @@ import time
 import unicodedata
 from pathlib import Path
 
+from cookiecutter.exceptions import CookiecutterException
 from cookiecutter.main import cookiecutter
 
 from fmcluster.model import Tenant, TenantInvalid, load_spec
@@ -146,14 +147,19 @@ def new_tenant(
     target_root.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".new-tenant-", dir=target_root))
     try:
-        rendered = Path(cookiecutter(
-            str(template_dir()),
-            no_input=not interactive,
-            extra_context=answers,
-            output_dir=str(staging),
-            # Replay files and the template cache stay in the staging folder, which is removed below.
-            default_config={"replay_dir": str(staging / ".replay"), "cookiecutters_dir": str(staging / ".cache")},
-        ))
+        try:
+            rendered = Path(cookiecutter(
+                str(template_dir()),
+                no_input=not interactive,
+                extra_context=answers,
+                output_dir=str(staging),
+                # Replay files and the template cache stay in the staging folder, which is removed below.
+                default_config={"replay_dir": str(staging / ".replay"), "cookiecutters_dir": str(staging / ".cache")},
+            ))
+        except CookiecutterException as err:  # e.g. the template's pre_gen hook refusing a prompted org name
+            raise NewTenantInvalid([Problem(Path("cookiecutters/tenant"), None, "",
+                                            f"the scaffold refused the answers: {err}",
+                                            "answer the prompts in the forms `invoke new-tenant --help` describes")]) from None
         name = rendered.name
         if bad := org_problem(name):
             raise NewTenantInvalid([Problem(Path("org"), None, "", *bad)])

@@ -342,7 +342,8 @@ def _check_instance(out: _Collector, path: KeyPath, name: Any, catalog: dict[str
     if not isinstance(name, str):
         return None
     if name.startswith("ml.") and name[3:] in catalog:
-        out.add(path, f"{show(name)} is a SageMaker name", f"write the EC2 name '{name[3:]}'; HyperPod's 'ml.' prefix is added for you")
+        out.add(path, f"{show(name)} is a SageMaker name",
+                f"write the EC2 name '{name[3:]}'; HyperPod's 'ml.' prefix is added for you")
         return None
     if name not in catalog:
         out.add(
@@ -694,7 +695,8 @@ def _check_monitoring(out: _Collector, tenant: dict[str, Any], t: KeyPath) -> No
     url = _get(tenant, "monitoring", "remote_write_url")
     if isinstance(url, str):
         match = AMP_URL_PATTERN.fullmatch(url)
-        example = f"https://aps-workspaces.{region if region in KNOWN_REGIONS else 'REGION'}.amazonaws.com/workspaces/ws-ID/api/v1/remote_write"
+        where = region if region in KNOWN_REGIONS else "REGION"
+        example = f"https://aps-workspaces.{where}.amazonaws.com/workspaces/ws-ID/api/v1/remote_write"
         if not match:
             out.add((*m, "remote_write_url"), f"{show(url)} is not an Amazon Managed Prometheus remote-write URL",
                     f"copy the workspace's remote-write endpoint: {example}")

@@ -167,3 +167,17 @@ def test_the_cli_module_refuses_an_org_path(tmp_path: Path) -> None:
                             capture_output=True, text=True,
                             env={"FMCLUSTER_ROOT": str(tmp_path), "PYTHONPATH": str(ROOT / "src")})
     assert result.returncode == 2 and "is not a tenant name" in result.stdout and not result.stderr
+
+
+def test_the_scaffold_s_own_hook_refuses_an_org_that_is_not_a_name(tmp_path: Path) -> None:
+    """Interactive answers reach cookiecutter without fmcluster's checks: its pre_gen hook refuses the name and
+    cookiecutter removes what it had made."""
+    from cookiecutter.exceptions import FailedHookException
+    from cookiecutter.main import cookiecutter
+
+    out = tmp_path / "a" / "b"
+    out.mkdir(parents=True)
+    with pytest.raises(FailedHookException):
+        cookiecutter(str(ROOT / "cookiecutters/tenant"), no_input=True, output_dir=str(out),
+                     extra_context={"org": "../escaped"}, default_config={"replay_dir": str(tmp_path / "replay")})
+    assert not (tmp_path / "a" / "escaped").exists() and list(out.iterdir()) == []
