@@ -136,3 +136,44 @@ def test_any_text_in_a_string_field_is_refused_clearly_or_stays_data(path: tuple
             f"{value!r} is found whole in none of {reached}"
 
     check()
+
+
+def number_fields(node: dict[str, Any] | None = None, path: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
+    """Every key path of the schema whose value is a number, free or from an enum."""
+    schema = load_schema()
+    node = schema if node is None else node
+    if "$ref" in node:
+        node = {**_resolve(schema, node["$ref"]), **node}
+    if node.get("type") in ("integer", "number"):
+        yield path
+    for key, sub in node.get("properties", {}).items():
+        yield from number_fields(sub, (*path, key))
+    if node.get("type") == "array" and isinstance(node.get("items"), dict):
+        yield from number_fields(node["items"], (*path, "0"))
+
+
+NUMBER_FIELDS = [path for path in number_fields() if path[:1] == ("tenant",)]
+FULL["tenant"]["acceptance"]["min_busbw_gbps"] = 10.0
+
+
+@pytest.mark.parametrize("path", NUMBER_FIELDS, ids=lambda p: ".".join(p))
+def test_any_value_in_a_number_field_is_refused_clearly_or_builds_a_tenant(path: tuple[str, ...],
+                                                                           workdir: Path) -> None:
+    key = dotted(int(p) if p.isdigit() else p for p in path)
+
+    @settings(max_examples=8, deadline=None, derandomize=True,
+              suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+    @given(st.one_of(st.integers(), st.integers(-3, 5000), st.floats(), st.booleans(), st.none(),
+                     st.text(max_size=6), st.lists(st.integers(), max_size=2)))
+    def check(value: Any) -> None:
+        doc = copy.deepcopy(FULL)
+        set_path(doc["tenant"], ".".join(path[1:]), value)
+        write_tenant(workdir, yaml.safe_dump(doc, allow_unicode=False))
+        try:
+            load_tenant("acme", workdir)
+        except TenantInvalid as err:
+            assert all(p.fix for p in err.problems), err.render()
+            assert any(p.key.startswith(key) or key.startswith(p.key.split("[")[0]) for p in err.problems), \
+                f"{key} not named in\n{err.render()}"
+
+    check()
