@@ -225,7 +225,7 @@ def _schema_leaves(node: dict[str, Any], path: tuple[str, ...] = ()) -> list[tup
 
 
 def _full_spec(t: dict[str, Any]) -> None:
-    t["storage"]["openzfs"] = {"storage_capacity_gib": 128}
+    t["storage"]["openzfs"] = {"storage_capacity_gib": 128, "throughput_mbps": 128}
     t["monitoring"]["alert_receivers"] = [{"name": "a", "type": "email", "target": "a@example.org"}]
     t["queues"][0]["accelerator"] = "none"
     t["storage"]["lustre"]["data_repository"].update(import_policy=["NEW"], export_policy=["NEW"])
@@ -233,9 +233,24 @@ def _full_spec(t: dict[str, Any]) -> None:
 
 
 def _leaves_where(test: Callable[[dict[str, Any]], bool]) -> list[tuple[str, ...]]:
+    """Schema leaves matching `test` that the demo spec (with _full_spec's additions) holds."""
     from fmcluster.validation import load_schema
 
-    return [p[1:] for p, node in _schema_leaves(load_schema()) if p[:1] == ("tenant",) and test(node)]
+    full = copy.deepcopy(DEMO_SPEC)
+    _full_spec(full["tenant"])
+
+    def present(path: tuple[str, ...]) -> bool:
+        node: Any = full["tenant"]
+        for part in path:
+            if isinstance(node, list) and part.isdigit() and int(part) < len(node):
+                node = node[int(part)]
+            elif isinstance(node, dict) and part in node:
+                node = node[part]
+            else:
+                return False
+        return True
+
+    return [p[1:] for p, node in _schema_leaves(load_schema()) if p[:1] == ("tenant",) and test(node) and present(p[1:])]
 
 
 @pytest.mark.parametrize("path", _leaves_where(lambda n: "enum" in n), ids=".".join)

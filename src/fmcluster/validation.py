@@ -410,6 +410,8 @@ def _semantic_problems(loaded: LoadedYaml, out: _Collector) -> None:
     controller = _check_instance(out, (*t, "controller", "instance_type"), _get(tenant, "controller", "instance_type"), catalog)
     login = _check_instance(out, (*t, "login", "instance_type"), _get(tenant, "login", "instance_type"), catalog)
 
+    # Options HyperPod would silently ignore are refused, never dropped.
+    hyperpod = tenant.get("scheduler") == "hyperpod"
     queues = tenant.get("queues")
     compute: list[tuple[InstanceType, int]] = []
     if isinstance(queues, list):
@@ -443,12 +445,12 @@ def _semantic_problems(loaded: LoadedYaml, out: _Collector) -> None:
                 defaults += 1
                 if defaults > 1:
                     out.add((*q, "default"), "more than one queue is marked default", "mark at most one queue `default: true`")
-            if scheduler == "hyperpod" and "capacity_reservation_id" in queue:
+            if hyperpod and "capacity_reservation_id" in queue:
                 out.add((*q, "capacity_reservation_id"),
                         "HyperPod instance groups do not launch into EC2 capacity reservations; the reservation would be ignored",
                         "remove it (HyperPod reserves capacity with SageMaker training plans), or use scheduler: slurm-ec2")
 
-    if scheduler == "hyperpod" and isinstance(_get(tenant, "network", "ssh_ingress_cidr"), str):
+    if hyperpod and isinstance(_get(tenant, "network", "ssh_ingress_cidr"), str):
         out.add((*t, "network", "ssh_ingress_cidr"),
                 "HyperPod nodes are not reachable by ssh from outside the VPC; the range would only create an unused "
                 "security group", "remove it and reach the nodes through SSM (aws ssm start-session), "

@@ -80,7 +80,7 @@ BAD_OPTIONS: list[tuple[str, dict[str, str], str]] = [
     ("region-unknown", {"region": "eu-mars-1", "availability_zone": "eu-mars-1a"}, "not a known AWS region"),
     ("region-yaml", {"region": "us-east-1\nprovider: aws", "availability_zone": "us-east-1a"}, "control character"),
     ("scheduler-unknown", {"scheduler": "slurm"}, "did you mean 'slurm-ec2'"),
-    ("scheduler-reserved", {"scheduler": "parallelcluster"}, "use one of: slurm-ec2, hyperpod"),
+    ("scheduler-other", {"scheduler": "pbs"}, "use one of: slurm-ec2, hyperpod"),
     ("provider-unknown", {"provider": "gcp"}, "use one of: aws, local"),
     ("value-too-long", {"instance_type": "p" * 300}, "300 characters"),
 ]
