@@ -1,6 +1,6 @@
 """How long `invoke validate` takes and how much memory a hostile file can make it use.
 
-    .venv/bin/python benchmarks/validate_bench.py [--repeat N]
+    .venv/bin/python benchmarks/validate_bench.py [--repeat N] [--src DIR]
 
 Prints, as Markdown tables:
 - validate time (median and max of N runs) for each bundled tenant;
@@ -10,7 +10,10 @@ Prints, as Markdown tables:
   a valid spec.
 
 Time is measured in-process (the import cost of a fresh process is not validation); memory in a child
-process, as its peak RSS (getrusage), so one case cannot inherit another's high-water mark.
+process, as its peak RSS (getrusage), so one case cannot inherit another's high-water mark. The child runs
+under a 2 GiB address-space limit and a 120 s timeout, so an older loader (`--src` pointing at another
+checkout's src/, e.g. `git archive main src | tar -x -C /tmp/old`) can be measured without taking the
+machine down.
 """
 
 from __future__ import annotations
@@ -76,21 +79,34 @@ def hostile(repeat: int) -> list[str]:
     ]
 
 
-def _child(spec: Path) -> tuple[float, int, int, str]:
-    """(wall seconds, peak RSS KiB, exit code, first output line) of a fresh validate process on `spec`."""
+LIMIT_BYTES = 2 * 1024**3
+LIMIT_SECONDS = 120
+
+
+def _child(spec: Path, src: Path) -> tuple[float, int, int, str]:
+    """(wall seconds, peak RSS KiB, exit code, last output line) of a fresh validate process on `spec`."""
     root = spec.parents[4]
     code = ("import resource, subprocess, sys, time; t = time.perf_counter(); "
-            "p = subprocess.run([sys.executable, '-m', 'fmcluster.cli', 'validate', 'acme'], capture_output=True, text=True); "
+            f"lim = lambda: resource.setrlimit(resource.RLIMIT_AS, ({LIMIT_BYTES}, {LIMIT_BYTES})); "
+            "p = subprocess.run([sys.executable, '-m', 'fmcluster.cli', 'validate', 'acme'], capture_output=True, "
+            f"text=True, preexec_fn=lim, timeout={LIMIT_SECONDS}); "
             "print(time.perf_counter() - t, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, p.returncode); "
-            "print(p.stdout.splitlines()[0] if p.stdout else p.stderr[-200:])")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         env={**os.environ, "FMCLUSTER_ROOT": str(root), "PYTHONPATH": str(ROOT / "src")}).stdout
-    first, second = (out.splitlines() + ["", ""])[:2]
-    wall, rss, rc = first.split()
-    return float(wall), int(rss), int(rc), second
+            "out = (p.stdout.strip() or p.stderr.strip()).splitlines(); print(out[0] if p.returncode in (0, 2) and out "
+            "else (out[-1] if out else ''))")
+    started = time.perf_counter()
+    try:
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=LIMIT_SECONDS + 30,
+                             env={**os.environ, "FMCLUSTER_ROOT": str(root), "PYTHONPATH": str(src)}).stdout
+    except subprocess.TimeoutExpired:
+        return time.perf_counter() - started, 0, -1, "timed out"
+    lines = out.splitlines()
+    if not lines or len(lines[0].split()) != 3:
+        return time.perf_counter() - started, 0, -1, f"no answer ({out[-120:]!r}; timed out after {LIMIT_SECONDS} s?)"
+    wall, rss, rc = lines[0].split()
+    return float(wall), int(rss), int(rc), lines[1] if len(lines) > 1 else ""
 
 
-def memory() -> list[str]:
+def memory(src: Path) -> list[str]:
     from hostile_helpers import write_tenant
     from test_hostile_specs import BOMB, DEMO
 
@@ -105,7 +121,7 @@ def memory() -> list[str]:
         with tempfile.TemporaryDirectory() as tmp:
             spec = write_tenant(Path(tmp), content)
             size = spec.stat().st_size
-            wall, rss, rc, line = _child(spec)
+            wall, rss, rc, line = _child(spec, src)
         shown = line.split("tenant.yml", 1)[-1].strip(": ")[:70]
         rows.append(f"| {label} | {size / 1024 / 1024:.2f} MiB | {wall:.2f} s | {rss / 1024:.0f} MiB | exit {rc}: {shown} |")
     return rows
@@ -114,13 +130,16 @@ def memory() -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeat", type=int, default=20, help="runs per tenant (and per hostile case: repeat // 5)")
+    parser.add_argument("--src", type=Path, default=ROOT / "src", help="the fmcluster sources the file cases run")
+    parser.add_argument("--files-only", action="store_true", help="only the hostile-file cases (e.g. with --src)")
     args = parser.parse_args(argv)
     started = time.perf_counter()
     print(f"validate benchmark, {os.cpu_count()} CPUs, Python {sys.version.split()[0]}, "
           f"load {os.getloadavg()[0]:.1f}\n")
-    for title, rows in (("Bundled tenants", bundled(args.repeat)),
-                        ("Hostile spec suite (in-process)", hostile(max(1, args.repeat // 5))),
-                        ("Hostile files (fresh process each)", memory())):
+    sections = [] if args.files_only else [("Bundled tenants", bundled(args.repeat)),
+                                           ("Hostile spec suite (in-process)", hostile(max(1, args.repeat // 5)))]
+    sections.append((f"Hostile files (fresh process each, sources {args.src})", memory(args.src)))
+    for title, rows in sections:
         print(f"### {title}\n")
         print("\n".join(rows) + "\n")
     print(f"done in {time.perf_counter() - started:.1f} s; peak RSS of this process "
