@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from fmcluster.catalog import InstanceType, load_catalog
 from fmcluster.paths import inventories_dir, tenant_spec_path
-from fmcluster.validation import Problem, apply_defaults, problems_in
+from fmcluster.validation import Problem, apply_defaults, dotted, org_problem, problems_in
 from fmcluster.yamlpos import YamlSyntaxError, load
 
 Provider = Literal["aws", "local"]
@@ -225,14 +225,17 @@ def _build(spec_path: Path, raw: dict[str, Any]) -> Tenant:
 
 def load_spec(spec_path: Path) -> Tenant:
     """Validate and load one spec file. Raises TenantInvalid with every problem found."""
-    if not spec_path.is_file():
+    if not spec_path.exists():
         raise TenantInvalid([Problem(spec_path, None, "", "the tenant spec file does not exist",
                                      "create it with `invoke new-tenant --org=NAME`")])
+    if not spec_path.is_file():
+        raise TenantInvalid([Problem(spec_path, None, "", "the tenant spec is not a regular file",
+                                     "make it a plain file (a fifo, device or directory is never read)")])
     try:
         loaded = load(spec_path)
     except YamlSyntaxError as err:
-        raise TenantInvalid([Problem(spec_path, err.line, "", f"YAML syntax error: {err.detail}",
-                                     "fix the YAML at that line (indentation, a missing ':' or an unclosed quote)")]) from None
+        raise TenantInvalid([Problem(spec_path, err.line, dotted(err.key_path), f"YAML syntax error: {err.detail}",
+                                     err.fix)]) from None
     problems = problems_in(loaded)
     if problems:
         raise TenantInvalid(problems)
@@ -240,7 +243,12 @@ def load_spec(spec_path: Path) -> Tenant:
 
 
 def load_tenant(org: str, root: Path | None = None) -> Tenant:
-    """The validated tenant `org` from inventories/<org>/group_vars/all/tenant.yml."""
+    """The validated tenant `org` from inventories/<org>/group_vars/all/tenant.yml.
+
+    `org` comes from the command line: it is checked to be a name before it becomes part of any path."""
+    bad_name = org_problem(org)
+    if bad_name is not None:
+        raise TenantInvalid([Problem(Path("--org"), None, "", *bad_name)])
     spec_path = tenant_spec_path(org, root)
     if not spec_path.parent.parent.parent.is_dir():
         known = sorted(p.name for p in inventories_dir(root).iterdir() if (p / "group_vars").is_dir()) \
