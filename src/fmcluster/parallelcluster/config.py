@@ -329,7 +329,7 @@ def to_yaml(cfg: ClusterConfig) -> str:
         lines.append("# (same form, so ParallelCluster's schema checks the rest). `invoke deploy` renders the real ones.")
         lines += [f"#   {name}: {value}" for name, value in cfg.placeholders.items()]
     body = yaml.dump(cfg.data, Dumper=_IndentedDumper, sort_keys=False, default_flow_style=False, width=160,
-                     allow_unicode=True)
+                     allow_unicode=False)  # non-ASCII escaped: a raw NEL or LS would not read back
     return "\n".join(lines) + "\n" + body
 
 
