@@ -62,7 +62,7 @@ REFUSED: list[tuple[str, Change, str, list[str]]] = [
     ("os-not-debian-family", lambda t: t["parallelcluster"].update(os="alinux2023"), "tenant.parallelcluster.os",
      ["'alinux2023' is not allowed", "ubuntu2204"]),
     ("ssh-key-name-with-newline", lambda t: t["parallelcluster"].update(ssh_key_name="key\nName: x"),
-     "tenant.parallelcluster.ssh_key_name", ["has the wrong form"]),
+     "tenant.parallelcluster.ssh_key_name", ["contains a control character"]),
     ("accounting-secret-not-secretsmanager", accounting(password_secret_arn="arn:aws:ssm:us-east-1:123456789012:parameter/x"),
      "tenant.parallelcluster.accounting.password_secret_arn", ["has the wrong form"]),
     ("accounting-secret-in-another-region",
@@ -77,7 +77,7 @@ REFUSED: list[tuple[str, Change, str, list[str]]] = [
     ("home-on-a-directory-parallelcluster-reserves", lambda t: t["storage"]["openzfs"].update(mount_point="/opt/parallelcluster/"),
      "tenant.storage.openzfs.mount_point", ["reserved by AWS ParallelCluster"]),
     ("programme-not-a-tag-value", lambda t: t.update(programme="geniac\n- evil: {x}"), "tenant.programme",
-     ["not a valid AWS tag value"]),
+     ["contains a control character"]),
     ("unknown-key-in-parallelcluster-section", lambda t: t["parallelcluster"].update(KeyName="k"),
      "tenant.parallelcluster.KeyName", ["unknown key 'KeyName'", "ssh_key_name"]),
 ]
