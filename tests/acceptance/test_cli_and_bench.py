@@ -11,8 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from dataclasses import replace
+
+from fmcluster.acceptance.expectation import expectation_for
 from fmcluster.acceptance.parser import parse_text
-from fmcluster.acceptance.verdict import judge, thresholds_for
+from fmcluster.acceptance.verdict import judge
 from fmcluster.catalog import load_catalog
 from fmcluster.cli import main
 
@@ -20,10 +23,11 @@ FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "nccl"
 SRC = Path(__file__).resolve().parents[2] / "src"
 
 
-def test_parse_prints_the_table_and_exits_zero_for_a_complete_log(capsys: pytest.CaptureFixture[str]) -> None:
+def test_parse_prints_the_table_and_judges_by_the_platform_the_log_names(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["acceptance", "parse", str(FIXTURES / "p5_2node_all_reduce_ok.log")]) == 0
     out = capsys.readouterr().out
     assert "16 ranks on 2 host(s)" in out and "provider efa (32 nics)" in out and "1073741824" in out
+    assert "judged as: instance type p5.48xlarge from aws-ofi-nccl's 'Running on ... platform' line" in out
 
 
 def test_parse_with_an_instance_type_gives_the_verdict_and_its_exit_code(capsys: pytest.CaptureFixture[str]) -> None:
@@ -37,7 +41,8 @@ def test_parse_json_holds_rows_network_and_verdict(capsys: pytest.CaptureFixture
           "--instance-type", "p4d.24xlarge"])
     data = json.loads(capsys.readouterr().out)
     assert data["log"]["network"]["ofi_provider"] == "efa" and len(data["log"]["rows"]) == 32
-    assert data["verdict"]["passed"] is True and data["verdict"]["thresholds"]["min_busbw_gbps"] == 26
+    assert data["verdict"]["passed"] is True and data["verdict"]["expectation"]["min_busbw_gbps"] == 26
+    assert (data["status"], data["exit_code"]) == ("pass", 0)
 
 
 def test_parse_of_a_killed_job_exits_nonzero(capsys: pytest.CaptureFixture[str]) -> None:
@@ -78,9 +83,9 @@ def test_cpu_bench_prints_nccl_tests_format_that_the_verdict_passes() -> None:
     assert log.network.network == "Socket" and log.network.socket_interfaces == ("lo",)
     assert log.network.channels == 1 and log.network.rings == ((0, 1),)
     assert log.wrong == 0 and log.out_of_bounds == 0
-    th = thresholds_for(load_catalog()["c5.2xlarge"], 1, override_gbps=0.001, ranks_per_node=2)
-    th = th.__class__(**{**th.__dict__, "message_bytes": 4 << 20})
-    assert judge(log, th).passed
+    exp = expectation_for(load_catalog()["c5.2xlarge"], 1, override_gbps=0.001, ranks_per_node=2,
+                          require_data_check=True)
+    assert judge(log, replace(exp, message_bytes=4 << 20)).passed
 
 
 @pytest.mark.slow
@@ -99,6 +104,6 @@ def test_a_wrong_socket_interface_setting_fails_fast_with_its_cause() -> None:
     argv = [sys.executable, "-m", "fmcluster.acceptance.bench", "-b", "1M", "-e", "1M", "-T", "20"]
     proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0
-    verdict = judge(parse_text(proc.stdout), thresholds_for(load_catalog()["c5.2xlarge"], 2))
+    verdict = judge(parse_text(proc.stdout), expectation_for(load_catalog()["c5.2xlarge"], 2))
     assert [f.code for f in verdict.failures] == ["bad_socket_interface"]
     assert "fmabogus0" in verdict.cause
