@@ -160,9 +160,10 @@ def _integrity(log: ParsedLog) -> list[Finding]:
     bad: list[str] = []
     for row in log.rows:
         for half, m in (("out-of-place", row.out_of_place), ("in-place", row.in_place)):
-            for name, value in (("time", m.time_us), ("algbw", m.algbw_gbps), ("busbw", m.busbw_gbps)):
-                if not math.isfinite(value):
-                    bad.append(f"{name} {value} at {human_bytes(row.size_bytes)} ({half})")
+            cells = [f"{name} {value}" for name, value in (("time", m.time_us), ("algbw", m.algbw_gbps),
+                                                           ("busbw", m.busbw_gbps)) if not math.isfinite(value)]
+            if cells:
+                bad.append(f"{human_bytes(row.size_bytes)} {half}: {', '.join(cells)}")
     if log.avg_busbw_text is not None and (log.avg_busbw_gbps is None or not math.isfinite(log.avg_busbw_gbps)):
         bad.append(f"the footer's average '{log.avg_busbw_text}'")
     if bad:
