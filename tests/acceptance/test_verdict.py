@@ -107,3 +107,16 @@ def test_socket_is_expected_on_instances_without_efa() -> None:
 def test_rank_count_mismatch_fails() -> None:
     v = verdict("p5_2node_all_reduce_ok.log", nodes=4)
     assert [f.code for f in v.failures] == ["rank_count"]
+
+
+def test_every_finding_code_is_documented_and_the_docs_name_no_other() -> None:
+    import re
+
+    from fmcluster.acceptance.verdict import CODES
+
+    doc = (FIXTURES.parents[2] / "docs" / "acceptance.md").read_text()
+    documented = re.findall(r"^\| `(\w+)` \| (?:fail|warn)", doc, re.M)
+    assert sorted(documented) == sorted(CODES)
+    for code, info in CODES.items():
+        row = next(line for line in doc.splitlines() if line.startswith(f"| `{code}` |"))
+        assert row.endswith("| no |") != info.blames_node or "unless" in row, code

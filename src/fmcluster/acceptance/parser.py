@@ -379,6 +379,8 @@ class LogParser:
         before = line[: lib.start()]
         if before.strip() and not _HOST_PREFIX.match(before):
             self.garbled += 1  # another rank's text spliced in front of this INFO line
+            if _ROW_START.match(before):
+                self._unreadable_row(before)
         msg = lib.group("msg")
         if "NCCL version" in msg and (m := _NCCL_VERSION.search(msg)):
             self.library = self.library or f"NCCL {m.group(1)}"
@@ -439,9 +441,7 @@ class LogParser:
         row = parse_row(line, self.layout, self.line_no)
         if row is None:
             self.garbled += 1
-            first = line.split()[0]
-            if len(self.unreadable) < 1000 and first.isdigit() and int(first) not in self.unreadable:
-                self.unreadable.append(int(first))
+            self._unreadable_row(line)
             return
         key = (row.size_bytes, row.dtype, row.redop)
         old = self.rows.get(key)
@@ -453,6 +453,11 @@ class LogParser:
             self.rows[key] = row
         else:
             self.dropped += 1
+
+    def _unreadable_row(self, line: str) -> None:
+        first = line.split()[0]
+        if len(self.unreadable) < 1000 and first.isdigit() and int(first) not in self.unreadable:
+            self.unreadable.append(int(first))
 
     def _maybe_error(self, stripped: str) -> None:
         for pattern in _ERROR_PATTERNS:
