@@ -62,6 +62,10 @@ class AcceptanceBaselines:
     def floor(self, nodes: int) -> Floor:
         return self.floors[node_class(nodes)]
 
+    def min_busbw_gbps(self, nodes: int) -> float:
+        """The busbw floor (GB/s) for a run over `nodes` nodes."""
+        return self.floor(nodes).gbps
+
     def public_figures(self, nodes: int) -> tuple[PublicFigure, ...]:
         return self.public.get(node_class(nodes), ())
 
