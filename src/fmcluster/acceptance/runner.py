@@ -22,10 +22,10 @@ from typing import Any, Literal
 
 from fmcluster.acceptance import results
 from fmcluster.acceptance.bisect import Bisection, Pair, find_bad_nodes
+from fmcluster.acceptance.expectation import expectation_for
 from fmcluster.acceptance.model import ParsedLog
-from fmcluster.acceptance.parser import parse_file
 from fmcluster.acceptance.slurm import Job, SlurmClient, SlurmError
-from fmcluster.acceptance.verdict import Verdict, human_bytes, judge, render, thresholds_for
+from fmcluster.acceptance.verdict import Verdict, human_bytes, judge_file, render
 from fmcluster.catalog import InstanceType
 from fmcluster.model import Queue, Tenant
 from fmcluster.paths import generated_dir, repo_root
@@ -33,9 +33,6 @@ from fmcluster.paths import generated_dir, repo_root
 Backend = Literal["nccl", "cpu"]
 Out = Callable[[str], object]
 
-#: Failures that are the configuration's, not a node's: bisecting would only drain healthy nodes.
-CONFIG_WIDE = frozenset({"bad_socket_interface", "socket_fallback", "provider_not_efa", "plugin_init_failed", "no_efa_selection",
-                         "ranks_not_wired", "no_results"})
 #: Where the nccl_tests role puts the job scripts on AWS clusters (shared by login and controller).
 AWS_JOB_DIR = Path("/opt/fmcluster/acceptance")
 #: CPU stand-in: one rank per node on the all-node run, two on the single-node run (a 1-rank collective
@@ -184,10 +181,12 @@ class _Gate:
         elapsed = time.monotonic() - started
         runs = []
         for name, collective, queue, nodes, rpn, job in specs:
-            log = parse_file(job.output) if job.output.is_file() else ParsedLog(source=str(job.output))
-            th = thresholds_for(queue.instance, len(nodes), self.tenant.acceptance.min_busbw_gbps, rpn)
+            # the one judging call: the same parse/expectation/judge as `fmcluster acceptance parse`
+            expectation = expectation_for(queue.instance, len(nodes), self.tenant.acceptance.min_busbw_gbps, rpn,
+                                          collective=collective, require_data_check=True)
+            log, verdict = judge_file(job.output, expectation)
             runs.append(CollectiveRun(name, queue.name, collective, nodes, rpn, job.job_id, states[job.job_id],
-                                job.output.name, log, judge(log, th), elapsed))
+                                job.output.name, log, verdict, elapsed))
         return runs
 
     def probe(self, queue: Queue, backend: Backend) -> Callable[[Sequence[Pair]], dict[Pair, bool]]:
@@ -286,7 +285,7 @@ def run_acceptance(tenant: Tenant, *, client: SlurmClient | None = None, out: Ou
         codes = {f.code for t in failing for f in t.verdict.failures}
         if not failing:
             continue
-        if codes <= CONFIG_WIDE:
+        if not any(t.verdict.blames_node for t in failing):  # the verdict says whether a node can be the cause
             result.notes.append(f"queue {queue.name}: the failure is configuration-wide ({', '.join(sorted(codes))}); "
                                 "no node is drained — fix the setting named in the verdict")
             out(f"acceptance: {result.notes[-1]}")
@@ -339,14 +338,15 @@ def available_nodes(client: SlurmClient, partition: str) -> tuple[list[str], lis
 def drain_reason(now: datetime, failing: CollectiveRun, node: str, bisection: Bisection,
                  probes: Sequence[CollectiveRun] = ()) -> str:
     """`fmcluster acceptance <when>: <code> <measured> < <floor> GB/s at <size>; failed in pair a+b`."""
-    th = failing.verdict.thresholds
+    th = failing.verdict.expectation
     mine = [p for p in probes if node in p.nodes and not p.passed]
     evidence = mine[0] if mine else failing
     code = evidence.verdict.failures[0].code if evidence.verdict.failures else "failed"
     bw = evidence.verdict.busbw_gbps
     measured = f" {bw:.3g} <" if bw is not None and code == "below_floor" else ""
-    return (f"fmcluster acceptance {now.strftime('%Y-%m-%dT%H:%MZ')}: {code}{measured} {th.min_busbw_gbps:g} GB/s "
-            f"at {human_bytes(th.message_bytes)}; {bisection.evidence(node)}")
+    floor = f"{th.min_busbw_gbps:g} GB/s at {human_bytes(th.message_bytes)}" if th else "no floor"
+    return (f"fmcluster acceptance {now.strftime('%Y-%m-%dT%H:%MZ')}: {code}{measured} {floor}; "
+            f"{bisection.evidence(node)}")
 
 
 def summary_text(result: AcceptanceResult) -> str:
