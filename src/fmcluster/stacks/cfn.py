@@ -138,32 +138,33 @@ def tags(values: dict[str, str], propagate: bool | None = None) -> list[dict[str
 
 # --- YAML dump -------------------------------------------------------------------------------------
 
-class _Dumper(yaml.SafeDumper):
-    """Block style, key order kept, no anchors/aliases (a shared list must not become *id001)."""
+class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]
+    """Block style, key order kept, no anchors/aliases (a shared list must not become *id001);
+    libyaml's emitter when PyYAML has it."""
 
     def ignore_aliases(self, data: Any) -> bool:
         return True
 
 
-def _str(dumper: _Dumper, value: str) -> yaml.ScalarNode:
+def _str(dumper: Any, value: str) -> Any:
     # Multi-line text (user data) reads best as a literal block; PyYAML's emitter falls back to a
     # quoted scalar by itself whenever a block could not hold the value exactly.
     return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|" if "\n" in value else None)
 
 
-def _ref(dumper: _Dumper, value: Ref) -> yaml.ScalarNode:
+def _ref(dumper: Any, value: Ref) -> Any:
     return dumper.represent_scalar("!Ref", value.name)
 
 
-def _getatt(dumper: _Dumper, value: GetAtt) -> yaml.ScalarNode:
+def _getatt(dumper: Any, value: GetAtt) -> Any:
     return dumper.represent_scalar("!GetAtt", f"{value.resource}.{value.attribute}")
 
 
-def _sub(dumper: _Dumper, value: Sub) -> yaml.ScalarNode:
+def _sub(dumper: Any, value: Sub) -> Any:
     return dumper.represent_scalar("!Sub", value.template)
 
 
-def _fn(dumper: _Dumper, value: Fn) -> yaml.Node:
+def _fn(dumper: Any, value: Fn) -> Any:
     tag = f"!{value.name}"
     if isinstance(value.value, list):
         return dumper.represent_sequence(tag, value.value)

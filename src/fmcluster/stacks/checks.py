@@ -225,7 +225,9 @@ def _statement_problems(name: str, policy: str, st: dict[str, Any]) -> list[tupl
         problems.append((f"wildcard action in {policy}: {actions}", "list the actions the nodes need"))
     for resource in _as_list(st.get("Resource", [])):
         text = _as_text(resource)
-        wildcard = text == "*" or re.fullmatch(r"arn:[^:]*:[^:]*:[^:]*:[^:]*:\*", text) is not None
+        # ${AWS::Partition} and friends hold colons of their own: compare the ARN's fields without them.
+        fields = re.sub(r"\$\{[^}]*\}", "x", text)
+        wildcard = text == "*" or re.fullmatch(r"arn:[^:]*:[^:]*:[^:]*:[^:]*:\*", fields) is not None
         sensitive = [a for a in actions if a not in UNSCOPABLE_ACTIONS]
         if wildcard and sensitive:
             problems.append((f"wildcard resource {text!r} in {policy} for {sensitive}",

@@ -113,8 +113,9 @@ class RenderedStack:
         return resolved, notes
 
 
-class _CfnLoader(yaml.SafeLoader):
-    """YAML loader that accepts CloudFormation's short-form tags (!Ref, !Sub, ...)."""
+class _CfnLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    """YAML loader that accepts CloudFormation's short-form tags (!Ref, !Sub, ...); libyaml's parser
+    when PyYAML has it (checks and tests read every rendered template)."""
 
 
 def _cfn_tag(loader: Any, suffix: str, node: Any) -> dict[str, Any]:

@@ -67,11 +67,12 @@ def instance_groups(tenant: Tenant) -> list[dict[str, Any]]:
     if tenant.login is not None:
         groups.append(("login", tenant.login.name, tenant.login_count, "Login", None, False))
     for q in tenant.queues:
-        if q.capacity_reservation_id:
+        if q.capacity_reservation_id or q.capacity_reservation_type != "default":
             # Never dropped silently: HyperPod takes reserved capacity through its own training plans,
             # not an EC2 capacity reservation id.
-            raise ValueError(f"queue '{q.name}': capacity_reservation_id is an EC2 reservation, which a HyperPod "
-                             "instance group cannot use; remove it (HyperPod reserves capacity via training plans)")
+            raise ValueError(f"queue '{q.name}': capacity_reservation_id/_type name an EC2 reservation, which a "
+                             "HyperPod instance group cannot use; remove them (HyperPod reserves capacity via "
+                             "training plans)")
         groups.append((q.name, q.instance.name, q.count, "Compute", q.name, q.instance.accelerator != "none"))
     names = [g[0] for g in groups]
     if len(set(names)) != len(names):

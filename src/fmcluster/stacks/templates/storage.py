@@ -39,8 +39,15 @@ def legacy_import_policy(events: tuple[str, ...]) -> str:
     return "NEW_CHANGED" if "CHANGED" in wanted else "NEW"
 
 
+LUSTRE_DEPLOYMENT_TYPES = ("PERSISTENT_2", "PERSISTENT_1", "SCRATCH_2", "SCRATCH_1")
+
+
 def build(tenant: Tenant) -> dict[str, Any]:
     lustre, zfs, prefix = tenant.storage.lustre, tenant.storage.openzfs, tenant.stack_prefix
+    if lustre.deployment_type not in LUSTRE_DEPLOYMENT_TYPES:
+        # It decides the template's shape (a DRA resource or legacy import/export paths): refuse, never guess.
+        raise ValueError(f"storage.lustre.deployment_type {lustre.deployment_type!r} is not one of "
+                         f"{', '.join(LUSTRE_DEPLOYMENT_TYPES)}")
     dra = lustre.data_repository
     dra_resource = dra is not None and lustre.deployment_type == "PERSISTENT_2"
     versioning = tenant.storage.s3_versioning
