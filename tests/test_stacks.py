@@ -205,6 +205,9 @@ def test_deploy_of_demo_creates_all_stacks_and_writes_the_stack_outputs_inventor
     assert outputs["ControllerPrivateIp"].count(".") == 3
     assert outputs["DataBucketName"].startswith("fmc-demo-storage-databucket-")
     assert "LustreDnsName" not in outputs and "PlacementGroupName" not in outputs, "aws-only outputs"
+    assert outputs["CpuImageId"].startswith("ami-"), "the AMI pinned at create is recorded"
+    assert any(note.startswith(f"CpuImageId: pinned {outputs['CpuImageId']}, resolved from ")
+               for note in result.stacks[2].notes)
 
     # What moto skipped is reported, per stack, and matches what plan predicts for the emulator.
     skipped = {(s, lid): t for s, items in result.not_created.items() for lid, t in items}
@@ -267,6 +270,7 @@ def test_second_deploy_is_a_no_op_and_reuses_the_running_emulator(root: Path) ->
     assert second.skipped == ["fmc-demo-network", "fmc-demo-storage", "fmc-demo-cluster"]
     assert second.endpoint == first.endpoint and lines[0].startswith("reusing the AWS emulator of 'demo'")
     assert second.outputs == first.outputs and second.not_created == first.not_created
+    assert f"CpuImageId: keeping the pinned {first.outputs['CpuImageId']}" in second.stacks[2].notes
     assert outputs_path("demo", root).stat().st_mtime_ns == before, "unchanged outputs file is left alone"
 
 

@@ -31,7 +31,8 @@ from fmcluster.stacks.checks import check_stacks
 from fmcluster.stacks.emulator import ensure_emulator, running_emulator, stop_emulator
 from fmcluster.stacks.outputs import outputs_path, remove_stack_outputs, write_stack_outputs
 from fmcluster.stacks.render import (
-    LIFECYCLE_DIR, LIFECYCLE_PREFIX, ImageRef, ImageResolver, RenderedStack, lifecycle_environment, load_cfn_yaml,
+    LIFECYCLE_DIR, LIFECYCLE_PREFIX, SOURCE_ROOT, ImageRef, ImageResolver, RenderedStack, lifecycle_environment,
+    load_cfn_yaml,
     render_stacks,
 )
 from fmcluster.stacks.result import (
@@ -223,7 +224,7 @@ def plan_stacks(tenant: Tenant, *, out: Out = print, root: Path | None = None,
     cf = None if offline else aws.client("cloudformation", tenant.region, result.endpoint)
     outputs: dict[str, dict[str, str]] = {}
     for stack in stacks:
-        out(f"[{stack.key}] {stack.name}  (from cfn/{stack.source.name})")
+        out(f"[{stack.key}] {stack.name}  (from {stack.source.relative_to(SOURCE_ROOT)})")
         outcome = _plan_one(cf, stack, tenant, outputs, result.endpoint, refresh_images, out)
         result.stacks.append(outcome)
         for line in render_changes(outcome.changes, result.endpoint is not None, resource_details(stack)):

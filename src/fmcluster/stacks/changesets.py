@@ -159,9 +159,11 @@ def resource_details(stack: RenderedStack) -> dict[str, str]:
         elif res.get("Type") == "AWS::AutoScaling::AutoScalingGroup":
             signal = res.get("CreationPolicy", {}).get("ResourceSignal", {})
             rolling = res.get("UpdatePolicy", {}).get("AutoScalingRollingUpdate", {})
-            facts = [f"{res['Properties'].get('DesiredCapacity')} nodes"]
+            count = res["Properties"].get("DesiredCapacity")
+            facts = [f"{count} node{'' if str(count) == '1' else 's'}"]
             if signal:
-                facts.append(f"waits for {signal.get('Count')} bootstrap signals ({signal.get('Timeout')})")
+                plural = "" if str(signal.get("Count")) == "1" else "s"
+                facts.append(f"waits for {signal.get('Count')} bootstrap signal{plural} ({signal.get('Timeout')})")
             if rolling:
                 facts.append(f"a launch template change replaces nodes {rolling.get('MaxBatchSize')} at a time")
             if "PlacementGroup" in res["Properties"]:
