@@ -157,7 +157,7 @@ def test_the_critical_case_a_hostile_s3_prefix_adds_no_iam_user_and_is_the_dra_p
     storage = load_cfn_yaml(next(s for s in render_stacks(tenant) if s.key == "storage").body)
     assert "AWS::IAM::User" not in {r["Type"] for r in storage["Resources"].values()}
     path = storage["Resources"]["LustreDataRepositoryAssociation"]["Properties"]["DataRepositoryPath"]
-    assert path == {"Fn::Join": ["", ["s3://", {"Ref": "DataBucket"}, "/", value]]}
+    assert path == {"Fn::Join": ["", [{"Fn::Sub": "s3://${DataBucket}/"}, value]]}
 
 
 def exported(script: str, names: list[str]) -> list[str]:

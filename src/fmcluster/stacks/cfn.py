@@ -100,7 +100,28 @@ def text(template: str, **values: Any) -> Any:
         if all(type(p) is str for p in merged):
             return "".join(merged)
         return Sub("".join(p if isinstance(p, str) else _as_sub(p) for p in merged))
-    flat = [str(p) if isinstance(p, _Literal) else p for p in merged if not (isinstance(p, str) and p == "")]
+    # Runs of fmcluster's own text and references become one Sub each; tenant values stay separate,
+    # literal Join parts between them.
+    flat: list[Any] = []
+    run: list[Any] = []
+
+    def close_run() -> None:
+        if run:
+            flat.append(Sub("".join(p if isinstance(p, str) else _as_sub(p) for p in run))
+                        if any(not isinstance(p, str) for p in run) else "".join(run))
+            run.clear()
+
+    for part in merged:
+        if isinstance(part, _Literal):
+            close_run()
+            if part:
+                flat.append(str(part))
+        elif isinstance(part, (str, Ref, GetAtt)):
+            run.append(part)
+        else:
+            close_run()
+            flat.append(part)
+    close_run()
     if not flat:
         return ""
     return flat[0] if len(flat) == 1 else join(flat)
