@@ -39,6 +39,7 @@ class Queue:
     count: int
     capacity_reservation_id: str | None
     default: bool
+    capacity_reservation_type: str = "default"  # default (ODCR) | capacity-block
 
     @property
     def accelerator(self) -> str:
@@ -185,7 +186,8 @@ def _build(spec_path: Path, raw: dict[str, Any]) -> Tenant:
         login=catalog[login["instance_type"]] if login and login["count"] > 0 else None,
         login_count=login["count"] if login else 0,
         queues=tuple(
-            Queue(q["name"], catalog[q["instance_type"]], q["count"], q.get("capacity_reservation_id"), q["default"])
+            Queue(q["name"], catalog[q["instance_type"]], q["count"], q.get("capacity_reservation_id"), q["default"],
+                  q["capacity_reservation_type"])
             for q in doc["queues"]
         ),
         network=Network(network["vpc_cidr"], network.get("ssh_ingress_cidr"), network["local_subnet"]),

@@ -80,10 +80,10 @@ FILE_SYSTEM_ADDRESSES = 16
 # Which EFA interfaces take a private IPv4 address. An `efa` interface (EFA with ENA) takes one; an
 # `efa-only` interface takes none (EC2 user guide, "Create and attach an EFA": "You can't assign an IP address
 # to an EFA-only network interface"; AWS's P5 guidance puts `efa` on card 0 and `efa-only` on cards 1-31).
-# cfn/cluster-slurm-ec2.yaml renders InterfaceType efa on every card today, so every EFA interface is counted
-# (16 P5 = 512 addresses); tests/hostile/test_rendered_templates.py checks this against the rendered launch
-# templates, so the count follows the template when it moves to efa-only.
-EFA_ONLY_AFTER_CARD_0 = False
+# The launch templates (stacks/templates/slurm_ec2.py) put an `efa` interface on card 0 and `efa-only` ones on
+# the other cards, which take no address (AWS's P5 guidance): one address per node.
+# tests/hostile/test_rendered_templates.py checks this against the rendered launch templates.
+EFA_ONLY_AFTER_CARD_0 = True
 
 # Regions where AWS offers the accelerated instance families in the catalog (public region tables).
 KNOWN_REGIONS = (
