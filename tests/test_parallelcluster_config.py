@@ -205,10 +205,11 @@ def test_storage_stack_holds_the_node_policy_scoped_to_the_bootstrap_prefixes_an
     statements = {s["Sid"]: s for s in body["Resources"]["NodeBootstrapPolicy"]["Properties"]["PolicyDocument"]["Statement"]}
     assert statements["ReadBootstrap"]["Action"] == "s3:GetObject"
     assert [r["Fn::Sub"] for r in statements["ReadBootstrap"]["Resource"]] == [
-        "${DataBucket.Arn}/fmcluster/bootstrap/*", "${DataBucket.Arn}/fmcluster/manifest/*",
-        "${DataBucket.Arn}/fmcluster/inventory/*"]
+        "${DataBucket.Arn}/fmcluster/bootstrap/*", "${DataBucket.Arn}/fmcluster/manifest/*"]
     assert statements["WriteReports"]["Action"] == "s3:PutObject"
-    assert statements["ReadTenantSecrets"]["Resource"]["Fn::Sub"].endswith(":secret:fmcluster/pclab/*")
+    secrets = statements["ReadTenantSecrets"]["Resource"]["Fn::Join"][1]  # the org is tenant data: a Join part
+    assert secrets == [{"Fn::Sub": "arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:"
+                                   "fmcluster/"}, "pclab", "/*"]
     assert "*" not in {s["Action"] for s in statements.values()}
     assert {"NodeBootstrapPolicyArn", "HomeVolumeId"} <= set(body["Outputs"])
     assert not check_stacks(render_stacks(load_tenant("pclab", ROOT)))

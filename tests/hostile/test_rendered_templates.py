@@ -29,9 +29,11 @@ def test_addresses_per_node_match_the_interfaces_the_launch_templates_attach() -
             f"{name}: validation.addresses_per_node disagrees with the rendered interfaces (see EFA_ONLY_AFTER_CARD_0)"
 
 
-@pytest.mark.parametrize("vpc,fits", [("10.0.0.0/21", True), ("10.0.0.0/22", False), ("172.16.0.0/16", True)])
-def test_sixteen_p5_nodes_need_a_slash_21_vpc(tmp_path: Path, vpc: str, fits: bool) -> None:
+@pytest.mark.parametrize("vpc,fits", [("10.0.0.0/23", True), ("10.0.0.0/24", False), ("172.16.0.0/16", True)])
+def test_a_hundred_and_twenty_p5_nodes_need_a_slash_23_vpc(tmp_path: Path, vpc: str, fits: bool) -> None:
+    """One address per P5 node (efa on card 0, efa-only on the rest): 120 nodes outgrow a /24's private half."""
     doc = base_doc("stockmark")
+    doc["tenant"]["queues"][0]["count"] = 120
     doc["tenant"]["network"]["vpc_cidr"] = vpc
     write_tenant(tmp_path, yaml.safe_dump(doc))
     if fits:
@@ -39,4 +41,4 @@ def test_sixteen_p5_nodes_need_a_slash_21_vpc(tmp_path: Path, vpc: str, fits: bo
         return
     with pytest.raises(TenantInvalid) as raised:
         load_tenant("acme", tmp_path)
-    assert "use a /21 VPC or larger" in raised.value.render()
+    assert "use a /23 VPC or larger" in raised.value.render()

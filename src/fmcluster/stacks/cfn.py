@@ -114,17 +114,15 @@ def text(template: str, **values: Any) -> Any:
     for part in merged:
         if isinstance(part, _Literal):
             close_run()
-            if part:
-                flat.append(str(part))
+            # Kept even when empty: a tenant value always gives the same shape (a Join), whatever it holds.
+            flat.append(str(part))
         elif isinstance(part, (str, Ref, GetAtt)):
             run.append(part)
         else:
             close_run()
             flat.append(part)
     close_run()
-    if not flat:
-        return ""
-    return flat[0] if len(flat) == 1 else join(flat)
+    return join(flat)
 
 
 def _references(fragment: str) -> list[Any]:

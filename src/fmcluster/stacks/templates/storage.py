@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from fmcluster.model import Tenant
-from fmcluster.stacks.cfn import GetAtt, Ref, Sub, join, text
+from fmcluster.stacks.cfn import GetAtt, Ref, Sub, text
 from fmcluster.stacks.templates.common import (
     BOOTSTRAP_PREFIX, MANIFEST_PREFIX, REPORT_PREFIX, ON_AWS, PROVIDER_PARAMETER, TEMPLATE_VERSION, description, metadata, output, resource_tags, security_group_id, spec_file,
     subnet_id, vpc_id,
@@ -207,11 +207,11 @@ def parallelcluster_node_policy(tenant: Tenant) -> dict[str, Any]:
             {"Sid": "ListBootstrapPrefixes", "Effect": "Allow", "Action": "s3:ListBucket", "Resource": bucket,
              "Condition": {"StringLike": {"s3:prefix": [f"{p}*" for p in PARALLELCLUSTER_NODE_READ]}}},
             {"Sid": "ReadBootstrap", "Effect": "Allow", "Action": "s3:GetObject",
-             "Resource": [join([bucket, f"/{p}*"]) for p in PARALLELCLUSTER_NODE_READ]},
+             "Resource": [Sub(f"${{DataBucket.Arn}}/{p}*") for p in PARALLELCLUSTER_NODE_READ]},
             {"Sid": "WriteReports", "Effect": "Allow", "Action": "s3:PutObject",
-             "Resource": join([bucket, f"/{REPORT_PREFIX}*"])},
+             "Resource": Sub(f"${{DataBucket.Arn}}/{REPORT_PREFIX}*")},
             {"Sid": "ReadTenantSecrets", "Effect": "Allow", "Action": "secretsmanager:GetSecretValue",
-             "Resource": join([Sub("arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:"),
-                               f"fmcluster/{tenant.org}/*"])},
+             "Resource": text("arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:"
+                              "fmcluster/{org}/*", org=tenant.org)},
         ]},
     }}
