@@ -29,10 +29,10 @@ def validate(c: Context, org: str) -> None:
         "org": "new tenant name",
         "instance_type": "compute instance type, e.g. p5.48xlarge",
         "count": "compute node count",
-        "scheduler": "slurm-ec2 or hyperpod",
+        "scheduler": "slurm-ec2, hyperpod or parallelcluster",
         "region": "AWS region",
         "provider": "aws or local",
-        "force": "overwrite an existing tenant",
+        "force": "replace an existing tenant (the old one is kept under inventories/.backup/)",
         "output_dir": "render somewhere other than inventories/ (e.g. a temp dir)",
     },
 )
@@ -40,7 +40,7 @@ def new_tenant(
     c: Context,
     org: str = "",
     instance_type: str = "",
-    count: int = 0,
+    count: str = "",  # text, so that --count=0 is refused rather than read as "not given"
     scheduler: str = "",
     region: str = "",
     provider: str = "",

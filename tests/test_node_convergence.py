@@ -25,7 +25,7 @@ from fmcluster.model import load_tenant
 from fmcluster.paths import generated_dir
 from fmcluster.stacks import aws
 from fmcluster.stacks.emulator import ensure_emulator, stop_emulator
-from fmcluster.stacks.render import load_cfn_yaml, render_stacks
+from fmcluster.stacks.render import load_cfn_yaml, render_stacks, user_data_text
 
 PLAY = """\
 - name: node_convergence under test
@@ -141,8 +141,9 @@ def test_every_launch_template_fetches_the_bootstrap_from_the_tenant_bucket_and_
                  if r["Type"] == "AWS::EC2::LaunchTemplate"}
     assert templates
     for lid, resource in templates.items():
-        user_data = resource["Properties"]["LaunchTemplateData"]["UserData"]["Fn::Base64"]["Fn::Sub"]
-        assert "s3://${DataBucketName}/fmcluster/bootstrap/ /opt/fmcluster/bootstrap/ && break" in user_data, lid
+        user_data = user_data_text(resource["Properties"]["LaunchTemplateData"]["UserData"])
+        assert "export FMCLUSTER_BUCKET=${DataBucketName}\n" in user_data, lid
+        assert '"s3://$FMCLUSTER_BUCKET/fmcluster/bootstrap/" /opt/fmcluster/bootstrap/ && break' in user_data, lid
         assert "for try in $(seq 1 30)" in user_data, f"{lid}: the fetch retries (boot networks come up late)"
         assert user_data.rstrip().endswith("/usr/local/sbin/fmcluster-bootstrap"), lid
 

@@ -31,13 +31,16 @@ def require_tenant(org: str) -> Tenant:
 
 
 def validate(org: str, out: Out = print) -> int:
+    """Schema and catalog checks, every problem with its fix; then the scheduler's own (ParallelCluster's schema)."""
+    from fmcluster.schedulers import scheduler_for
+
     try:
         tenant = load_tenant(org)
     except TenantInvalid as err:
         out(err.render(repo_root()))
         return EXIT_INVALID_SPEC
     out(tenant.describe())
-    return 0
+    return scheduler_for(tenant).validate(out)
 
 
 def deploy(org: str) -> int:
@@ -63,9 +66,12 @@ def plan(org: str, show_templates: bool = False) -> int:
     endpoint, unreachable = _endpoint(tenant, start=True)
     from fmcluster.providers import provider_for
 
+    from fmcluster.schedulers import scheduler_for
+
     result = plan_stacks(tenant, endpoint, offline=unreachable is not None, show_templates=show_templates,
                          image_parameter=provider_for(tenant).image_parameter)
-    return 0 if result.ok and not result.notes else EXIT_FAILED  # notes: security findings
+    code = 0 if result.ok and not result.notes else EXIT_FAILED  # notes: security findings
+    return scheduler_for(tenant).plan(print) or code
 
 
 def stacks(org: str) -> int:

@@ -26,8 +26,10 @@ from fmcluster.nodes import Node, sort_nodes
 FORMAT = 1
 #: Where a node keeps the secrets its bootstrap read from Secrets Manager (root only, never in the inventory).
 NODE_SECRETS_DIR = "/etc/fmcluster/secrets"
-#: Secret names under fmcluster/<org>/ in AWS Secrets Manager; the deploy creates them, nodes read them.
-SECRET_NAMES = ("munge-key", "grafana-admin-password")
+#: Secret names under fmcluster/<org>/ in AWS Secrets Manager (the deploy creates them), and the roles whose
+#: nodes read each (their IAM roles allow exactly that: the munge key everywhere, the rest on the controller).
+SECRET_ROLES = {"munge-key": ("controller", "login", "compute"), "grafana-admin-password": ("controller",)}
+SECRET_NAMES = tuple(SECRET_ROLES)
 
 
 def secret_id(org: str, name: str) -> str:

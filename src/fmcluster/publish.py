@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from fmcluster import monitoring, nccl
-from fmcluster.manifest import FORMAT, NODE_SECRETS_DIR, SECRET_NAMES, secret_id
+from fmcluster.manifest import FORMAT, NODE_SECRETS_DIR, SECRET_NAMES, SECRET_ROLES, secret_id
 from fmcluster.model import Tenant
 from fmcluster.paths import PACKAGE_DIR
 
@@ -130,7 +130,8 @@ def build_manifest(tenant: Tenant, ref: str, stack_outputs: Mapping[str, str],
         "region": tenant.region,
         "ref": ref,
         "discovery": dict(discovery),
-        "secrets": {name: secret_id(tenant.org, name) for name in SECRET_NAMES},
+        "secrets": {name: {"id": secret_id(tenant.org, name), "roles": list(roles)}
+                    for name, roles in SECRET_ROLES.items()},
         "groups": groups,
         "vars": variables,
         "stack_outputs": dict(sorted(stack_outputs.items())),

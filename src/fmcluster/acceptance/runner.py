@@ -20,19 +20,16 @@ from typing import Any, Literal
 
 from fmcluster.acceptance import results
 from fmcluster.acceptance.bisect import Bisection, Pair, find_bad_nodes
+from fmcluster.acceptance.expectation import expectation_for
 from fmcluster.acceptance.model import ParsedLog
-from fmcluster.acceptance.parser import parse_file
 from fmcluster.acceptance.slurm import Job, SlurmClient, SlurmError
-from fmcluster.acceptance.verdict import Verdict, human_bytes, judge, render, thresholds_for
+from fmcluster.acceptance.verdict import Verdict, human_bytes, judge_file, render
 from fmcluster.catalog import InstanceType
 from fmcluster.model import Queue, Tenant
 
 Backend = Literal["nccl", "cpu"]
 Out = Callable[[str], object]
 
-#: Failures that are the configuration's, not a node's: bisecting would only drain healthy nodes.
-CONFIG_WIDE = frozenset({"bad_socket_interface", "socket_fallback", "provider_not_efa", "plugin_init_failed", "no_efa_selection",
-                         "ranks_not_wired", "no_results"})
 #: Where the nccl_tests role puts the job scripts on the login node (the controller without one).
 JOB_DIR = PurePosixPath("/opt/fmcluster/acceptance")
 #: Under the cluster's shared file system: the job logs, written by the compute nodes, read back by the deploy.
@@ -139,10 +136,12 @@ class _Gate:
             text = self.client.read_file(job.output)  # the log on the cluster's shared file system
             if text is not None:
                 local.write_text(text)
-            log = parse_file(local) if text is not None else ParsedLog(source=str(job.output))
-            th = thresholds_for(queue.instance, len(nodes), self.tenant.acceptance.min_busbw_gbps, rpn)
+            # the one judging call: the same parse/expectation/judge as `fmcluster acceptance parse`
+            expectation = expectation_for(queue.instance, len(nodes), self.tenant.acceptance.min_busbw_gbps, rpn,
+                                          collective=collective, require_data_check=True)
+            log, verdict = judge_file(local, expectation)
             runs.append(CollectiveRun(name, queue.name, collective, nodes, rpn, job.job_id, states[job.job_id],
-                                job.output.name, log, judge(log, th), elapsed))
+                                job.output.name, log, verdict, elapsed))
         return runs
 
     def probe(self, queue: Queue, backend: Backend) -> Callable[[Sequence[Pair]], dict[Pair, bool]]:
@@ -244,7 +243,7 @@ def run_acceptance(tenant: Tenant, client: SlurmClient, shared_dir: str, *, out:
         codes = {f.code for t in failing for f in t.verdict.failures}
         if not failing:
             continue
-        if codes <= CONFIG_WIDE:
+        if not any(t.verdict.blames_node for t in failing):  # the verdict says whether a node can be the cause
             result.notes.append(f"queue {queue.name}: the failure is configuration-wide ({', '.join(sorted(codes))}); "
                                 "no node is drained — fix the setting named in the verdict")
             out(f"acceptance: {result.notes[-1]}")
@@ -297,14 +296,15 @@ def available_nodes(client: SlurmClient, partition: str) -> tuple[list[str], lis
 def drain_reason(now: datetime, failing: CollectiveRun, node: str, bisection: Bisection,
                  probes: Sequence[CollectiveRun] = ()) -> str:
     """`fmcluster acceptance <when>: <code> <measured> < <floor> GB/s at <size>; failed in pair a+b`."""
-    th = failing.verdict.thresholds
+    th = failing.verdict.expectation
     mine = [p for p in probes if node in p.nodes and not p.passed]
     evidence = mine[0] if mine else failing
     code = evidence.verdict.failures[0].code if evidence.verdict.failures else "failed"
     bw = evidence.verdict.busbw_gbps
     measured = f" {bw:.3g} <" if bw is not None and code == "below_floor" else ""
-    return (f"fmcluster acceptance {now.strftime('%Y-%m-%dT%H:%MZ')}: {code}{measured} {th.min_busbw_gbps:g} GB/s "
-            f"at {human_bytes(th.message_bytes)}; {bisection.evidence(node)}")
+    floor = f"{th.min_busbw_gbps:g} GB/s at {human_bytes(th.message_bytes)}" if th else "no floor"
+    return (f"fmcluster acceptance {now.strftime('%Y-%m-%dT%H:%MZ')}: {code}{measured} {floor}; "
+            f"{bisection.evidence(node)}")
 
 
 def summary_text(result: AcceptanceResult) -> str:

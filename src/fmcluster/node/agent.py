@@ -162,13 +162,17 @@ class Agent:
         # The deploy publishes the bundle, then the manifest that names its commit: wait until they agree.
         return retry(where, "manifest", self.settings.fetch_tries, read, lambda m: m.get("ref") == self.settings.ref)
 
-    def secrets(self, manifest: dict[str, Any]) -> list[str]:
-        """Each shared secret into /etc/fmcluster/secrets/<name> (root only); returns the names written."""
+    def secrets(self, manifest: dict[str, Any], role: str) -> list[str]:
+        """Each shared secret this node's role reads into /etc/fmcluster/secrets/<name> (root only); returns the
+        names written."""
         client = self.client("secretsmanager")
         folder = self.etc_dir / "secrets"
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         written = []
-        for name, secret in sorted(manifest.get("secrets", {}).items()):
+        for name, spec in sorted(manifest.get("secrets", {}).items()):
+            if role not in spec.get("roles", []):
+                continue
+            secret = str(spec["id"])
             value = retry(f"read secret {secret} from Secrets Manager", "secrets", self.settings.fetch_tries,
                           lambda: str(client.get_secret_value(SecretId=secret)["SecretString"]))
             path = folder / name
@@ -263,7 +267,7 @@ class Agent:
             report.node, report.role, report.queue, report.instance_id = me.name, me.role, me.queue, me.instance_id
             report.membership_digest = membership_digest(nodes)
             report.stage = "secrets"
-            written = self.secrets(manifest)
+            written = self.secrets(manifest, me.role)
             if written:
                 report.notes.append(f"secrets written: {', '.join(written)}")
             report.stage = "inventory"

@@ -40,8 +40,18 @@ class Scheduler(Protocol):
     def before_cluster(self, s3: Any, bucket: str, out: Out) -> None:
         """Uploads the cluster stack needs before it is created."""
 
+    def validate(self, out: Out) -> int:
+        """Checks beyond fmcluster's own (ParallelCluster: its own schema); an exit code, 0 when clean."""
+
+    def plan(self, out: Out) -> int:
+        """What `invoke plan` shows beyond the stacks (ParallelCluster: the rendered cluster config)."""
+
 
 def scheduler_for(tenant: Tenant) -> Scheduler:
+    if tenant.scheduler == "parallelcluster":
+        from fmcluster.schedulers.parallelcluster import ParallelCluster
+
+        return ParallelCluster(tenant)
     if tenant.scheduler == "hyperpod":
         from fmcluster.schedulers.hyperpod import HyperPod
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from fmcluster.model import Tenant
 from fmcluster.schedulers import SITE_PLAYBOOK, Out
-from fmcluster.stacks.render import LIFECYCLE_DIR, LIFECYCLE_PREFIX, USER_DATA_SCRIPT
+from fmcluster.stacks.render import LIFECYCLE_DIR, LIFECYCLE_PREFIX, USER_DATA_SCRIPT, lifecycle_environment
 
 LIFECYCLE_ENV = "fmcluster-lifecycle.env"
 
@@ -42,11 +42,17 @@ class HyperPod:
     def lifecycle_files(self, bucket: str) -> dict[str, bytes]:
         files = {script.name: script.read_bytes() for script in sorted(LIFECYCLE_DIR.glob("*.sh"))}
         files[USER_DATA_SCRIPT.name] = USER_DATA_SCRIPT.read_bytes()
-        files[LIFECYCLE_ENV] = (f"FMCLUSTER_BUCKET={bucket}\nFMCLUSTER_REGION={self.tenant.region}\n"
-                                f"FMCLUSTER_ORG={self.tenant.org}\n").encode()
+        # The same FMCLUSTER_* variables as the EC2 user data (shell-quoted: on_create.sh sources the file).
+        files[LIFECYCLE_ENV] = lifecycle_environment(self.tenant, bucket, f"{self.tenant.stack_prefix}-cluster").encode()
         return files
 
     def before_cluster(self, s3: Any, bucket: str, out: Out) -> None:
         for name, body in self.lifecycle_files(bucket).items():
             s3.put_object(Bucket=bucket, Key=f"{LIFECYCLE_PREFIX}{name}", Body=body)
         out(f"  uploaded the lifecycle scripts (on_create.sh → {USER_DATA_SCRIPT.name}) to s3://{bucket}/{LIFECYCLE_PREFIX}")
+
+    def validate(self, out: Out) -> int:
+        return 0
+
+    def plan(self, out: Out) -> int:
+        return 0

@@ -30,3 +30,9 @@ class SlurmEc2:
 
     def before_cluster(self, s3: Any, bucket: str, out: Out) -> None:
         return None
+
+    def validate(self, out: Out) -> int:
+        return 0
+
+    def plan(self, out: Out) -> int:
+        return 0

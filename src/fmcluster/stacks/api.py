@@ -29,8 +29,11 @@ from fmcluster.stacks.changesets import (
 from fmcluster.stacks.checks import check_stacks
 from fmcluster.stacks.emulator import stop_emulator
 from fmcluster.stacks.outputs import outputs_path, remove_stack_outputs, write_stack_outputs
-from fmcluster.stacks.render import RenderedStack, render_stacks
-from fmcluster.stacks.result import EMULATOR_SKIPPED_TYPES, Failure, ResourceChange, StackOutcome, StacksResult
+from fmcluster.stacks.render import SOURCE_ROOT, ImageRef, ImageResolver, RenderedStack, load_cfn_yaml, render_stacks
+from fmcluster.stacks.result import (
+    EMULATOR_IGNORED_ATTRIBUTES, EMULATOR_IGNORED_PROPERTIES, EMULATOR_SKIPPED_TYPES, Failure, ResourceChange,
+    StackOutcome, StacksResult,
+)
 
 Out = Callable[[str], object]
 Confirm = Callable[[str], bool]
@@ -55,9 +58,27 @@ def write_rendered(tenant: Tenant, stacks: list[RenderedStack], root: Path | Non
     return folder
 
 
+def emulator_ignored(stack: RenderedStack) -> list[str]:
+    """What the emulator accepts but does not apply: properties it drops, policies it does not enforce."""
+    ignored = []
+    for lid, res in load_cfn_yaml(stack.body).get("Resources", {}).items():
+        rtype = res.get("Type", "")
+        if rtype in EMULATOR_SKIPPED_TYPES:
+            continue
+        for prop in sorted(set(res.get("Properties", {})) & EMULATOR_IGNORED_PROPERTIES.get(rtype, set())):
+            ignored.append(f"{lid}.{prop} (moto drops it)")
+        for attribute in sorted(set(res) & EMULATOR_IGNORED_ATTRIBUTES):
+            ignored.append(f"{lid} {attribute} (moto does not wait for signals)")
+    return ignored
+
+
 def _emulator_summary(outcome: StackOutcome, stack: RenderedStack, provider: str, out: Out) -> None:
     for lid, rtype in outcome.not_created:
         out(f"    ! {lid} ({rtype}): NOT created by the emulator (moto has no {rtype})")
+    ignored = emulator_ignored(stack)
+    if ignored:
+        outcome.notes.append(f"accepted but not applied by the emulator: {', '.join(ignored)}")
+        out(f"    ! accepted but not applied by the emulator: {', '.join(ignored)}")
     missing = undeclared_outputs(stack, provider)
     if missing:
         outcome.notes.append(f"outputs declared on aws only (their resources are not emulated): {', '.join(missing)}")
@@ -71,14 +92,40 @@ def _security_gate(stacks: list[RenderedStack], out: Out) -> list[str]:
     return findings
 
 
+def image_resolver(tenant: Tenant, cf: Any, stack: RenderedStack, endpoint: str | None, refresh: bool,
+                   notes: list[str]) -> ImageResolver:
+    """Pin each AMI once: reuse the value the deployed stack holds, resolve the public SSM parameter
+    only for a stack that does not hold one yet (or when `refresh` asks for it). What happened is
+    appended to `notes`; the pinned ids are also stack outputs (stack_outputs.yml)."""
+    current = stack_status(cf, stack.name) or {}
+    previous: dict[str, str] = {str(p["ParameterKey"]): str(p.get("ResolvedValue") or p.get("ParameterValue", ""))
+                                for p in current.get("Parameters") or []}
+
+    def resolve(name: str, ref: ImageRef) -> str:
+        kept = previous.get(name, "")
+        if kept.startswith("ami-") and not refresh:
+            notes.append(f"{name}: keeping the pinned {kept}")
+            return kept
+        ssm = aws.client("ssm", tenant.region, endpoint)
+        ami = str(ssm.get_parameter(Name=ref.ssm_path)["Parameter"]["Value"])
+        was = f" (was {kept})" if kept and kept != ami else ""
+        notes.append(f"{name}: pinned {ami}, resolved from {ref.ssm_path}{was}")
+        return ami
+
+    return resolve
+
+
 def deploy_stacks(tenant: Tenant, endpoint: str | None, *, before_cluster: BeforeCluster | None = None,
                   image_parameter: Callable[[str], str] = lambda path: path, out: Out = print,
-                  root: Path | None = None) -> StacksResult:
+                  root: Path | None = None, refresh_images: bool = False) -> StacksResult:
     """Create or update the tenant's stacks in order and write generated/stack_outputs.yml.
 
-    `endpoint` is where the AWS APIs answer (None: AWS itself; the tenant's emulator on provider local).
+    `endpoint` is where the AWS APIs answer (None: AWS itself; the tenant's emulator on provider local);
+    `before_cluster(outputs so far)` runs right before the cluster stack (the deploy publishes what the nodes
+    fetch at first boot there); `image_parameter` maps each public image parameter to the endpoint's.
     Unchanged stacks are skipped; the first failure stops the run (later stacks: not-attempted) and
-    is reported with the failing resource and reason; re-running resumes where it failed."""
+    is reported with the failing resource and reason; re-running resumes where it failed. AMIs are
+    pinned when the cluster stack is created; `refresh_images` resolves them again."""
     stacks = render_stacks(tenant, image_parameter)
     result = StacksResult(tenant.org, tenant.provider, None)
     findings = _security_gate(stacks, out)
@@ -94,7 +141,10 @@ def deploy_stacks(tenant: Tenant, endpoint: str | None, *, before_cluster: Befor
         if not result.ok:
             result.stacks.append(StackOutcome(stack.key, stack.name, "not-attempted"))
             continue
-        params, notes = stack.resolved_parameters(outputs)
+        notes: list[str] = []
+        params, substitutes = stack.resolved_parameters(
+            outputs, image_resolver(tenant, cf, stack, result.endpoint, refresh_images, notes))
+        notes += substitutes
         for note in notes:
             out(f"  {stack.name}: {note}")
         if stack.key == "cluster" and before_cluster is not None:
@@ -125,7 +175,7 @@ def deploy_stacks(tenant: Tenant, endpoint: str | None, *, before_cluster: Befor
 
 def plan_stacks(tenant: Tenant, endpoint: str | None, *, offline: bool = False,
                 image_parameter: Callable[[str], str] = lambda path: path, out: Out = print,
-                root: Path | None = None, show_templates: bool = False) -> StacksResult:
+                root: Path | None = None, show_templates: bool = False, refresh_images: bool = False) -> StacksResult:
     """Render everything, run the checks, and show each stack's change set without executing it.
 
     `offline` (no AWS credentials): rendered templates and parameters only, saying that the change sets
@@ -136,14 +186,15 @@ def plan_stacks(tenant: Tenant, endpoint: str | None, *, offline: bool = False,
     out(f"rendered {len(stacks)} templates and their parameters to {folder}")
     result.notes = _security_gate(stacks, out)
     if not result.notes:
-        out("  security check: clean (EFA group self-only, no open ingress, bucket private/encrypted/retained, "
-            "IMDSv2, encrypted volumes, least-privilege node role, tags)")
-    result.endpoint = endpoint
+        out("  security check: clean (only the resource types fmcluster creates, EFA group self-only, no open "
+            "ingress, bucket private/encrypted/retained, file systems retained, IMDSv2, encrypted volumes, "
+            "least-privilege roles, tags)")
+    result.endpoint = None if offline else endpoint
     cf = None if offline else aws.client("cloudformation", tenant.region, result.endpoint)
     outputs: dict[str, dict[str, str]] = {}
     for stack in stacks:
-        out(f"[{stack.key}] {stack.name}  (from cfn/{stack.source.name})")
-        outcome = _plan_one(cf, stack, tenant, outputs, result.endpoint is not None, out)
+        out(f"[{stack.key}] {stack.name}  (from {stack.source.relative_to(SOURCE_ROOT)})")
+        outcome = _plan_one(cf, stack, tenant, outputs, result.endpoint, refresh_images, out)
         result.stacks.append(outcome)
         for line in render_changes(outcome.changes, result.endpoint is not None, resource_details(stack)):
             out(line)
@@ -158,7 +209,8 @@ def plan_stacks(tenant: Tenant, endpoint: str | None, *, offline: bool = False,
 
 
 def _plan_one(cf: Any, stack: RenderedStack, tenant: Tenant, outputs: dict[str, dict[str, str]],
-              emulator: bool, out: Out) -> StackOutcome:
+              endpoint: str | None, refresh_images: bool, out: Out) -> StackOutcome:
+    emulator = endpoint is not None
     def offline(reason: str) -> StackOutcome:
         outcome = StackOutcome(stack.key, stack.name, "rendered",
                                changes=[ResourceChange("Add", lid, rt) for lid, rt in stack.resource_types().items()])
@@ -170,8 +222,11 @@ def _plan_one(cf: Any, stack: RenderedStack, tenant: Tenant, outputs: dict[str, 
 
     if cf is None:
         return offline("change set: needs AWS credentials (resources listed from the rendered template)")
+    notes: list[str] = []
     try:
-        params, notes = stack.resolved_parameters(outputs)
+        params, substitutes = stack.resolved_parameters(
+            outputs, image_resolver(tenant, cf, stack, endpoint, refresh_images, notes))
+        notes += substitutes
     except KeyError:
         outcome = offline(f"change set: needs the outputs of stacks that do not exist yet; {stack.name} would be created")
         outcome.action = "would-create"
@@ -219,6 +274,22 @@ def destroy_stacks(tenant: Tenant, endpoint: str | None, *, confirm: Confirm | N
         if desc is None:
             result.stacks.append(StackOutcome(stack.key, stack.name, "absent"))
             continue
+        blocking = _file_systems_still_there(tenant, cf, stack.name, result.endpoint)
+        if blocking:
+            # The file systems are retained (DeletionPolicy) and hold interfaces in the storage
+            # stack's security group and the network stack's subnet: deleting either stack now would
+            # fail half-way. Deleting data is a person's decision, so stop and say how.
+            lines = [f"{lid} {fs_id}: aws fsx delete-file-system --file-system-id {fs_id} --region {tenant.region}"
+                     for lid, fs_id in blocking]
+            out(f"{stack.name} and the network stack are kept: its retained file systems still exist. Back up what "
+                "you need, delete them, then run destroy again:")
+            for line in lines:
+                out(f"  {line}")
+            result.notes += [f"kept: {line}" for line in lines]
+            result.stacks.append(StackOutcome(stack.key, stack.name, "failed", desc["StackStatus"], failure=Failure(
+                stack.name, "AWS::FSx::FileSystem", "RETAINED", "retained file systems still exist: "
+                + ", ".join(fs for _, fs in blocking))))
+            return result
         out(f"[{stack.key}] deleting {stack.name}")
         status, failure = delete_stack(cf, stack.name, out, poll_s, timeout_s)
         result.stacks.append(StackOutcome(stack.key, stack.name, "failed" if failure else "deleted", status,
@@ -231,9 +302,32 @@ def destroy_stacks(tenant: Tenant, endpoint: str | None, *, confirm: Confirm | N
     return result
 
 
-def _retained(cf: Any, stacks: list[RenderedStack]) -> list[str]:
-    from fmcluster.stacks.render import load_cfn_yaml
+def _file_systems_still_there(tenant: Tenant, cf: Any, stack_name: str, endpoint: str | None) -> list[tuple[str, str]]:
+    """(logical id, file system id) of the stack's FSx file systems that still exist."""
+    summaries = cf.list_stack_resources(StackName=stack_name)["StackResourceSummaries"]
+    ids = [(s["LogicalResourceId"], s.get("PhysicalResourceId", "")) for s in summaries
+           if s.get("ResourceType") == "AWS::FSx::FileSystem" and s.get("PhysicalResourceId")]
+    if not ids:
+        return []
+    existing = existing_file_systems(aws.client("fsx", tenant.region, endpoint), [fs for _, fs in ids])
+    return [(lid, fs) for lid, fs in ids if fs in existing]
 
+
+def existing_file_systems(fsx: Any, ids: list[str]) -> set[str]:
+    """Which of these FSx file system ids exist (and are not being deleted)."""
+    found: set[str] = set()
+    for fs_id in ids:
+        try:
+            systems = fsx.describe_file_systems(FileSystemIds=[fs_id])["FileSystems"]
+        except ClientError as err:
+            if err.response.get("Error", {}).get("Code") == "FileSystemNotFound":
+                continue
+            raise
+        found |= {f["FileSystemId"] for f in systems if f.get("Lifecycle") != "DELETING"}
+    return found
+
+
+def _retained(cf: Any, stacks: list[RenderedStack]) -> list[str]:
     lines = []
     for stack in stacks:
         resources = load_cfn_yaml(stack.body).get("Resources", {})
@@ -243,8 +337,13 @@ def _retained(cf: Any, stacks: list[RenderedStack]) -> list[str]:
         for summary in cf.list_stack_resources(StackName=stack.name)["StackResourceSummaries"]:
             if summary.get("LogicalResourceId") in kept:
                 physical = summary.get("PhysicalResourceId", "")
-                hint = (f"s3://{physical} — remove it yourself when the data is no longer needed "
-                        f"(aws s3 rb --force s3://{physical})") if summary["ResourceType"] == "AWS::S3::Bucket" else physical
+                if summary["ResourceType"] == "AWS::S3::Bucket":
+                    hint = (f"s3://{physical} — remove it yourself when the data is no longer needed "
+                            f"(aws s3 rb --force s3://{physical})")
+                elif summary["ResourceType"] == "AWS::FSx::FileSystem":
+                    hint = f"{physical} — delete it yourself (aws fsx delete-file-system --file-system-id {physical})"
+                else:
+                    hint = physical
                 lines.append(f"{summary['LogicalResourceId']} of {stack.name}: {hint}")
     return lines
 
