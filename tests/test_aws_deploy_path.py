@@ -107,15 +107,19 @@ def test_sixteen_p5_nodes_would_boot_the_same_bootstrap_with_the_tenant_s_bucket
     assert {i["InstanceType"] for i in by_role["compute"]} == {"p5.48xlarge"}
     assert {i["KeyName"] for i in instances} == {"fmcluster-stockmark"}
     bucket = deploy.outputs["DataBucketName"]
-    signal = {"controller": "ControllerInstance", "login": "LoginGroup", "compute": "QueueGpuGroup"}
+    # The controller has no CreationPolicy (it is an instance, created first and kept): nothing to signal.
+    signal = {"controller": "''", "login": "LoginGroup", "compute": "QueueGpuGroup"}
+    queue = {"controller": "''", "login": "''", "compute": "gpu"}
     for role, group in by_role.items():
         for instance in group:
             raw = ec2.describe_instance_attribute(InstanceId=instance["InstanceId"], Attribute="userData")
             user_data = base64.b64decode(raw["UserData"]["Value"]).decode()
-            assert user_data == (f"#!/bin/bash\nFMCLUSTER_BUCKET={bucket}\nFMCLUSTER_REGION=ap-northeast-1\n"
-                                 f"FMCLUSTER_STACK=fmc-stockmark-cluster\nFMCLUSTER_ORG=stockmark\n"
-                                 f"FMCLUSTER_SIGNAL_RESOURCE={signal[role]}\n"
-                                 "export FMCLUSTER_STACK FMCLUSTER_SIGNAL_RESOURCE\n" + USER_DATA_SCRIPT)
+            exports = user_data[user_data.index("export "):user_data.index(USER_DATA_SCRIPT)]
+            assert exports == (f"export FMCLUSTER_BUCKET={bucket}\nexport FMCLUSTER_REGION=ap-northeast-1\n"
+                               "export FMCLUSTER_ORG=stockmark\nexport FMCLUSTER_STACK=fmc-stockmark-cluster\n"
+                               f"export FMCLUSTER_ROLE={role}\nexport FMCLUSTER_QUEUE={queue[role]}\n"
+                               f"export FMCLUSTER_SIGNAL_RESOURCE={signal[role]}\n")
+            assert user_data.startswith("#!/bin/bash\n") and user_data.endswith(USER_DATA_SCRIPT)
     s3 = deploy.client("s3")
     listed = sorted(o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="fmcluster/")["Contents"])
     assert listed == ["fmcluster/bootstrap/converge.env", "fmcluster/bootstrap/node-bootstrap.sh",
@@ -128,12 +132,13 @@ def test_sixteen_p5_nodes_would_boot_the_same_bootstrap_with_the_tenant_s_bucket
     assert gpu["resources"] == {"cpus": 192, "real_memory_mb": int(2048 * 1024 * 0.95), "gres": "gpu:8",
                                 "gres_files": "/dev/nvidia[0-7]"}
     assert gpu["instance"]["efa_interfaces"] == 32
-    assert manifest["secrets"] == {"munge-key": "fmcluster/stockmark/munge-key",
-                                   "grafana-admin-password": "fmcluster/stockmark/grafana-admin-password"}
+    assert manifest["secrets"] == {
+        "munge-key": {"id": "fmcluster/stockmark/munge-key", "roles": ["controller", "login", "compute"]},
+        "grafana-admin-password": {"id": "fmcluster/stockmark/grafana-admin-password", "roles": ["controller"]}}
     assert manifest["vars"]["prometheus_node_discovery"]["kind"] == "ec2"
     assert manifest["vars"]["munge_key_src"] == "/etc/fmcluster/secrets/munge-key"
     secrets = _secret_values(deploy)
-    assert sorted(secrets) == sorted(manifest["secrets"].values())
+    assert sorted(secrets) == sorted(s["id"] for s in manifest["secrets"].values())
     assert len(secrets["fmcluster/stockmark/munge-key"]) >= 32
     shown = "\n".join(lines) + json.dumps(manifest)
     assert not any(value in shown for value in secrets.values()), "a secret value was printed or published"
@@ -169,8 +174,8 @@ def test_eight_trn1_hyperpod_nodes_would_run_the_same_first_boot_script_through_
     assert lifecycle["node-user-data.sh"] == USER_DATA_SCRIPT
     assert lifecycle["on_create.sh"] == (ROOT / "cfn" / "hyperpod-lifecycle" / "on_create.sh").read_text()
     assert 'exec bash "$here/node-user-data.sh"' in lifecycle["on_create.sh"]
-    assert lifecycle["fmcluster-lifecycle.env"] == (f"FMCLUSTER_BUCKET={bucket}\nFMCLUSTER_REGION=us-east-2\n"
-                                                    "FMCLUSTER_ORG=neuronlab\n")
+    assert (f"FMCLUSTER_BUCKET={bucket}\nFMCLUSTER_REGION=us-east-2\nFMCLUSTER_ORG=neuronlab\n"
+            "FMCLUSTER_STACK=fmc-neuronlab-cluster\n") in lifecycle["fmcluster-lifecycle.env"]
     cluster = next(s for s in __import__("fmcluster.stacks.render", fromlist=["render_stacks"])
                    .render_stacks(deploy.tenant) if s.key == "cluster")
     groups = {g["InstanceGroupName"]: g for g in next(
@@ -182,7 +187,7 @@ def test_eight_trn1_hyperpod_nodes_would_run_the_same_first_boot_script_through_
     assert manifest["discovery"]["kind"] == "hyperpod"
     assert manifest["discovery"]["groups"][trn1["InstanceGroupName"]] == "compute"
     assert manifest["vars"]["prometheus_node_discovery"] == {"kind": "inventory"}
-    assert manifest["secrets"]["munge-key"] == "fmcluster/neuronlab/munge-key"
+    assert manifest["secrets"]["munge-key"]["id"] == "fmcluster/neuronlab/munge-key"
     secrets = _secret_values(deploy)
     assert not any(value in "\n".join(lines) for value in secrets.values())
     assert "AWS::SageMaker::Cluster" in "\n".join(lines)  # reported as not created by the emulator
