@@ -4,12 +4,13 @@
 # tenant bucket, retrying while the network comes up, and run it (scripts/node-bootstrap.sh).
 set -euo pipefail
 export FMCLUSTER_BUCKET FMCLUSTER_REGION FMCLUSTER_ORG
-install -d -m 0755 /usr/local/sbin
+bin_dir=${FMCLUSTER_BIN_DIR:-/usr/local/sbin}  # another directory only where a test runs this off a node
+install -d -m 0755 "$bin_dir"
 for try in 1 2 3 4 5 6 7 8 9 10; do
   if aws s3 cp --only-show-errors --region "$FMCLUSTER_REGION" \
-      "s3://$FMCLUSTER_BUCKET/fmcluster/bootstrap/node-bootstrap.sh" /usr/local/sbin/fmcluster-bootstrap; then
-    chmod 0755 /usr/local/sbin/fmcluster-bootstrap
-    exec /usr/local/sbin/fmcluster-bootstrap
+      "s3://$FMCLUSTER_BUCKET/fmcluster/bootstrap/node-bootstrap.sh" "$bin_dir/fmcluster-bootstrap"; then
+    chmod 0755 "$bin_dir/fmcluster-bootstrap"
+    exec "$bin_dir/fmcluster-bootstrap"
   fi
   echo "fmcluster: cannot fetch s3://$FMCLUSTER_BUCKET/fmcluster/bootstrap/node-bootstrap.sh (try $try/10)" >&2
   sleep $((try * 3))

@@ -65,9 +65,10 @@ def deployed(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[A
         lines: list[str] = []
         deploy = Deploy(tenant, out=lines.append)
         deploy.provider = EmulatedAws(tenant, emulator.endpoint)  # type: ignore[assignment]
-        # validate, endpoint, access, stacks (which publishes for the nodes), and boot where EC2 lists the
-        # instances (the emulator does not create a HyperPod cluster, so there is nothing to list for it)
-        steps = deploy.steps()[:5] if tenant.scheduler == "slurm-ec2" else deploy.steps()[:4]
+        # validate, endpoint, access, stacks (which publishes for the nodes), cluster where it is the stack's,
+        # and boot where EC2 lists the instances (the emulator does not create a HyperPod cluster, so there is
+        # nothing to list for it; `pcluster create-cluster` needs AWS itself)
+        steps = deploy.steps()[:{"slurm-ec2": 6, "hyperpod": 5, "parallelcluster": 4}[tenant.scheduler]]
         for name, step in steps:
             outcome = step()
             assert outcome.status != "failed", (name, outcome, "\n".join(lines[-30:]))
@@ -191,3 +192,30 @@ def test_eight_trn1_hyperpod_nodes_would_run_the_same_first_boot_script_through_
     secrets = _secret_values(deploy)
     assert not any(value in "\n".join(lines) for value in secrets.values())
     assert "AWS::SageMaker::Cluster" in "\n".join(lines)  # reported as not created by the emulator
+
+
+@pytest.mark.parametrize("deployed", ["pclab"], indirect=True)
+def test_parallelcluster_nodes_would_fetch_the_same_first_boot_through_on_node_configured(
+        deployed: tuple[Any, list[str]]) -> None:
+    """Up to `pcluster create-cluster` (which needs AWS itself): the bundle, the manifest and the
+    OnNodeConfigured script are in the bucket before ParallelCluster would make a node, and the config
+    rendered from the deployed stacks names that script with the tenant's settings."""
+    from fmcluster.parallelcluster.config import CUSTOM_ACTION_KEY, custom_action_script, render_cluster_config
+
+    deploy, _ = deployed
+    bucket = deploy.outputs["DataBucketName"]
+    s3 = deploy.client("s3")
+    listed = sorted(o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="fmcluster/")["Contents"])
+    assert CUSTOM_ACTION_KEY in listed and "fmcluster/bootstrap/node-bootstrap.sh" in listed
+    assert s3.get_object(Bucket=bucket, Key=CUSTOM_ACTION_KEY)["Body"].read() == custom_action_script()
+    assert custom_action_script().endswith(USER_DATA_SCRIPT.encode())
+    manifest = _manifest(deploy)
+    assert manifest["discovery"] == {"kind": "ec2", "tag": "fmcluster:org", "node_tags": "parallelcluster"}
+    assert manifest["vars"]["fmcluster_slurm_from"] == "parallelcluster", "ParallelCluster's own Slurm on AWS"
+    config = render_cluster_config(deploy.tenant, deploy.outputs).data
+    action = config["Scheduling"]["SlurmQueues"][0]["CustomActions"]["OnNodeConfigured"]
+    assert action["Script"] == f"s3://{bucket}/{CUSTOM_ACTION_KEY}"
+    assert action["Args"] == [f"FMCLUSTER_BUCKET={bucket}", "FMCLUSTER_REGION=us-east-1", "FMCLUSTER_ORG=pclab",
+                              "FMCLUSTER_ROLE=compute", "FMCLUSTER_QUEUE=gpu"]
+    assert config["HeadNode"]["Ssh"]["KeyName"] == "fmcluster-pclab", "the key the deploy imported"
+    assert config["HeadNode"]["Iam"]["AdditionalIamPolicies"][0]["Policy"] == deploy.outputs["NodeBootstrapPolicyArn"]

@@ -153,10 +153,10 @@ def test_invoke_plan_writes_the_cluster_config_and_checks_it(tmp_path: Path, mon
                                                             capsys: pytest.CaptureFixture[str]) -> None:
     shutil.copytree(ROOT / "inventories" / "pclab", tmp_path / "inventories" / "pclab")
     monkeypatch.setenv("FMCLUSTER_ROOT", str(tmp_path))
-    from fmcluster.stacks import commands
+    from fmcluster import commands as top
 
     monkeypatch.setattr("fmcluster.stacks.aws.has_credentials", lambda region: False)  # offline, whatever ~/.aws holds
-    assert commands.plan(load_tenant("pclab")) == 0
+    assert top.plan("pclab") == 0
     out = capsys.readouterr().out
     written = tmp_path / "inventories" / "pclab" / "generated" / "cluster-config.yaml"
     assert yaml.safe_load(written.read_text()) == P5.data

@@ -93,6 +93,7 @@ def stacks(org: str) -> int:
 
 def destroy(org: str, yes: bool = False) -> int:
     from fmcluster.providers import provider_for
+    from fmcluster.schedulers import scheduler_for
     from fmcluster.stacks.api import destroy_stacks
     from fmcluster.stacks.commands import forget_generated_state
 
@@ -111,7 +112,8 @@ def destroy(org: str, yes: bool = False) -> int:
         return EXIT_FAILED
     ok = True
     if unreachable is None:
-        result = destroy_stacks(tenant, endpoint, confirm=None if yes else confirm)
+        result = destroy_stacks(tenant, endpoint, confirm=None if yes else confirm,
+                                delete_first=scheduler_for(tenant).delete_cluster(print))
         if "cancelled" in result.notes:
             return EXIT_CANCELLED
         ok = result.ok
@@ -129,6 +131,7 @@ def status(org: str) -> int:
     from fmcluster.manifest import digest
     from fmcluster.nodes import discover
     from fmcluster.reports import statuses
+    from fmcluster.schedulers import scheduler_for
     from fmcluster.stacks import aws
     from fmcluster.stacks.api import stacks_status
 
@@ -138,6 +141,8 @@ def status(org: str) -> int:
         print(f"status: {unreachable}")
         return EXIT_NOT_READY
     result = stacks_status(tenant, endpoint)
+    for line in scheduler_for(tenant).status_lines():
+        print(line)
     manifest = read_manifest(org)
     bucket = result.outputs.get("DataBucketName")
     if manifest and bucket:

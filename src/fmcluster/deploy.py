@@ -1,7 +1,7 @@
 """The whole `invoke deploy` flow, one path for every provider and scheduler:
 
     validate → endpoint → access (secrets, key pair) → stacks (network, storage; publish the bootstrap
-    bundle and manifest; cluster) → boot → converge (wait for every node's own report) → monitoring →
+    bundle and manifest; cluster) → cluster (what the stacks do not make: ParallelCluster's) → boot → converge (wait for every node's own report) → monitoring →
     acceptance → summary
 
 The deploy machine pushes nothing to the nodes: each converges itself from its user data (its first boot)
@@ -115,6 +115,9 @@ class Deploy:
         self.published = ([f"published commit {self.ref[:12]} and the manifest to s3://{bucket}/fmcluster/"]
                           if done.written else [f"commit {self.ref[:12]} and the manifest already published"]) + lines
 
+    def cluster(self) -> StepOutcome:
+        return self.scheduler.make_cluster(self.outputs, self.out)
+
     def boot(self) -> StepOutcome:
         result = self.provider.boot(self.endpoint, self.out)
         self.nodes = self.list_nodes()
@@ -187,7 +190,7 @@ class Deploy:
 
     def steps(self) -> list[tuple[str, Callable[[], StepOutcome]]]:
         return [("validate", self.validate), ("endpoint", self.aws_endpoint), ("access", self.access),
-                ("stacks", self.stacks), ("boot", self.boot), ("converge", self.converge),
+                ("stacks", self.stacks), ("cluster", self.cluster), ("boot", self.boot), ("converge", self.converge),
                 ("monitoring", self.monitoring), ("acceptance", self.acceptance)]
 
     def run(self) -> list[StepReport]:

@@ -21,7 +21,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from fmcluster.nodes import Node, sort_nodes
+from fmcluster.nodes import NODE_TAGS, Node, NodeTags, sort_nodes
 
 FORMAT = 1
 #: Where a node keeps the secrets its bootstrap read from Secrets Manager (root only, never in the inventory).
@@ -142,8 +142,7 @@ def scrape_configs(variables: Mapping[str, Any], nodes: Sequence[Node]) -> list[
                 {"source_labels": ["__meta_ec2_private_ip"], "target_label": "__address__",
                  "replacement": f"${{1}}:{job['port']}"},
                 {"source_labels": ["__meta_ec2_private_dns_name"], "regex": r"([^.]+)\..*", "target_label": "node"},
-                {"source_labels": ["__meta_ec2_tag_fmcluster_role"], "target_label": "role"},
-                {"source_labels": ["__meta_ec2_tag_fmcluster_queue"], "target_label": "queue"},
+                *node_relabels(NODE_TAGS[str(discovery.get("node_tags", "fmcluster"))]),
                 {"source_labels": ["__meta_ec2_instance_type"], "target_label": "instance_type"},
             ]})
         else:
@@ -153,6 +152,20 @@ def scrape_configs(variables: Mapping[str, Any], nodes: Sequence[Node]) -> list[
                  "labels": {"node": n.name, "role": n.role, "queue": n.queue or "", "instance_type": n.instance_type}}
                 for n in targets]})
     return configs
+
+
+def _meta_tag(key: str) -> str:
+    """Prometheus's EC2 discovery label of a tag: every character outside [A-Za-z0-9_] becomes `_`."""
+    return "__meta_ec2_tag_" + re.sub(r"[^A-Za-z0-9_]", "_", key)
+
+
+def node_relabels(node_tags: NodeTags) -> list[dict[str, Any]]:
+    """`role` and `queue` labels from the cluster's own tags, the roles named as fmcluster names them."""
+    rules: list[dict[str, Any]] = [
+        {"source_labels": [_meta_tag(node_tags.role)], "regex": re.escape(value), "target_label": "role",
+         "replacement": role} for value, role in node_tags.roles.items()]
+    rules.append({"source_labels": [_meta_tag(node_tags.queue)], "target_label": "queue"})
+    return rules
 
 
 def _host_vars(node: Node) -> dict[str, Any]:

@@ -3,8 +3,9 @@ every node (no value is typed twice, and a node that joins later is found the sa
 
 A node is known by the instance behind it: its short private DNS name (`ip-10-0-128-4`, the hostname EC2
 gives it) is its inventory name and its Slurm NodeName, its private address is where everything reaches it,
-and its role and queue come from the tags the cluster stack put on it (`fmcluster:role`, `fmcluster:queue`)
-or, on HyperPod, from its instance group. Only boto3 is needed, so a node's own toolchain runs this too.
+and its role and queue come from the tags its cluster put on it (`fmcluster:role`, `fmcluster:queue` from our
+cluster stack; `parallelcluster:node-type`, `parallelcluster:queue-name` from ParallelCluster) or, on HyperPod,
+from its instance group. Only boto3 is needed, so a node's own toolchain runs this too.
 """
 
 from __future__ import annotations
@@ -18,6 +19,30 @@ Role = Literal["controller", "login", "compute"]
 ROLES: tuple[Role, ...] = ("controller", "login", "compute")
 #: Instance states of a node that is (or is about to be) part of the cluster.
 LIVE_STATES = ("pending", "running")
+
+
+@dataclass(frozen=True)
+class NodeTags:
+    """How a cluster's instances say what they are: the tag holding the role (its values → roles) and the one
+    holding the queue of a compute node."""
+
+    role: str
+    roles: Mapping[str, Role]
+    queue: str
+
+    def role_of(self, tags: Mapping[str, str]) -> Role | None:
+        return self.roles.get(tags.get(self.role, ""))
+
+
+NODE_TAGS: dict[str, NodeTags] = {
+    # fmcluster's own cluster stack (slurm-ec2, and the local stand-in's launch templates)
+    "fmcluster": NodeTags("fmcluster:role", {r: r for r in ROLES}, "fmcluster:queue"),
+    # what ParallelCluster 3 tags its instances with (pcluster.constants PCLUSTER_NODE_TYPE_TAG,
+    # PCLUSTER_QUEUE_NAME_TAG; pcluster.models.cluster.NodeType)
+    "parallelcluster": NodeTags("parallelcluster:node-type",
+                                {"HeadNode": "controller", "LoginNode": "login", "Compute": "compute"},
+                                "parallelcluster:queue-name"),
+}
 
 
 @dataclass(frozen=True)
@@ -50,7 +75,7 @@ def sort_nodes(nodes: Iterable[Node]) -> list[Node]:
     return sorted(nodes, key=lambda n: (ROLES.index(n.role), n.queue or "", int(ipaddress.IPv4Address(n.address))))
 
 
-def ec2_nodes(ec2: Any, org: str) -> list[Node]:
+def ec2_nodes(ec2: Any, org: str, node_tags: NodeTags = NODE_TAGS["fmcluster"]) -> list[Node]:
     """The tenant's live instances, from EC2's DescribeInstances (self-managed Slurm, ParallelCluster)."""
     nodes = []
     paginator = ec2.get_paginator("describe_instances")
@@ -59,12 +84,13 @@ def ec2_nodes(ec2: Any, org: str) -> list[Node]:
         for reservation in page["Reservations"]:
             for instance in reservation["Instances"]:
                 tags = {t["Key"]: t["Value"] for t in instance.get("Tags", [])}
-                role = tags.get("fmcluster:role")
+                role = node_tags.role_of(tags)
                 address = instance.get("PrivateIpAddress")
-                if role not in ROLES or not address:
+                if role is None or not address:
                     continue  # not a cluster node (or not yet addressed): nothing to configure for it
+                queue = tags.get(node_tags.queue) if role == "compute" else None
                 nodes.append(Node(hostname_for(address, instance.get("PrivateDnsName", "")), address,
-                                  cast(Role, role), tags.get("fmcluster:queue") or None, instance["InstanceId"],
+                                  role, queue or None, instance["InstanceId"],
                                   instance["InstanceType"], instance.get("PublicIpAddress", "")))
     return sort_nodes(nodes)
 
@@ -101,4 +127,4 @@ def discover(discovery: Mapping[str, Any], client: Callable[[str], Any], org: st
     if discovery.get("kind") == "hyperpod":
         groups: dict[str, Role] = dict(discovery["groups"])
         return hyperpod_nodes(client("sagemaker"), str(discovery["cluster_name"]), groups)
-    return ec2_nodes(client("ec2"), org)
+    return ec2_nodes(client("ec2"), org, NODE_TAGS[str(discovery.get("node_tags", "fmcluster"))])

@@ -1,12 +1,13 @@
-"""How a tenant's cluster is made and scheduled: `slurm-ec2` (self-managed Slurm on EC2 launch templates) or
-`hyperpod` (SageMaker HyperPod with Slurm).
+"""How a tenant's cluster is made and scheduled: `slurm-ec2` (self-managed Slurm on EC2 launch templates),
+`hyperpod` (SageMaker HyperPod with Slurm) or `parallelcluster` (AWS ParallelCluster 3).
 
 A scheduler supplies what differs between them, and nothing else branches on it:
-- which CloudFormation template makes the cluster (`cluster_template`) and what it needs uploaded first
-  (`before_cluster`: HyperPod's lifecycle scripts);
+- what it needs uploaded before the cluster is made (`before_cluster`: HyperPod's lifecycle scripts,
+  ParallelCluster's OnNodeConfigured script) and what makes the cluster beyond our stacks (`make_cluster`:
+  ParallelCluster's `pcluster create-cluster`; `delete_cluster`, `status_lines` for the other commands);
 - how the cluster's nodes are found in the AWS APIs (`discovery`: EC2 tags, or HyperPod's node list) and
   how Prometheus finds them (`manifest_vars`);
-- which playbook every node converges with (`playbook`).
+- which playbook every node converges with (`playbook`), and checks of its own (`validate`, `plan`).
 Every scheduler's nodes run the same first-boot script (scripts/node-user-data.sh → node-bootstrap.sh).
 """
 
@@ -17,6 +18,8 @@ from typing import Any, Protocol
 
 from fmcluster.model import Tenant
 from fmcluster.nodes import discover
+from fmcluster.stacks.api import DeleteFirst
+from fmcluster.steps import StepOutcome
 
 __all__ = ["Scheduler", "discover", "scheduler_for", "SITE_PLAYBOOK"]
 
@@ -27,9 +30,6 @@ SITE_PLAYBOOK = "playbooks/site.yml"
 class Scheduler(Protocol):
     name: str
     playbook: str
-
-    def cluster_template(self) -> str:
-        """The cfn/ template of the cluster stack."""
 
     def discovery(self, outputs: Mapping[str, str]) -> dict[str, Any]:
         """How nodes (and the deploy) list the cluster's nodes: the manifest's `discovery` entry."""
@@ -45,6 +45,15 @@ class Scheduler(Protocol):
 
     def plan(self, out: Out) -> int:
         """What `invoke plan` shows beyond the stacks (ParallelCluster: the rendered cluster config)."""
+
+    def make_cluster(self, outputs: Mapping[str, str], out: Out) -> StepOutcome:
+        """After the stacks: make or update what the stacks do not (ParallelCluster's cluster)."""
+
+    def delete_cluster(self, out: Out) -> DeleteFirst | None:
+        """For `invoke destroy`: a cluster that is not one of our stacks, deleted before them."""
+
+    def status_lines(self) -> list[str]:
+        """For `invoke status`: what the cluster's own service says about it."""
 
 
 def scheduler_for(tenant: Tenant) -> Scheduler:

@@ -9,6 +9,8 @@ from typing import Any
 
 from fmcluster.model import Tenant
 from fmcluster.schedulers import SITE_PLAYBOOK, Out
+from fmcluster.stacks.api import DeleteFirst
+from fmcluster.steps import StepOutcome
 from fmcluster.stacks.render import LIFECYCLE_DIR, LIFECYCLE_PREFIX, USER_DATA_SCRIPT, lifecycle_environment
 
 LIFECYCLE_ENV = "fmcluster-lifecycle.env"
@@ -20,9 +22,6 @@ class HyperPod:
 
     def __init__(self, tenant: Tenant) -> None:
         self.tenant = tenant
-
-    def cluster_template(self) -> str:
-        return "cluster-hyperpod.yaml"
 
     def groups(self) -> dict[str, str]:
         """Instance group name → role (the compute groups are named after their queues)."""
@@ -56,3 +55,12 @@ class HyperPod:
 
     def plan(self, out: Out) -> int:
         return 0
+
+    def make_cluster(self, outputs: Mapping[str, str], out: Out) -> StepOutcome:
+        return StepOutcome("ok", "made by the cluster stack (AWS::SageMaker::Cluster)")
+
+    def delete_cluster(self, out: Out) -> DeleteFirst | None:
+        return None  # the cluster stack is deleted with the others
+
+    def status_lines(self) -> list[str]:
+        return []

@@ -8,6 +8,8 @@ from typing import Any
 
 from fmcluster.model import Tenant
 from fmcluster.schedulers import SITE_PLAYBOOK, Out
+from fmcluster.stacks.api import DeleteFirst
+from fmcluster.steps import StepOutcome
 
 
 class SlurmEc2:
@@ -16,9 +18,6 @@ class SlurmEc2:
 
     def __init__(self, tenant: Tenant) -> None:
         self.tenant = tenant
-
-    def cluster_template(self) -> str:
-        return "cluster-slurm-ec2.yaml"
 
     def discovery(self, outputs: Mapping[str, str]) -> dict[str, Any]:
         return {"kind": "ec2", "tag": "fmcluster:org"}
@@ -36,3 +35,12 @@ class SlurmEc2:
 
     def plan(self, out: Out) -> int:
         return 0
+
+    def make_cluster(self, outputs: Mapping[str, str], out: Out) -> StepOutcome:
+        return StepOutcome("ok", "made by the cluster stack (launch templates, controller instance, auto scaling groups)")
+
+    def delete_cluster(self, out: Out) -> DeleteFirst | None:
+        return None  # the cluster stack is deleted with the others
+
+    def status_lines(self) -> list[str]:
+        return []

@@ -37,6 +37,7 @@ from fmcluster.stacks.result import (
 
 Out = Callable[[str], object]
 Confirm = Callable[[str], bool]
+DeleteFirst = tuple[str, Callable[[], bool]]
 #: Called before the cluster stack with the outputs of the stacks before it (the deploy publishes the
 #: nodes' bootstrap bundle, manifest and lifecycle scripts there).
 BeforeCluster = Callable[[dict[str, str]], None]
@@ -121,8 +122,8 @@ def deploy_stacks(tenant: Tenant, endpoint: str | None, *, before_cluster: Befor
     """Create or update the tenant's stacks in order and write generated/stack_outputs.yml.
 
     `endpoint` is where the AWS APIs answer (None: AWS itself; the tenant's emulator on provider local);
-    `before_cluster(outputs so far)` runs right before the cluster stack (the deploy publishes what the nodes
-    fetch at first boot there); `image_parameter` maps each public image parameter to the endpoint's.
+    `before_cluster(outputs so far)` runs right before the cluster stack, or after the last stack where the
+    cluster is not ours (the deploy publishes what the nodes fetch at first boot there); `image_parameter` maps each public image parameter to the endpoint's.
     Unchanged stacks are skipped; the first failure stops the run (later stacks: not-attempted) and
     is reported with the failing resource and reason; re-running resumes where it failed. AMIs are
     pinned when the cluster stack is created; `refresh_images` resolves them again."""
@@ -166,6 +167,9 @@ def deploy_stacks(tenant: Tenant, endpoint: str | None, *, before_cluster: Befor
         if emulator:
             _emulator_summary(outcome, stack, tenant.provider, out)
         outputs[stack.key] = outcome.outputs
+    if result.ok and before_cluster is not None and not any(s.key == "cluster" for s in stacks):
+        # ParallelCluster on AWS makes the cluster after our stacks: what its nodes fetch must be there first.
+        before_cluster({k: v for key in outputs for k, v in outputs[key].items()})
     if result.ok:
         result.outputs_file = write_stack_outputs(tenant.org, [s.name for s in stacks], result.outputs,
                                                   result.not_created, root)
@@ -248,10 +252,13 @@ def _plan_one(cf: Any, stack: RenderedStack, tenant: Tenant, outputs: dict[str, 
 
 
 def destroy_stacks(tenant: Tenant, endpoint: str | None, *, confirm: Confirm | None = None, out: Out = print,
-                   root: Path | None = None) -> StacksResult:
+                   root: Path | None = None, delete_first: DeleteFirst | None = None) -> StacksResult:
     """Delete cluster → storage → network after confirmation. The data bucket is kept (Retain) and named.
 
-    `confirm(question) -> bool` asks the user; None means the caller already confirmed (--yes)."""
+    `confirm(question) -> bool` asks the user; None means the caller already confirmed (--yes).
+    `delete_first` is a cluster that is not one of our stacks (ParallelCluster's on AWS): (what it is, a call
+    that deletes it and says whether it is gone), run after the confirmation and before any stack; while it
+    is not gone, no stack is touched (the stacks hold its network and storage)."""
     result = StacksResult(tenant.org, tenant.provider, None)
     stacks = list(reversed(render_stacks(tenant)))
     result.endpoint = endpoint
@@ -259,16 +266,21 @@ def destroy_stacks(tenant: Tenant, endpoint: str | None, *, confirm: Confirm | N
     existing = [(s, stack_status(cf, s.name)) for s in stacks]
     present = [(s, d) for s, d in existing if d is not None]
     retained = _retained(cf, [s for s, _ in present])
-    if not present:
+    if not present and delete_first is None:
         out(f"no stacks of '{tenant.org}' exist")
     else:
-        out(f"will delete: {', '.join(s.name for s, _ in present)}")
+        out(f"will delete: {', '.join(([delete_first[0]] if delete_first else []) + [s.name for s, _ in present])}")
         for line in retained:
             out(f"  kept (DeletionPolicy Retain): {line}")
-        if confirm is not None and not confirm(f"Delete {len(present)} stack(s) of '{tenant.org}'?"):
+        what = f"{len(present)} stack(s)" + (f" and {delete_first[0]}" if delete_first else "")
+        if confirm is not None and not confirm(f"Delete {what} of '{tenant.org}'?"):
             out("nothing deleted")
             result.notes.append("cancelled")
             return result
+    if delete_first is not None and not delete_first[1]():
+        result.notes.append(f"{delete_first[0]} was not deleted: no stack was touched")
+        result.stacks += [StackOutcome(s.key, s.name, "not-attempted") for s, _ in existing]
+        return result
     poll_s, timeout_s = (0.2, 120.0) if result.endpoint else (5.0, 3 * 3600.0)
     for stack, desc in existing:
         if desc is None:

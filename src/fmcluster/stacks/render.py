@@ -219,7 +219,15 @@ def lifecycle_environment(tenant: Tenant, bucket: str, stack: str) -> str:
 # --- rendering ----------------------------------------------------------------------------------------
 
 def cluster_template_name(tenant: Tenant) -> str:
+    if has_parallelcluster_stand_in(tenant):
+        return "slurm_ec2.py"  # through fmcluster.parallelcluster.stand_in
     return "slurm_ec2.py" if tenant.scheduler == "slurm-ec2" else f"{tenant.scheduler}.py"
+
+
+def has_parallelcluster_stand_in(tenant: Tenant) -> bool:
+    """On AWS, ParallelCluster makes a parallelcluster tenant's cluster stack itself; offline nothing does, so
+    provider local creates its stand-in (fmcluster.parallelcluster.stand_in)."""
+    return tenant.scheduler == "parallelcluster" and tenant.provider == "local"
 
 
 def _build(tenant: Tenant, key: str) -> dict[str, Any]:
@@ -229,6 +237,10 @@ def _build(tenant: Tenant, key: str) -> dict[str, Any]:
         return storage.build(tenant)
     if tenant.scheduler == "slurm-ec2":
         return slurm_ec2.build(tenant, node_user_data)
+    if has_parallelcluster_stand_in(tenant):
+        from fmcluster.parallelcluster import stand_in
+
+        return stand_in.build(tenant)
     return hyperpod.build(tenant)
 
 
@@ -241,8 +253,9 @@ def subnet_cidrs(vpc_cidr: str) -> dict[str, str]:
 def render_stacks(tenant: Tenant, image_parameter: Callable[[str], str] = lambda path: path) -> list[RenderedStack]:
     """The tenant's stacks in dependency order (network → storage → cluster), rendered offline.
 
-    Scheduler parallelcluster has no cluster stack of ours: ParallelCluster creates its own from the
-    cluster config fmcluster.parallelcluster renders (network and storage stay ours)."""
+    Scheduler parallelcluster has no cluster stack of ours on AWS: ParallelCluster creates its own from the
+    cluster config fmcluster.parallelcluster renders (network and storage stay ours); on provider local the
+    stand-in's stack takes its place."""
     if tenant.scheduler not in ("slurm-ec2", "hyperpod", "parallelcluster"):
         raise ValueError(f"scheduler {tenant.scheduler!r} has no cluster template yet "
                          "(src/fmcluster/stacks/templates/)")
@@ -265,14 +278,15 @@ def render_stacks(tenant: Tenant, image_parameter: Callable[[str], str] = lambda
         "PlacementGroupName": OutputRef(net, "PlacementGroupName", when_missing=""),
         "DataBucketName": OutputRef("storage", "DataBucketName"),
     }
-    if tenant.scheduler == "slurm-ec2":
+    if tenant.scheduler == "slurm-ec2" or has_parallelcluster_stand_in(tenant):
         for kind in slurm_ec2.image_kinds(tenant):
             name, path = AMI_PARAMETERS[kind]
             cluster_params[name] = ImageRef(image_parameter(path))
     sources = {"network": "network.py", "storage": "storage.py", "cluster": cluster_template_name(tenant)}
     params = {"network": network_params, "storage": storage_params, "cluster": cluster_params}
     stacks = []
-    for key in STACK_KEYS if tenant.scheduler != "parallelcluster" else ("network", "storage"):
+    own_cluster = tenant.scheduler != "parallelcluster" or has_parallelcluster_stand_in(tenant)
+    for key in STACK_KEYS if own_cluster else ("network", "storage"):
         template = _build(tenant, key)
         declared = template.get("Parameters", {})
         stacks.append(RenderedStack(
