@@ -1,11 +1,21 @@
-"""Throw-away tenants for tests: a root directory holding one tenant spec (inventories/<org>/.../tenant.yml)."""
+"""Throw-away tenants for tests (a root directory holding one tenant spec), and the manifest and nodes of a
+tenant's cluster as the deploy and the AWS APIs would give them."""
 
 from __future__ import annotations
 
+import ipaddress
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from fmcluster.model import Tenant
+from fmcluster.nodes import Node, Role, hostname_for
+from fmcluster.providers import provider_for
+from fmcluster.publish import build_manifest
+from fmcluster.schedulers import scheduler_for
+from fmcluster.stacks.render import subnet_cidrs
 
 
 def make_root(tmp: Path, org: str, vpc_cidr: str, login: int = 0,
@@ -35,3 +45,27 @@ def make_root(tmp: Path, org: str, vpc_cidr: str, login: int = 0,
     spec_path.parent.mkdir(parents=True, exist_ok=True)
     spec_path.write_text(yaml.safe_dump({"tenant": spec}, sort_keys=False))
     return tmp
+
+
+REF = "0123456789abcdef0123456789abcdef01234567"
+
+
+def manifest_for(tenant: Tenant, outputs: dict[str, str] | None = None) -> dict[str, Any]:
+    """The manifest the deploy publishes for `tenant`, with its provider's and scheduler's parts."""
+    provider, scheduler = provider_for(tenant), scheduler_for(tenant)
+    outputs = outputs or {}
+    return build_manifest(tenant, REF, outputs, provider.queue_resources, scheduler.manifest_vars(),
+                          provider.manifest_vars(), scheduler.discovery(outputs))
+
+
+def nodes_for(tenant: Tenant, drop: Sequence[str] = ()) -> list[Node]:
+    """One node per instance the cluster stack makes, on the private subnet, named as EC2 names them."""
+    private = ipaddress.IPv4Network(subnet_cidrs(tenant.network.vpc_cidr)["private"])
+    roles: list[tuple[Role, str | None, str]] = [("controller", None, tenant.controller.name)]
+    roles += [("login", None, tenant.login.name)] * tenant.login_count if tenant.login else []
+    roles += [("compute", q.name, q.instance.name) for q in tenant.queues for _ in range(q.count)]
+    nodes = []
+    for i, (role, queue, instance_type) in enumerate(roles):
+        address = str(private.network_address + 10 + i)
+        nodes.append(Node(hostname_for(address), address, role, queue, f"i-{i:017x}", instance_type))
+    return [n for n in nodes if n.name not in drop]

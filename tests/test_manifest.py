@@ -7,11 +7,9 @@ The same two functions run on the deploy machine (inventories/<org>/generated/ho
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import os
 import subprocess
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,36 +25,9 @@ from fmcluster.manifest import (
     assemble_inventory, digest, membership_digest, placement_group_output_key, scrape_configs,
 )
 from fmcluster.model import Tenant, load_tenant
-from fmcluster.nodes import Node, hostname_for, sort_nodes
-from fmcluster.providers import provider_for
-from fmcluster.publish import build_manifest, systemd_mount_unit
-from fmcluster.schedulers import scheduler_for
-from fmcluster.stacks.render import subnet_cidrs
-from localtenant import make_root
-
-REF = "0123456789abcdef0123456789abcdef01234567"
-
-
-def manifest_for(tenant: Tenant, outputs: dict[str, str] | None = None) -> dict[str, Any]:
-    """The manifest the deploy publishes for `tenant`, with its provider's and scheduler's parts."""
-    provider, scheduler = provider_for(tenant), scheduler_for(tenant)
-    outputs = outputs or {}
-    return build_manifest(tenant, REF, outputs, provider.queue_resources, scheduler.manifest_vars(),
-                          provider.manifest_vars(), scheduler.discovery(outputs))
-
-
-def nodes_for(tenant: Tenant, drop: Sequence[str] = ()) -> list[Node]:
-    """One node per instance the cluster stack makes, on the private subnet, named as EC2 names them."""
-    private = ipaddress.IPv4Network(subnet_cidrs(tenant.network.vpc_cidr)["private"])
-    roles: list[tuple[str, str | None, str]] = [("controller", None, tenant.controller.name)]
-    roles += [("login", None, tenant.login.name)] * tenant.login_count if tenant.login else []
-    roles += [("compute", q.name, q.instance.name) for q in tenant.queues for _ in range(q.count)]
-    nodes = []
-    for i, (role, queue, instance_type) in enumerate(roles):
-        address = str(private.network_address + 10 + i)
-        nodes.append(Node(hostname_for(address), address, role, queue, f"i-{i:017x}", instance_type))  # type: ignore[arg-type]
-    return [n for n in nodes if n.name not in drop]
-
+from fmcluster.nodes import Node, sort_nodes
+from fmcluster.publish import systemd_mount_unit
+from localtenant import REF, make_root, manifest_for, nodes_for
 
 @pytest.fixture(scope="module")
 def demo() -> Tenant:
