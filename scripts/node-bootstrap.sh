@@ -68,13 +68,16 @@ retry() {
   return 1
 }
 
+# Into a fresh directory: a copy of an emptied prefix succeeds, and must not pass for the bundle fetched before.
 fetch_bundle() {
-  aws s3 cp --recursive --only-show-errors --region "$FMCLUSTER_REGION" "$s3/bootstrap/" "$bundle/" 2>"$state/fetch.err" \
-    && [[ -s $bundle/converge.env && -s $bundle/repo.bundle ]]
+  rm -rf "$bundle.new" && install -d -m 0755 "$bundle.new" \
+    && aws s3 cp --recursive --only-show-errors --region "$FMCLUSTER_REGION" "$s3/bootstrap/" "$bundle.new/" 2>"$state/fetch.err" \
+    && [[ -s $bundle.new/converge.env && -s $bundle.new/repo.bundle ]]
 }
 
 retry "$tries" fetch_bundle \
   || report_failure bundle "cannot fetch $s3/bootstrap/ (converge.env, repo.bundle): $(tail -n 2 "$state/fetch.err" 2>/dev/null)"
+rm -rf "$bundle" && mv "$bundle.new" "$bundle"
 install -m 0755 "$bundle/node-bootstrap.sh" /usr/local/sbin/fmcluster-bootstrap
 # shellcheck source=/dev/null
 . "$bundle/converge.env"

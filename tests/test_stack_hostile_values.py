@@ -38,7 +38,7 @@ FIELDS: list[tuple[Any, ...]] = [
     ("controller", "name"), ("login", "name"),
     ("queues", 0, "name"), ("queues", 0, "instance", "name"), ("queues", 0, "capacity_reservation_id"),
     ("queues", 0, "capacity_reservation_type"),
-    ("network", "vpc_cidr"), ("network", "ssh_ingress_cidr"), ("network", "local_subnet"),
+    ("network", "vpc_cidr"), ("network", "ssh_ingress_cidr"),
     ("storage", "lustre", "deployment_type"), ("storage", "lustre", "mount_point"),
     ("storage", "lustre", "data_repository", "file_system_path"), ("storage", "lustre", "data_repository", "s3_prefix"),
     ("storage", "lustre", "data_repository", "import_policy", 0),
@@ -50,7 +50,7 @@ FIELDS: list[tuple[Any, ...]] = [
 # Parsed by the renderer: a hostile value is refused, never rendered.
 REFUSED = {("network", "vpc_cidr"), ("queues", 0, "capacity_reservation_type"), ("storage", "lustre", "deployment_type")}
 # Never rendered into a template: the bodies stay byte-for-byte the same.
-NOT_IN_TEMPLATES = {("region",), ("network", "local_subnet"), ("monitoring", "remote_write_url"),
+NOT_IN_TEMPLATES = {("region",), ("monitoring", "remote_write_url"),
                     ("monitoring", "alert_receivers", 0, "target"), ("acceptance", "tests", 0)}
 # Become part of logical ids (letters and digits only): the ids may differ, the structure may not.
 NAMES_IN_IDS = {("queues", 0, "name")}

@@ -55,6 +55,11 @@ def no_aws_credentials(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
 
 
+def endpoint_of(root: Path, org: str = "demo") -> str:
+    """The tenant's AWS endpoint on provider local (the command layer starts the emulator, then calls the API)."""
+    return ensure_emulator(org, root).endpoint
+
+
 def stack(tenant: Tenant, key: str) -> RenderedStack:
     return next(s for s in render_stacks(tenant) if s.key == key)
 
@@ -157,7 +162,7 @@ def test_security_checks_flag_world_open_ssh_an_efa_group_open_to_others_and_a_p
 def test_plan_for_the_p5_tenant_renders_everything_offline_and_says_the_change_set_needs_aws(
         root: Path, no_aws_credentials: None) -> None:
     lines: list[str] = []
-    result = plan_stacks(load_tenant("stockmark"), out=lines.append)
+    result = plan_stacks(load_tenant("stockmark"), None, offline=True, out=lines.append)
     assert [s.action for s in result.stacks] == ["rendered"] * 3
     assert result.endpoint is None and read_state("stockmark", root) is None, "no emulator, no AWS call"
     rendered = root / "inventories" / "stockmark" / "generated" / "cfn"
@@ -187,7 +192,7 @@ def test_cfn_lint_is_clean_for_the_tenants_region_including_informational_checks
 
 @pytest.mark.slow
 def test_deploy_of_demo_creates_all_stacks_and_writes_the_stack_outputs_inventory(root: Path) -> None:
-    result = deploy_stacks(load_tenant("demo"), out=quiet)
+    result = deploy_stacks(load_tenant("demo"), endpoint_of(root), out=quiet)
     assert result.ok, result.failure
     assert result.changed == ["fmc-demo-network", "fmc-demo-storage", "fmc-demo-cluster"]
     state = read_state("demo", root)
@@ -233,7 +238,7 @@ def test_deploy_of_demo_creates_all_stacks_and_writes_the_stack_outputs_inventor
 @pytest.mark.slow
 def test_deploy_uploads_the_node_bootstrap_bundle_before_the_cluster_stack(root: Path, tmp_path: Path) -> None:
     lines: list[str] = []
-    result = deploy_stacks(load_tenant("demo"), out=lines.append)
+    result = deploy_stacks(load_tenant("demo"), endpoint_of(root), out=lines.append)
     assert result.ok, result.failure
     bucket = result.outputs["DataBucketName"]
     uploaded = next(i for i, line in enumerate(lines) if "uploaded the node bootstrap" in line)
@@ -261,11 +266,11 @@ def test_deploy_uploads_the_node_bootstrap_bundle_before_the_cluster_stack(root:
 
 @pytest.mark.slow
 def test_second_deploy_is_a_no_op_and_reuses_the_running_emulator(root: Path) -> None:
-    first = deploy_stacks(load_tenant("demo"), out=quiet)
+    first = deploy_stacks(load_tenant("demo"), endpoint_of(root), out=quiet)
     assert first.ok
     before = outputs_path("demo", root).stat().st_mtime_ns
     lines: list[str] = []
-    second = deploy_stacks(load_tenant("demo"), out=lines.append)
+    second = deploy_stacks(load_tenant("demo"), endpoint_of(root), out=lines.append)
     assert second.ok and second.changed == []
     assert second.skipped == ["fmc-demo-network", "fmc-demo-storage", "fmc-demo-cluster"]
     assert second.endpoint == first.endpoint and lines[0].startswith("reusing the AWS emulator of 'demo'")
@@ -276,16 +281,16 @@ def test_second_deploy_is_a_no_op_and_reuses_the_running_emulator(root: Path) ->
 
 @pytest.mark.slow
 def test_a_changed_queue_count_yields_a_change_set_touching_only_that_queues_group(root: Path) -> None:
-    assert deploy_stacks(load_tenant("demo"), out=quiet).ok
+    assert deploy_stacks(load_tenant("demo"), endpoint_of(root), out=quiet).ok
     set_in_spec(root, "demo", "count: 3", "count: 5")
     tenant = load_tenant("demo")
 
-    plan = plan_stacks(tenant, out=quiet)
+    plan = plan_stacks(tenant, endpoint_of(root), out=quiet)
     assert [(s.name, s.action) for s in plan.stacks] == [
         ("fmc-demo-network", "no-changes"), ("fmc-demo-storage", "no-changes"), ("fmc-demo-cluster", "would-update")]
     assert [(c.action, c.logical_id) for c in plan.stacks[2].changes] == [("Modify", "QueueCpuGroup")]
 
-    result = deploy_stacks(tenant, out=quiet)
+    result = deploy_stacks(tenant, endpoint_of(root), out=quiet)
     assert result.ok and result.changed == ["fmc-demo-cluster"]
     assert result.skipped == ["fmc-demo-network", "fmc-demo-storage"]
     assert [(c.action, c.logical_id) for c in result.stacks[2].changes] == [("Modify", "QueueCpuGroup")]
@@ -302,7 +307,7 @@ def test_a_failing_resource_is_reported_with_its_reason_and_a_rerun_resumes_clea
     ec2.create_launch_template(LaunchTemplateName="fmc-demo-cluster-queue-cpu",
                                LaunchTemplateData={"InstanceType": "c5.large"})
     lines: list[str] = []
-    failed = deploy_stacks(load_tenant("demo"), out=lines.append)
+    failed = deploy_stacks(load_tenant("demo"), endpoint_of(root), out=lines.append)
     assert not failed.ok and failed.outputs_file is None
     assert failed.failure is not None
     assert (failed.failure.logical_id, failed.failure.resource_type, failed.failure.status) == (
@@ -315,7 +320,7 @@ def test_a_failing_resource_is_reported_with_its_reason_and_a_rerun_resumes_clea
 
     ec2.delete_launch_template(LaunchTemplateName="fmc-demo-cluster-queue-cpu")
     lines.clear()
-    rerun = deploy_stacks(load_tenant("demo"), out=lines.append)
+    rerun = deploy_stacks(load_tenant("demo"), endpoint_of(root), out=lines.append)
     assert rerun.ok, rerun.failure
     assert rerun.changed == ["fmc-demo-cluster"] and rerun.skipped == ["fmc-demo-network", "fmc-demo-storage"]
     assert any("deleting it so it can be created again" in line for line in lines)
@@ -324,18 +329,19 @@ def test_a_failing_resource_is_reported_with_its_reason_and_a_rerun_resumes_clea
 
 @pytest.mark.slow
 def test_destroy_removes_the_stacks_names_the_retained_bucket_and_stops_the_emulator(root: Path) -> None:
-    deployed = deploy_stacks(load_tenant("demo"), out=quiet)
+    deployed = deploy_stacks(load_tenant("demo"), endpoint_of(root), out=quiet)
     assert deployed.ok
     pid = int(str((read_state("demo", root) or {})["pid"]))
     asked: list[str] = []
-    assert destroy_stacks(load_tenant("demo"), confirm=lambda q: asked.append(q) is not None, out=quiet).notes == [
+    assert destroy_stacks(load_tenant("demo"), endpoint_of(root), confirm=lambda q: asked.append(q) is not None,
+                          out=quiet).notes == [
         "cancelled"]
     assert asked == ["Delete 3 stack(s) of 'demo'?"]
     cf = aws.client("cloudformation", "ap-northeast-1", deployed.endpoint)
     assert len(cf.describe_stacks()["Stacks"]) == 3, "declining deletes nothing"
 
     lines: list[str] = []
-    result = destroy_stacks(load_tenant("demo"), confirm=None, out=lines.append)
+    result = destroy_stacks(load_tenant("demo"), endpoint_of(root), confirm=None, out=lines.append)
     assert result.ok
     assert [(s.name, s.action) for s in result.stacks] == [
         ("fmc-demo-cluster", "deleted"), ("fmc-demo-storage", "deleted"), ("fmc-demo-network", "deleted")]
@@ -343,7 +349,7 @@ def test_destroy_removes_the_stacks_names_the_retained_bucket_and_stops_the_emul
     assert any(f"kept (DeletionPolicy Retain): DataBucket of fmc-demo-storage: s3://{bucket}" in line for line in lines)
     assert not outputs_path("demo", root).exists()
     assert read_state("demo", root) is None and not Path(f"/proc/{pid}").exists()
-    assert stacks_status(load_tenant("demo"), out=quiet).stacks[0].action == "absent"
+    assert stacks_status(load_tenant("demo"), endpoint_of(root), out=quiet).stacks[0].action == "absent"
 
 
 def _is_zombie(pid: int) -> bool:
@@ -372,10 +378,10 @@ def test_a_dead_emulator_is_reported_and_replaced_by_a_fresh_one(root: Path) -> 
 @pytest.mark.slow
 def test_destroy_asks_and_deletes_nothing_without_a_terminal_unless_yes(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     ensure_emulator("demo", root)
-    assert deploy_stacks(load_tenant("demo"), out=quiet).ok
+    assert deploy_stacks(load_tenant("demo"), endpoint_of(root), out=quiet).ok
     monkeypatch.setattr("sys.stdin.isatty", lambda: False)
     assert commands.destroy(load_tenant("demo"), yes=False) == commands.EXIT_CANCELLED
-    assert stacks_status(load_tenant("demo"), out=quiet).stacks[0].status == "CREATE_COMPLETE"
+    assert stacks_status(load_tenant("demo"), endpoint_of(root), out=quiet).stacks[0].status == "CREATE_COMPLETE"
 
 
 @pytest.mark.slow
@@ -387,7 +393,7 @@ def test_the_aws_example_tenants_rehearse_on_the_emulator_with_every_gap_reporte
         root: Path, org: str, skipped_in_cluster: list[tuple[str, str]]) -> None:
     set_in_spec(root, org, "provider: aws", "provider: local")
     tenant = load_tenant(org)
-    result = deploy_stacks(tenant, out=quiet)
+    result = deploy_stacks(tenant, endpoint_of(root, org), out=quiet)
     assert result.ok, result.failure
     assert result.not_created.get(f"fmc-{org}-cluster", []) == skipped_in_cluster
     storage_gaps = {t for _, t in result.not_created[f"fmc-{org}-storage"]}
@@ -404,7 +410,7 @@ def test_the_aws_example_tenants_rehearse_on_the_emulator_with_every_gap_reporte
         assert "QueueGpuGroup CreationPolicy (moto does not wait for signals)" in notes
         assert "DataBucket.LifecycleConfiguration (moto drops it)" in notes
         assert "S3GatewayEndpoint.Tags (moto drops it)" in notes
-    assert destroy_stacks(tenant, confirm=None, out=quiet).ok
+    assert destroy_stacks(tenant, endpoint_of(root, org), confirm=None, out=quiet).ok
 
 
 @pytest.mark.slow
@@ -415,7 +421,7 @@ def test_an_efa_queue_without_a_reservation_uses_the_placement_group_and_the_emu
     group = load_cfn_yaml(stack(tenant, "cluster").body)["Resources"]["QueueGpuGroup"]["Properties"]
     assert group["PlacementGroup"] == {"Fn::If": ["HasPlacementGroup", {"Ref": "PlacementGroupName"},
                                                   {"Ref": "AWS::NoValue"}]}
-    result = deploy_stacks(tenant, out=quiet)
+    result = deploy_stacks(tenant, endpoint_of(root, "stockmark"), out=quiet)
     assert result.ok, result.failure
     assert any("PlacementGroupName: <output PlacementGroupName of the network stack> does not exist; using ''"
                in note for note in result.stacks[2].notes), "the substitute is said"

@@ -188,7 +188,7 @@ def test_defaults_come_from_the_schema(tmp_path: Path, monkeypatch: pytest.Monke
     tenant = load_tenant("acme", tmp_path)
     assert tenant.monitoring.prometheus_retention_days == 15
     assert tenant.acceptance.tests == ("all_reduce",)
-    assert tenant.network.local_subnet == "10.77.0.0/24"
+    assert tenant.network.vpc_cidr == "10.0.0.0/16"
     assert tenant.storage.s3_versioning is True
 
 

@@ -168,10 +168,21 @@ def shared_storage(tenant: Tenant, outputs: Mapping[str, str]) -> list[dict[str,
 
 
 def systemd_mount_unit(path: str) -> str:
-    """systemd's unit name for a mount point (`systemd-escape --path --suffix=mount`)."""
-    parts = [p for p in path.strip("/").split("/") if p]
-    name = "-".join("".join(c if c.isalnum() or c in "_." else f"\\x{ord(c):02x}" for c in part) for part in parts)
-    return ("\\x2e" + name[1:] if name.startswith(".") else name or "-") + ".mount"
+    """systemd's unit name for a mount point, as `systemd-escape --path --suffix=mount` writes it: the path
+    normalized (no empty or `.` components), `/` → `-`, a leading `.` and every byte of any character other
+    than ASCII letters, digits, `:`, `_` and `.` as `\\xNN`."""
+    parts = [p for p in path.split("/") if p not in ("", ".")]
+    if ".." in parts:
+        raise ValueError(f"mount point {path!r} is not a normalized path: systemd cannot name a mount unit for it")
+    escaped = []
+    for index, char in enumerate("/".join(parts)):
+        if char == "/":
+            escaped.append("-")
+        elif (index == 0 and char == ".") or not (char.isascii() and (char.isalnum() or char in ":_.")):
+            escaped.extend(f"\\x{byte:02x}" for byte in char.encode())
+        else:
+            escaped.append(char)
+    return ("".join(escaped) or "-") + ".mount"
 
 
 def repository_bundle(ref: str, root: Path = SOURCE_ROOT) -> bytes:

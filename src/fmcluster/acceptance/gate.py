@@ -50,7 +50,10 @@ def reusable_pass(tenant: Tenant, state: Mapping[str, str]) -> dict[str, Any] | 
         return None
     if any(last.get(k) != v for k, v in state.items()):
         return None
-    if datetime.now(timezone.utc) - finished > REUSE_FOR:
+    if finished.tzinfo is None:  # a time without its zone: its age is unknown
+        return None
+    age = datetime.now(timezone.utc) - finished
+    if age < timedelta(0) or age > REUSE_FOR:  # from the future (a clock was wrong) or too old
         return None
     return dict(last)
 
