@@ -22,7 +22,7 @@ from conftest import venv_tool
 from fmcluster.catalog import load_catalog
 from fmcluster.inventory import HEADER, read_manifest, read_nodes, write_inventory, write_manifest
 from fmcluster.manifest import (
-    assemble_inventory, digest, membership_digest, placement_group_output_key, scrape_configs,
+    assemble_inventory, load_inventory_yaml, digest, membership_digest, placement_group_output_key, scrape_configs,
 )
 from fmcluster.model import Tenant, load_tenant
 from fmcluster.nodes import Node, sort_nodes
@@ -212,8 +212,9 @@ def test_hyperpod_tenants_scrape_the_nodes_their_inventory_lists(tmp_path: Path)
 
 def test_the_manifest_names_the_secrets_and_where_nodes_keep_them_never_their_values(demo: Tenant) -> None:
     manifest = manifest_for(demo)
-    assert manifest["secrets"] == {"munge-key": "fmcluster/demo/munge-key",
-                                   "grafana-admin-password": "fmcluster/demo/grafana-admin-password"}
+    assert manifest["secrets"] == {
+        "munge-key": {"id": "fmcluster/demo/munge-key", "roles": ["controller", "login", "compute"]},
+        "grafana-admin-password": {"id": "fmcluster/demo/grafana-admin-password", "roles": ["controller"]}}
     assert manifest["vars"]["fmcluster_secrets_dir"] == "/etc/fmcluster/secrets"
     assert (manifest["ref"], manifest["org"], manifest["format"]) == (REF, "demo", 1)
     assert not [k for k in json.dumps(manifest).split('"') if "munge_key" in k and k != "munge_key_src"]
@@ -300,25 +301,24 @@ def test_ansible_reads_the_written_inventory_as_assembled(tmp_path: Path) -> Non
 
 
 def test_hostile_values_stay_values_in_the_written_inventory(tmp_path: Path) -> None:
-    storage = {"lustre": {"deployment_type": "SCRATCH_2", "storage_capacity_gib": 1200,
-                          "mount_point": "/fsx: {x: 1}\n  - ]{{ lookup('pipe','id') }}"}}
-    root = make_root(tmp_path, "t-hostile", "10.93.25.0/24", storage=storage)
+    """Validation refuses such a mount point; the writer must not depend on that."""
+    root = make_root(tmp_path, "t-hostile", "10.93.25.0/24")
     tenant = load_tenant("t-hostile", root)
-    manifest = manifest_for(tenant)
+    manifest = manifest_for(tenant, {"LustreMountName": "x\n- ]: {{ lookup('pipe','id') }}"})
+    manifest["vars"]["fmcluster_shared_storage"][0]["mount_point"] = "/fsx: {x: 1}\n  - ]{{ lookup('pipe','id') }}"
     path = write_inventory(tenant, manifest, nodes_for(tenant), root=root)
-    assert yaml.safe_load(path.read_text()) == assemble_inventory(manifest, nodes_for(tenant))
+    assert load_inventory_yaml(path.read_text()) == assemble_inventory(manifest, nodes_for(tenant))
     write_manifest("t-hostile", manifest, root)
     assert read_manifest("t-hostile", root) == manifest
 
 
-@pytest.mark.xfail(strict=True, reason="inventory_yaml writes tenant strings as plain YAML scalars, which Ansible "
-                   "templates on the node; dumping them as `!unsafe` (and reading them back in read_nodes) fixes it")
-def test_a_tenant_value_that_looks_like_a_template_reaches_the_roles_as_written(tmp_path: Path) -> None:
-    storage = {"lustre": {"deployment_type": "SCRATCH_2", "storage_capacity_gib": 1200,
-                          "mount_point": "/fsx{{ 6 * 7 }}"}}
-    root = make_root(tmp_path, "t-hostile", "10.93.25.0/24", storage=storage)
+def test_a_value_that_looks_like_a_template_reaches_the_roles_as_written(tmp_path: Path) -> None:
+    """Ansible templates inventory strings: a value with Jinja markers is written `!unsafe` and stays literal."""
+    root = make_root(tmp_path, "t-hostile", "10.93.25.0/24")
     tenant = load_tenant("t-hostile", root)
-    path = write_inventory(tenant, manifest_for(tenant), nodes_for(tenant), root=root)
+    manifest = manifest_for(tenant)
+    manifest["vars"]["fmcluster_lustre_mount_point"] = "/fsx{{ 6 * 7 }}"
+    path = write_inventory(tenant, manifest, nodes_for(tenant), root=root)
     shown = subprocess.run([venv_tool("ansible"), "-i", str(path), "ip-10-93-25-138", "-c", "local", "-m",
                             "ansible.builtin.debug", "-a", "var=fmcluster_lustre_mount_point"],
                            capture_output=True, text=True, check=True).stdout

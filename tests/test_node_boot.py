@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -69,7 +70,10 @@ def user_data_script(resource: dict[str, Any], refs: dict[str, str]) -> str:
 
 
 def assignments(script: str) -> dict[str, str]:
-    return dict(re.findall(r"^(FMCLUSTER_[A-Z_]+)=(.*)$", script.split("set -euo pipefail", 1)[0], re.MULTILINE))
+    """The FMCLUSTER_* settings a script makes before its first command, as the shell reads them (unquoted)."""
+    head = script.split("set -euo pipefail", 1)[0]
+    return {name: "".join(shlex.split(value))
+            for name, value in re.findall(r"^(?:export )?(FMCLUSTER_[A-Z_]+)=(.*)$", head, re.MULTILINE)}
 
 
 # --- the rendered contract (no host needed) ------------------------------------------------------------------
@@ -89,9 +93,15 @@ def test_every_launch_template_runs_node_user_data_after_setting_the_bootstrap_s
         assert settings["FMCLUSTER_BUCKET"] == "b" and settings["FMCLUSTER_REGION"] == "r", lid
         assert settings["FMCLUSTER_ORG"] == org and settings["FMCLUSTER_STACK"] == "s", lid
         assert required_settings() <= set(settings), lid
-        # CloudFormation waits for the node's signal on the resource that made it.
+        # CloudFormation waits for the node's signal on the group that made it; the controller instance is
+        # pinned and not waited on (it converges after the groups' nodes have started).
+        if not settings["FMCLUSTER_SIGNAL_RESOURCE"]:
+            (maker,) = [r for r in resources.values() if r["Type"] == "AWS::EC2::Instance"
+                        and r["Properties"]["LaunchTemplate"]["LaunchTemplateId"] == {"Ref": lid}]
+            assert "CreationPolicy" not in maker, lid
+            continue
         signalled = resources[settings["FMCLUSTER_SIGNAL_RESOURCE"]]
-        assert signalled["Type"] in ("AWS::EC2::Instance", "AWS::AutoScaling::AutoScalingGroup"), lid
+        assert signalled["Type"] == "AWS::AutoScaling::AutoScalingGroup" and "CreationPolicy" in signalled, lid
         assert signalled["Properties"]["LaunchTemplate"]["LaunchTemplateId"] == {"Ref": lid}
 
 
@@ -99,8 +109,11 @@ def test_the_hyperpod_lifecycle_runs_the_same_user_data_script_with_the_same_set
     tenant = load_tenant("demo")
     files = HyperPod(tenant).lifecycle_files("fmc-demo-data")
     assert files["node-user-data.sh"] == USER_DATA_SCRIPT.read_bytes()
-    settings = dict(line.split("=", 1) for line in files[LIFECYCLE_ENV].decode().splitlines())
-    assert settings == {"FMCLUSTER_BUCKET": "fmc-demo-data", "FMCLUSTER_REGION": tenant.region, "FMCLUSTER_ORG": "demo"}
+    settings = assignments(files[LIFECYCLE_ENV].decode())
+    assert {k: settings[k] for k in ("FMCLUSTER_BUCKET", "FMCLUSTER_REGION", "FMCLUSTER_ORG")} == {
+        "FMCLUSTER_BUCKET": "fmc-demo-data", "FMCLUSTER_REGION": tenant.region, "FMCLUSTER_ORG": "demo"}
+    # A HyperPod node learns its group from HyperPod and is not waited on by CloudFormation.
+    assert settings["FMCLUSTER_ROLE"] == settings["FMCLUSTER_QUEUE"] == settings["FMCLUSTER_SIGNAL_RESOURCE"] == ""
     assert required_settings() == set(SETTINGS) <= set(settings)
     on_create = files["on_create.sh"].decode()
     assert on_create == (ROOT / "cfn" / "hyperpod-lifecycle" / "on_create.sh").read_text()
@@ -214,10 +227,10 @@ def test_launch_template_user_data_and_the_hyperpod_lifecycle_hand_the_bootstrap
     assert ran.returncode == 0, ran.stdout + ran.stderr
     from_hyperpod = dict(line.split("=", 1) for line in node.read("/tmp/bootstrap-settings").splitlines())
 
-    assert {k: from_launch_template[k] for k in SETTINGS} == from_hyperpod == {
+    assert {k: from_launch_template[k] for k in SETTINGS} == {k: from_hyperpod[k] for k in SETTINGS} == {
         "FMCLUSTER_BUCKET": bucket, "FMCLUSTER_REGION": node.tenant.region, "FMCLUSTER_ORG": ORG}
     assert (from_launch_template["FMCLUSTER_STACK"], from_launch_template["FMCLUSTER_SIGNAL_RESOURCE"]) == (
-        "fmc-t-boot-cluster", "ControllerInstance")
+        "fmc-t-boot-cluster", "")  # the controller is not waited on
 
 
 def test_first_boot_fetch_unpacks_the_pinned_commit_and_writes_the_node_s_settings(node: Node) -> None:

@@ -163,7 +163,7 @@ def test_the_critical_case_a_hostile_s3_prefix_adds_no_iam_user_and_is_the_dra_p
 def exported(script: str, names: list[str]) -> list[str]:
     """Run the user data's export block in bash and read the variables back (a quoted value may span
     lines, so the block is taken whole, from the first export to the next command)."""
-    start, end = script.index("export FMCLUSTER_BUCKET="), script.index("install -d -m 0755 /etc/fmcluster")
+    start, end = script.index("export FMCLUSTER_BUCKET="), script.index("\n# fmcluster first boot")
     exports = script[start:end]
     probe = exports + "\n" + "".join(f'printf "%s\\0" "${name}"\n' for name in names)
     run = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, check=True, timeout=10)

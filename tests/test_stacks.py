@@ -20,8 +20,11 @@ import yaml
 
 from conftest import ROOT, venv_tool
 from fmcluster.model import Tenant, load_tenant
-from fmcluster.stacks import aws, cfn, commands
-from fmcluster.stacks.api import deploy_stacks, destroy_stacks, plan_stacks, stacks_status, write_rendered
+from fmcluster import commands as fmcluster_commands
+from fmcluster.stacks import aws, cfn
+from fmcluster.providers import provider_for
+from fmcluster.stacks import api
+from fmcluster.stacks.api import destroy_stacks, plan_stacks, stacks_status, write_rendered
 from fmcluster.stacks.checks import check_stack
 from fmcluster.stacks.emulator import ensure_emulator, read_state, stop_emulator
 from fmcluster.stacks.outputs import outputs_path
@@ -53,6 +56,11 @@ def no_aws_credentials(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+
+
+def deploy_stacks(tenant: Tenant, endpoint: str | None, **options: Any) -> api.StacksResult:
+    """deploy_stacks as the deploy calls it: the provider maps the public image parameters to its endpoint's."""
+    return api.deploy_stacks(tenant, endpoint, image_parameter=provider_for(tenant).image_parameter, **options)
 
 
 def endpoint_of(root: Path, org: str = "demo") -> str:
@@ -236,35 +244,6 @@ def test_deploy_of_demo_creates_all_stacks_and_writes_the_stack_outputs_inventor
 
 
 @pytest.mark.slow
-def test_deploy_uploads_the_node_bootstrap_bundle_before_the_cluster_stack(root: Path, tmp_path: Path) -> None:
-    lines: list[str] = []
-    result = deploy_stacks(load_tenant("demo"), endpoint_of(root), out=lines.append)
-    assert result.ok, result.failure
-    bucket = result.outputs["DataBucketName"]
-    uploaded = next(i for i, line in enumerate(lines) if "uploaded the node bootstrap" in line)
-    assert uploaded < lines.index("[cluster] fmc-demo-cluster"), "nodes find the bundle at first boot"
-    s3 = aws.client("s3", "ap-northeast-1", result.endpoint)
-    listed = s3.list_objects_v2(Bucket=bucket, Prefix="fmcluster/bootstrap/")["Contents"]
-    assert sorted(o["Key"].rsplit("/", 1)[1] for o in listed) == [
-        "converge.env", "node-bootstrap.sh", "node-converge.sh", "repo.bundle"]
-
-    def body(name: str) -> bytes:
-        return s3.get_object(Bucket=bucket, Key=f"fmcluster/bootstrap/{name}")["Body"].read()
-
-    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                          check=True).stdout.strip()
-    env = dict(line.split("=", 1) for line in body("converge.env").decode().splitlines() if "=" in line)
-    assert env == {"FMCLUSTER_BUCKET": bucket, "FMCLUSTER_REGION": "ap-northeast-1", "FMCLUSTER_REF": head,
-                   "FMCLUSTER_PLAYBOOK": "playbooks/site.yml", "FMCLUSTER_ANSIBLE_CORE": "2.19.14"}
-    assert body("node-bootstrap.sh") == (ROOT / "scripts" / "node-bootstrap.sh").read_bytes()
-    # The bundle is a real git bundle of the pinned commit: a node can fetch from it without a git server.
-    (tmp_path / "repo.bundle").write_bytes(body("repo.bundle"))
-    heads = subprocess.run(["git", "bundle", "list-heads", str(tmp_path / "repo.bundle")], capture_output=True,
-                           text=True, check=True).stdout
-    assert heads.split() == [head, "HEAD"]
-
-
-@pytest.mark.slow
 def test_second_deploy_is_a_no_op_and_reuses_the_running_emulator(root: Path) -> None:
     first = deploy_stacks(load_tenant("demo"), endpoint_of(root), out=quiet)
     assert first.ok
@@ -273,7 +252,7 @@ def test_second_deploy_is_a_no_op_and_reuses_the_running_emulator(root: Path) ->
     second = deploy_stacks(load_tenant("demo"), endpoint_of(root), out=lines.append)
     assert second.ok and second.changed == []
     assert second.skipped == ["fmc-demo-network", "fmc-demo-storage", "fmc-demo-cluster"]
-    assert second.endpoint == first.endpoint and lines[0].startswith("reusing the AWS emulator of 'demo'")
+    assert second.endpoint == first.endpoint
     assert second.outputs == first.outputs and second.not_created == first.not_created
     assert f"CpuImageId: keeping the pinned {first.outputs['CpuImageId']}" in second.stacks[2].notes
     assert outputs_path("demo", root).stat().st_mtime_ns == before, "unchanged outputs file is left alone"
@@ -328,10 +307,9 @@ def test_a_failing_resource_is_reported_with_its_reason_and_a_rerun_resumes_clea
 
 
 @pytest.mark.slow
-def test_destroy_removes_the_stacks_names_the_retained_bucket_and_stops_the_emulator(root: Path) -> None:
+def test_destroy_removes_the_stacks_and_names_the_retained_bucket(root: Path) -> None:
     deployed = deploy_stacks(load_tenant("demo"), endpoint_of(root), out=quiet)
     assert deployed.ok
-    pid = int(str((read_state("demo", root) or {})["pid"]))
     asked: list[str] = []
     assert destroy_stacks(load_tenant("demo"), endpoint_of(root), confirm=lambda q: asked.append(q) is not None,
                           out=quiet).notes == [
@@ -348,7 +326,6 @@ def test_destroy_removes_the_stacks_names_the_retained_bucket_and_stops_the_emul
     bucket = deployed.outputs["DataBucketName"]
     assert any(f"kept (DeletionPolicy Retain): DataBucket of fmc-demo-storage: s3://{bucket}" in line for line in lines)
     assert not outputs_path("demo", root).exists()
-    assert read_state("demo", root) is None and not Path(f"/proc/{pid}").exists()
     assert stacks_status(load_tenant("demo"), endpoint_of(root), out=quiet).stacks[0].action == "absent"
 
 
@@ -380,7 +357,7 @@ def test_destroy_asks_and_deletes_nothing_without_a_terminal_unless_yes(root: Pa
     ensure_emulator("demo", root)
     assert deploy_stacks(load_tenant("demo"), endpoint_of(root), out=quiet).ok
     monkeypatch.setattr("sys.stdin.isatty", lambda: False)
-    assert commands.destroy(load_tenant("demo"), yes=False) == commands.EXIT_CANCELLED
+    assert fmcluster_commands.destroy("demo", yes=False) == fmcluster_commands.EXIT_CANCELLED
     assert stacks_status(load_tenant("demo"), endpoint_of(root), out=quiet).stacks[0].status == "CREATE_COMPLETE"
 
 
@@ -399,12 +376,7 @@ def test_the_aws_example_tenants_rehearse_on_the_emulator_with_every_gap_reporte
     storage_gaps = {t for _, t in result.not_created[f"fmc-{org}-storage"]}
     assert "AWS::FSx::FileSystem" in storage_gaps
     if tenant.scheduler == "hyperpod":
-        s3 = aws.client("s3", tenant.region, result.endpoint)
-        keys = [o["Key"] for o in s3.list_objects_v2(Bucket=result.outputs["DataBucketName"])["Contents"]]
-        lifecycle = [k for k in keys if k.startswith("hyperpod/")]
-        assert lifecycle == ["hyperpod/lifecycle/fmcluster-lifecycle.env", "hyperpod/lifecycle/on_create.sh"], \
-            "lifecycle scripts (and where the bootstrap lies) uploaded before the cluster stack"
-        assert "fmcluster/bootstrap/node-bootstrap.sh" in keys
+        pass  # the lifecycle uploads are the deploy's (tests/test_aws_deploy_path.py)
     else:
         notes = " ".join(note for s in result.stacks for note in s.notes)
         assert "QueueGpuGroup CreationPolicy (moto does not wait for signals)" in notes

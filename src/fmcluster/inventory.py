@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from fmcluster.manifest import assemble_inventory, inventory_yaml
+from fmcluster.manifest import assemble_inventory, inventory_yaml, load_inventory_yaml
 from fmcluster.model import Tenant
 from fmcluster.nodes import Node
 from fmcluster.paths import generated_dir, repo_root
@@ -71,5 +71,5 @@ def read_nodes(org: str, root: Path | None = None) -> list[Node]:
     path = inventory_path(org, root)
     if not path.is_file():
         return []
-    data = yaml.safe_load(path.read_text()) or {}
+    data = load_inventory_yaml(path.read_text()) or {}
     return [Node.from_dict(raw) for raw in data.get("all", {}).get("vars", {}).get("fmcluster_nodes", [])]

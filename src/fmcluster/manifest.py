@@ -21,6 +21,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import yaml
+
 from fmcluster.nodes import NODE_TAGS, Node, NodeTags, sort_nodes
 
 FORMAT = 1
@@ -172,7 +174,40 @@ def _host_vars(node: Node) -> dict[str, Any]:
     return {"ansible_host": node.address, "fmcluster_address": node.address, "fmcluster_instance_id": node.instance_id}
 
 
-def inventory_yaml(document: Mapping[str, Any], header: str) -> str:
-    import yaml
+# Ansible templates every string it reads from an inventory; a value holding Jinja markers is written with the
+# `!unsafe` tag so it reaches the roles as written (Ansible's YAML loader keeps such a value literal).
+_JINJA_MARKERS = ("{{", "{%", "{#")
 
-    return header + yaml.safe_dump(dict(document), sort_keys=False, default_flow_style=False, width=120)
+
+class _InventoryDumper(yaml.SafeDumper):
+    pass
+
+
+def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    if any(marker in value for marker in _JINJA_MARKERS):
+        return dumper.represent_scalar("!unsafe", value, style="'")
+    return dumper.represent_str(value)
+
+
+_InventoryDumper.add_representer(str, _represent_str)
+
+
+class InventoryLoader(yaml.SafeLoader):
+    """Reads an inventory inventory_yaml wrote: `!unsafe` values are plain strings."""
+
+
+def _construct_unsafe(loader: yaml.SafeLoader, node: yaml.Node) -> Any:
+    assert isinstance(node, yaml.ScalarNode)  # inventory_yaml tags strings only
+    return loader.construct_scalar(node)
+
+
+InventoryLoader.add_constructor("!unsafe", _construct_unsafe)
+
+
+def inventory_yaml(document: Mapping[str, Any], header: str) -> str:
+    return header + yaml.dump(dict(document), Dumper=_InventoryDumper, sort_keys=False, default_flow_style=False,
+                              width=120)
+
+
+def load_inventory_yaml(text: str) -> Any:
+    return yaml.load(text, Loader=InventoryLoader)  # noqa: S506 - a SafeLoader subclass
