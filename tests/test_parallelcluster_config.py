@@ -210,7 +210,9 @@ def test_storage_stack_holds_the_node_policy_scoped_to_the_bootstrap_prefixes_an
     secrets = statements["ReadTenantSecrets"]["Resource"]["Fn::Join"][1]  # the org is tenant data: a Join part
     assert secrets == [{"Fn::Sub": "arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:"
                                    "fmcluster/"}, "pclab", "/*"]
-    assert "*" not in {s["Action"] for s in statements.values()}
+    assert statements["FindClusterNodes"]["Action"] == [
+        "ec2:DescribeAvailabilityZones", "ec2:DescribeInstances", "ec2:DescribeTags"], "Describe calls only"
+    assert all("*" not in str(s["Action"]) for s in statements.values())
     assert {"NodeBootstrapPolicyArn", "HomeVolumeId"} <= set(body["Outputs"])
     assert not check_stacks(render_stacks(load_tenant("pclab", ROOT)))
     other = next(s for s in render_stacks(load_tenant("stockmark", ROOT)) if s.key == "storage")
@@ -231,9 +233,11 @@ def test_cfn_lint_accepts_the_parallelcluster_tenant_stacks(tmp_path: Path) -> N
 @pytest.mark.slow
 def test_pclab_stacks_rehearse_on_the_emulator_and_their_outputs_fill_the_config(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """provider local: the emulator (moto) really creates the node policy; what it does not create stays marked."""
+    """provider local: the emulator (moto) really creates the node policy; what it does not create stays marked.
+    On local the stand-in's cluster stack follows (fmcluster.parallelcluster.stand_in)."""
+    from fmcluster.providers.local import EMULATOR_IMAGE_PARAMETER
     from fmcluster.stacks.api import deploy_stacks, destroy_stacks
-    from fmcluster.stacks.emulator import stop_emulator
+    from fmcluster.stacks.emulator import ensure_emulator, stop_emulator
 
     shutil.copytree(ROOT / "inventories" / "pclab", tmp_path / "inventories" / "pclab",
                     ignore=shutil.ignore_patterns("generated"))
@@ -242,9 +246,11 @@ def test_pclab_stacks_rehearse_on_the_emulator_and_their_outputs_fill_the_config
     monkeypatch.setenv("FMCLUSTER_ROOT", str(tmp_path))
     try:
         tenant = load_tenant("pclab")
-        result = deploy_stacks(tenant, out=lambda line: None)
-        assert result.ok, result.failure
-        assert [s.name for s in result.stacks] == ["fmc-pclab-network", "fmc-pclab-storage"]
+        endpoint = ensure_emulator("pclab", tmp_path).endpoint
+        result = deploy_stacks(tenant, endpoint, image_parameter=lambda path: EMULATOR_IMAGE_PARAMETER,
+                               out=lambda line: None)
+        assert result.ok, result.stacks
+        assert [s.name for s in result.stacks] == ["fmc-pclab-network", "fmc-pclab-storage", "fmc-pclab-cluster"]
         assert result.outputs["NodeBootstrapPolicyArn"].startswith("arn:aws:iam::")
         assert ("NodeBootstrapPolicy", "AWS::IAM::ManagedPolicy") not in result.not_created.get("fmc-pclab-storage", [])
         cfg = render_cluster_config(tenant, result.outputs)
@@ -255,6 +261,42 @@ def test_pclab_stacks_rehearse_on_the_emulator_and_their_outputs_fill_the_config
         except ToolMissing:
             report = None  # tests/test_parallelcluster_schema.py says so; the stacks part above still ran
         assert report is None or report.ok, report
-        assert destroy_stacks(tenant, confirm=None, out=lambda line: None).ok
+        assert destroy_stacks(tenant, endpoint, confirm=None, out=lambda line: None).ok
     finally:
         stop_emulator("pclab", tmp_path)
+
+
+# --- provider local: the stand-in for the ParallelCluster service ----------------------------------
+
+def test_local_stand_in_instances_carry_parallelclusters_tags_and_run_the_configs_on_node_configured() -> None:
+    """pcdemo (provider local): the stand-in's stack tags instances the way ParallelCluster does, and each node's
+    user data runs the OnNodeConfigured script the rendered config names, with exactly that config's Args."""
+    from fmcluster.nodes import NODE_TAGS
+    from fmcluster.stacks.render import user_data_text
+
+    tenant = load_tenant("pcdemo", ROOT)
+    stacks = render_stacks(tenant)
+    assert [s.key for s in stacks] == ["network", "storage", "cluster"]
+    resources = load_cfn_yaml(stacks[2].body)["Resources"]
+    cfg = render_cluster_config(tenant, {"DataBucketName": "BUCKET"})
+    expected = {
+        "ControllerLaunchTemplate": ("HeadNode", None, cfg.data["HeadNode"]),
+        "LoginLaunchTemplate": ("LoginNode", None, cfg.data["LoginNodes"]["Pools"][0]),
+        "QueueCpuLaunchTemplate": ("Compute", "cpu", queue(cfg, "cpu")),
+    }
+    for logical, (node_type, queue_name, section) in expected.items():
+        data = resources[logical]["Properties"]["LaunchTemplateData"]
+        (instance_tags,) = [t["Tags"] for t in data["TagSpecifications"] if t["ResourceType"] == "instance"]
+        tags = {t["Key"]: t["Value"] for t in instance_tags}
+        assert tags["parallelcluster:node-type"] == node_type and tags["fmcluster:org"] == "pcdemo"
+        assert tags.get("parallelcluster:queue-name") == queue_name
+        assert NODE_TAGS["parallelcluster"].role_of(tags) is not None and "fmcluster:role" not in tags
+        script = user_data_text(data["UserData"]).replace("${DataBucketName}", "BUCKET").replace(
+            "${AWS::Region}", tenant.region)
+        action = section["CustomActions"]["OnNodeConfigured"]
+        assert f"s3://$bucket/$key" in script and f"key={CUSTOM_ACTION_KEY}" in script
+        assert action["Script"] == f"s3://BUCKET/{CUSTOM_ACTION_KEY}"
+        assert script.rstrip().endswith('exec bash "$action" ' + " ".join(action["Args"])), script
+    for group in ("LoginGroup", "QueueCpuGroup"):
+        assert "CreationPolicy" not in resources[group], "ParallelCluster's OnNodeConfigured signals no stack"
+    assert not check_stacks(stacks)

@@ -19,7 +19,9 @@ import yaml
 
 from fmcluster.model import load_spec
 from fmcluster.parallelcluster import operations as ops
-from fmcluster.parallelcluster.config import CUSTOM_ACTION_KEY, CUSTOM_ACTION_SOURCE, render_cluster_config
+from fmcluster.parallelcluster.config import (
+    CUSTOM_ACTION_KEY, CUSTOM_ACTION_SOURCE, custom_action_script, render_cluster_config,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "tests" / "golden" / "parallelcluster"
@@ -199,7 +201,7 @@ def s3_endpoint() -> object:
 
 
 @pytest.mark.slow
-def test_on_node_configured_fetches_the_bootstrap_and_runs_it_with_the_tenant_settings(
+def test_on_node_configured_runs_the_first_boot_of_every_node_with_the_tenant_settings(
         tmp_path: Path, s3_endpoint: str) -> None:
     import boto3
 
@@ -209,28 +211,28 @@ def test_on_node_configured_fetches_the_bootstrap_and_runs_it_with_the_tenant_se
     s3.create_bucket(Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": REGION})
     env = {"PATH": f"{ROOT / 'tests' / 'fixtures' / 'awscli'}:{Path(sys.executable).parent}:/usr/bin:/bin",
            "HOME": str(tmp_path), "AWS_ENDPOINT_URL": s3_endpoint, "AWS_ACCESS_KEY_ID": "emulator",
-           "AWS_SECRET_ACCESS_KEY": "emulator", "FMCLUSTER_ETC_DIR": str(tmp_path / "etc"),
-           "FMCLUSTER_BOOTSTRAP_DIR": str(tmp_path / "opt")}
+           "AWS_SECRET_ACCESS_KEY": "emulator", "FMCLUSTER_BIN_DIR": str(tmp_path / "sbin"),
+           "RECORD": str(tmp_path / "bootstrap-ran-with")}
     from fmcluster.parallelcluster.operations import upload_custom_action
+    from fmcluster.stacks.render import USER_DATA_SCRIPT
 
-    upload_custom_action(bucket, REGION, s3_endpoint, print)
-    assert s3.get_object(Bucket=bucket, Key=CUSTOM_ACTION_KEY)["Body"].read() == CUSTOM_ACTION_SOURCE.read_bytes()
-    # The node bootstrap is the lead's (scripts/node-bootstrap.sh); here a stand-in records what it was given.
+    upload_custom_action(s3, bucket, print)
+    uploaded = s3.get_object(Bucket=bucket, Key=CUSTOM_ACTION_KEY)["Body"].read()
+    assert uploaded.startswith(CUSTOM_ACTION_SOURCE.read_bytes()) and uploaded.endswith(USER_DATA_SCRIPT.read_bytes()), \
+        "the argument check, then the first boot every node runs"
+    # The node bootstrap itself is specified elsewhere (test_node_boot); here a stand-in records its settings.
     s3.put_object(Bucket=bucket, Key="fmcluster/bootstrap/node-bootstrap.sh",
-                  Body=b'env | grep ^FMCLUSTER_ | sort > "$FMCLUSTER_ETC_DIR/bootstrap-ran-with"\n')
+                  Body=b'#!/bin/sh\nenv | grep ^FMCLUSTER_ | sort > "$RECORD"\n')
     args = trn1().data["Scheduling"]["SlurmQueues"][0]["CustomActions"]["OnNodeConfigured"]["Args"]
     # ParallelCluster downloads the script itself and runs it with the Args; so does this test.
     script = tmp_path / "on-node-configured.sh"
-    script.write_bytes(s3.get_object(Bucket=bucket, Key=CUSTOM_ACTION_KEY)["Body"].read())
+    script.write_bytes(uploaded)
     run = subprocess.run(["bash", str(script), *args], env=env, capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stdout + run.stderr
-    assert json.loads((tmp_path / "etc" / "node.json").read_text()) == {
-        "org": "trnlab", "role": "compute", "queue": "trn", "scheduler": "parallelcluster", "region": REGION,
-        "bucket": bucket}
-    ran_with = (tmp_path / "etc" / "bootstrap-ran-with").read_text()
-    for line in (f"FMCLUSTER_BUCKET={bucket}", f"FMCLUSTER_REGION={REGION}", "FMCLUSTER_ORG=trnlab"):
-        assert line in ran_with.splitlines()
-    assert (tmp_path / "opt" / "pcluster-on-node-configured.sh").is_file(), "the whole bootstrap prefix was fetched"
+    ran_with = (tmp_path / "bootstrap-ran-with").read_text().splitlines()
+    for line in (f"FMCLUSTER_BUCKET={bucket}", f"FMCLUSTER_REGION={REGION}", "FMCLUSTER_ORG=trnlab",
+                 "FMCLUSTER_ROLE=compute", "FMCLUSTER_QUEUE=trn"):
+        assert line in ran_with
 
 
 @pytest.mark.parametrize("bad", ['FMCLUSTER_ORG=x"; rm -rf /; "', "FMCLUSTER_BUCKET=a\nb", "FMCLUSTER_ROLE=root",
@@ -238,7 +240,9 @@ def test_on_node_configured_fetches_the_bootstrap_and_runs_it_with_the_tenant_se
 def test_on_node_configured_refuses_arguments_that_are_not_of_their_form(tmp_path: Path, bad: str) -> None:
     good = ["FMCLUSTER_BUCKET=fmc-x-storage-databucket-1", "FMCLUSTER_REGION=us-east-2", "FMCLUSTER_ORG=trnlab",
             "FMCLUSTER_ROLE=compute"]
-    env = {"PATH": "/usr/bin:/bin", "FMCLUSTER_ETC_DIR": str(tmp_path / "etc"), "FMCLUSTER_BOOTSTRAP_DIR": str(tmp_path / "opt")}
-    run = subprocess.run(["bash", str(CUSTOM_ACTION_SOURCE), *good, bad], env=env, capture_output=True, text=True, timeout=30)
+    env = {"PATH": "/usr/bin:/bin", "FMCLUSTER_BIN_DIR": str(tmp_path / "sbin")}
+    script = tmp_path / "on-node-configured.sh"
+    script.write_bytes(custom_action_script())
+    run = subprocess.run(["bash", str(script), *good, bad], env=env, capture_output=True, text=True, timeout=30)
     assert run.returncode == 2 and "fmcluster on-node-configured:" in run.stderr
-    assert not (tmp_path / "etc").exists(), "nothing written before every argument is checked"
+    assert not (tmp_path / "sbin").exists(), "nothing fetched or written before every argument is checked"

@@ -10,7 +10,7 @@ from typing import Any, Callable
 import pytest
 import yaml
 
-from fmcluster import cli
+from fmcluster import commands
 
 ROOT = Path(__file__).resolve().parent.parent
 PCLAB = yaml.safe_load((ROOT / "inventories/pclab/group_vars/all/tenant.yml").read_text())
@@ -31,7 +31,7 @@ def validate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str) -> tupl
     spec.write_text(text)
     monkeypatch.setenv("FMCLUSTER_ROOT", str(tmp_path))
     lines: list[str] = []
-    return cli.validate("acme", out=lines.append), "\n".join(lines)
+    return commands.validate("acme", out=lines.append), "\n".join(lines)
 
 
 def queue0(**values: Any) -> Change:
@@ -87,7 +87,7 @@ REFUSED: list[tuple[str, Change, str, list[str]]] = [
 def test_parallelcluster_refusal_names_the_tenant_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case_id: str,
                                                       change: Change, key: str, fragments: list[str]) -> None:
     code, output = validate(tmp_path, monkeypatch, spec_with(change))
-    assert code == cli.EXIT_INVALID_SPEC, output
+    assert code == commands.EXIT_INVALID_SPEC, output
     assert f"{SPEC_REL}:" in output and f" {key}:" in output, output
     assert "fix:" in output and "nothing was deployed" in output
     for fragment in fragments:

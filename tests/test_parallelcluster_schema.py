@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from fmcluster import cli
+from fmcluster import commands
 from fmcluster.model import load_spec, load_tenant
 from fmcluster.parallelcluster import rules
 from fmcluster.parallelcluster.config import ClusterConfig, render_cluster_config
@@ -143,7 +143,7 @@ def test_fmcluster_rules_mirror_parallelclusters_own_numbers() -> None:
 @needs_tool
 def test_invoke_validate_runs_parallelclusters_schema_for_a_parallelcluster_tenant() -> None:
     lines: list[str] = []
-    assert cli.validate("pclab", out=lines.append) == 0, "\n".join(lines)
+    assert commands.validate("pclab", out=lines.append) == 0, "\n".join(lines)
     assert "ParallelCluster 3.16" in lines[1] and "as SlurmClusterConfig" in lines[1]
     assert any("pcluster create-cluster --dryrun true" in line for line in lines), "says what only AWS can check"
 
@@ -153,10 +153,10 @@ def test_invoke_plan_writes_the_cluster_config_and_checks_it(tmp_path: Path, mon
                                                             capsys: pytest.CaptureFixture[str]) -> None:
     shutil.copytree(ROOT / "inventories" / "pclab", tmp_path / "inventories" / "pclab")
     monkeypatch.setenv("FMCLUSTER_ROOT", str(tmp_path))
-    from fmcluster.stacks import commands
+    from fmcluster import commands as top
 
     monkeypatch.setattr("fmcluster.stacks.aws.has_credentials", lambda region: False)  # offline, whatever ~/.aws holds
-    assert commands.plan(load_tenant("pclab")) == 0
+    assert top.plan("pclab") == 0
     out = capsys.readouterr().out
     written = tmp_path / "inventories" / "pclab" / "generated" / "cluster-config.yaml"
     assert yaml.safe_load(written.read_text()) == P5.data
@@ -170,7 +170,7 @@ def test_invoke_plan_writes_the_cluster_config_and_checks_it(tmp_path: Path, mon
 def test_without_the_tool_environment_validate_fails_closed(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("FMCLUSTER_PCLUSTER_VENV", str(tmp_path / "absent"))
     lines: list[str] = []
-    assert cli.validate("pclab", out=lines.append) == 1
+    assert commands.validate("pclab", out=lines.append) == 1
     text = "\n".join(lines)
     assert "did not run" in text and "bash scripts/bootstrap.sh" in text and "NOT validated" in text
 

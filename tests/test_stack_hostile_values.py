@@ -38,7 +38,7 @@ FIELDS: list[tuple[Any, ...]] = [
     ("controller", "name"), ("login", "name"),
     ("queues", 0, "name"), ("queues", 0, "instance", "name"), ("queues", 0, "capacity_reservation_id"),
     ("queues", 0, "capacity_reservation_type"),
-    ("network", "vpc_cidr"), ("network", "ssh_ingress_cidr"), ("network", "local_subnet"),
+    ("network", "vpc_cidr"), ("network", "ssh_ingress_cidr"),
     ("storage", "lustre", "deployment_type"), ("storage", "lustre", "mount_point"),
     ("storage", "lustre", "data_repository", "file_system_path"), ("storage", "lustre", "data_repository", "s3_prefix"),
     ("storage", "lustre", "data_repository", "import_policy", 0),
@@ -50,7 +50,7 @@ FIELDS: list[tuple[Any, ...]] = [
 # Parsed by the renderer: a hostile value is refused, never rendered.
 REFUSED = {("network", "vpc_cidr"), ("queues", 0, "capacity_reservation_type"), ("storage", "lustre", "deployment_type")}
 # Never rendered into a template: the bodies stay byte-for-byte the same.
-NOT_IN_TEMPLATES = {("region",), ("network", "local_subnet"), ("monitoring", "remote_write_url"),
+NOT_IN_TEMPLATES = {("region",), ("monitoring", "remote_write_url"),
                     ("monitoring", "alert_receivers", 0, "target"), ("acceptance", "tests", 0)}
 # Become part of logical ids (letters and digits only): the ids may differ, the structure may not.
 NAMES_IN_IDS = {("queues", 0, "name")}
@@ -163,7 +163,7 @@ def test_the_critical_case_a_hostile_s3_prefix_adds_no_iam_user_and_is_the_dra_p
 def exported(script: str, names: list[str]) -> list[str]:
     """Run the user data's export block in bash and read the variables back (a quoted value may span
     lines, so the block is taken whole, from the first export to the next command)."""
-    start, end = script.index("export FMCLUSTER_BUCKET="), script.index("install -d -m 0755 /etc/fmcluster")
+    start, end = script.index("export FMCLUSTER_BUCKET="), script.index("\n# fmcluster first boot")
     exports = script[start:end]
     probe = exports + "\n" + "".join(f'printf "%s\\0" "${name}"\n' for name in names)
     run = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, check=True, timeout=10)

@@ -12,7 +12,7 @@ from typing import Any, Callable
 import pytest
 import yaml
 
-from fmcluster import cli
+from fmcluster import commands
 from fmcluster.model import load_tenant
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,7 +37,7 @@ def spec_with(change: Callable[[dict[str, Any]], None]) -> str:
 def run_validate(root: Path, monkeypatch: pytest.MonkeyPatch, org: str = "acme") -> tuple[int, str]:
     monkeypatch.setenv("FMCLUSTER_ROOT", str(root))
     lines: list[str] = []
-    code = cli.validate(org, out=lines.append)
+    code = commands.validate(org, out=lines.append)
     return code, "\n".join(lines)
 
 
@@ -188,7 +188,7 @@ def test_defaults_come_from_the_schema(tmp_path: Path, monkeypatch: pytest.Monke
     tenant = load_tenant("acme", tmp_path)
     assert tenant.monitoring.prometheus_retention_days == 15
     assert tenant.acceptance.tests == ("all_reduce",)
-    assert tenant.network.local_subnet == "10.77.0.0/24"
+    assert tenant.network.vpc_cidr == "10.0.0.0/16"
     assert tenant.storage.s3_versioning is True
 
 

@@ -104,7 +104,6 @@ class Acceptance:
 class Network:
     vpc_cidr: str
     ssh_ingress_cidr: str | None
-    local_subnet: str
 
 
 @dataclass(frozen=True)
@@ -155,6 +154,11 @@ class Tenant:
         """Cost-allocation tags put on every stack and resource."""
         return {"fmcluster:org": self.org, "fmcluster:programme": self.programme}
 
+    def describe(self) -> str:
+        queues = ", ".join(f"{q.name}: {q.count}× {q.instance.name} ({q.accelerator})" for q in self.queues)
+        return (f"tenant '{self.org}' is valid: provider {self.provider}, {self.scheduler} in "
+                f"{self.availability_zone}; queues {queues}")
+
     @property
     def compute_nodes(self) -> int:
         return sum(q.count for q in self.queues)
@@ -190,7 +194,7 @@ def _build(spec_path: Path, raw: dict[str, Any]) -> Tenant:
                   q["capacity_reservation_type"])
             for q in doc["queues"]
         ),
-        network=Network(network["vpc_cidr"], network.get("ssh_ingress_cidr"), network["local_subnet"]),
+        network=Network(network["vpc_cidr"], network.get("ssh_ingress_cidr")),
         storage=Storage(
             s3_versioning=storage["s3"]["versioning"],
             lustre=Lustre(

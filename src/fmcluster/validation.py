@@ -552,13 +552,6 @@ def _check_network(out: _Collector, tenant: dict[str, Any], t: KeyPath, controll
                     f"{ssh} opens ssh to {net.num_addresses:,} public addresses (wider than a /16)", fix)
         elif net.is_multicast or net.is_loopback or net.is_link_local or net.is_reserved or net.is_unspecified:
             out.add((*n, "ssh_ingress_cidr"), f"{ssh} is not a range ssh clients can come from", fix)
-    local = network.get("local_subnet")
-    nodes = sum(count for _, count in compute)
-    if isinstance(local, str) and (net := _ipv4(out, (*n, "local_subnet"), local, "10.77.0.0/24")):
-        needed = nodes + 4  # gateway, controller, login, a spare
-        if not _rfc1918(net) or net.num_addresses - 2 < needed:
-            out.add((*n, "local_subnet"), f"'{local}' must be a private (RFC 1918) range with room for {needed} hosts",
-                    "use e.g. 10.77.0.0/24")
     vpc_text = network.get("vpc_cidr", "10.0.0.0/16")
     if not isinstance(vpc_text, str) or not (vpc := _ipv4(out, (*n, "vpc_cidr"), vpc_text, "10.0.0.0/16")):
         return

@@ -9,7 +9,6 @@ import functools
 import json
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +16,10 @@ import jinja2
 import pytest
 import yaml
 
-from fmcluster import cli
-from fmcluster.inventory import inventory_document, placement_group_output_key
-from fmcluster.localnodes import plan
+from fmcluster import commands
+from fmcluster.manifest import assemble_inventory, placement_group_output_key
 from fmcluster.model import Tenant, load_tenant
+from localtenant import manifest_for, nodes_for
 from fmcluster.stacks.render import render_stacks
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,7 +73,7 @@ def validate(root: Path, monkeypatch: pytest.MonkeyPatch, org: str = "acme") -> 
     """`invoke validate` in-process. Any exception escaping it is a traceback a user would have seen."""
     monkeypatch.setenv("FMCLUSTER_ROOT", str(root))
     lines: list[str] = []
-    code = cli.validate(org, out=lines.append)
+    code = commands.validate(org, out=lines.append)
     return code, "\n".join(lines)
 
 
@@ -98,20 +97,15 @@ def assert_refused(code: int, output: str, key: str | None, fragments: tuple[str
 
 # --- rendering everything a tenant value reaches -----------------------------------------------------------
 
-@dataclass(frozen=True)
-class Node:
-    name: str
-    role: str
-    queue: str | None
-    address: str
-
-
 @functools.lru_cache(maxsize=8)
 def _env(folder: Path) -> jinja2.Environment:
     """Jinja as Ansible's template module configures it (trim_blocks), with the filters the templates use."""
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(folder)), undefined=jinja2.StrictUndefined,
                              trim_blocks=True, keep_trailing_newline=True)
     env.filters["to_json"] = json.dumps
+    env.filters["combine"] = lambda base, *more: functools.reduce(lambda a, b: {**a, **b}, more, dict(base))
+    env.filters["to_nice_yaml"] = lambda data, indent=4, sort_keys=True: yaml.dump(
+        data, indent=indent, sort_keys=sort_keys, default_flow_style=False, allow_unicode=True)
     env.filters["split"] = lambda s, sep=None: s.split(sep)
     return env
 
@@ -152,9 +146,8 @@ def render_all(tenant: Tenant) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for stack in render_stacks(tenant):
         out[f"cfn/{stack.key}"] = load_cfn(stack.body)
-    nodes = [Node(s.name, s.role, s.queue, f"10.0.1.{i + 10}") for i, s in enumerate(plan(tenant))]
     outputs = {placement_group_output_key(q.name): f"fmc-{tenant.org}-{q.name}-pg" for q in tenant.queues}
-    inventory = inventory_document(tenant, nodes, outputs)
+    inventory = assemble_inventory(manifest_for(tenant, outputs), nodes_for(tenant))
     out["inventory"] = yaml.load(yaml.dump(inventory, Dumper=yaml.CSafeDumper), Loader=yaml.CSafeLoader)
     variables = yaml.safe_load((ROOT / "roles/slurm/defaults/main.yml").read_text())
     variables.update(inventory["all"]["vars"], slurm_use_cgroup=True, slurm_controller_hostname="controller-1")
@@ -171,8 +164,7 @@ def render_all(tenant: Tenant) -> dict[str, Any]:
     prom.update({k: v for k, v in all_vars.items() if k.startswith("prometheus_")})
     prom.update(inventory_hostname="controller-1", prometheus_external_labels={"cluster": tenant.org},
                 prometheus_rules_dir="/etc/prometheus/rules", prometheus_alertmanager_targets=["127.0.0.1:9093"],
-                prometheus_api_host="127.0.0.1", prometheus_file_sd_jobs=["node", "dcgm", "efa"],
-                prometheus_file_sd_dir="/etc/prometheus/file_sd")
+                prometheus_api_host="127.0.0.1")
     out["prometheus"] = yaml.safe_load(_env(ROOT / "roles/prometheus/templates").get_template(
         "prometheus.yml.j2").render(**prom))
     return out

@@ -33,8 +33,8 @@ BAD_ORGS = ["../demo", "/etc/passwd", "demo\n", "{{ 7*7 }}", "Demo", "a" * 200]
 
 
 def test_every_task_taking_an_org_is_covered() -> None:
-    assert {"validate", "new_tenant", "deploy", "plan", "stacks", "destroy", "status", "nodes_up", "nodes_down",
-            "converge", "slurm", "acceptance"} <= set(ORG_TASKS)
+    assert {"validate", "new_tenant", "deploy", "plan", "stacks", "destroy", "status", "nodes_up", "halt",
+            "slurm", "acceptance"} <= set(ORG_TASKS)
 
 
 def _snapshot(root: Path) -> list[str]:
@@ -50,7 +50,8 @@ def test_an_org_that_is_not_a_name_is_refused_by_every_task(task: str, org: str,
     monkeypatch.setenv("FMCLUSTER_ROOT", str(tmp_path))
     before = _snapshot(tmp_path)
     body = getattr(TASKS, task).body
-    kwargs: dict[str, Any] = {"cmd": "sinfo"} if "cmd" in inspect.signature(body).parameters else {}
+    required = {"cmd": "sinfo", "node": "ip-10-0-128-10"}
+    kwargs: dict[str, Any] = {k: v for k, v in required.items() if k in inspect.signature(body).parameters}
     with pytest.raises((Exit, SystemExit)) as raised:
         body(Context(), org=org, **({"output_dir": str(tmp_path / "inventories")} if task == "new_tenant" else {}),
              **kwargs)

@@ -296,10 +296,6 @@ REFUSED: list[Refused] = [
       f"{N}.vpc_cidr", "too small for 137", "120 × p5.48xlarge × 1", "use a /23 VPC or larger", base="stockmark"),
     R("vpc-too-small-for-120-trn1", "network", both(setter("network.vpc_cidr", "10.0.0.0/24"), setter("queues.0.count", 120)),
       f"{N}.vpc_cidr", "too small for 138", "120 × trn1.32xlarge × 1", base="neuronlab"),
-    R("local-subnet-ipv6", "network", setter("network.local_subnet", "fd00::/120"), f"{N}.local_subnet", "IPv6"),
-    R("local-subnet-public", "network", setter("network.local_subnet", "8.8.8.0/24"), f"{N}.local_subnet", "RFC 1918"),
-    R("local-subnet-tiny", "network", setter("network.local_subnet", "10.77.0.0/30"), f"{N}.local_subnet", "room for 7 hosts"),
-    R("local-subnet-template", "text", setter("network.local_subnet", "{{ x }}"), f"{N}.local_subnet", "templates"),
     # --- storage: paths the OS mounts, S3 prefixes ---------------------------------------------------------
     R("mount-root", "paths", setter("storage.lustre.mount_point", "/"), f"{L}.mount_point", "the root file system"),
     R("mount-etc", "paths", setter("storage.lustre.mount_point", "/etc"), f"{L}.mount_point", "a system directory"),

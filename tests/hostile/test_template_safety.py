@@ -17,10 +17,10 @@ import yaml
 from cookiecutter.main import cookiecutter
 
 from conftest import venv_tool
-from hostile_helpers import HOSTILE, ROOT, Node, _env, shape
-from fmcluster.inventory import inventory_document, placement_group_output_key
-from fmcluster.localnodes import plan
+from hostile_helpers import HOSTILE, ROOT, _env, shape
+from fmcluster.manifest import assemble_inventory, placement_group_output_key
 from fmcluster.model import load_tenant
+from localtenant import manifest_for, nodes_for
 
 # Each hostile fragment inside an otherwise ordinary value, so the value is text around the fragment.
 VALUES = [f"a{h}b" for h in HOSTILE if h not in ("\x00",)] + ["", " ", "-", "null", "~", "true", "0x1F", "1e3",
@@ -41,7 +41,7 @@ def _alertmanager(receivers: list[dict[str, str]], **overrides: Any) -> Any:
 def _prometheus(**overrides: Any) -> Any:
     values = _role_vars("prometheus")
     values.update(inventory_hostname="controller-1", prometheus_rules_dir="/etc/p/rules",
-                  prometheus_file_sd_dir="/etc/p/file_sd", prometheus_alertmanager_targets=["127.0.0.1:9093"],
+                  prometheus_alertmanager_targets=["127.0.0.1:9093"],
                   prometheus_external_labels={"cluster": "demo"}, prometheus_remote_write_url="https://x.example.org/w",
                   prometheus_remote_write_region="us-east-1")
     values.update(overrides)
@@ -69,17 +69,20 @@ def test_alertmanager_receivers_stay_data_whatever_their_names_and_targets(value
 
 @pytest.mark.parametrize("value", VALUES, ids=repr)
 def test_prometheus_configuration_stays_data_whatever_its_values(value: str) -> None:
-    plain = _prometheus()
+    plain = _prometheus(prometheus_scrape_configs=[{"job_name": "node", "static_configs": [
+        {"targets": ["10.0.0.1:9100"], "labels": {"node": "n"}}]}])
     hostile = _prometheus(prometheus_external_labels={f"cluster{value}": f"demo{value}"},
                           prometheus_remote_write_url=f"https://x.example.org/w{value}",
                           prometheus_remote_write_region=f"us-east-1{value}", prometheus_scrape_interval=f"15s{value}",
-                          inventory_hostname=f"controller-1{value}", prometheus_file_sd_jobs=["node", f"dcgm{value}"],
-                          prometheus_file_sd_dir=f"/etc/p{value}")
-    assert shape(hostile) == shape({**plain, "scrape_configs": plain["scrape_configs"][:3]})
+                          inventory_hostname=f"controller-1{value}",
+                          prometheus_scrape_configs=[{"job_name": f"node{value}", "static_configs": [
+                              {"targets": [f"10.0.0.1:9100{value}"], "labels": {"node": f"n{value}"}}]}])
+    assert shape(hostile) == shape(plain)
     assert hostile["global"]["external_labels"] == {f"cluster{value}": f"demo{value}"}
     assert hostile["remote_write"][0]["url"] == f"https://x.example.org/w{value}"
     assert hostile["global"]["scrape_interval"] == f"15s{value}"
-    assert hostile["scrape_configs"][2]["job_name"] == f"dcgm{value}"
+    assert hostile["scrape_configs"][1]["job_name"] == f"node{value}"
+    assert hostile["scrape_configs"][1]["static_configs"][0]["labels"] == {"node": f"n{value}"}
 
 
 def _textfile(labels: dict[str, str], mount: str) -> str:
@@ -134,8 +137,8 @@ def test_the_tenant_scaffold_writes_every_answer_as_a_yaml_scalar(tmp_path: Path
 def test_the_generated_inventory_round_trips_whatever_its_values() -> None:
     """hosts.yml is written by yaml.safe_dump from a Python structure, never from a text template."""
     tenant = load_tenant("stockmark")
-    nodes = [Node(s.name, s.role, s.queue, f"10.0.1.{i}") for i, s in enumerate(plan(tenant))]
-    document = inventory_document(tenant, nodes, {placement_group_output_key("gpu"): "pg\n: x # {{ y }}"})
+    document = assemble_inventory(manifest_for(tenant, {placement_group_output_key("gpu"): "pg\n: x # {{ y }}"}),
+                                  nodes_for(tenant))
     assert yaml.safe_load(yaml.safe_dump(document, sort_keys=False)) == document
 
 
@@ -155,10 +158,10 @@ def _slurm_check_task() -> dict[str, Any]:
 
 def _slurm_vars(org: str) -> dict[str, Any]:
     tenant = load_tenant(org)
-    nodes = [Node(s.name, s.role, s.queue, f"10.0.1.{i + 10}") for i, s in enumerate(plan(tenant))]
     outputs = {placement_group_output_key(q.name): f"fmc-{org}-{q.name}-pg" for q in tenant.queues}
     values: dict[str, Any] = yaml.safe_load((ROOT / "roles/slurm/defaults/main.yml").read_text())
-    values.update(inventory_document(tenant, nodes, outputs)["all"]["vars"], slurm_controller_hostname="controller-1")
+    values.update(assemble_inventory(manifest_for(tenant, outputs), nodes_for(tenant))["all"]["vars"],
+                  slurm_controller_hostname="controller-1")
     values.pop("slurm_use_cgroup")
     return values
 

@@ -50,21 +50,20 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parse.add_argument("--collective", help="the collective the log must be (default: the one it names)")
     parse.add_argument("--require-data-check", action="store_true",
                        help="fail, not just warn, when nccl-tests ran without data checks (-c 0)")
-    run = acc.add_parser("run", help="run the acceptance gate on a tenant's Slurm cluster")
+    run = acc.add_parser("run", help="run the acceptance gate on a tenant's Slurm cluster (as `invoke acceptance`)")
     run.add_argument("org")
-    run.add_argument("--no-install", action="store_true", help="do not converge the job scripts first")
 
 
 def main(args: argparse.Namespace) -> int:
     if args.acceptance_command == "run":
-        from fmcluster.acceptance.runner import main_for_org
+        from fmcluster import commands
 
-        return main_for_org(args.org, install=not args.no_install)
+        return commands.acceptance(args.org)
     return parse_command(args)
 
 
 def _queues(org: str) -> tuple[dict[str, InstanceType], float | None]:
-    from fmcluster.cli import require_tenant
+    from fmcluster.commands import require_tenant
 
     tenant = require_tenant(org)
     return {q.name: q.instance for q in tenant.queues}, tenant.acceptance.min_busbw_gbps

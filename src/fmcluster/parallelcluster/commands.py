@@ -52,7 +52,8 @@ def report_check(cfg: ClusterConfig, report: SchemaReport, out: Out) -> int:
     return 0
 
 
-def _checked(cfg: ClusterConfig, out: Out) -> int:
+def check_rendered(cfg: ClusterConfig, out: Out) -> int:
+    """One rendered config through ParallelCluster's schema (validate, plan and deploy alike)."""
     try:
         (report,) = check_configs([cfg])
     except (ToolMissing, RuntimeError, OSError) as err:
@@ -64,7 +65,7 @@ def _checked(cfg: ClusterConfig, out: Out) -> int:
 
 def validate(tenant: Tenant, out: Out = print) -> int:
     """The tenant's cluster config (stack outputs as placeholders) through ParallelCluster's own schema."""
-    return _checked(render_cluster_config(tenant), out)
+    return check_rendered(render_cluster_config(tenant), out)
 
 
 def plan(tenant: Tenant, out: Out = print, root: Path | None = None) -> int:
@@ -81,4 +82,4 @@ def plan(tenant: Tenant, out: Out = print, root: Path | None = None) -> int:
             + ", ".join(cfg.placeholders))
     out(f"  on deploy: pcluster create-cluster -n {cfg.cluster_name} --dryrun true, then for real "
         "(update-cluster once it exists)")
-    return _checked(cfg, out)
+    return check_rendered(cfg, out)

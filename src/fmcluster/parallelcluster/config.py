@@ -40,10 +40,8 @@ from fmcluster.paths import PACKAGE_DIR, generated_dir
 ConfigPath = tuple[str | int, ...]
 KeyPath = tuple[str | int, ...]
 
-#: The bucket prefixes ParallelCluster nodes read (the bootstrap bundle and what it waits for) and write.
-NODE_READ_PREFIXES = ("fmcluster/bootstrap/", "fmcluster/manifest/", "fmcluster/inventory/")
-NODE_WRITE_PREFIXES = ("fmcluster/report/",)
-#: The OnNodeConfigured script: in the repository, and where the deploy uploads it (inside the bootstrap prefix).
+#: The OnNodeConfigured script: its argument check in the repository, followed by the first-boot script every
+#: node runs (scripts/node-user-data.sh); the deploy uploads the two as one object inside the bootstrap prefix.
 CUSTOM_ACTION_SOURCE = PACKAGE_DIR.parent.parent / "cfn" / "parallelcluster" / "on-node-configured.sh"
 CUSTOM_ACTION_KEY = "fmcluster/bootstrap/pcluster-on-node-configured.sh"
 CONFIG_FILE = "cluster-config.yaml"
@@ -54,6 +52,30 @@ HEAD_ROOT_GIB = 200
 def secret_prefix(org: str) -> str:
     """Secrets Manager names the tenant's nodes may read: fmcluster/<org>/..."""
     return f"fmcluster/{org}/"
+
+
+def custom_action_script() -> bytes:
+    """What ParallelCluster downloads and runs as OnNodeConfigured: the argument check, then the same first
+    boot as every other fmcluster node."""
+    from fmcluster.stacks.render import USER_DATA_SCRIPT
+
+    return CUSTOM_ACTION_SOURCE.read_bytes() + b"\n" + USER_DATA_SCRIPT.read_bytes()
+
+
+def on_node_configured_settings(*, bucket: Any, region: Any, org: str, role: str,
+                                queue: str | None) -> list[tuple[str, Any]]:
+    """OnNodeConfigured's Args as (name, value): the node boot's FMCLUSTER_* settings. bucket and region are
+    strings, or CloudFormation references in the local stand-in's user data."""
+    settings = [("FMCLUSTER_BUCKET", bucket), ("FMCLUSTER_REGION", region), ("FMCLUSTER_ORG", org),
+                ("FMCLUSTER_ROLE", role)]
+    return settings + ([("FMCLUSTER_QUEUE", queue)] if queue is not None else [])
+
+
+def operator_key_name(tenant: Tenant) -> str:
+    """The key pair on the head and login nodes: the tenant's own, else the operator key the deploy imports
+    (fmcluster.access), through which the deploy's monitoring and acceptance checks reach the nodes."""
+    settings = tenant.parallelcluster
+    return settings.ssh_key_name if settings and settings.ssh_key_name else f"fmcluster-{tenant.org}"
 
 
 def cluster_name(tenant: Tenant) -> str:
@@ -131,10 +153,8 @@ class _Render:
 
     def custom_actions(self, at: ConfigPath, role: str, queue: str | None = None) -> dict[str, Any]:
         bucket = self.output("DataBucketName", (*at, "OnNodeConfigured"))
-        args = [f"FMCLUSTER_BUCKET={bucket}", f"FMCLUSTER_REGION={self.tenant.region}",
-                f"FMCLUSTER_ORG={self.tenant.org}", f"FMCLUSTER_ROLE={role}"]
-        if queue is not None:
-            args.append(f"FMCLUSTER_QUEUE={queue}")
+        args = [f"{name}={value}" for name, value in on_node_configured_settings(
+            bucket=bucket, region=self.tenant.region, org=self.tenant.org, role=role, queue=queue)]
         return {"OnNodeConfigured": {"Script": f"s3://{bucket}/{CUSTOM_ACTION_KEY}", "Args": args}}
 
     def iam(self, at: ConfigPath) -> dict[str, Any]:
@@ -169,11 +189,9 @@ class _Render:
         h: ConfigPath = ("HeadNode",)
         self.key(h, "controller")
         self.key((*h, "InstanceType"), "controller", "instance_type")
-        ssh: dict[str, Any] = {"AllowedIps": t.network.vpc_cidr}
+        ssh: dict[str, Any] = {"AllowedIps": t.network.vpc_cidr, "KeyName": operator_key_name(t)}
         self.key((*h, "Ssh", "AllowedIps"), "network", "vpc_cidr")
-        if s.ssh_key_name:
-            ssh["KeyName"] = s.ssh_key_name
-            self.key((*h, "Ssh", "KeyName"), "parallelcluster", "ssh_key_name")
+        self.key((*h, "Ssh", "KeyName"), *(("parallelcluster", "ssh_key_name") if s.ssh_key_name else ("org",)))
         return {
             "InstanceType": t.controller.name,
             "Networking": {
@@ -207,6 +225,7 @@ class _Render:
                 "AdditionalSecurityGroups": [
                     self.output("NodeSecurityGroupId", (*p, "Networking", "AdditionalSecurityGroups", 0))],
             },
+            # No KeyName: since ParallelCluster 3.15 login nodes take the head node's key (its schema refuses one).
             "Ssh": {"AllowedIps": t.network.ssh_ingress_cidr or t.network.vpc_cidr},
             "Iam": self.iam((*p, "Iam")),
             "CustomActions": self.custom_actions((*p, "CustomActions"), "login"),

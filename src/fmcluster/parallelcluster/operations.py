@@ -1,6 +1,6 @@
 """The AWS side of scheduler parallelcluster: ParallelCluster's own `pcluster` CLI, driven and read back.
 
-    upload_custom_action(bucket, region, endpoint, out) -> key   the OnNodeConfigured script, before create
+    upload_custom_action(s3, bucket, out) -> key               the OnNodeConfigured script, before create
     apply(cfg, config_path, run, out) -> Outcome                 create or update: `--dryrun true` first, then
                                                                   for real; "no-changes" when nothing differs
     wait(name, region, run, out, ...) -> ClusterState            poll describe-cluster until it settles, with progress
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fmcluster.parallelcluster.config import CUSTOM_ACTION_KEY, CUSTOM_ACTION_SOURCE, ClusterConfig
+from fmcluster.parallelcluster.config import CUSTOM_ACTION_KEY, CUSTOM_ACTION_SOURCE, ClusterConfig, custom_action_script
 from fmcluster.parallelcluster.schema import TOOL_VENV
 from fmcluster.paths import source_root
 
@@ -272,11 +272,9 @@ def delete(name: str, region: str, run: Runner = run_pcluster, out: Out = print,
     return wait(name, region, run, out, until_gone=True, **wait_args)
 
 
-def upload_custom_action(bucket: str, region: str, endpoint: str | None, out: Out = print) -> str:
-    """Put the OnNodeConfigured script where the cluster config names it (before create/update)."""
-    from fmcluster.stacks import aws
-
-    s3 = aws.client("s3", region, endpoint)
-    s3.put_object(Bucket=bucket, Key=CUSTOM_ACTION_KEY, Body=CUSTOM_ACTION_SOURCE.read_bytes())
-    out(f"  uploaded {CUSTOM_ACTION_SOURCE.name} to s3://{bucket}/{CUSTOM_ACTION_KEY}")
+def upload_custom_action(s3: Any, bucket: str, out: Out = print) -> str:
+    """Put the OnNodeConfigured script where the cluster config names it (before the cluster is created or
+    updated, and before the local stand-in's instances boot)."""
+    s3.put_object(Bucket=bucket, Key=CUSTOM_ACTION_KEY, Body=custom_action_script())
+    out(f"uploaded {CUSTOM_ACTION_SOURCE.name} + node-user-data.sh to s3://{bucket}/{CUSTOM_ACTION_KEY}")
     return CUSTOM_ACTION_KEY

@@ -19,7 +19,6 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from fmcluster.bootstrap import upload_bootstrap
 from fmcluster.model import Tenant
 from fmcluster.paths import generated_dir
 from fmcluster.stacks import aws
@@ -28,35 +27,23 @@ from fmcluster.stacks.changesets import (
     undeclared_outputs,
 )
 from fmcluster.stacks.checks import check_stacks
-from fmcluster.stacks.emulator import ensure_emulator, running_emulator, stop_emulator
+from fmcluster.stacks.emulator import stop_emulator
 from fmcluster.stacks.outputs import outputs_path, remove_stack_outputs, write_stack_outputs
-from fmcluster.stacks.render import (
-    LIFECYCLE_DIR, LIFECYCLE_PREFIX, SOURCE_ROOT, ImageRef, ImageResolver, RenderedStack, lifecycle_environment,
-    load_cfn_yaml,
-    render_stacks,
-)
+from fmcluster.stacks.render import SOURCE_ROOT, ImageRef, ImageResolver, RenderedStack, load_cfn_yaml, render_stacks
 from fmcluster.stacks.result import (
     EMULATOR_IGNORED_ATTRIBUTES, EMULATOR_IGNORED_PROPERTIES, EMULATOR_SKIPPED_TYPES, Failure, ResourceChange,
     StackOutcome, StacksResult,
 )
 
 Out = Callable[[str], object]
-LIFECYCLE_ENV = "fmcluster-lifecycle.env"
 Confirm = Callable[[str], bool]
+DeleteFirst = tuple[str, Callable[[], bool]]
+#: Called before the cluster stack with the outputs of the stacks before it (the deploy publishes the
+#: nodes' bootstrap bundle, manifest and lifecycle scripts there).
+BeforeCluster = Callable[[dict[str, str]], None]
 
 __all__ = ["deploy_stacks", "plan_stacks", "destroy_stacks", "stacks_status", "stop_emulator", "StacksResult",
            "write_rendered"]
-
-
-def _endpoint(tenant: Tenant, out: Out, start: bool, root: Path | None) -> str | None:
-    if tenant.provider != "local":
-        return None
-    if start:
-        emulator = ensure_emulator(tenant.org, root)
-        out(emulator.note)
-        return emulator.endpoint
-    running = running_emulator(tenant.org, root)
-    return running.endpoint if running else None
 
 
 def write_rendered(tenant: Tenant, stacks: list[RenderedStack], root: Path | None = None) -> Path:
@@ -129,29 +116,26 @@ def image_resolver(tenant: Tenant, cf: Any, stack: RenderedStack, endpoint: str 
     return resolve
 
 
-def deploy_stacks(tenant: Tenant, *, out: Out = print, root: Path | None = None,
-                  refresh_images: bool = False) -> StacksResult:
+def deploy_stacks(tenant: Tenant, endpoint: str | None, *, before_cluster: BeforeCluster | None = None,
+                  image_parameter: Callable[[str], str] = lambda path: path, out: Out = print,
+                  root: Path | None = None, refresh_images: bool = False) -> StacksResult:
     """Create or update the tenant's stacks in order and write generated/stack_outputs.yml.
 
+    `endpoint` is where the AWS APIs answer (None: AWS itself; the tenant's emulator on provider local);
+    `before_cluster(outputs so far)` runs right before the cluster stack, or after the last stack where the
+    cluster is not ours (the deploy publishes what the nodes fetch at first boot there); `image_parameter` maps each public image parameter to the endpoint's.
     Unchanged stacks are skipped; the first failure stops the run (later stacks: not-attempted) and
     is reported with the failing resource and reason; re-running resumes where it failed. AMIs are
     pinned when the cluster stack is created; `refresh_images` resolves them again."""
-    stacks = render_stacks(tenant)
+    stacks = render_stacks(tenant, image_parameter)
     result = StacksResult(tenant.org, tenant.provider, None)
     findings = _security_gate(stacks, out)
     if findings:
         result.stacks = [StackOutcome(s.key, s.name, "not-attempted") for s in stacks]
         result.notes = findings
         return result
-    if tenant.provider == "aws" and not aws.has_credentials(tenant.region):
-        message = ("no AWS credentials found (boto3's usual chain: AWS_PROFILE, environment, ~/.aws, instance "
-                   "role); nothing was created. `invoke plan` works offline.")
-        out(message)
-        result.stacks = [StackOutcome(s.key, s.name, "not-attempted") for s in stacks]
-        result.notes = [message]
-        return result
-    result.endpoint = _endpoint(tenant, out, start=True, root=root)
-    emulator = result.endpoint is not None
+    result.endpoint = endpoint
+    emulator = endpoint is not None
     cf = aws.client("cloudformation", tenant.region, result.endpoint)
     outputs: dict[str, dict[str, str]] = {}
     for stack in stacks:
@@ -164,11 +148,8 @@ def deploy_stacks(tenant: Tenant, *, out: Out = print, root: Path | None = None,
         notes += substitutes
         for note in notes:
             out(f"  {stack.name}: {note}")
-        if stack.key == "cluster":
-            # The cluster's nodes fetch these at first boot (user data / HyperPod lifecycle scripts).
-            upload_bootstrap(tenant, params["DataBucketName"], result.endpoint, out)
-            if tenant.scheduler == "hyperpod":
-                _upload_lifecycle_scripts(tenant, params["DataBucketName"], stack.name, result.endpoint, out)
+        if stack.key == "cluster" and before_cluster is not None:
+            before_cluster({k: v for key in outputs for k, v in outputs[key].items()})
         out(f"[{stack.key}] {stack.name}")
         try:
             outcome = apply_stack(cf, stack, params, tenant.tags, execute=True, emulator=emulator, out=out)
@@ -186,6 +167,9 @@ def deploy_stacks(tenant: Tenant, *, out: Out = print, root: Path | None = None,
         if emulator:
             _emulator_summary(outcome, stack, tenant.provider, out)
         outputs[stack.key] = outcome.outputs
+    if result.ok and before_cluster is not None and not any(s.key == "cluster" for s in stacks):
+        # ParallelCluster on AWS makes the cluster after our stacks: what its nodes fetch must be there first.
+        before_cluster({k: v for key in outputs for k, v in outputs[key].items()})
     if result.ok:
         result.outputs_file = write_stack_outputs(tenant.org, [s.name for s in stacks], result.outputs,
                                                   result.not_created, root)
@@ -193,23 +177,14 @@ def deploy_stacks(tenant: Tenant, *, out: Out = print, root: Path | None = None,
     return result
 
 
-def _upload_lifecycle_scripts(tenant: Tenant, bucket: str, stack: str, endpoint: str | None, out: Out) -> None:
-    s3 = aws.client("s3", tenant.region, endpoint)
-    for script in sorted(LIFECYCLE_DIR.glob("*.sh")):
-        s3.put_object(Bucket=bucket, Key=f"{LIFECYCLE_PREFIX}{script.name}", Body=script.read_bytes())
-        out(f"  uploaded {script.name} to s3://{bucket}/{LIFECYCLE_PREFIX}")
-    # on_create.sh sources this: the same FMCLUSTER_* variables the EC2 user data exports.
-    s3.put_object(Bucket=bucket, Key=f"{LIFECYCLE_PREFIX}{LIFECYCLE_ENV}",
-                  Body=lifecycle_environment(tenant, bucket, stack).encode())
-
-
-def plan_stacks(tenant: Tenant, *, out: Out = print, root: Path | None = None,
-                show_templates: bool = False, refresh_images: bool = False) -> StacksResult:
+def plan_stacks(tenant: Tenant, endpoint: str | None, *, offline: bool = False,
+                image_parameter: Callable[[str], str] = lambda path: path, out: Out = print,
+                root: Path | None = None, show_templates: bool = False, refresh_images: bool = False) -> StacksResult:
     """Render everything, run the checks, and show each stack's change set without executing it.
 
-    provider aws without credentials: offline (rendered templates and parameters only; says that the
-    change sets need AWS). provider local: against the tenant's emulator (started if needed)."""
-    stacks = render_stacks(tenant)
+    `offline` (no AWS credentials): rendered templates and parameters only, saying that the change sets
+    need AWS. Otherwise against `endpoint` (None: AWS; provider local: the tenant's emulator)."""
+    stacks = render_stacks(tenant, image_parameter)
     folder = write_rendered(tenant, stacks, root)
     result = StacksResult(tenant.org, tenant.provider, None)
     out(f"rendered {len(stacks)} templates and their parameters to {folder}")
@@ -218,9 +193,7 @@ def plan_stacks(tenant: Tenant, *, out: Out = print, root: Path | None = None,
         out("  security check: clean (only the resource types fmcluster creates, EFA group self-only, no open "
             "ingress, bucket private/encrypted/retained, file systems retained, IMDSv2, encrypted volumes, "
             "least-privilege roles, tags)")
-    offline = tenant.provider == "aws" and not aws.has_credentials(tenant.region)
-    if not offline:
-        result.endpoint = _endpoint(tenant, out, start=True, root=root)
+    result.endpoint = None if offline else endpoint
     cf = None if offline else aws.client("cloudformation", tenant.region, result.endpoint)
     outputs: dict[str, dict[str, str]] = {}
     for stack in stacks:
@@ -278,35 +251,36 @@ def _plan_one(cf: Any, stack: RenderedStack, tenant: Tenant, outputs: dict[str, 
     return outcome
 
 
-def destroy_stacks(tenant: Tenant, *, confirm: Confirm | None = None, out: Out = print,
-                   root: Path | None = None) -> StacksResult:
+def destroy_stacks(tenant: Tenant, endpoint: str | None, *, confirm: Confirm | None = None, out: Out = print,
+                   root: Path | None = None, delete_first: DeleteFirst | None = None) -> StacksResult:
     """Delete cluster → storage → network after confirmation. The data bucket is kept (Retain) and named.
 
     `confirm(question) -> bool` asks the user; None means the caller already confirmed (--yes).
-    On provider local the tenant's emulator is stopped afterwards (its state goes with it)."""
+    `delete_first` is a cluster that is not one of our stacks (ParallelCluster's on AWS): (what it is, a call
+    that deletes it and says whether it is gone), run after the confirmation and before any stack; while it
+    is not gone, no stack is touched (the stacks hold its network and storage)."""
     result = StacksResult(tenant.org, tenant.provider, None)
     stacks = list(reversed(render_stacks(tenant)))
-    if tenant.provider == "local" and running_emulator(tenant.org, root) is None:
-        out(f"no AWS emulator is running for '{tenant.org}': there are no local stacks to delete")
-        result.stacks = [StackOutcome(s.key, s.name, "absent") for s in stacks]
-        remove_stack_outputs(tenant.org, root)
-        stop_emulator(tenant.org, root)
-        return result
-    result.endpoint = _endpoint(tenant, out, start=False, root=root)
+    result.endpoint = endpoint
     cf = aws.client("cloudformation", tenant.region, result.endpoint)
     existing = [(s, stack_status(cf, s.name)) for s in stacks]
     present = [(s, d) for s, d in existing if d is not None]
     retained = _retained(cf, [s for s, _ in present])
-    if not present:
+    if not present and delete_first is None:
         out(f"no stacks of '{tenant.org}' exist")
     else:
-        out(f"will delete: {', '.join(s.name for s, _ in present)}")
+        out(f"will delete: {', '.join(([delete_first[0]] if delete_first else []) + [s.name for s, _ in present])}")
         for line in retained:
             out(f"  kept (DeletionPolicy Retain): {line}")
-        if confirm is not None and not confirm(f"Delete {len(present)} stack(s) of '{tenant.org}'?"):
+        what = f"{len(present)} stack(s)" + (f" and {delete_first[0]}" if delete_first else "")
+        if confirm is not None and not confirm(f"Delete {what} of '{tenant.org}'?"):
             out("nothing deleted")
             result.notes.append("cancelled")
             return result
+    if delete_first is not None and not delete_first[1]():
+        result.notes.append(f"{delete_first[0]} was not deleted: no stack was touched")
+        result.stacks += [StackOutcome(s.key, s.name, "not-attempted") for s, _ in existing]
+        return result
     poll_s, timeout_s = (0.2, 120.0) if result.endpoint else (5.0, 3 * 3600.0)
     for stack, desc in existing:
         if desc is None:
@@ -337,10 +311,6 @@ def destroy_stacks(tenant: Tenant, *, confirm: Confirm | None = None, out: Out =
             return result
     result.notes += [f"kept: {line}" for line in retained]
     remove_stack_outputs(tenant.org, root)
-    if tenant.provider == "local":
-        stop_emulator(tenant.org, root)
-        out(f"stopped the AWS emulator of '{tenant.org}' (what it kept, including the retained bucket, "
-            "is gone with it)")
     return result
 
 
@@ -390,23 +360,11 @@ def _retained(cf: Any, stacks: list[RenderedStack]) -> list[str]:
     return lines
 
 
-def stacks_status(tenant: Tenant, *, out: Out = print, root: Path | None = None) -> StacksResult:
-    """Each stack's status, outputs and (local) what the emulator did not create. Starts nothing."""
+def stacks_status(tenant: Tenant, endpoint: str | None, *, out: Out = print, root: Path | None = None) -> StacksResult:
+    """Each stack's status, outputs and (on the emulator) what it did not create. Starts nothing."""
     result = StacksResult(tenant.org, tenant.provider, None)
     stacks = render_stacks(tenant)
-    if tenant.provider == "local":
-        running = running_emulator(tenant.org, root)
-        if running is None:
-            out(f"no AWS emulator is running for '{tenant.org}': nothing is deployed locally "
-                "(the emulator keeps state in memory only; `invoke deploy` starts one)")
-            result.stacks = [StackOutcome(s.key, s.name, "absent") for s in stacks]
-            return result
-        out(f"AWS emulator: moto, pid {running.pid}, {running.endpoint}")
-        result.endpoint = running.endpoint
-    elif not aws.has_credentials(tenant.region):
-        out("no AWS credentials found (boto3's usual chain): cannot read the stacks' status")
-        result.notes.append("no credentials")
-        return result
+    result.endpoint = endpoint
     cf = aws.client("cloudformation", tenant.region, result.endpoint)
     for stack in stacks:
         desc = stack_status(cf, stack.name)

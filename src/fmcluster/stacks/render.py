@@ -154,30 +154,18 @@ def boot_environment(*, org: str, bucket: Any, region: Any, stack: Any, role: st
 
 
 _USER_DATA_HEAD = """#!/bin/bash
-# fmcluster node boot (written by fmcluster.stacks.render.node_user_data): fetch the node bootstrap from
-# the tenant bucket and run it with the FMCLUSTER_* environment below (also kept in
-# /etc/fmcluster/boot.env). FMCLUSTER_SIGNAL_RESOURCE names the auto scaling group whose
-# CreationPolicy/UpdatePolicy waits for this node's `aws cloudformation signal-resource`.
-set -euo pipefail
+# fmcluster node boot (written by fmcluster.stacks.render.node_user_data): the FMCLUSTER_* environment below,
+# then scripts/node-user-data.sh. FMCLUSTER_SIGNAL_RESOURCE names the resource whose CreationPolicy waits
+# for this node's `cloudformation:SignalResource` (the node agent sends it after its first converge).
 """
-_USER_DATA_TAIL = f"""install -d -m 0755 /etc/fmcluster /opt/fmcluster/bootstrap
-declare -p {" ".join(BOOT_VARIABLES)} > /etc/fmcluster/boot.env
-command -v aws >/dev/null || {{ apt-get update -q && apt-get install -y -q awscli; }} || true
-# The bundle is uploaded by the deploy before this stack; S3 may come up late at boot: retry.
-for try in $(seq 1 30); do
-  aws s3 cp --recursive --only-show-errors --region "$FMCLUSTER_REGION" \\
-    "s3://$FMCLUSTER_BUCKET/{BOOTSTRAP_PREFIX}" /opt/fmcluster/bootstrap/ && break
-  echo "fmcluster: bootstrap fetch failed (try $try/30)" >&2
-  sleep 10
-done
-install -m 0755 /opt/fmcluster/bootstrap/node-bootstrap.sh /usr/local/sbin/fmcluster-bootstrap
-exec /usr/local/sbin/fmcluster-bootstrap
-"""
+#: The rest of every node's first boot: fetch node-bootstrap.sh and run it. The same file is HyperPod's
+#: lifecycle script's tail (on_create.sh runs it) and ParallelCluster's OnNodeConfigured's.
+USER_DATA_SCRIPT = SOURCE_ROOT / "scripts" / "node-user-data.sh"
 
 
 def node_user_data(*, org: str, role: str, queue: str, signal_resource: str) -> cfn.Fn:
     """EC2 user data of every slurm-ec2 node (controller, login, compute): export the boot
-    environment, fetch s3://<DataBucket>/fmcluster/bootstrap/ and run node-bootstrap.sh.
+    environment, then scripts/node-user-data.sh (fetch and run the node bootstrap).
 
     The script is one Fn::Join (never Fn::Sub): tenant values are shell-quoted literal parts, the
     bucket, region and stack name CloudFormation references."""
@@ -186,7 +174,7 @@ def node_user_data(*, org: str, role: str, queue: str, signal_resource: str) -> 
     parts: list[Any] = [_USER_DATA_HEAD]
     for name, value in env.items():
         parts += [f"export {name}=", shlex.quote(value) if isinstance(value, str) else value, "\n"]
-    parts.append(_USER_DATA_TAIL)
+    parts.append(USER_DATA_SCRIPT.read_text(encoding="utf-8"))
     merged: list[Any] = []
     for part in parts:
         if isinstance(part, str) and merged and isinstance(merged[-1], str):
@@ -231,7 +219,15 @@ def lifecycle_environment(tenant: Tenant, bucket: str, stack: str) -> str:
 # --- rendering ----------------------------------------------------------------------------------------
 
 def cluster_template_name(tenant: Tenant) -> str:
+    if has_parallelcluster_stand_in(tenant):
+        return "slurm_ec2.py"  # through fmcluster.parallelcluster.stand_in
     return "slurm_ec2.py" if tenant.scheduler == "slurm-ec2" else f"{tenant.scheduler}.py"
+
+
+def has_parallelcluster_stand_in(tenant: Tenant) -> bool:
+    """On AWS, ParallelCluster makes a parallelcluster tenant's cluster stack itself; offline nothing does, so
+    provider local creates its stand-in (fmcluster.parallelcluster.stand_in)."""
+    return tenant.scheduler == "parallelcluster" and tenant.provider == "local"
 
 
 def _build(tenant: Tenant, key: str) -> dict[str, Any]:
@@ -241,14 +237,25 @@ def _build(tenant: Tenant, key: str) -> dict[str, Any]:
         return storage.build(tenant)
     if tenant.scheduler == "slurm-ec2":
         return slurm_ec2.build(tenant, node_user_data)
+    if has_parallelcluster_stand_in(tenant):
+        from fmcluster.parallelcluster import stand_in
+
+        return stand_in.build(tenant)
     return hyperpod.build(tenant)
 
 
-def render_stacks(tenant: Tenant) -> list[RenderedStack]:
+def subnet_cidrs(vpc_cidr: str) -> dict[str, str]:
+    """The cluster's subnets in the VPC, by name (network stack: PublicSubnet, PrivateSubnet)."""
+    public, private = network.subnets(vpc_cidr)
+    return {"public": public, "private": private}
+
+
+def render_stacks(tenant: Tenant, image_parameter: Callable[[str], str] = lambda path: path) -> list[RenderedStack]:
     """The tenant's stacks in dependency order (network → storage → cluster), rendered offline.
 
-    Scheduler parallelcluster has no cluster stack of ours: ParallelCluster creates its own from the
-    cluster config fmcluster.parallelcluster renders (network and storage stay ours)."""
+    Scheduler parallelcluster has no cluster stack of ours on AWS: ParallelCluster creates its own from the
+    cluster config fmcluster.parallelcluster renders (network and storage stay ours); on provider local the
+    stand-in's stack takes its place."""
     if tenant.scheduler not in ("slurm-ec2", "hyperpod", "parallelcluster"):
         raise ValueError(f"scheduler {tenant.scheduler!r} has no cluster template yet "
                          "(src/fmcluster/stacks/templates/)")
@@ -271,14 +278,15 @@ def render_stacks(tenant: Tenant) -> list[RenderedStack]:
         "PlacementGroupName": OutputRef(net, "PlacementGroupName", when_missing=""),
         "DataBucketName": OutputRef("storage", "DataBucketName"),
     }
-    if tenant.scheduler == "slurm-ec2":
+    if tenant.scheduler == "slurm-ec2" or has_parallelcluster_stand_in(tenant):
         for kind in slurm_ec2.image_kinds(tenant):
             name, path = AMI_PARAMETERS[kind]
-            cluster_params[name] = ImageRef(EMULATOR_AMI_PARAMETER if provider == "local" else path)
+            cluster_params[name] = ImageRef(image_parameter(path))
     sources = {"network": "network.py", "storage": "storage.py", "cluster": cluster_template_name(tenant)}
     params = {"network": network_params, "storage": storage_params, "cluster": cluster_params}
     stacks = []
-    for key in STACK_KEYS if tenant.scheduler != "parallelcluster" else ("network", "storage"):
+    own_cluster = tenant.scheduler != "parallelcluster" or has_parallelcluster_stand_in(tenant)
+    for key in STACK_KEYS if own_cluster else ("network", "storage"):
         template = _build(tenant, key)
         declared = template.get("Parameters", {})
         stacks.append(RenderedStack(

@@ -127,6 +127,9 @@ def node_statements(org: str, *, controller: bool) -> list[dict[str, Any]]:
         {"Sid": "ReadTenantSecrets", "Effect": "Allow", "Action": "secretsmanager:GetSecretValue",
          "Resource": text("arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:"
                           "fmcluster/{org}/{name}", org=org, name=secrets)},
+        # Every node finds itself and the cluster's other nodes among the tenant's instances (its node agent;
+        # Describe* cannot be resource-scoped).
+        {"Sid": "FindClusterNodes", "Effect": "Allow", "Action": "ec2:DescribeInstances", "Resource": "*"},
     ]
 
 

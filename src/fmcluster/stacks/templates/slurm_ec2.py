@@ -34,6 +34,12 @@ SUSPEND_DURING_UPDATE = ["HealthCheck", "ReplaceUnhealthy", "AZRebalance", "Alar
 RESERVATION_TYPES = ("default", "capacity-block")
 
 UserData = Callable[..., Any]
+RoleTags = Callable[["NodeGroup"], dict[str, str]]
+
+
+def fmcluster_role_tags(group: NodeGroup) -> dict[str, str]:
+    """What a node is, in fmcluster's own tags (fmcluster.nodes.NODE_TAGS["fmcluster"] reads them back)."""
+    return {"fmcluster:role": group.role, **({"fmcluster:queue": group.queue.name} if group.queue else {})}
 
 
 @dataclass(frozen=True)
@@ -121,8 +127,8 @@ def interfaces(group: NodeGroup, subnet: str, groups: list[Any]) -> list[dict[st
     return nics
 
 
-def _launch_template(tenant: Tenant, group: NodeGroup, login_sg: bool, user_data: UserData) -> dict[str, Any]:
-    role_tags = {"fmcluster:role": group.role, **({"fmcluster:queue": group.queue.name} if group.queue else {})}
+def _launch_template(tenant: Tenant, group: NodeGroup, login_sg: bool, user_data: UserData,
+                     role_tags: dict[str, str], signals: bool) -> dict[str, Any]:
     security = ([Ref("EfaSecurityGroupId")] if group.instance.has_efa else []) + [Ref("NodeSecurityGroupId")]
     if group.role == "login" and login_sg:
         security.append(Ref("LoginSecurityGroupId"))
@@ -132,6 +138,9 @@ def _launch_template(tenant: Tenant, group: NodeGroup, login_sg: bool, user_data
         "ImageId": Ref(group.image_parameter),
         "InstanceType": group.instance.name,
         "IamInstanceProfile": {"Arn": GetAtt(profile, "Arn")},
+        # The operator's key, imported by the deploy before the stacks (fmcluster.access): ssh for operators,
+        # and for the deploy's monitoring and acceptance checks.
+        "KeyName": text("fmcluster-{org}", org=tenant.org),
         "EbsOptimized": True,
         "MetadataOptions": {"HttpEndpoint": "enabled", "HttpTokens": "required", "HttpPutResponseHopLimit": 2},
         "BlockDeviceMappings": [{"DeviceName": "/dev/sda1", "Ebs": {
@@ -143,7 +152,7 @@ def _launch_template(tenant: Tenant, group: NodeGroup, login_sg: bool, user_data
         if group.queue.capacity_reservation_type == "capacity-block":
             data["InstanceMarketOptions"] = {"MarketType": "capacity-block"}
     data["NetworkInterfaces"] = interfaces(group, subnet, security)
-    signal = "" if group.role == "controller" else group.group_logical_id
+    signal = "" if group.role == "controller" or not signals else group.group_logical_id
     data["UserData"] = user_data(org=tenant.org, role=group.role, queue=group.queue.name if group.queue else "",
                                  signal_resource=signal)
     data["TagSpecifications"] = [{"ResourceType": kind, "Tags": resource_tags(tenant, group.slug, role_tags)}
@@ -154,8 +163,7 @@ def _launch_template(tenant: Tenant, group: NodeGroup, login_sg: bool, user_data
         "TagSpecifications": [{"ResourceType": "launch-template", "Tags": resource_tags(tenant, group.slug)}]}}
 
 
-def _auto_scaling_group(tenant: Tenant, group: NodeGroup) -> dict[str, Any]:
-    role_tags = {"fmcluster:role": group.role, **({"fmcluster:queue": group.queue.name} if group.queue else {})}
+def _auto_scaling_group(tenant: Tenant, group: NodeGroup, role_tags: dict[str, str], signals: bool) -> dict[str, Any]:
     # Replace in batches of a quarter of the group, terminating before launching: a reservation or
     # Capacity Block holds exactly `count` instances, so no batch may need extra capacity.
     batch = max(1, group.count // 4)
@@ -168,18 +176,18 @@ def _auto_scaling_group(tenant: Tenant, group: NodeGroup) -> dict[str, Any]:
     if group.in_placement_group:
         props["PlacementGroup"] = if_("HasPlacementGroup", Ref("PlacementGroupName"), NO_VALUE)
     props["Tags"] = resource_tags(tenant, group.slug, role_tags, propagate=True)
-    return {
-        "Type": "AWS::AutoScaling::AutoScalingGroup",
+    resource: dict[str, Any] = {"Type": "AWS::AutoScaling::AutoScalingGroup"}
+    if signals:
         # The stack is complete only when every node's bootstrap has signalled SUCCESS
         # (FMCLUSTER_SIGNAL_RESOURCE in the user data names this logical id).
-        "CreationPolicy": {"ResourceSignal": {"Count": group.count, "Timeout": SIGNAL_TIMEOUT},
-                           "AutoScalingCreationPolicy": {"MinSuccessfulInstancesPercent": 100}},
-        "UpdatePolicy": {"AutoScalingRollingUpdate": {
-            "MaxBatchSize": batch, "MinInstancesInService": group.count - batch,
-            "MinSuccessfulInstancesPercent": 100, "PauseTime": SIGNAL_TIMEOUT, "WaitOnResourceSignals": True,
-            "SuspendProcesses": SUSPEND_DURING_UPDATE}},
-        "Properties": props,
-    }
+        resource["CreationPolicy"] = {"ResourceSignal": {"Count": group.count, "Timeout": SIGNAL_TIMEOUT},
+                                      "AutoScalingCreationPolicy": {"MinSuccessfulInstancesPercent": 100}}
+    resource["UpdatePolicy"] = {"AutoScalingRollingUpdate": {
+        "MaxBatchSize": batch, "MinInstancesInService": group.count - batch,
+        "MinSuccessfulInstancesPercent": 100, "PauseTime": SIGNAL_TIMEOUT, "WaitOnResourceSignals": signals,
+        "SuspendProcesses": SUSPEND_DURING_UPDATE}}
+    resource["Properties"] = props
+    return resource
 
 
 def _role(tenant: Tenant, name: str, statements: list[dict[str, Any]], description_: str) -> dict[str, Any]:
@@ -192,7 +200,11 @@ def _role(tenant: Tenant, name: str, statements: list[dict[str, Any]], descripti
         "Tags": resource_tags(tenant, name)}}
 
 
-def build(tenant: Tenant, user_data: UserData) -> dict[str, Any]:
+def build(tenant: Tenant, user_data: UserData, role_tags: RoleTags = fmcluster_role_tags, signals: bool = True,
+          summary: str = "self-managed Slurm on EC2") -> dict[str, Any]:
+    """The cluster stack. `role_tags` say what each node is (fmcluster's tags; ParallelCluster's for its
+    local stand-in), `signals` whether CloudFormation waits for each node's bootstrap to signal (a node
+    whose first boot is not ours, such as ParallelCluster's OnNodeConfigured, does not signal)."""
     groups = node_groups(tenant)
     login_sg = tenant.network.ssh_ingress_cidr is not None
     any_efa = any(g.instance.has_efa for g in groups)
@@ -240,7 +252,8 @@ def build(tenant: Tenant, user_data: UserData) -> dict[str, Any]:
                                       "Properties": {"Roles": [Ref("ControllerRole")]}},
     }
     for group in groups:
-        resources[f"{group.logical}LaunchTemplate"] = _launch_template(tenant, group, login_sg, user_data)
+        resources[f"{group.logical}LaunchTemplate"] = _launch_template(tenant, group, login_sg, user_data,
+                                                                       role_tags(group), signals)
         if group.role == "controller":
             # Created once and then kept: ImageId is the pinned AMI and the launch template is held at
             # version 1, so neither a new image nor a changed launch template replaces the controller
@@ -249,7 +262,7 @@ def build(tenant: Tenant, user_data: UserData) -> dict[str, Any]:
                 "ImageId": Ref(group.image_parameter), "InstanceType": group.instance.name,
                 "LaunchTemplate": {"LaunchTemplateId": Ref("ControllerLaunchTemplate"), "Version": "1"}}}
         else:
-            resources[group.group_logical_id] = _auto_scaling_group(tenant, group)
+            resources[group.group_logical_id] = _auto_scaling_group(tenant, group, role_tags(group), signals)
 
     outputs: dict[str, Any] = {
         "NodeRoleArn": output("IAM role of the login and compute nodes.", GetAtt("NodeRole", "Arn")),
@@ -274,7 +287,7 @@ def build(tenant: Tenant, user_data: UserData) -> dict[str, Any]:
     template: dict[str, Any] = {
         "AWSTemplateFormatVersion": TEMPLATE_VERSION,
         "Description": description(
-            f"fmcluster {tenant.org} cluster (self-managed Slurm on EC2): node roles and instance profiles, launch "
+            f"fmcluster {tenant.org} cluster ({summary}): node roles and instance profiles, launch "
             f"templates for the controller, login and {len(tenant.queues)} queue(s), the controller instance and one "
             f"auto scaling group per login group and queue. Generated by fmcluster from {spec_file(tenant)}."),
         "Metadata": metadata(),

@@ -196,8 +196,8 @@ PARALLELCLUSTER_NODE_READ = (BOOTSTRAP_PREFIX, MANIFEST_PREFIX)
 
 def parallelcluster_node_policy(tenant: Tenant) -> dict[str, Any]:
     """AWS ParallelCluster nodes (head, login, compute) get this through Iam/AdditionalIamPolicies of the
-    cluster config fmcluster renders: the fmcluster node bootstrap's needs from the bucket and the tenant's own
-    secrets; nothing else (ParallelCluster adds what its own agents need). The stack of our own that
+    cluster config fmcluster renders: the fmcluster node bootstrap's needs from the bucket, the tenant's own
+    secrets and finding the cluster's instances; nothing else (ParallelCluster adds what its own agents need). The stack of our own that
     ParallelCluster's cluster sits beside holds it, since there is no cluster stack of ours."""
     bucket = GetAtt("DataBucket", "Arn")
     return {"Type": "AWS::IAM::ManagedPolicy", "Properties": {
@@ -213,5 +213,9 @@ def parallelcluster_node_policy(tenant: Tenant) -> dict[str, Any]:
             {"Sid": "ReadTenantSecrets", "Effect": "Allow", "Action": "secretsmanager:GetSecretValue",
              "Resource": text("arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:"
                               "fmcluster/{org}/*", org=tenant.org)},
+            # The node agent finds itself and the cluster's nodes by their tags; Prometheus's EC2 discovery
+            # on the head node lists them too (Describe* cannot be resource-scoped).
+            {"Sid": "FindClusterNodes", "Effect": "Allow",
+             "Action": ["ec2:DescribeAvailabilityZones", "ec2:DescribeInstances", "ec2:DescribeTags"], "Resource": "*"},
         ]},
     }}
