@@ -142,3 +142,14 @@ def test_tcp_answers_tells_a_listening_port_from_a_closed_one() -> None:
         port = listener.getsockname()[1]
         assert cluster.tcp_answers("127.0.0.1", port, tries=1, delay=0, timeout=1) is None
     assert cluster.tcp_answers("127.0.0.1", port, tries=2, delay=0, timeout=1) == "connection refused"
+
+
+def test_a_precise_reason_is_not_replaced_by_a_weaker_one_when_the_report_goes_stale(tmp_path: Path) -> None:
+    reason = "fmcluster-health: munge: slurmctld rejects this node's credentials (...)"
+    report(tmp_path, "cpu-2", False, reason, age=3600)  # the node cannot report again: its RPCs are refused
+    long_ago = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 7200))
+    text = show_node(node_block("cpu-2", "IDLE+DRAIN+NOT_RESPONDING", reason, slurmd_start=long_ago))
+    assert decide(tmp_path, text, {}) == []
+    # ... but a dead slurmd is news even on a drained node
+    assert decide(tmp_path, text, {"10.79.60.9": "connection refused"}) == [
+        ("cpu-2", "fmcluster-health: slurmd: nothing answers on 10.79.60.9:6818 (connection refused)")]

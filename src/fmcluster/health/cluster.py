@@ -11,6 +11,7 @@ and, for each node slurmctld has not already taken out itself (DOWN, UNKNOWN, FU
                  reason → drain with that reason (the node could not); no fresh report from a responding node
                  whose slurmd has run longer than `stale_after` → drain (its health program is not running)
 
+A node already drained by a health run keeps its (more precise) reason; only a dead slurmd is reported over it.
 It never resumes a node: the node's own next healthy run does, for reasons this program wrote, and only those.
 """
 
@@ -91,6 +92,8 @@ def decide(nodes: List[slurm.Node], config: Mapping[str, Any], now: float,
             decisions.append(Decision(node.name, "slurmd", f"{REASON_PREFIX} slurmd: nothing answers on "
                                       f"{node.address}:{port} ({error})"))
             continue
+        if node.drained:
+            continue  # drained by a health run already: its reason is the precise one, the rules below are weaker
         report = load_report(report_dir, node.name) if shared else None
         fresh = report is not None and now - float(report.get("started", 0)) <= stale_after
         if report is not None and fresh and not report.get("healthy", True) and report.get("reason"):
@@ -107,9 +110,11 @@ def decide(nodes: List[slurm.Node], config: Mapping[str, Any], now: float,
                     if report else "never")
             decisions.append(Decision(node.name, "health-report", f"{REASON_PREFIX} health-report: none from "
                                       f"{node.name} since {seen} (is HealthCheckProgram running?)"))
-    # Only what changes something: a node already drained with exactly this reason is left alone.
+    # Only what changes something: a node already drained by the same check keeps its reason and timestamp.
     by_name = {n.name: n for n in nodes}
-    return [d for d in decisions if not (by_name[d.node].drained and by_name[d.node].reason == d.reason)]
+    return [d for d in decisions
+            if not (by_name[d.node].drained and slurm.same_check(by_name[d.node].reason, d.reason))]
+
 
 
 def cluster_pass(config: Mapping[str, Any], probe: Optional[Probe] = None, out: TextIO = sys.stdout) -> List[Decision]:

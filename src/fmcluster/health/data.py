@@ -15,8 +15,8 @@ XID_PATH = DATA_DIR / "xid.yml"
 #: The node_health role's defaults for what a config carries besides the node's facts (kept equal by a test).
 DEFAULT_DISK = ({"path": "/", "min_free_percent": 5, "min_free_mib": 2048, "min_free_inodes_percent": 5},
                 {"path": "/tmp", "min_free_percent": 5, "min_free_mib": 1024, "min_free_inodes_percent": 5})
-DEFAULT_TIMEOUTS = {"default": 15, "budget": 50, "munge": 10, "scontrol": 15, "mount": 10, "nvidia-smi": 20,
-                    "dcgm": 40, "dcgm-diag": 1800}
+DEFAULT_TIMEOUTS = {"default": 15, "budget": 50, "prolog": 8, "munge": 10, "scontrol": 15, "mount": 10,
+                    "nvidia-smi": 20, "dcgm": 40, "dcgm-diag": 1800}
 
 
 def _load(path: Path) -> Dict[str, Any]:

@@ -24,7 +24,9 @@ def run_checks(config: Mapping[str, Any], context: str, node: str, probe: Option
     clock = time.monotonic()
     probe = probe or Probe()
     node_facts = facts_mod.derive(config)
-    budget = float(config.get("timeouts", {}).get("budget", 50))
+    timeouts = config.get("timeouts", {})
+    # slurmd kills a HealthCheckProgram after 60 s; a Prolog should end within MessageTimeout (10 s).
+    budget = float(timeouts.get("prolog", 8) if context == "prolog" else timeouts.get("budget", 50))
     ctx = Context(node=node, config=config, facts=node_facts, probe=probe, deadline=Deadline(budget),
                   memo={"diag_level": diag_level})
     results: List[Result] = []

@@ -104,7 +104,7 @@ def run_forever(textfile_path: str, every: float, slurm_conf: str = "", out: Tex
     out.write(f"fmcluster Slurm metrics every {every:g} s into {textfile_path}\n")
     out.flush()
     done = 0
-    last_error: Dict[str, str] = {"why": ""}
+    last_error: Dict[str, Optional[str]] = {"why": None}
     while rounds is None or done < rounds:
         started = time.monotonic()
         why = write_once(textfile_path, probe)

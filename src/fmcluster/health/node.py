@@ -71,10 +71,13 @@ def act(report: Report, config: Mapping[str, Any], probe: Probe) -> Dict[str, An
     if current.drained and not current.ours and current.reason:
         return {"attempted": False, "ok": True, "action": "none",
                 "detail": f"already drained by {current.reason_by or 'someone'} ({current.reason}); left as it is"}
-    if current.drained and current.reason == reason:
-        return {"attempted": False, "ok": True, "action": "drain", "detail": "already drained with this reason"}
+    if current.drained and slurm.same_check(current.reason, reason):
+        # Keep Slurm's reason and its timestamp (when the trouble started) while the same check keeps failing,
+        # even if its detail (a free-space figure) moved.
+        return {"attempted": False, "ok": True, "action": "drain", "detail": f"already drained: {current.reason}"}
     done = probe.run(slurm.drain_argv(scontrol, node, reason), timeout=15)
     return {"attempted": True, "ok": done.ok, "action": "drain", "detail": reason if done.ok else done.why()}
+
 
 
 def report_path(config: Mapping[str, Any], node: str, context: str) -> str:

@@ -216,6 +216,12 @@ def reason_check(reason: str) -> Optional[Tuple[str, str]]:
     return check.strip(), detail.strip()
 
 
+def same_check(current: str, wanted: str) -> bool:
+    """Whether two reasons are the same, or both the health program's for the same check."""
+    a, b = reason_check(current), reason_check(wanted)
+    return current == wanted or (a is not None and b is not None and a[0] == b[0])
+
+
 #: Errors a Slurm client prints when slurmctld closed the connection on it: on a node whose munge key differs
 #: from the controller's, every RPC ends like this (measured on Slurm 22.05: "Zero Bytes were transmitted or
 #: received"; slurmctld logs "Protocol authentication error").
