@@ -6,6 +6,7 @@ cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(
   slurmctld slurmd slurm-client munge            # the real local Slurm cluster
+  slurmdbd mariadb-server                        # job accounting: slurmdbd on a real MariaDB (sacct)
   prometheus prometheus-node-exporter            # the real local monitoring stack (promtool included)
   prometheus-alertmanager                        # alert routing to the tenant's receivers (amtool included)
   openssh-server openssh-client                  # Ansible reaches namespace nodes over ssh
@@ -45,4 +46,4 @@ if [[ ! -f $stamp || $(cat "$stamp") != "$want" ]]; then
   .venv/bin/pip install -q -e '.[dev]'
   echo "$want" >"$stamp"
 fi
-echo "bootstrap: ready (.venv, Slurm, munge, Prometheus)"
+echo "bootstrap: ready (.venv, Slurm, slurmdbd, MariaDB, munge, Prometheus)"

@@ -18,7 +18,8 @@ from typing import Any, Protocol
 
 import yaml
 
-from fmcluster import monitoring, nccl
+from fmcluster import accounting, monitoring, nccl
+from fmcluster.health import inventory as health_inventory
 from fmcluster.catalog import InstanceType
 from fmcluster.model import Tenant
 from fmcluster.paths import generated_dir, repo_root, secrets_dir
@@ -119,6 +120,8 @@ def role_vars(tenant: Tenant, nodes: Sequence[NodeLike], stack_outputs: Mapping[
     # Each concern's own module derives its role variables from the tenant; this file only assembles them.
     v.update(monitoring.inventory_vars(tenant))
     v.update(nccl.cluster_vars([q.instance.name for q in tenant.queues]))
+    v.update(accounting.inventory_vars(tenant))
+    v.update(health_inventory.inventory_vars(tenant))
     if tenant.provider == "local":
         v.update(_local_vars(tenant))
     else:

@@ -100,6 +100,13 @@ class Acceptance:
 
 
 @dataclass(frozen=True)
+class Accounting:
+    enabled: bool
+    database_endpoint: str | None  # host[:port] of the tenant's own MySQL/MariaDB (RDS); None: MariaDB on the controller
+    database_user: str
+
+
+@dataclass(frozen=True)
 class Network:
     vpc_cidr: str
     ssh_ingress_cidr: str | None
@@ -123,6 +130,7 @@ class Tenant:
     storage: Storage
     monitoring: Monitoring
     acceptance: Acceptance
+    accounting: Accounting = Accounting(True, None, "slurm")
 
     @property
     def stack_prefix(self) -> str:
@@ -151,6 +159,7 @@ def _build(spec_path: Path, raw: dict[str, Any]) -> Tenant:
     zfs = storage.get("openzfs")
     login = doc.get("login")
     monitoring, acceptance, network = doc["monitoring"], doc["acceptance"], doc["network"]
+    accounting = doc["accounting"]
     is_scratch = lustre["deployment_type"].startswith("SCRATCH")
     return Tenant(
         spec_path=spec_path,
@@ -193,6 +202,7 @@ def _build(spec_path: Path, raw: dict[str, Any]) -> Tenant:
             drain_on_failure=acceptance["drain_on_failure"],
             tests=tuple(acceptance["tests"]),
         ),
+        accounting=Accounting(accounting["enabled"], accounting.get("database_endpoint"), accounting["database_user"]),
     )
 
 

@@ -262,6 +262,7 @@ def _semantic_problems(loaded: LoadedYaml, out: _Collector) -> None:
     _check_network(out, tenant, t, total_nodes)
     _check_storage(out, tenant, t)
     _check_monitoring(out, tenant, t)
+    _check_accounting(out, tenant, t)
 
 
 def _tenant_folder(spec: Path) -> str | None:
@@ -379,6 +380,13 @@ def _check_monitoring(out: _Collector, tenant: dict[str, Any], t: KeyPath) -> No
             out.add((*r, "target"), f"'{target}' is not an https URL", "use the https:// webhook URL")
         if kind == "sns" and not target.startswith("arn:aws:sns:"):
             out.add((*r, "target"), f"'{target}' is not an SNS topic ARN", "write it like arn:aws:sns:REGION:ACCOUNT:TOPIC")
+
+
+def _check_accounting(out: _Collector, tenant: dict[str, Any], t: KeyPath) -> None:
+    endpoint = _get(tenant, "accounting", "database_endpoint")
+    if isinstance(endpoint, str) and tenant.get("provider") == "local":
+        out.add((*t, "accounting", "database_endpoint"), "provider local cannot reach a database endpoint: its "
+                "accounting database is MariaDB on the controller node", "remove database_endpoint for a local tenant")
 
 
 def problems_in(loaded: LoadedYaml) -> list[Problem]:
