@@ -83,7 +83,7 @@ def test_an_aws_tenant_checks_its_lustre_and_openzfs_mounts_and_reports_on_lustr
     assert values["node_health_mounts"] == [{"path": "/fsx", "fstype": "lustre"}, {"path": "/home", "fstype": "nfs4"}]
     assert (values["node_health_report_dir"], values["node_health_report_requires_mount"]) == (
         "/fsx/.fmcluster/health/reports", "/fsx")
-    assert values["slurm_health_check_program"] == "/opt/fmcluster/health/bin/fmcluster-health-check"
+    assert values["slurm_health_check_program"] == "/opt/fmcluster/health/bin/fmcluster-health-slurmd"
     assert values["slurm_health_check_interval"] == values["node_health_interval"] == 300
 
 

@@ -1,6 +1,6 @@
 """roles/node_health converges on this host (a local connection, everything under a temporary directory): the
-program and its config install, a second run and a --check run change nothing, the installed wrapper runs as
-slurmd would run it, the config equals what fmcluster.health.data builds, and the controller's pass runs as a
+program and its config install, a second run and a --check run change nothing, the program slurm.conf names runs
+as slurmd would run it, the config equals what fmcluster.health.data builds, and the controller's pass runs as a
 supervised process. Tools it would call (scontrol, munge) are stand-in scripts: nothing here needs a cluster."""
 
 from __future__ import annotations
@@ -82,13 +82,23 @@ def test_node_health_converges_idempotently_and_runs_as_slurm_runs_it(tmp_path: 
         code, changed, out = converge(tmp_path, "--check", "--diff")
         assert code == 0 and changed == {"cpu-7": 0, "controller-1": 0}, out[-4000:]
 
-        # The wrapper slurm.conf names, in the bare environment slurmd gives it.
-        check = tmp_path / "health" / "bin" / "fmcluster-health-check"
+        # The program slurm.conf names, in the bare environment slurmd gives it.
+        check = tmp_path / "health" / "bin" / "fmcluster-health-slurmd"
         done = subprocess.run([str(check)], env={"SLURMD_NODENAME": "cpu-7"}, capture_output=True, text=True)
         assert done.returncode == 0, done.stdout + done.stderr
         report = json.loads((tmp_path / "reports" / "cpu-7.json").read_text())
         assert report["healthy"] and {r["check"]: r["status"] for r in report["results"]}["munge"] == "pass"
         assert (tmp_path / "nodes" / "cpu-7" / "textfile" / "fmcluster_health.prom").is_file()
+
+        # The same program is the Prolog: a job given no GPU leaves at once; a GPU job runs the prolog checks.
+        prolog_report = tmp_path / "reports" / "cpu-7.prolog.json"
+        done = subprocess.run([str(check)], env={"SLURMD_NODENAME": "cpu-7", "SLURM_JOB_ID": "7"},
+                              capture_output=True, text=True)
+        assert done.returncode == 0 and not prolog_report.exists(), done.stdout + done.stderr
+        done = subprocess.run([str(check)], env={"SLURMD_NODENAME": "cpu-7", "SLURM_JOB_ID": "8", "SLURM_JOB_GPUS": "0"},
+                              capture_output=True, text=True)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert json.loads(prolog_report.read_text())["context"] == "prolog"
 
         # The config the role wrote is the one fmcluster builds for the same node (doctor runs the same checks).
         installed = json.loads((tmp_path / "nodes" / "cpu-7" / "health" / "config.json").read_text())

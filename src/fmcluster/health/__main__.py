@@ -1,4 +1,4 @@
-"""`python3 -m fmcluster.health ...`: the same as the installed `fmcluster-health` wrapper."""
+"""`python3 -m fmcluster.health ...`: the same as the installed `fmcluster-health` program (an executable zip)."""
 
 import sys
 

@@ -1,9 +1,10 @@
-"""Pack the node modules of fmcluster.health into one zip application, byte for byte the same for the same
-sources (fixed timestamps and modes, no compression), so the node_health role installs the program with one
-idempotent copy instead of one task per module. Python runs and imports it as it is (zipimport):
+"""Pack the node modules of fmcluster.health into one executable zip application, byte for byte the same for
+the same sources (fixed timestamps and modes, no compression), so the node_health role installs the program with
+one idempotent copy instead of one task per module. Python runs and imports it as it is (zipimport); the first
+line names the node's python3:
 
-    python3 bundle.py --out fmcluster-health.pyz --modules model,probe,...   # standard library only
-    python3 fmcluster-health.pyz check --config ...                          # on the node
+    python3 bundle.py --out fmcluster-health --python /usr/bin/python3 --modules model,probe,...
+    ./fmcluster-health check --config ...                                    # on the node
 """
 
 from __future__ import annotations
@@ -27,26 +28,34 @@ def _add(archive: zipfile.ZipFile, name: str, text: str) -> None:
     archive.writestr(info, text.encode("utf-8"))
 
 
-def build(out: Path, modules: Sequence[str], source: Path = HERE) -> Path:
-    """Write the zip application of `modules` (names of src/fmcluster/health/*.py) to `out`."""
+def build(out: Path, modules: Sequence[str], source: Path = HERE, python: str = "/usr/bin/python3") -> Path:
+    """Write the zip application of `modules` (names of src/fmcluster/health/*.py) to `out`, run by `python`."""
     missing = [m for m in modules if not (source / f"{m}.py").is_file()]
     if missing:
         raise FileNotFoundError(f"no such module in {source}: {', '.join(missing)}")
     out.parent.mkdir(parents=True, exist_ok=True)
-    with zipfile.ZipFile(out, "w") as archive:
-        _add(archive, "__main__.py", MAIN)
-        _add(archive, "fmcluster/__init__.py", PACKAGE_MARKER)
-        for module in sorted(set(modules)):
-            _add(archive, f"fmcluster/health/{module}.py", (source / f"{module}.py").read_text(encoding="utf-8"))
+    with open(out, "wb") as handle:
+        handle.write(f"#!{python}\n".encode())
+        with zipfile.ZipFile(handle, "w") as archive:
+            _fill(archive, modules, source)
+    out.chmod(0o755)
     return out
+
+
+def _fill(archive: zipfile.ZipFile, modules: Sequence[str], source: Path) -> None:
+    _add(archive, "__main__.py", MAIN)
+    _add(archive, "fmcluster/__init__.py", PACKAGE_MARKER)
+    for module in sorted(set(modules)):
+        _add(archive, f"fmcluster/health/{module}.py", (source / f"{module}.py").read_text(encoding="utf-8"))
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else "")
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--modules", required=True, help="comma-separated module names")
+    parser.add_argument("--python", default="/usr/bin/python3", help="the interpreter named in the first line")
     args = parser.parse_args(argv)
-    build(args.out, [m for m in args.modules.split(",") if m])
+    build(args.out, [m for m in args.modules.split(",") if m], python=args.python)
     return 0
 
 

@@ -63,9 +63,9 @@ def inventory_vars(tenant: Tenant) -> Dict[str, Any]:
         "node_health_reports_shared": True,
         "node_health_interval": interval,
         "slurm_metrics_install_dir": install,
-        "slurm_health_check_program": f"{install}/bin/fmcluster-health-check",
+        "slurm_health_check_program": f"{install}/bin/fmcluster-health-slurmd",
         "slurm_health_check_interval": interval,
         "slurm_health_check_node_state": "ANY",
-        "slurm_prolog": f"{install}/bin/fmcluster-health-prolog",
+        "slurm_prolog": f"{install}/bin/fmcluster-health-slurmd",
     })
     return values
