@@ -34,7 +34,8 @@ def test_srun_runs_one_task_on_every_compute_node_each_in_its_own_namespace(host
 def test_a_batch_job_over_every_node_completes(host: testinfra.host.Host) -> None:
     out = slurm(host, f"sbatch --wait --nodes=2 --output={ROOT}/shared/job-%j.out --wrap 'srun printenv SLURMD_NODENAME'")
     job = out.split()[-1]
-    assert host.file(f"{ROOT}/slurm/log/jobcomp.log").contains(f"JobId={job} .*JobState=COMPLETED")
+    # Accounting is on by default: slurmdbd (on the controller's MariaDB) records the job.
+    assert slurm(host, f"sacct --noheader --allocations --parsable2 --format=State --jobs={job}").strip() == "COMPLETED"
     assert set(host.file(f"{ROOT}/shared/job-{job}.out").content_string.split()) == COMPUTE
 
 
