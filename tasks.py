@@ -12,13 +12,13 @@ ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT / "src"))
 os.environ.setdefault("FMCLUSTER_ROOT", str(ROOT))
 
-from fmcluster import cli  # noqa: E402
+from fmcluster import commands  # noqa: E402
 
 
 @task(help={"org": "tenant name (a folder under inventories/)"})
 def validate(c: Context, org: str) -> None:
     """Validate a tenant spec: schema and catalog checks, every problem with its fix."""
-    code = cli.validate(org)
+    code = commands.validate(org)
     if code:
         raise Exit(code=code)
 
@@ -29,10 +29,10 @@ def validate(c: Context, org: str) -> None:
         "org": "new tenant name",
         "instance_type": "compute instance type, e.g. p5.48xlarge",
         "count": "compute node count",
-        "scheduler": "slurm-ec2 or hyperpod",
+        "scheduler": "slurm-ec2, hyperpod or parallelcluster",
         "region": "AWS region",
         "provider": "aws or local",
-        "force": "overwrite an existing tenant",
+        "force": "replace an existing tenant (the old one is kept under inventories/.backup/)",
         "output_dir": "render somewhere other than inventories/ (e.g. a temp dir)",
     },
 )
@@ -40,7 +40,7 @@ def new_tenant(
     c: Context,
     org: str = "",
     instance_type: str = "",
-    count: int = 0,
+    count: str = "",  # text, so that --count=0 is refused rather than read as "not given"
     scheduler: str = "",
     region: str = "",
     provider: str = "",
@@ -71,7 +71,7 @@ def new_tenant(
         raise Exit(f"new-tenant: {err}", code=2) from None
     except TenantInvalid as err:
         raise Exit(f"new-tenant: the rendered tenant is not valid:\n{err.render(ROOT)}", code=2) from None
-    print(cli.describe(tenant))
+    print(tenant.describe())
     print(f"written to {tenant.spec_path.parent.parent.parent}; next: invoke plan --org={tenant.org}")
 
 
@@ -100,60 +100,44 @@ def test(c: Context, tier: str = "all", k: str = "") -> None:
             _pytest(c, "e2e", extra)
 
 
-@task(help={"org": "tenant name", "yes": "do not ask before changing anything"})
-def deploy(c: Context, org: str, yes: bool = False) -> None:
-    """Validate, create/update the stacks, bring nodes up, converge them, check acceptance, summarize."""
-    from fmcluster.deploy import run_deploy
-
-    code = run_deploy(cli.require_tenant(org))
+def _exit(code: int) -> None:
     if code:
         raise Exit(code=code)
 
 
-# --- CloudFormation stacks (issue #3): plan, stacks-only deploy, destroy, status -----------------
-# `invoke deploy` (above) calls fmcluster.stacks.api.deploy_stacks as its stacks step.
+@task(help={"org": "tenant name"})
+def deploy(c: Context, org: str) -> None:
+    """Validate, secrets and key pair, stacks, boot, wait for every node's own converge report, check
+    monitoring and acceptance, summarize. The deploy machine pushes nothing to the nodes."""
+    _exit(commands.deploy(org))
+
 
 @task(help={"org": "tenant name", "show_templates": "print the rendered templates too"})
 def plan(c: Context, org: str, show_templates: bool = False) -> None:
     """Show each stack's change set without executing it (offline render when there are no AWS credentials)."""
-    from fmcluster.stacks import commands
-
-    code = commands.plan(cli.require_tenant(org), show_templates=show_templates)
-    if code:
-        raise Exit(code=code)
+    _exit(commands.plan(org, show_templates=show_templates))
 
 
 @task(help={"org": "tenant name"})
 def stacks(c: Context, org: str) -> None:
     """Create or update only the CloudFormation stacks (network → storage → cluster) and write their outputs."""
-    from fmcluster.stacks import commands
-
-    code = commands.stacks(cli.require_tenant(org))
-    if code:
-        raise Exit(code=code)
+    _exit(commands.stacks(org))
 
 
 @task(help={"org": "tenant name", "yes": "do not ask for confirmation"})
 def destroy(c: Context, org: str, yes: bool = False) -> None:
-    """Delete the tenant's stacks (cluster → storage → network) and, on local, its nodes; the bucket is retained."""
-    from fmcluster.stacks import commands
-
-    code = commands.destroy(cli.require_tenant(org), yes=yes)
-    if code:
-        raise Exit(code=code)
+    """Delete the tenant's stacks (cluster → storage → network; the bucket is retained), then what the
+    provider's substrate holds (local: the hosts, the bridge, the emulator)."""
+    _exit(commands.destroy(org, yes=yes))
 
 
 @task(help={"org": "tenant name"})
 def status(c: Context, org: str) -> None:
-    """Each stack's status and outputs (and, on local, what the emulator did not create)."""
-    from fmcluster.stacks import commands
-
-    code = commands.status(cli.require_tenant(org))
-    if code:
-        raise Exit(code=code)
+    """Each stack's status and outputs, and each node's last convergence report (read from the tenant bucket)."""
+    _exit(commands.status(org))
 
 
-# --- Accelerators and fabric (issue #5) -------------------------------------------------------------------------
+# --- Accelerators and fabric -------------------------------------------------------------------------
 @task(
     name="nccl-env",
     help={"instance_type": "e.g. p5.48xlarge", "plugin_version": "aws-ofi-nccl version (default: the pinned one)"},
@@ -168,62 +152,35 @@ def nccl_env(c: Context, instance_type: str, plugin_version: str = "") -> None:
         raise Exit(f"nccl-env: {err.args[0] if err.args else err}", code=2) from None
 
 
-# --- Local nodes and converge (issue #4: Slurm on namespace nodes) ------------------------------------
-
-@task(name="nodes-up", help={"org": "tenant name (provider local)"})
+# --- nodes ---------------------------------------------------------------------------------------------
+@task(name="nodes-up", help={"org": "tenant name"})
 def nodes_up(c: Context, org: str) -> None:
-    """Create the tenant's local namespace nodes and write the generated inventory (idempotent)."""
-    from fmcluster import cluster
-
-    code = cluster.nodes_up_task(org)
-    if code:
-        raise Exit(code=code)
+    """Boot every instance the AWS APIs list for the tenant (local: a host each, running its user data; on AWS
+    EC2 does this itself). Idempotent: running hosts are kept."""
+    _exit(commands.nodes_up(org))
 
 
-@task(name="nodes-down", help={"org": "tenant name (provider local)"})
-def nodes_down(c: Context, org: str) -> None:
-    """Remove the tenant's local nodes: namespaces, veths, bridge, daemons and runtime files."""
-    from fmcluster import cluster
-
-    code = cluster.nodes_down_task(org)
-    if code:
-        raise Exit(code=code)
+@task(help={"org": "tenant name", "node": "node name, address or instance id"})
+def halt(c: Context, org: str, node: str) -> None:
+    """Take one node down hard, as a crash would (local: its host goes; the instance stays for nodes-up)."""
+    _exit(commands.halt(org, node))
 
 
-@task(help={"org": "tenant name", "limit": "Ansible --limit pattern, e.g. controller,cpu-4",
-            "check": "dry run (--check --diff): change nothing"})
-def converge(c: Context, org: str, limit: str = "", check: bool = False) -> None:
-    """Converge the tenant's nodes into its Slurm cluster (playbooks/slurm-cluster.yml)."""
-    from fmcluster import cluster
-
-    code = cluster.converge_task(org, limit=limit, check=check)
-    if code:
-        raise Exit(code=code)
-
-
-@task(help={"org": "tenant name (provider local)", "cmd": "Slurm client command, e.g. 'sinfo -N' or 'sbatch job.sh'",
+@task(help={"org": "tenant name", "cmd": "Slurm client command, e.g. 'sinfo -N' or 'sbatch job.sh'",
             "node": "node to run it on (default: the login node, else the controller)"})
 def slurm(c: Context, org: str, cmd: str, node: str = "") -> None:
-    """Run a Slurm client command on a local tenant's login node (its namespace and SLURM_CONF)."""
-    from fmcluster import cluster
-
-    code = cluster.slurm_task(org, cmd, node)
-    if code:
-        raise Exit(code=code)
+    """Run a command on the tenant's login node through ssh, as an operator would (e.g. Slurm clients)."""
+    _exit(commands.slurm(org, cmd, node))
 
 
-# --- acceptance (issue #7) -------------------------------------------------------------------------------
-@task(help={"org": "tenant name", "no_install": "skip converging the job scripts (playbooks/acceptance.yml)"})
-def acceptance(c: Context, org: str, no_install: bool = False) -> None:
-    """Collective-bandwidth gate through Slurm: judge against the catalog, bisect and drain bad nodes."""
-    from fmcluster.acceptance.runner import main_for_org
-
-    code = main_for_org(org, install=not no_install)
-    if code:
-        raise Exit(code=code)
+# --- acceptance ------------------------------------------------------------------------------------------
+@task(help={"org": "tenant name"})
+def acceptance(c: Context, org: str) -> None:
+    """Collective-bandwidth gate through Slurm on the login node: judge against the catalog, bisect, drain."""
+    _exit(commands.acceptance(org))
 
 
-# --- observability (issue #6) -------------------------------------------------------------------
+# --- observability -------------------------------------------------------------------------------------
 @task
 def dashboards(c: Context) -> None:
     """Regenerate the Grafana dashboard JSON files of the grafana role from fmcluster.dashboards."""

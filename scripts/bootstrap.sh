@@ -46,4 +46,18 @@ if [[ ! -f $stamp || $(cat "$stamp") != "$want" ]]; then
   .venv/bin/pip install -q -e '.[dev]'
   echo "$want" >"$stamp"
 fi
-echo "bootstrap: ready (.venv, Slurm, slurmdbd, MariaDB, munge, Prometheus)"
+
+# Scheduler parallelcluster: ParallelCluster's own schema check (fmcluster.parallelcluster.schema) and its
+# `pcluster` CLI. aws-parallelcluster pins its own boto3 and aws-cdk 1.x, so it gets an environment of its
+# own and never shifts .venv's pins. Measured on the 2-core build machine: ~35 s, ~180 MB.
+PCLUSTER_SPEC="aws-parallelcluster==3.16.1"
+tool=.tools/pcluster-venv
+tool_stamp=$tool/.fmcluster-installed
+if [[ ! -f $tool_stamp || $(cat "$tool_stamp") != "$PCLUSTER_SPEC" ]]; then
+  echo "bootstrap: installing $PCLUSTER_SPEC into $tool (its own boto3/aws-cdk pins, apart from .venv)"
+  [[ -x $tool/bin/python ]] || "$PYTHON" -m venv "$tool"
+  "$tool/bin/pip" install -q --upgrade pip
+  "$tool/bin/pip" install -q "$PCLUSTER_SPEC"
+  echo "$PCLUSTER_SPEC" >"$tool_stamp"
+fi
+echo "bootstrap: ready (.venv, $tool, Slurm, slurmdbd, MariaDB, munge, Prometheus)"

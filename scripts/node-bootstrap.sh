@@ -1,108 +1,123 @@
 #!/usr/bin/env bash
-# fmcluster node bootstrap (installed as /usr/local/sbin/fmcluster-bootstrap). On AWS, EC2 user data
-# (slurm-ec2) and the HyperPod lifecycle script (on_create.sh) fetch the bootstrap bundle that `invoke deploy`
-# uploads to s3://<data bucket>/fmcluster/bootstrap/ (this script, node-converge.sh, converge.env,
-# repo.bundle) into /opt/fmcluster/bootstrap/ and run this script once, as root.
+# fmcluster node bootstrap: the one thing every node runs at first boot, whatever made it — EC2 user data
+# (slurm-ec2 launch templates), HyperPod's on_create.sh, ParallelCluster's OnNodeConfigured — on AWS and on the
+# local substrate alike. The user data fetches this script from s3://$FMCLUSTER_BUCKET/fmcluster/bootstrap/ and
+# runs it as root with:
+#   FMCLUSTER_BUCKET   the tenant's data bucket          FMCLUSTER_REGION  its region
+#   FMCLUSTER_ORG      the tenant                        FMCLUSTER_STACK, FMCLUSTER_SIGNAL_RESOURCE (optional):
+#                                                        the CloudFormation resource to signal once converged
+# and the AWS endpoint/credentials of wherever it runs (instance profile on AWS; on provider local the
+# substrate's environment names the tenant's emulator: AWS_ENDPOINT_URL and its credentials).
 #
-# It installs the pinned toolchain (python3 venv + pinned ansible-core), unpacks the tenant repository from
-# the bundle into a local bare repository (nodes need no git server and no internet: only S3), fetches the
-# generated inventory the deploy publishes, writes /etc/fmcluster/converge.env (what the re-converge timer
-# of the node_convergence role reads) and runs node-converge.sh once. The node's status file and log are
-# copied back to s3://<bucket>/fmcluster/report/ for the controller.
+# It fetches the bundle the deploy published (this script, converge.env with the pinned commit, repo.bundle),
+# makes sure the node's toolchain is there (/opt/fmcluster/venv: the image's, or built from the bundle's
+# wheelhouse), unpacks the pinned commit, and hands over to the node agent (python -m fmcluster.node), which
+# reads the manifest and the secrets, finds the cluster's nodes in the AWS APIs, runs ansible-pull for this
+# node and reports to s3://$FMCLUSTER_BUCKET/fmcluster/report/. Every fetch retries with backoff; a failure
+# is reported (what could not be reached) before the script exits non-zero.
 #
-#   fmcluster-bootstrap           fetch, then converge once
-#   fmcluster-bootstrap --fetch   fetch only (the timer's ExecStartPre: a new deploy's ref and inventory)
-#
-# Inputs: converge.env next to this script (FMCLUSTER_BUCKET, FMCLUSTER_REGION, FMCLUSTER_REF,
-# FMCLUSTER_PLAYBOOK, FMCLUSTER_ANSIBLE_CORE); FMCLUSTER_NODE overrides the node name (default: hostname -s,
-# which is how the generated inventory names AWS nodes); FMCLUSTER_INVENTORY_WAIT (tries, 30 s apart,
-# waiting for the inventory the deploy writes once the nodes exist; default 60). FMCLUSTER_ETC_DIR,
-# FMCLUSTER_BOOTSTRAP_DIR and FMCLUSTER_SBIN_DIR move /etc/fmcluster, /opt/fmcluster/bootstrap and
-# /usr/local/sbin (tests).
+#   node-bootstrap.sh           fetch, then converge once (first boot)
+#   node-bootstrap.sh --fetch   fetch only (the node agent runs this when the deploy publishes a new commit)
 set -euo pipefail
 
-etc=${FMCLUSTER_ETC_DIR:-/etc/fmcluster}
-bundle_dir=${FMCLUSTER_BOOTSTRAP_DIR:-/opt/fmcluster/bootstrap}
-sbin=${FMCLUSTER_SBIN_DIR:-/usr/local/sbin}
-here=$(cd "$(dirname "$0")" && pwd)
-[[ -f $here/converge.env ]] || here=$bundle_dir
-set -a
-# shellcheck source=/dev/null
-. "$here/converge.env"
-set +a
-: "${FMCLUSTER_BUCKET:?converge.env must set FMCLUSTER_BUCKET}" "${FMCLUSTER_REF:?converge.env must set FMCLUSTER_REF}"
-region=${FMCLUSTER_REGION:-}
-node=${FMCLUSTER_NODE:-$(hostname -s)}
-state=${FMCLUSTER_STATE_DIR:-/var/lib/fmcluster}
+: "${FMCLUSTER_BUCKET:?the user data must set FMCLUSTER_BUCKET}" "${FMCLUSTER_REGION:?the user data must set FMCLUSTER_REGION}"
+: "${FMCLUSTER_ORG:?the user data must set FMCLUSTER_ORG}"
+etc=/etc/fmcluster
+state=/var/lib/fmcluster
+bundle=/opt/fmcluster/bootstrap
 venv=${FMCLUSTER_VENV:-/opt/fmcluster/venv}
-repo="$state/repo.git"
-inventory_dir=$etc/inventory
+tries=${FMCLUSTER_FETCH_TRIES:-8}
 s3="s3://$FMCLUSTER_BUCKET/fmcluster"
-install -d -m 0755 "$etc" "$inventory_dir" "$bundle_dir" "$sbin" "$state"
+install -d -m 0755 "$etc" "$state" "$bundle" /var/log/fmcluster
+install -d -m 0700 "$etc/secrets"
 
-aws_s3() { aws s3 "$@" --only-show-errors ${region:+--region "$region"}; }
+say() { echo "fmcluster-bootstrap: $*" >&2; }
 
-# Retry: boot-time networks and the S3 endpoint come up late.
+# The address this node reaches AWS from (its primary private address): what its report is filed under
+# until the agent knows its name.
+my_address() {
+  local target=${AWS_ENDPOINT_URL:-http://169.254.169.254}
+  target=${target#*://}
+  target=${target%%[:/]*}
+  ip -4 -o route get "$target" 2>/dev/null | sed -nE 's/.* src ([0-9.]+).*/\1/p'
+}
+
+# A failure before the agent runs: file a report the deploy can read, naming what could not be reached.
+report_failure() {
+  local stage=$1 message=$2 address
+  address=$(my_address || true)
+  say "FAILED at $stage: $message"
+  printf '{"address": "%s", "ok": false, "stage": "%s", "error": %s, "finished": "%s"}\n' \
+    "${address:-unknown}" "$stage" "$(printf '%s' "$message" | python3 -c 'import json,sys; print(json.dumps(sys.stdin.read()))')" \
+    "$(date -u +%FT%TZ)" >"$state/report.json"
+  aws s3 cp --only-show-errors --region "$FMCLUSTER_REGION" "$state/report.json" "$s3/report/${address:-unknown}.json" || true
+  exit 1
+}
+
+# retry TRIES COMMAND...: exponential backoff (2, 4, 8 … capped at 30 s); boot-time networks come up late.
 retry() {
-  local tries=$1 attempt
+  local tries=$1 attempt delay=2
   shift
   for ((attempt = 1; attempt <= tries; attempt++)); do
     "$@" && return 0
-    echo "fmcluster-bootstrap: '$*' failed (try $attempt/$tries); retrying in 30s" >&2
-    sleep 30
+    ((attempt == tries)) && break
+    say "'$1 ${2:-}' failed (try $attempt/$tries); retrying in ${delay}s"
+    sleep "$delay"
+    delay=$((delay * 2 > 30 ? 30 : delay * 2))
   done
   return 1
 }
 
-fetch() {
-  retry 20 aws_s3 cp --recursive "$s3/bootstrap/" "$bundle_dir/"
-  install -m 0755 "$bundle_dir/node-bootstrap.sh" "$sbin/fmcluster-bootstrap"
-  set -a
-  # shellcheck source=/dev/null
-  . "$bundle_dir/converge.env"
-  set +a
-  [[ -d $repo ]] || git init -q --bare "$repo"
-  git -C "$repo" fetch -q "$bundle_dir/repo.bundle" "+HEAD:refs/heads/fmcluster"
-  git -C "$repo" symbolic-ref HEAD refs/heads/fmcluster
-  # The inventory exists only once the nodes do (the deploy writes it after the cluster stack): wait for it.
-  inventory_ready() { aws_s3 cp --recursive "$s3/inventory/" "$inventory_dir/" && [[ -s $inventory_dir/hosts.yml ]]; }
-  retry "${FMCLUSTER_INVENTORY_WAIT:-60}" inventory_ready
-  # What the node_convergence role needs to know of this bootstrap, as an inventory source of its own.
-  cat >"$etc/node-vars.yml" <<YAML
-# written by fmcluster-bootstrap (scripts/node-bootstrap.sh); rewritten at each fetch
-all:
-  vars:
-    fmcluster_repo_url: $repo
-    fmcluster_repo_ref: $FMCLUSTER_REF
-    fmcluster_node_inventory: [$inventory_dir/hosts.yml, $inventory_dir/stack_outputs.yml, $etc/node-vars.yml]
-    fmcluster_converge_refresh: $sbin/fmcluster-bootstrap --fetch
-YAML
-  # The same keys, in the same order, as the node_convergence role's converge.env.j2.
-  cat >"$etc/converge.env" <<ENV
-# fmcluster node convergence (written by fmcluster-bootstrap, kept by the node_convergence role)
-FMCLUSTER_REPO_URL=$repo
-FMCLUSTER_REF=$FMCLUSTER_REF
-FMCLUSTER_NODE=$node
-FMCLUSTER_INVENTORY=$inventory_dir/hosts.yml $inventory_dir/stack_outputs.yml $etc/node-vars.yml
-FMCLUSTER_PLAYBOOK=${FMCLUSTER_PLAYBOOK:-playbooks/site.yml}
-FMCLUSTER_STATE_DIR=$state
-FMCLUSTER_REPORT_DIR=$state/report
-FMCLUSTER_VENV=$venv
-ENV
+# Into a fresh directory: a copy of an emptied prefix succeeds, and must not pass for the bundle fetched before.
+fetch_bundle() {
+  rm -rf "$bundle.new" && install -d -m 0755 "$bundle.new" \
+    && aws s3 cp --recursive --only-show-errors --region "$FMCLUSTER_REGION" "$s3/bootstrap/" "$bundle.new/" 2>"$state/fetch.err" \
+    && [[ -s $bundle.new/converge.env && -s $bundle.new/repo.bundle ]]
 }
 
-fetch
-[[ ${1:-} == --fetch ]] && exit 0
+retry "$tries" fetch_bundle \
+  || report_failure bundle "cannot fetch $s3/bootstrap/ (converge.env, repo.bundle): $(tail -n 2 "$state/fetch.err" 2>/dev/null)"
+rm -rf "$bundle" && mv "$bundle.new" "$bundle"
+install -m 0755 "$bundle/node-bootstrap.sh" /usr/local/sbin/fmcluster-bootstrap
+# shellcheck source=/dev/null
+. "$bundle/converge.env"
 
-if [[ ! -x $venv/bin/ansible-pull ]]; then
+# The node's own settings, for the agent and for the re-converge service the node_convergence role installs.
+# The AWS endpoint and credentials are passed on only when the environment names them (the local substrate).
+{
+  echo "# written by fmcluster-bootstrap; rewritten at each fetch"
+  for var in FMCLUSTER_BUCKET FMCLUSTER_REGION FMCLUSTER_ORG FMCLUSTER_STACK FMCLUSTER_SIGNAL_RESOURCE \
+             AWS_ENDPOINT_URL AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY; do
+    [[ -n ${!var:-} ]] && printf '%s=%q\n' "$var" "${!var}"
+  done
+  printf 'FMCLUSTER_REF=%s\nFMCLUSTER_PLAYBOOK=%s\n' "$FMCLUSTER_REF" "$FMCLUSTER_PLAYBOOK"
+} >"$etc/node.env.tmp"
+chmod 0600 "$etc/node.env.tmp"
+mv "$etc/node.env.tmp" "$etc/node.env"
+
+# The toolchain: the image's when it has the pinned packages, else built from the bundle's wheelhouse.
+toolchain_ok() { "$venv/bin/python" -c 'import ansible_runner, boto3, yaml, ansible' 2>/dev/null; }
+if ! toolchain_ok; then
+  [[ -d $bundle/wheelhouse ]] || report_failure toolchain "no toolchain in $venv and no wheelhouse in the bundle"
   python3 -m venv "$venv"
-  retry 10 "$venv/bin/pip" install -q "ansible-core==${FMCLUSTER_ANSIBLE_CORE:-2.19.14}"
+  # shellcheck disable=SC2086 # the requirements are a space-separated list
+  "$venv/bin/pip" install -q --no-index --find-links "$bundle/wheelhouse" $FMCLUSTER_NODE_REQUIREMENTS \
+    || report_failure toolchain "pip could not install $FMCLUSTER_NODE_REQUIREMENTS from the bundle's wheelhouse"
 fi
 
-rc=0
-env -i PATH="$venv/bin:/usr/sbin:/usr/bin:/sbin:/bin" HOME=/root bash -c \
-  "set -a; . '$etc/converge.env'; exec bash '$bundle_dir/node-converge.sh'" || rc=$?
-# Leave the status and the log where the controller collects them, even (above all) on failure.
-aws_s3 cp "$state/report/$node.json" "$s3/report/$node.json" || true
-aws_s3 cp "$state/log/pull-$node.log" "$s3/report/$node.log" || true
-exit "$rc"
+# The pinned commit: a bare repository ansible-pull pulls from, and the agent's own checkout of it.
+[[ -d $state/repo.git ]] || git init -q --bare "$state/repo.git"
+git -C "$state/repo.git" fetch -q --force "$bundle/repo.bundle" "+HEAD:refs/heads/fmcluster" \
+  || report_failure bundle "repo.bundle does not hold a commit"
+git -C "$state/repo.git" rev-parse -q --verify "$FMCLUSTER_REF^{commit}" >/dev/null \
+  || report_failure bundle "repo.bundle does not hold the pinned commit $FMCLUSTER_REF"
+[[ -d $state/agent/.git ]] || git clone -q --no-checkout "$state/repo.git" "$state/agent"
+git -C "$state/agent" fetch -q origin
+git -C "$state/agent" checkout -q --force --detach "$FMCLUSTER_REF"
+
+[[ ${1:-} == --fetch ]] && exit 0
+set -a
+# shellcheck source=/dev/null
+. "$etc/node.env"
+set +a
+exec env PYTHONPATH="$state/agent/src" "$venv/bin/python" -m fmcluster.node converge --trigger first-boot

@@ -9,12 +9,11 @@ import pytest
 import yaml
 
 from conftest import ROOT
-from fmcluster import accounting
 from fmcluster.health import data, docs
-from fmcluster.health import inventory as health_inventory
 from fmcluster.health.checks import REGISTRY
 from fmcluster.health.model import ACTIONS, CONTEXTS, FACTS
 from fmcluster.model import load_tenant
+from localtenant import manifest_for
 
 CHECKS = data.checks_doc()
 XIDS = data.xid_doc()
@@ -79,7 +78,8 @@ def test_the_role_defaults_are_what_the_python_config_builder_assumes() -> None:
 
 
 def test_an_aws_tenant_checks_its_lustre_and_openzfs_mounts_and_reports_on_lustre() -> None:
-    values = health_inventory.inventory_vars(load_tenant("stockmark"))
+    values = manifest_for(load_tenant("stockmark"), {"LustreDnsName": "fs-1.fsx.aws", "LustreMountName": "abc",
+                                                     "HomeDnsName": "fs-2.fsx.aws"})["vars"]
     assert values["node_health_mounts"] == [{"path": "/fsx", "fstype": "lustre"}, {"path": "/home", "fstype": "nfs4"}]
     assert (values["node_health_report_dir"], values["node_health_report_requires_mount"]) == (
         "/fsx/.fmcluster/health/reports", "/fsx")
@@ -87,23 +87,23 @@ def test_an_aws_tenant_checks_its_lustre_and_openzfs_mounts_and_reports_on_lustr
     assert values["slurm_health_check_interval"] == values["node_health_interval"] == 300
 
 
-def test_a_local_tenant_keeps_everything_under_its_runtime_root() -> None:
-    values = health_inventory.inventory_vars(load_tenant("demo"))
-    paths = {k: v for k, v in values.items() if isinstance(v, str) and "/" in v}
-    assert paths and all(v.startswith("{{ fmcluster_local_root") for v in paths.values()), paths
-    assert values["node_health_mounts"] == []
+def test_a_file_system_the_stacks_did_not_create_is_checked_as_mounted_of_any_type() -> None:
+    # The local substrate binds a shared directory at the mount point (the emulator makes no FSx).
+    values = manifest_for(load_tenant("demo"))["vars"]
+    assert values["node_health_mounts"] == [{"path": "/fsx", "fstype": ""}]
+    assert values["node_health_report_requires_mount"] == "/fsx"
+    assert values["slurm_health_check_interval"] == values["node_health_interval"] == 60
 
 
 @pytest.mark.parametrize("org, expected", [
-    ("demo", {"slurm_accounting": True, "slurm_accounting_install_packages": False,
-              "slurm_accounting_storage_pass_file": "{{ fmcluster_local_root }}/accounting/secrets/slurmdbd-storage.pass"}),
-    ("stockmark", {"slurm_accounting": True,
-                   "slurm_accounting_storage_pass_secret": "fmcluster/stockmark/slurmdbd-storage-password"}),
+    ("demo", {"slurm_accounting": True, "slurm_accounting_install_packages": False}),
+    ("stockmark", {"slurm_accounting": True, "slurm_accounting_storage_user": "slurm"}),
 ])
-def test_accounting_is_on_by_default(org: str, expected: dict) -> None:
-    values = accounting.inventory_vars(load_tenant(org))
-    assert expected.items() <= values.items()
-    assert values["slurm_accounting_host"] == "{{ slurm_controller_address }}"
+def test_accounting_is_on_by_default_with_a_password_generated_on_the_controller(org: str, expected: dict) -> None:
+    manifest = manifest_for(load_tenant(org))
+    assert expected.items() <= manifest["vars"].items()
+    assert "slurm_accounting_storage_pass_generate" not in manifest["vars"]  # the role's default: true
+    assert "slurmdbd-storage-password" not in manifest["secrets"]
 
 
 def _tenant_with(tmp_path: Path, org: str, base: str, accounting_section: dict) -> Path:
@@ -121,20 +121,26 @@ def test_an_rds_endpoint_the_tenant_names_is_used_as_it_is_with_its_secret(tmp_p
 
     path = _tenant_with(tmp_path, "rdsorg", "stockmark",
                         {"database_endpoint": "acct.cluster-c1a2b3.ap-northeast-1.rds.amazonaws.com:3307"})
-    values = accounting.inventory_vars(load_spec(path))
+    manifest = manifest_for(load_spec(path))
+    values = manifest["vars"]
     assert values["slurm_accounting_database"] == "external"
     assert (values["slurm_accounting_storage_host"], values["slurm_accounting_storage_port"]) == (
         "acct.cluster-c1a2b3.ap-northeast-1.rds.amazonaws.com", 3307)
     assert values["slurm_accounting_storage_pass_generate"] is False
     assert values["slurm_accounting_storage_pass_secret"] == "fmcluster/rdsorg/slurmdbd-storage-password"
+    # The node agent writes it on the controller only, where the role reads it.
+    assert manifest["secrets"]["slurmdbd-storage-password"] == {"id": "fmcluster/rdsorg/slurmdbd-storage-password",
+                                                               "roles": ["controller"]}
+    assert values["slurm_accounting_storage_pass_file"] == "/etc/fmcluster/secrets/slurmdbd-storage-password"
     assert not any("pass" in k and isinstance(v, str) and len(v) > 20 and "/" not in v for k, v in values.items())
 
 
 def test_accounting_can_be_switched_off(tmp_path: Path) -> None:
     from fmcluster.model import load_spec
 
-    assert accounting.inventory_vars(load_spec(_tenant_with(tmp_path, "noacct", "stockmark", {"enabled": False}))) == {
-        "slurm_accounting": False}
+    values = manifest_for(load_spec(_tenant_with(tmp_path, "noacct", "stockmark", {"enabled": False})))["vars"]
+    assert values["slurm_accounting"] is False
+    assert not [k for k in values if k.startswith("slurm_accounting_")]
 
 
 @pytest.mark.parametrize("section, words", [

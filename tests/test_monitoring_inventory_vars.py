@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 from fmcluster import monitoring
@@ -17,19 +16,20 @@ def test_demo_keeps_two_days_locally_without_remote_write_or_receivers() -> None
         "grafana_enabled": True, "alertmanager_receivers": []}
 
 
-def test_local_nodes_install_nothing_and_keep_every_file_under_the_tenant_s_runtime_root() -> None:
-    values = monitoring.inventory_vars(load_tenant("demo"))
-    assert (values["node_exporter_install"], values["prometheus_install"], values["alertmanager_install"]) == (
-        False, False, False)
-    paths = {k: v for k, v in values.items() if k.endswith(("_dir",))}
-    assert len(paths) == 12
-    assert all(v.startswith("{{ fmcluster_local_root") for v in paths.values()), paths
-    assert "{{ inventory_hostname }}" in values["node_exporter_run_dir"]
+def test_the_monitoring_variables_are_the_tenant_s_alone_the_same_shape_on_every_provider() -> None:
+    local, aws = monitoring.inventory_vars(load_tenant("demo")), monitoring.inventory_vars(load_tenant("stockmark"))
+    assert set(local) == set(aws)
+    assert not [k for k in local if k.endswith("_dir") or k.endswith("_install")], "paths and packages are the substrate's"
 
 
-def test_aws_tenants_install_the_packages() -> None:
-    values = monitoring.inventory_vars(load_tenant("stockmark"))
-    assert not {"node_exporter_install", "prometheus_install", "alertmanager_install"} & set(values)
+def test_every_node_runs_node_exporter_and_only_gpu_and_efa_instance_types_the_other_exporters() -> None:
+    assert monitoring.scrape_jobs(load_tenant("demo")) == [{"job": "node", "port": 9100, "instance_types": []}]
+    assert monitoring.scrape_jobs(load_tenant("stockmark")) == [
+        {"job": "node", "port": 9100, "instance_types": []},
+        {"job": "dcgm", "port": 9400, "instance_types": ["p5.48xlarge"]},
+        {"job": "efa", "port": 9109, "instance_types": ["p5.48xlarge"]}]
+    neuron = monitoring.scrape_jobs(load_tenant("neuronlab"))
+    assert [j["job"] for j in neuron] == ["node", "efa"], "Trainium has EFA, no NVIDIA GPU"
 
 
 def test_remote_write_is_signed_for_the_tenant_s_region() -> None:
@@ -54,16 +54,3 @@ def test_every_variable_is_a_documented_role_or_playbook_variable(repo_root: Pat
 
 def test_the_playbook_path_exists() -> None:
     assert monitoring.playbook_path().is_file()
-
-
-def test_stop_daemons_stops_each_process_by_its_pidfile(tmp_path: Path) -> None:
-    run_dir = tmp_path / "nodes" / "n1" / "node_exporter"
-    run_dir.mkdir(parents=True)
-    pidfile = run_dir / "fmcluster-node-exporter.pid"
-    subprocess.run(["start-stop-daemon", "--start", "--background", "--make-pidfile", f"--pidfile={pidfile}",
-                    "--exec=/bin/sleep", "--", "300"], check=True)
-    pid = int(pidfile.read_text())
-    assert Path(f"/proc/{pid}").exists()
-    assert monitoring.stop_daemons(tmp_path) == [pidfile]
-    assert not Path(f"/proc/{pid}").exists()
-    assert monitoring.stop_daemons(tmp_path) == []  # nothing left; no error

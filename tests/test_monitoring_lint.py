@@ -10,7 +10,7 @@ from conftest import venv_tool
 from monitoring_helpers import ROOT
 
 pytestmark = pytest.mark.slow
-PATHS = ["roles/monitoring_service", "roles/node_exporter", "roles/dcgm_exporter", "roles/efa_exporter",
+PATHS = ["roles/supervised_service", "roles/node_exporter", "roles/dcgm_exporter", "roles/efa_exporter",
          "roles/prometheus", "roles/grafana", "roles/alertmanager", "playbooks/monitoring.yml", "molecule/monitoring"]
 
 

@@ -1,73 +1,122 @@
-"""The prometheus role's configuration passes `promtool check config` in each supported shape."""
+"""The prometheus role's configuration passes `promtool check config` in each supported shape: no exporter jobs,
+EC2 service discovery (AWS's endpoint and the tenant's emulator), the inventory's nodes, remote write.
+
+Rendered by Ansible's template module from the role's own template and defaults, with the scrape configs
+fmcluster.manifest.scrape_configs computes (one ansible-playbook run, one local host per shape).
+"""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
-import jinja2
 import pytest
 import yaml
 
+from conftest import venv_tool
+from fmcluster.manifest import scrape_configs
+from fmcluster.nodes import Node
 from monitoring_helpers import PROMTOOL, ROOT, RULES_FILE
 
 pytestmark = pytest.mark.slow
-TEMPLATES = ROOT / "roles" / "prometheus" / "templates"
+JOBS = [{"job": "node", "port": 9100, "instance_types": []},
+        {"job": "dcgm", "port": 9400, "instance_types": ["p5.48xlarge"]},
+        {"job": "efa", "port": 9109, "instance_types": ["p5.48xlarge"]}]
+NODES = [Node("ip-10-1-128-10", "10.1.128.10", "controller", None, "i-1", "m5.xlarge"),
+         Node("ip-10-1-128-11", "10.1.128.11", "compute", "gpu", "i-2", "p5.48xlarge")]
+EC2 = {"kind": "ec2", "region": "ap-northeast-1", "tag": "fmcluster:org", "value": "stockmark"}
+URL = "https://aps-workspaces.ap-northeast-1.amazonaws.com/workspaces/ws-1234/api/v1/remote_write"
+SHAPES: dict[str, dict[str, Any]] = {
+    "default": {},
+    "ec2": {"prometheus_scrape_configs": scrape_configs({"prometheus_node_discovery": EC2,
+                                                        "prometheus_scrape_jobs": JOBS}, NODES)},
+    "ec2_emulator": {"prometheus_scrape_configs": scrape_configs(
+        {"prometheus_node_discovery": EC2, "prometheus_scrape_jobs": JOBS,
+         "fmcluster_aws_endpoint_url": "http://10.77.128.1:40123", "prometheus_sd_refresh_interval": "10s"}, NODES)},
+    "inventory": {"prometheus_scrape_configs": scrape_configs({"prometheus_node_discovery": {"kind": "inventory"},
+                                                              "prometheus_scrape_jobs": JOBS}, NODES)},
+    "remote_write": {"prometheus_remote_write_url": URL, "prometheus_remote_write_region": "ap-northeast-1",
+                     "prometheus_external_labels": {"cluster": "stockmark"},
+                     "prometheus_alertmanager_targets": ["10.1.0.10:9093"]},
+}
+PLAY = """\
+- name: Render prometheus.yml as the prometheus role does
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: Render the role's template
+      ansible.builtin.template:
+        src: "{{ template }}"
+        dest: "{{ out }}"
+        mode: "0644"
+"""
 
 
-def _render(tmp_path: Path, **overrides: Any) -> Path:
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), undefined=jinja2.StrictUndefined,
-                             trim_blocks=True, keep_trailing_newline=True)
-    env.filters["to_json"] = json.dumps
-    rules_dir = tmp_path / "rules"
-    rules_dir.mkdir(exist_ok=True)
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    tmp = tmp_path_factory.mktemp("prometheus")
+    rules_dir = tmp / "rules"
+    rules_dir.mkdir()
     (rules_dir / RULES_FILE.name).write_text(RULES_FILE.read_text())
-    values: dict[str, Any] = {
-        "inventory_hostname": "controller", "prometheus_scrape_interval": "15s",
-        "prometheus_evaluation_interval": "15s", "prometheus_external_labels": {},
-        "prometheus_rules_dir": str(rules_dir), "prometheus_alertmanager_targets": [],
-        "prometheus_api_host": "127.0.0.1", "prometheus_port": 9090,
-        "prometheus_file_sd_jobs": ["node", "dcgm", "efa"], "prometheus_file_sd_dir": str(tmp_path / "file_sd"),
-        "prometheus_remote_write_url": "", "prometheus_remote_write_region": "",
-    }
-    values.update(overrides)
-    out = tmp_path / "prometheus.yml"
-    out.write_text(env.get_template("prometheus.yml.j2").render(**values))
-    return out
+    defaults = yaml.safe_load((ROOT / "roles" / "prometheus" / "defaults" / "main.yml").read_text())
+    hosts = {}
+    for shape, values in SHAPES.items():
+        hosts[shape] = {**defaults, "prometheus_rules_dir": str(rules_dir), **values, "ansible_connection": "local",
+                        "ansible_python_interpreter": sys.executable, "out": str(tmp / f"{shape}.yml"),
+                        "template": str(ROOT / "roles" / "prometheus" / "templates" / "prometheus.yml.j2")}
+    (tmp / "hosts.json").write_text(json.dumps({"all": {"hosts": hosts}}))
+    (tmp / "play.yml").write_text(PLAY)
+    run = subprocess.run([venv_tool("ansible-playbook"), "-i", str(tmp / "hosts.json"), str(tmp / "play.yml")],
+                         capture_output=True, text=True, cwd=ROOT, timeout=300,
+                         env={**os.environ, "ANSIBLE_LOCAL_TEMP": str(tmp / "ansible-tmp")})
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    return {shape: tmp / f"{shape}.yml" for shape in SHAPES}
 
 
-def _check(config: Path) -> subprocess.CompletedProcess[str]:
+def check(config: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([PROMTOOL, "check", "config", str(config)], capture_output=True, text=True)
 
 
-def test_the_default_configuration_passes_promtool_and_loads_the_rules(tmp_path: Path) -> None:
-    result = _check(_render(tmp_path))
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_every_shape_passes_promtool_and_loads_the_rules(rendered: dict[str, Path], shape: str) -> None:
+    result = check(rendered[shape])
     assert result.returncode == 0, result.stdout + result.stderr
     assert "rules found" in result.stdout
+    assert rendered[shape].read_text().startswith("# generated by fmcluster (prometheus role)")
 
 
-def test_every_exporter_job_reads_its_own_file_sd_files(tmp_path: Path) -> None:
-    config = yaml.safe_load(_render(tmp_path).read_text())
-    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
-    for name in ("node", "dcgm", "efa"):
-        assert jobs[name]["file_sd_configs"][0]["files"] == [f"{tmp_path}/file_sd/{name}-*.yml"]
+def test_without_exporter_jobs_prometheus_scrapes_itself(rendered: dict[str, Path]) -> None:
+    config = yaml.safe_load(rendered["default"].read_text())
+    assert [job["job_name"] for job in config["scrape_configs"]] == ["prometheus"]
 
 
-def test_remote_write_to_amazon_managed_prometheus_uses_sigv4_and_passes_promtool(tmp_path: Path) -> None:
-    url = "https://aps-workspaces.ap-northeast-1.amazonaws.com/workspaces/ws-1234/api/v1/remote_write"
-    path = _render(tmp_path, prometheus_remote_write_url=url, prometheus_remote_write_region="ap-northeast-1",
-                   prometheus_external_labels={"cluster": "stockmark"},
-                   prometheus_alertmanager_targets=["10.1.0.10:9093"])
-    result = _check(path)
-    assert result.returncode == 0, result.stdout + result.stderr
-    config = yaml.safe_load(path.read_text())
+def test_ec2_discovery_asks_the_tenant_s_emulator_when_the_node_names_one(rendered: dict[str, Path]) -> None:
+    aws = yaml.safe_load(rendered["ec2"].read_text())["scrape_configs"]
+    local = yaml.safe_load(rendered["ec2_emulator"].read_text())["scrape_configs"]
+    assert [j["job_name"] for j in aws] == ["prometheus", "node", "dcgm", "efa"]
+    assert "endpoint" not in aws[1]["ec2_sd_configs"][0]
+    assert {j["ec2_sd_configs"][0]["endpoint"] for j in local[1:]} == {"http://10.77.128.1:40123"}
+    assert local[1]["ec2_sd_configs"][0]["refresh_interval"] == "10s"
+
+
+def test_inventory_discovery_lists_each_node_for_the_jobs_of_its_instance_type(rendered: dict[str, Path]) -> None:
+    jobs = {j["job_name"]: j for j in yaml.safe_load(rendered["inventory"].read_text())["scrape_configs"]}
+    assert [t["targets"] for t in jobs["node"]["static_configs"]] == [["10.1.128.10:9100"], ["10.1.128.11:9100"]]
+    assert [t["targets"] for t in jobs["dcgm"]["static_configs"]] == [["10.1.128.11:9400"]]
+
+
+def test_remote_write_to_amazon_managed_prometheus_uses_sigv4(rendered: dict[str, Path]) -> None:
+    config = yaml.safe_load(rendered["remote_write"].read_text())
     assert config["remote_write"][0] == {
-        "url": url, "sigv4": {"region": "ap-northeast-1"},
+        "url": URL, "sigv4": {"region": "ap-northeast-1"},
         "queue_config": {"max_samples_per_send": 1000, "max_shards": 200, "capacity": 2500}}
     assert config["global"]["external_labels"] == {"cluster": "stockmark"}
+    assert config["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"] == ["10.1.0.10:9093"]
 
 
-def test_without_remote_write_no_remote_write_section_is_emitted(tmp_path: Path) -> None:
-    assert "remote_write" not in yaml.safe_load(_render(tmp_path).read_text())
+def test_without_remote_write_no_remote_write_section_is_emitted(rendered: dict[str, Path]) -> None:
+    assert "remote_write" not in yaml.safe_load(rendered["default"].read_text())

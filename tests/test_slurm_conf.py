@@ -1,77 +1,147 @@
-"""slurm.conf, gres.conf and topology.conf as the slurm role renders them from the generated inventory.
+"""slurm.conf, gres.conf and topology.conf as the slurm role renders them from the inventory a node assembles
+(fmcluster.manifest.assemble_inventory), and which nodes write them at all.
 
-Rendered by Ansible's own template module on this machine, with the role's defaults under the inventory's
-`all` vars, so the AWS (GPU, systemd) shape is checked without an AWS node.
+Rendered by Ansible's own template module on this machine, with the role's defaults under the inventory's `all`
+vars, so the AWS (GPU, systemd) shape is checked without an AWS node. The role itself runs for the configless
+check: compute nodes write no configuration, their slurmd fetches the controller's. One ansible-playbook run
+serves every test (one local host per case).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from conftest import ROOT, venv_tool
-from fmcluster.inventory import inventory_document, placement_group_output_key
-from fmcluster.localnodes import plan
+from fmcluster.manifest import assemble_inventory, placement_group_output_key
 from fmcluster.model import Tenant, load_tenant
+from localtenant import manifest_for, nodes_for
 
 
-@dataclass(frozen=True)
-class Node:
-    name: str
-    role: str
-    queue: str | None
-    address: str
-
-
-def render(tenant: Tenant, template: str, tmp_path: Path, **overrides: Any) -> str:
-    nodes = [Node(s.name, s.role, s.queue, f"10.0.1.{i + 10}") for i, s in enumerate(plan(tenant))]
+def cluster_vars(tenant: Tenant) -> dict[str, Any]:
     outputs = {placement_group_output_key(q.name): f"fmc-{tenant.org}-{q.name}-pg" for q in tenant.queues
-               if tenant.provider == "aws"}  # moto creates no placement group for local tenants
-    variables = yaml.safe_load((ROOT / "roles/slurm/defaults/main.yml").read_text())
-    variables.update(inventory_document(tenant, nodes, outputs)["all"]["vars"])
-    variables.update(overrides, ansible_python_interpreter=sys.executable)
-    (tmp_path / "vars.json").write_text(json.dumps(variables))
-    dest = tmp_path / template.removesuffix(".j2")
-    subprocess.run([venv_tool("ansible"), "localhost", "-c", "local", "-m", "ansible.builtin.template",
-                    "-a", f"src={ROOT}/roles/slurm/templates/{template} dest={dest}", "-e", f"@{tmp_path}/vars.json"],
-                   check=True, capture_output=True, cwd=ROOT)
-    return dest.read_text()
+               if tenant.provider == "aws"}  # the emulator makes no placement group for local tenants
+    variables: dict[str, Any] = assemble_inventory(manifest_for(tenant, outputs), nodes_for(tenant))["all"]["vars"]
+    return variables
 
 
-def test_gpu_nodes_get_gres_and_cgroup_plugins_where_systemd_runs(tmp_path: Path) -> None:
-    conf = render(load_tenant("stockmark"), "slurm.conf.j2", tmp_path, slurm_use_cgroup=True)
+TEMPLATES = ROOT / "roles" / "slurm" / "templates"
+PLAY = """\
+- name: Render the slurm role's templates as a node would
+  hosts: render
+  gather_facts: false
+  tasks:
+    - name: Render each template
+      ansible.builtin.template:
+        src: "{{ templates_dir }}/{{ item }}.j2"
+        dest: "{{ out_dir }}/{{ item }}"
+        mode: "0644"
+      loop: "{{ render_templates }}"
+
+- name: Run the slurm role as a node would
+  hosts: role
+  gather_facts: true
+  gather_subset: ["!all", service_mgr]
+  roles:
+    - role: slurm
+"""
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One ansible-playbook run, one local host per case: the templates rendered with a tenant's inventory
+    (stockmark: AWS, GPUs, systemd; demo: local, no systemd) and the role run on a configless compute node and on
+    the controller (their directories under the case's own folder). Returns the folder holding every case."""
+    tmp = tmp_path_factory.mktemp("slurm-conf")
+    defaults = yaml.safe_load((ROOT / "roles/slurm/defaults/main.yml").read_text())
+
+    def role_run(case: str, configless: bool) -> dict[str, Any]:
+        return {**cluster_vars(load_tenant("demo")), "slurm_configless": configless, "slurm_user": "root",
+                "slurm_conf_dir": str(tmp / case / "etc" / "slurm"), "slurm_log_dir": str(tmp / case / "log"),
+                "slurm_run_dir": str(tmp / case / "run"), "slurm_use_cgroup": False}
+
+    cases = {
+        "render": {
+            "stockmark": {**defaults, **cluster_vars(load_tenant("stockmark")), "slurm_use_cgroup": True,
+                          "render_templates": ["slurm.conf", "gres.conf", "topology.conf"]},
+            "demo": {**defaults, **cluster_vars(load_tenant("demo")), "slurm_use_cgroup": False,
+                     "slurm_task_prolog": "/opt/p.sh", "render_templates": ["slurm.conf"]},
+        },
+        "role": {"configless": role_run("configless", True), "controller": role_run("controller", False)},
+    }
+    for group in cases.values():
+        for case, variables in group.items():
+            variables.update(ansible_connection="local", ansible_python_interpreter=sys.executable,
+                             out_dir=str(tmp / case), templates_dir=str(TEMPLATES))
+            (tmp / case).mkdir()
+    inventory = {"all": {"children": {group: {"hosts": hosts} for group, hosts in cases.items()}}}
+    (tmp / "hosts.json").write_text(json.dumps(inventory))
+    (tmp / "play.yml").write_text(PLAY)
+    env = {**os.environ, "ANSIBLE_ROLES_PATH": str(ROOT / "roles"), "ANSIBLE_LOCAL_TEMP": str(tmp / "ansible-tmp"),
+           "ANSIBLE_FORCE_COLOR": "0"}
+    run = subprocess.run([venv_tool("ansible-playbook"), "-i", str(tmp / "hosts.json"), str(tmp / "play.yml")],
+                         capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    return tmp
+
+
+def test_gpu_nodes_get_gres_and_cgroup_plugins_where_systemd_runs(rendered: Path) -> None:
+    conf = (rendered / "stockmark" / "slurm.conf").read_text()
     assert conf.startswith("# generated by fmcluster")
     assert "GresTypes=gpu\n" in conf
     assert "SelectType=select/cons_tres\n" in conf
     assert "ProctrackType=proctrack/cgroup\n" in conf and "TaskPlugin=task/cgroup,task/affinity\n" in conf
-    node_lines = [line for line in conf.splitlines() if line.startswith("NodeName=")]
+    node_lines = [line for line in conf.splitlines() if line.startswith("NodeName=ip-")]
     assert len(node_lines) == 16 and all(" CPUs=192 " in line and " Gres=gpu:8 " in line for line in node_lines)
     assert "TopologyPlugin=topology/tree\n" in conf
 
 
-def test_gres_conf_names_the_eight_gpu_devices_of_every_node(tmp_path: Path) -> None:
-    gres = render(load_tenant("stockmark"), "gres.conf.j2", tmp_path, slurm_use_cgroup=True)
+def test_the_controller_serves_its_configuration_to_configless_slurmd(rendered: Path) -> None:
+    conf = (rendered / "demo" / "slurm.conf").read_text()
+    assert "SlurmctldParameters=enable_configless\n" in conf
+    assert "SlurmctldHost=ip-10-77-128-10(10.77.128.10)\n" in conf
+
+
+def test_gres_conf_names_the_eight_gpu_devices_of_every_node(rendered: Path) -> None:
+    gres = (rendered / "stockmark" / "gres.conf").read_text()
     lines = [line for line in gres.splitlines() if line.startswith("NodeName=")]
     assert len(lines) == 16 and all(line.endswith("Name=gpu File=/dev/nvidia[0-7]") for line in lines)
 
 
-def test_the_placement_group_is_a_leaf_switch_under_one_spine(tmp_path: Path) -> None:
-    topo = render(load_tenant("stockmark"), "topology.conf.j2", tmp_path, slurm_use_cgroup=True)
-    queue = load_tenant("stockmark").queues[0].name
-    assert f"SwitchName=fmc-stockmark-{queue}-pg Nodes={queue}-1," in topo
+def test_the_placement_group_is_a_leaf_switch_under_one_spine(rendered: Path) -> None:
+    tenant = load_tenant("stockmark")
+    topo = (rendered / "stockmark" / "topology.conf").read_text()
+    queue = tenant.queues[0].name
+    first = next(n.name for n in nodes_for(tenant) if n.role == "compute")
+    assert f"SwitchName=fmc-stockmark-{queue}-pg Nodes={first}," in topo
     assert f"SwitchName=spine Switches=fmc-stockmark-{queue}-pg" in topo
 
 
-def test_local_nodes_without_systemd_get_linuxproc_no_gres_and_the_tenant_munge_socket(tmp_path: Path) -> None:
-    conf = render(load_tenant("demo"), "slurm.conf.j2", tmp_path, slurm_use_cgroup=False, slurm_task_prolog="/opt/p.sh")
+def test_local_nodes_without_systemd_get_linuxproc_no_gres_and_munge_s_default_socket(rendered: Path) -> None:
+    conf = (rendered / "demo" / "slurm.conf").read_text()
     assert "ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\nJobAcctGatherType=jobacct_gather/none\n" in conf
     assert "Gres" not in conf and "TopologyPlugin" not in conf
-    assert "AuthInfo=socket=/var/lib/fmcluster/demo/munge/run/munge.socket.2\n" in conf
+    assert "AuthInfo" not in conf, "every host runs its own munged at the default socket"
     assert "TaskProlog=/opt/p.sh\n" in conf
-    assert "PartitionName=cpu Nodes=cpu-1,cpu-2,cpu-3 Default=YES" in conf
+    assert "PartitionName=cpu Nodes=ip-10-77-128-12,ip-10-77-128-13,ip-10-77-128-14 Default=YES" in conf
+    assert f"NodeName=ip-10-77-128-12 NodeAddr=10.77.128.12 CPUs={os.cpu_count()} " in conf
+
+
+# --- who writes the configuration -------------------------------------------------------------------------
+
+def test_a_configless_node_writes_no_slurm_configuration(rendered: Path) -> None:
+    conf_dir = rendered / "configless" / "etc" / "slurm"
+    assert conf_dir.is_dir() and list(conf_dir.iterdir()) == []
+
+
+def test_the_controller_writes_slurm_conf_cgroup_conf_and_its_restart_settings(rendered: Path) -> None:
+    conf_dir = rendered / "controller" / "etc" / "slurm"
+    assert sorted(p.name for p in conf_dir.iterdir()) == [".fmcluster-restart-settings", "cgroup.conf", "slurm.conf"]
+    assert "PartitionName=cpu " in (conf_dir / "slurm.conf").read_text()

@@ -12,7 +12,7 @@ from typing import Any, Callable
 import pytest
 import yaml
 
-from fmcluster import cli
+from fmcluster import commands
 from fmcluster.model import load_tenant
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,7 +37,7 @@ def spec_with(change: Callable[[dict[str, Any]], None]) -> str:
 def run_validate(root: Path, monkeypatch: pytest.MonkeyPatch, org: str = "acme") -> tuple[int, str]:
     monkeypatch.setenv("FMCLUSTER_ROOT", str(root))
     lines: list[str] = []
-    code = cli.validate(org, out=lines.append)
+    code = commands.validate(org, out=lines.append)
     return code, "\n".join(lines)
 
 
@@ -80,7 +80,7 @@ BAD_SPECS: list[tuple[str, str | Callable[[dict[str, Any]], None], list[str]]] =
     ("sagemaker-instance-name", set_in("queues.0.instance_type", "ml.p5.48xlarge"),
      ["SageMaker name", "write the EC2 name 'p5.48xlarge'"]),
     ("count-as-string", set_in("queues.0.count", "three"),
-     ["tenant.queues[0].count", "'three' is a str, expected integer"]),
+     ["tenant.queues[0].count", "'three' is text, expected a whole number"]),
     ("count-zero", set_in("queues.0.count", 0), ["tenant.queues[0].count", "at least 1 node"]),
     ("duplicate-queue", add_queue(name="cpu", instance_type="c5.2xlarge", count=1),
      ["tenant.queues[1].name", "queue name 'cpu' is used twice"]),
@@ -89,7 +89,8 @@ BAD_SPECS: list[tuple[str, str | Callable[[dict[str, Any]], None], list[str]]] =
     ("missing-provider", drop("provider"), ["missing required key 'provider'", "add `provider:`"]),
     ("wrong-provider", set_in("provider", "azure"), ["tenant.provider", "'azure' is not allowed", "use one of: aws, local"]),
     ("scheduler-typo", set_in("scheduler", "slurm-ec"), ["did you mean 'slurm-ec2'"]),
-    ("parallelcluster-reserved", set_in("scheduler", "parallelcluster"), ["reserved and not supported yet"]),
+    ("parallelcluster-section-on-slurm-ec2", lambda t: t.update(parallelcluster={"os": "ubuntu2204"}),
+     ["tenant.parallelcluster", "only scheduler parallelcluster reads this section"]),
     ("unknown-region", set_in("region", "ap-northeast-9"), ["not a known AWS region"]),
     ("az-outside-region", set_in("availability_zone", "us-east-1a"),
      ["tenant.availability_zone", "not an availability zone of region 'ap-northeast-1'", "ap-northeast-1a"]),
@@ -187,7 +188,7 @@ def test_defaults_come_from_the_schema(tmp_path: Path, monkeypatch: pytest.Monke
     tenant = load_tenant("acme", tmp_path)
     assert tenant.monitoring.prometheus_retention_days == 15
     assert tenant.acceptance.tests == ("all_reduce",)
-    assert tenant.network.local_subnet == "10.77.0.0/24"
+    assert tenant.network.vpc_cidr == "10.0.0.0/16"
     assert tenant.storage.s3_versioning is True
 
 
@@ -208,3 +209,68 @@ def test_cli_module_exit_code(tmp_path: Path) -> None:
                             capture_output=True, text=True,
                             env={"FMCLUSTER_ROOT": str(tmp_path), "PYTHONPATH": str(ROOT / "src")})
     assert result.returncode == 2 and "missing required key" in result.stdout
+
+
+def _schema_leaves(node: dict[str, Any], path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], dict[str, Any]]]:
+    from fmcluster.validation import _resolve, load_schema
+
+    schema = load_schema()
+    if "$ref" in node:
+        node = {**_resolve(schema, node["$ref"]), **node}
+    found = [(path, node)] if path else []
+    for key, sub in node.get("properties", {}).items():
+        found += _schema_leaves(sub, (*path, key))
+    if node.get("type") == "array" and isinstance(node.get("items"), dict):
+        found += _schema_leaves(node["items"], (*path, "0"))
+    return found
+
+
+def _full_spec(t: dict[str, Any]) -> None:
+    t["storage"]["openzfs"] = {"storage_capacity_gib": 128, "throughput_mbps": 128}
+    t["monitoring"]["alert_receivers"] = [{"name": "a", "type": "email", "target": "a@example.org"}]
+    t["queues"][0]["accelerator"] = "none"
+    t["storage"]["lustre"]["data_repository"].update(import_policy=["NEW"], export_policy=["NEW"])
+    t["acceptance"]["min_busbw_gbps"] = 1.0
+
+
+def _leaves_where(test: Callable[[dict[str, Any]], bool]) -> list[tuple[str, ...]]:
+    """Schema leaves matching `test` that the demo spec (with _full_spec's additions) holds."""
+    from fmcluster.validation import load_schema
+
+    full = copy.deepcopy(DEMO_SPEC)
+    _full_spec(full["tenant"])
+
+    def present(path: tuple[str, ...]) -> bool:
+        node: Any = full["tenant"]
+        for part in path:
+            if isinstance(node, list) and part.isdigit() and int(part) < len(node):
+                node = node[int(part)]
+            elif isinstance(node, dict) and part in node:
+                node = node[part]
+            else:
+                return False
+        return True
+
+    return [p[1:] for p, node in _schema_leaves(load_schema()) if p[:1] == ("tenant",) and test(node) and present(p[1:])]
+
+
+@pytest.mark.parametrize("path", _leaves_where(lambda n: "enum" in n), ids=".".join)
+def test_a_wrong_choice_is_fixed_by_listing_every_allowed_value(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                               path: tuple[str, ...]) -> None:
+    from fmcluster.validation import _subschema, load_schema
+
+    allowed = _subschema(load_schema(), ("tenant", *[int(p) if p.isdigit() else p for p in path]))["enum"]
+    write_tenant(tmp_path, spec_with(lambda t: [_full_spec(t), set_in(".".join(path), "nonsense")(t)]))
+    code, output = run_validate(tmp_path, monkeypatch)
+    assert code == 2 and f"fix: use one of: {', '.join(map(str, allowed))}" in output, output
+
+
+@pytest.mark.parametrize("path", _leaves_where(lambda n: "maximum" in n), ids=".".join)
+def test_an_out_of_range_number_is_fixed_by_stating_the_range(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                              path: tuple[str, ...]) -> None:
+    from fmcluster.validation import _subschema, load_schema
+
+    node = _subschema(load_schema(), ("tenant", *[int(p) if p.isdigit() else p for p in path]))
+    write_tenant(tmp_path, spec_with(lambda t: [_full_spec(t), set_in(".".join(path), node["maximum"] + 1)(t)]))
+    code, output = run_validate(tmp_path, monkeypatch)
+    assert code == 2 and f"{node['maximum']}" in output.split("fix:", 1)[1], output

@@ -1,29 +1,26 @@
-"""The accounting part of the generated inventory: tenant → role variables of slurm_accounting and the slurm
-role's accounting switch. slurmdbd runs on the controller; its database is MariaDB on the controller (its EBS
-volume on AWS, the tenant's runtime root locally) or the MySQL-compatible endpoint the tenant names (RDS)."""
+"""The accounting part of the manifest: tenant → role variables of slurm_accounting and the slurm role's
+accounting switch. slurmdbd runs on the controller (the slurm role's slurm_accounting_host defaults to it); its
+database is MariaDB on the controller (its EBS volume on AWS, the host's own filesystem locally) or the
+MySQL-compatible endpoint the tenant names (RDS), whose password the node agent reads from Secrets Manager."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict
+from typing import TYPE_CHECKING, Any
+
+from fmcluster.manifest import NODE_SECRETS_DIR, secret_id
 
 if TYPE_CHECKING:
     from fmcluster.model import Tenant
 
-#: The Secrets Manager name the node bootstrap reads the external database's password from (AWS).
-SECRET_NAME = "fmcluster/{org}/slurmdbd-storage-password"
-#: Where that bootstrap leaves it on the controller (root-only), for the role to read.
-AWS_PASSWORD_FILE = "/etc/fmcluster/secrets/slurmdbd-storage.pass"
+#: The secret (under fmcluster/<org>/) holding the external database's password; the tenant creates it.
+SECRET = "slurmdbd-storage-password"
 
 
-def inventory_vars(tenant: Tenant) -> Dict[str, Any]:
-    accounting = tenant.accounting
+def manifest_vars(tenant: Tenant) -> dict[str, Any]:
+    accounting = tenant.slurm_accounting
     if not accounting.enabled:
         return {"slurm_accounting": False}
-    values: Dict[str, Any] = {
-        "slurm_accounting": True,
-        "slurm_accounting_host": "{{ slurm_controller_address }}",
-        "slurm_accounting_storage_user": accounting.database_user,
-    }
+    values: dict[str, Any] = {"slurm_accounting": True, "slurm_accounting_storage_user": accounting.database_user}
     if accounting.database_endpoint:
         host, _, port = accounting.database_endpoint.partition(":")
         values.update({
@@ -31,21 +28,14 @@ def inventory_vars(tenant: Tenant) -> Dict[str, Any]:
             "slurm_accounting_storage_host": host,
             "slurm_accounting_storage_port": int(port or 3306),
             # The endpoint's password exists already (the tenant created the database): never generate one.
-            "slurm_accounting_storage_pass_file": AWS_PASSWORD_FILE,
+            "slurm_accounting_storage_pass_file": f"{NODE_SECRETS_DIR}/{SECRET}",
             "slurm_accounting_storage_pass_generate": False,
-            "slurm_accounting_storage_pass_secret": SECRET_NAME.format(org=tenant.org),
+            "slurm_accounting_storage_pass_secret": secret_id(tenant.org, SECRET),
         })
-    elif tenant.provider == "local":
-        root = "{{ fmcluster_local_root }}/accounting"
-        values.update({
-            "slurm_accounting_install_packages": False,  # bootstrap installed mariadb-server and slurmdbd
-            "slurm_accounting_mariadb_data_dir": f"{root}/mariadb/data",
-            "slurm_accounting_mariadb_run_dir": f"{root}/mariadb/run",
-            "slurm_accounting_mariadb_conf": f"{root}/mariadb/my.cnf",
-            "slurm_accounting_run_dir": f"{root}/run",
-            # Generated on the controller node the first time, into the tenant's runtime root (removed with it).
-            "slurm_accounting_storage_pass_file": f"{root}/secrets/slurmdbd-storage.pass",
-        })
-    else:
-        values["slurm_accounting_storage_pass_secret"] = SECRET_NAME.format(org=tenant.org)
     return values
+
+
+def manifest_secrets(tenant: Tenant) -> dict[str, tuple[str, ...]]:
+    """Secrets the node agent reads for accounting (name → roles): the external database's password only."""
+    accounting = tenant.slurm_accounting
+    return {SECRET: ("controller",)} if accounting.enabled and accounting.database_endpoint else {}

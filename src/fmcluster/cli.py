@@ -1,42 +1,10 @@
-"""The `fmcluster` command line. tasks.py (invoke) is the front door and calls the same functions."""
+"""The `fmcluster` command line: a second front door (beside tasks.py) onto fmcluster.commands."""
 
 from __future__ import annotations
 
 import argparse
-import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-
-from fmcluster.model import Tenant, TenantInvalid, load_tenant
-from fmcluster.paths import repo_root
-
-EXIT_INVALID_SPEC = 2
-
-
-def describe(tenant: Tenant) -> str:
-    queues = ", ".join(f"{q.name}: {q.count}× {q.instance.name} ({q.accelerator})" for q in tenant.queues)
-    return (f"tenant '{tenant.org}' is valid: provider {tenant.provider}, {tenant.scheduler} in "
-            f"{tenant.availability_zone}; queues {queues}")
-
-
-def validate(org: str, out: Callable[[str], object] = print) -> int:
-    """Validate one tenant; print every problem with its fix. Returns the process exit code."""
-    try:
-        tenant = load_tenant(org)
-    except TenantInvalid as err:
-        out(err.render(repo_root()))
-        return EXIT_INVALID_SPEC
-    out(describe(tenant))
-    return 0
-
-
-def require_tenant(org: str) -> Tenant:
-    """Load a tenant for a task that changes something; exit with the full problem list if invalid."""
-    try:
-        return load_tenant(org)
-    except TenantInvalid as err:
-        print(err.render(repo_root()), file=sys.stderr)
-        raise SystemExit(EXIT_INVALID_SPEC) from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -53,7 +21,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "acceptance":
         return acceptance_cli.main(args)
     if args.command == "validate":
-        return validate(args.org)
+        from fmcluster import commands
+
+        return commands.validate(args.org)
     if args.command == "schema-doc":
         from fmcluster.schemadoc import render_reference
 

@@ -1,223 +1,230 @@
-"""The whole `invoke deploy` flow: validate → stacks → nodes → generated inventory → converge →
-monitoring → acceptance → summary. Each step lives in its own module; this one only sequences them,
-shows progress and ends with a summary a person would read."""
+"""The whole `invoke deploy` flow, one path for every provider and scheduler:
+
+    validate → endpoint → access (secrets, key pair) → stacks (network, storage; publish the bootstrap
+    bundle and manifest; cluster) → cluster (what the stacks do not make: ParallelCluster's) → boot → converge (wait for every node's own report) → monitoring →
+    acceptance → summary
+
+The deploy machine pushes nothing to the nodes: each converges itself from its user data (its first boot)
+or its node agent (later commits, nodes joining or leaving) and files a report in the tenant bucket, which
+this flow reads. The provider supplies the substrate only (fmcluster.providers): the AWS endpoint, what
+boots the instances, how an operator reaches a node. Each step prints its progress; the run ends with a
+summary a person would read.
+"""
 
 from __future__ import annotations
 
+import json
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from pathlib import Path
+from typing import Any
 
-from fmcluster.cli import describe
 from fmcluster.model import Tenant
+from fmcluster.nodes import Node
+from fmcluster.providers import Provider, provider_for
+from fmcluster.schedulers import Scheduler, scheduler_for
+from fmcluster.steps import Status, StepOutcome, StepReport
 
-Status = Literal["ok", "changed", "skipped", "failed"]
-
-
-@dataclass
-class StepOutcome:
-    status: Status
-    summary: str
-    details: list[str] = field(default_factory=list)
+Out = Callable[[str], object]
 
 
-@dataclass
-class StepReport:
-    name: str
-    outcome: StepOutcome
-    seconds: float
+class Deploy:
+    """One run of the flow: the tenant, its provider and scheduler, and what the steps learn on the way."""
 
+    def __init__(self, tenant: Tenant, out: Out = print, converge_timeout_s: float | None = None) -> None:
+        self.tenant, self.out = tenant, out
+        self.provider: Provider = provider_for(tenant)
+        self.scheduler: Scheduler = scheduler_for(tenant)
+        self.endpoint: str | None = None
+        self.outputs: dict[str, str] = {}
+        self.manifest: dict[str, Any] = {}
+        self.ref = ""
+        self.nodes: list[Node] = []
+        self.published: list[str] = []
+        self.published_changed = False
+        self.started_at = ""
+        self.converge_timeout_s = converge_timeout_s or self.provider.boot_timeout_s
 
-Step = tuple[str, Callable[[Tenant], StepOutcome]]
+    def client(self, service: str) -> Any:
+        from fmcluster.stacks import aws
 
+        return aws.client(service, self.tenant.region, self.endpoint)
 
-def _validate(tenant: Tenant) -> StepOutcome:
-    return StepOutcome("ok", describe(tenant))
+    # --- steps --------------------------------------------------------------------------------------------
+    def validate(self) -> StepOutcome:
+        return StepOutcome("ok", self.tenant.describe())
 
+    def aws_endpoint(self) -> StepOutcome:
+        self.endpoint = self.provider.endpoint(True, lambda line: self.out(f"  {line}"))
+        where = self.endpoint or f"AWS ({self.tenant.region})"
+        return StepOutcome("ok", f"AWS APIs at {where}", self.provider.substrate_notes())
 
-def _stacks(tenant: Tenant) -> StepOutcome:
-    from fmcluster.stacks.api import deploy_stacks
+    def access(self) -> StepOutcome:
+        from fmcluster.access import ensure_key_pair
+        from fmcluster.publish import ensure_secrets
 
-    result = deploy_stacks(tenant)
-    if not result.ok:
-        failure = next((s.failure for s in result.stacks if s.failure), None)
-        return StepOutcome("failed", failure.render() if failure else "a stack did not deploy",
-                           [f"{s.name}: {s.action} {s.status}" for s in result.stacks])
-    details = [f"{s.name}: {s.action}" for s in result.stacks]
-    missing = [f"{lid} ({kind})" for s in result.stacks for lid, kind in s.not_created]
-    if missing:
-        details.append(f"not created by the AWS emulator (exist only on AWS): {', '.join(missing)}")
-    status: Status = "changed" if result.changed else "ok"
-    return StepOutcome(status, f"{len(result.changed)} stack(s) created/updated, {len(result.skipped)} unchanged", details)
+        created = ensure_secrets(self.tenant, self.client("secretsmanager"), lambda line: self.out(f"  {line}"))
+        key = ensure_key_pair(self.tenant, self.client("ec2"), lambda line: self.out(f"  {line}"))
+        status: Status = "changed" if created or key.created else "ok"
+        return StepOutcome(status, f"{len(created)} secret(s) created, key pair {key.name} "
+                                   f"{'imported' if key.created else 'present'}",
+                           [f"secrets: fmcluster/{self.tenant.org}/* in Secrets Manager (nodes read them at boot)"])
 
+    def stacks(self) -> StepOutcome:
+        from fmcluster.stacks.api import deploy_stacks
 
-def _nodes(tenant: Tenant) -> StepOutcome:
-    from fmcluster.inventory import write_inventory
-    from fmcluster.localnodes import load_nodes, nodes_up
-    from fmcluster.stacks.outputs import read_stack_outputs
+        result = deploy_stacks(self.tenant, self.endpoint, before_cluster=self.publish,
+                               image_parameter=self.provider.image_parameter, out=self.out)
+        if not result.ok:
+            failure = next((s.failure for s in result.stacks if s.failure), None)
+            return StepOutcome("failed", failure.render() if failure else "; ".join(result.notes) or "a stack did not deploy",
+                               [f"{s.name}: {s.action} {s.status}" for s in result.stacks])
+        self.outputs = dict(result.outputs)
+        details = [f"{s.name}: {s.action}" for s in result.stacks]
+        missing = [f"{lid} ({kind})" for s in result.stacks for lid, kind in s.not_created]
+        if missing:
+            details.append(f"not created by the AWS emulator (exist only on AWS): {', '.join(missing)}")
+        details += self.published
+        changed = bool(result.changed) or self.published_changed
+        return StepOutcome("changed" if changed else "ok",
+                           f"{len(result.changed)} stack(s) created/updated, {len(result.skipped)} unchanged", details)
 
-    before = {n.name for n in load_nodes(tenant.org)}
-    nodes = nodes_up(tenant, out=lambda line: print(f"    {line}"))
-    path = write_inventory(tenant, nodes, read_stack_outputs(tenant.org))
-    added = [n.name for n in nodes if n.name not in before]
-    status: Status = "changed" if added else "ok"
-    summary = f"{len(nodes)} namespace nodes up ({len(added)} new); inventory {path.parent}/"
-    return StepOutcome(status, summary, [f"{n.name} {n.address} ({n.role})" for n in nodes])
+    def publish(self, outputs: dict[str, str]) -> None:
+        """Before the cluster stack: the nodes' bundle (pinned commit) and manifest, the scheduler's uploads."""
+        from fmcluster.publish import bootstrap_files, build_manifest, pinned_commit, publish, uncommitted_changes
 
+        self.ref = pinned_commit()
+        bucket = outputs["DataBucketName"]
+        self.manifest = build_manifest(self.tenant, self.ref, outputs, self.provider.queue_resources,
+                                       self.scheduler.manifest_vars(), self.provider.manifest_vars(),
+                                       self.scheduler.discovery(outputs))
+        from fmcluster.inventory import write_manifest
 
-def _recap_changes(output: str) -> dict[str, int]:
-    """changed= per host from an ansible-playbook PLAY RECAP."""
-    import re
+        write_manifest(self.tenant.org, self.manifest)
+        s3 = self.client("s3")
+        lines: list[str] = []
+        done = publish(s3, bucket, bootstrap_files(self.ref, self.scheduler.playbook), self.manifest,
+                       lambda line: lines.append(line.strip()))
+        self.scheduler.before_cluster(s3, bucket, lambda line: lines.append(line.strip()))
+        for line in lines:
+            self.out(f"  {line}")
+        if uncommitted_changes():
+            lines.append(f"note: the work tree has uncommitted changes; nodes converge to the committed {self.ref[:12]}")
+        self.published_changed = bool(done.written)
+        self.published = ([f"published commit {self.ref[:12]} and the manifest to s3://{bucket}/fmcluster/"]
+                          if done.written else [f"commit {self.ref[:12]} and the manifest already published"]) + lines
 
-    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\S+)\s+: ok=\d+\s+changed=(\d+)", output, re.M)}
+    def cluster(self) -> StepOutcome:
+        return self.scheduler.make_cluster(self.outputs, self.out)
 
+    def boot(self) -> StepOutcome:
+        result = self.provider.boot(self.endpoint, self.out)
+        self.nodes = self.list_nodes()
+        status: Status = "changed" if result.started or result.removed else "ok"
+        details = [f"{n.name} {n.address} {n.role}{' ' + n.queue if n.queue else ''} ({n.instance_id})" for n in self.nodes]
+        details += result.notes
+        summary = (f"{len(self.nodes)} instance(s); {len(result.started)} booted, {len(result.removed)} removed, "
+                   f"{len(result.kept)} already running" if result.started or result.removed or result.kept
+                   else f"{len(self.nodes)} instance(s) booting on {self.provider.name}")
+        return StepOutcome(status, summary, details)
 
-def _converge_push(tenant: Tenant) -> StepOutcome:
-    import subprocess
+    def list_nodes(self) -> list[Node]:
+        from fmcluster.nodes import discover
 
-    from fmcluster.converge import ansible_env, converge_command
-    from fmcluster.paths import repo_root
+        return discover(self.manifest.get("discovery", {}), self.client, self.tenant.org)
 
-    argv = converge_command(tenant, limit="controller:login", playbook="playbooks/site.yml")
-    print("    " + " ".join(argv), flush=True)
-    proc = subprocess.Popen(argv, cwd=repo_root(), env=ansible_env(tenant), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-    lines: list[str] = []
-    assert proc.stdout is not None
-    for line in proc.stdout:  # per-host progress: task headers and each host's result as it lands
-        lines.append(line)
-        if line.startswith(("TASK [", "PLAY [", "changed:", "fatal:", "failed:")) or line.startswith("RUNNING HANDLER"):
-            print("    " + line.rstrip()[:160], flush=True)
-    code = proc.wait()
-    output = "".join(lines)
-    changes = _recap_changes(output)
-    details = [f"{host}: changed={n}" for host, n in sorted(changes.items())]
-    if code:
-        return StepOutcome("failed", f"ansible-playbook exited {code}", details + output.strip().splitlines()[-15:])
-    total = sum(changes.values())
-    return StepOutcome("changed" if total else "ok", f"controller and login converged by push, {total} change(s)", details)
+    def converge(self) -> StepOutcome:
+        from fmcluster.manifest import digest
+        from fmcluster.reports import read_log, wait_for_reports
 
+        bucket = self.outputs["DataBucketName"]
+        s3 = self.client("s3")
+        wait = wait_for_reports(s3, bucket, self.list_nodes, self.ref, digest(self.manifest), self.converge_timeout_s,
+                                self.out)
+        self.nodes = [s.node for s in wait.statuses]
+        self.write_inventory()
+        details = [s.line() for s in wait.statuses]
+        if wait.ok:
+            # Converges that happened during this run (ISO timestamps compare as text) and changed something.
+            fresh = [s.report or {} for s in wait.statuses if str((s.report or {}).get("finished", "")) >= self.started_at]
+            changed = [r for r in fresh if r.get("trigger") == "first-boot" or int(r.get("changed") or 0) > 0]
+            slowest = max(wait.statuses, key=lambda s: float((s.report or {}).get("seconds") or 0))
+            return StepOutcome("changed" if changed else "ok",
+                               f"{len(wait.statuses)}/{len(wait.statuses)} nodes converged themselves, "
+                               f"{len(fresh)} during this run "
+                               f"(slowest {slowest.node.name}, {(slowest.report or {}).get('seconds')}s)", details)
+        for status in wait.failed:
+            details.append(f"--- {status.node.name} ({status.state}) ---")
+            if status.state == "silent":
+                details += [f"    console: {line}" for line in self.provider.console_output(self.endpoint, status.node)
+                            .strip().splitlines()[-12:]]
+            else:
+                report = status.report or {}
+                for task in report.get("failed_tasks", [])[:3]:
+                    details.append(f"    task '{task.get('task')}': {task.get('msg')}")
+                details += [f"    log: {line}" for line in (read_log(s3, bucket, status.node.address, 12)
+                                                          or report.get("log_tail", [])[-12:])]
+        why = "timed out" if wait.timed_out else "a node failed"
+        return StepOutcome("failed", f"{why} after {wait.seconds:.0f}s: "
+                           f"{sum(1 for s in wait.statuses if s.state == 'converged')}/{len(wait.statuses)} converged",
+                           details)
 
-def _converge_pull(tenant: Tenant) -> StepOutcome:
-    from fmcluster.localnodes import load_nodes
-    from fmcluster.pull import pull_converge
+    def write_inventory(self) -> Path:
+        from fmcluster.inventory import write_inventory
 
-    compute = [n.name for n in load_nodes(tenant.org) if n.role == "compute"]
-    reports = pull_converge(tenant, compute)
-    details = [r.render() for r in reports]
-    failed = [r.node for r in reports if r.rc != 0]
-    if failed:
-        return StepOutcome("failed", f"ansible-pull failed on {', '.join(failed)}", details)
-    total = sum(r.changed or 0 for r in reports)
-    slowest = max((r.seconds for r in reports), default=0.0)
-    return StepOutcome("changed" if total else "ok",
-                       f"{len(reports)} compute node(s) converged themselves with ansible-pull, {total} change(s), "
-                       f"slowest {slowest:.1f}s", details)
+        return write_inventory(self.tenant, self.manifest, self.nodes)
 
+    def monitoring(self) -> StepOutcome:
+        from fmcluster.monitoring import scrape_targets
 
-def _monitoring(tenant: Tenant, wait_s: float = 150.0) -> StepOutcome:
-    """Prometheus on the controller must scrape every node's exporter: ask its HTTP API, as Grafana would."""
-    import json
-    import urllib.request
+        controller = next((n for n in self.nodes if n.role == "controller"), None)
+        if controller is None:
+            return StepOutcome("failed", "no controller node: nowhere to ask Prometheus")
+        return scrape_targets(self.provider.client_argv(controller), self.nodes, self.out)
 
-    from fmcluster.localnodes import load_nodes
+    def acceptance(self) -> StepOutcome:
+        from fmcluster.acceptance.gate import deploy_acceptance
 
-    nodes = load_nodes(tenant.org)
-    controller = next(n for n in nodes if n.role == "controller")
-    url = f"http://{controller.address}:9090/api/v1/targets?state=active"
-    deadline = time.monotonic() + wait_s
-    while True:
-        try:
-            with urllib.request.urlopen(url, timeout=5) as response:
-                targets: list[dict[str, Any]] = json.load(response)["data"]["activeTargets"]
-            error = ""
-        except OSError as err:
-            targets, error = [], str(err)
-        up_hosts = {str(t.get("scrapeUrl", "")).split("//")[-1].split(":")[0] for t in targets if t.get("health") == "up"}
-        # A node that just converged may not be in Prometheus's file_sd yet (its refresh_interval is 1m, plus
-        # a scrape interval): wait for every node, not for whatever targets happen to be known.
-        missing = [n.name for n in nodes if n.address not in up_hosts]
-        down = [t for t in targets if t.get("health") != "up"]
-        if targets and not missing and not down:
-            break
-        if time.monotonic() > deadline:
-            detail = [f"{t.get('scrapeUrl')}: {t.get('health')} {t.get('lastError', '')}" for t in down]
-            detail += [f"{name}: no target up" for name in missing]
-            return StepOutcome("failed", f"Prometheus at {url}: {len(missing)} node(s) not scraped, "
-                               f"{len(down)} target(s) down {error}", detail)
-        time.sleep(3)
-    jobs = sorted({str(t.get("labels", {}).get("job", "?")) for t in targets})
-    return StepOutcome("ok", f"Prometheus scrapes all {len(nodes)} nodes: {len(targets)}/{len(targets)} targets up "
-                       f"({', '.join(jobs)})",
-                       [f"Prometheus: http://{controller.address}:9090 (from this machine)",
-                        "Grafana dashboards: provisioning files only on local (Grafana is installed on AWS)"])
+        return deploy_acceptance(self.tenant, self.provider, self.nodes, self.manifest, self.out)
 
+    def steps(self) -> list[tuple[str, Callable[[], StepOutcome]]]:
+        return [("validate", self.validate), ("endpoint", self.aws_endpoint), ("access", self.access),
+                ("stacks", self.stacks), ("cluster", self.cluster), ("boot", self.boot), ("converge", self.converge),
+                ("monitoring", self.monitoring), ("acceptance", self.acceptance)]
 
-def _acceptance(tenant: Tenant) -> StepOutcome:
-    from fmcluster.acceptance.runner import run_acceptance
+    def run(self) -> list[StepReport]:
+        from datetime import datetime, timezone
 
-    if not tenant.acceptance.enabled:
-        return StepOutcome("skipped", "acceptance is disabled in the tenant spec")
-    result = run_acceptance(tenant)
-    details = [f"{t.name}: {len(t.nodes)} node(s), busbw {t.verdict.busbw_gbps if t.verdict.busbw_gbps is not None else '-'}"
-               f" GB/s — {'pass' if t.passed else 'FAIL: ' + t.verdict.cause}" for t in result.tests]
-    details += [f"drained {d.node}: {d.reason}" for d in result.drained]
-    if result.run_dir:
-        details.append(f"results: {result.run_dir}")
-    if result.skipped:
-        return StepOutcome("skipped", result.skipped, details)
-    if not result.passed:
-        return StepOutcome("failed", "acceptance FAILED: the fabric is not fit for training", details)
-    return StepOutcome("ok", f"acceptance passed ({len(result.tests)} collective run(s))", details)
-
-
-def _aws_nodes(tenant: Tenant) -> StepOutcome:
-    return StepOutcome("skipped", "on AWS the cluster stack's instances converge themselves at boot "
-                       "(user data runs scripts/node-converge.sh with ansible-pull); this run pushes nothing to AWS hosts")
-
-
-def deploy_steps(tenant: Tenant) -> list[Step]:
-    """The steps for this tenant, in order. Later steps need the earlier ones to have succeeded."""
-    if tenant.provider == "aws":
-        return [("validate", _validate), ("stacks", _stacks), ("nodes", _aws_nodes)]
-    return [
-        ("validate", _validate),
-        ("stacks", _stacks),
-        ("nodes", _nodes),
-        ("converge (push)", _converge_push),
-        ("converge (pull)", _converge_pull),
-        ("monitoring", _monitoring),
-        ("acceptance", _acceptance),
-    ]
-
-
-def run_steps(tenant: Tenant, steps: list[Step], out: Callable[[str], object] = print) -> list[StepReport]:
-    reports: list[StepReport] = []
-    for index, (name, step) in enumerate(steps, start=1):
-        out(f"\n==> [{index}/{len(steps)}] {name}")
-        started = time.monotonic()
-        try:
-            outcome = step(tenant)
-        except Exception as err:  # a step failing must still produce the summary
-            outcome = StepOutcome("failed", f"{type(err).__name__}: {err}",
-                                  traceback.format_exc().strip().splitlines()[-6:])
-        reports.append(StepReport(name, outcome, time.monotonic() - started))
-        out(f"    {outcome.status}: {outcome.summary} ({reports[-1].seconds:.1f}s)")
-        if outcome.status == "failed":
-            for line in outcome.details:
-                out(f"      {line}")
-            break
-    return reports
+        self.started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        steps = self.steps()
+        reports: list[StepReport] = []
+        for index, (name, step) in enumerate(steps, start=1):
+            self.out(f"\n==> [{index}/{len(steps)}] {name}")
+            began = time.monotonic()
+            try:
+                outcome = step()
+            except Exception as err:  # a step failing must still produce the summary
+                outcome = StepOutcome("failed", f"{type(err).__name__}: {err}",
+                                      traceback.format_exc().strip().splitlines()[-6:])
+            reports.append(StepReport(name, outcome, time.monotonic() - began))
+            self.out(f"    {outcome.status}: {outcome.summary} ({reports[-1].seconds:.1f}s)")
+            if outcome.status == "failed":
+                for line in outcome.details:
+                    self.out(f"      {line}")
+                break
+        self.out(render_summary(self.tenant, reports, len(steps)))
+        record_run(self.tenant, reports)
+        return reports
 
 
 def render_summary(tenant: Tenant, reports: list[StepReport], total_steps: int) -> str:
     width = max(len(r.name) for r in reports)
-    lines = [f"\n=== deploy summary: {tenant.org} ({tenant.provider}) ==="]
+    lines = [f"\n=== deploy summary: {tenant.org} ({tenant.provider}, {tenant.scheduler}) ==="]
     for report in reports:
         lines.append(f"  {report.name:<{width}}  {report.outcome.status:<8} {report.seconds:6.1f}s  {report.outcome.summary}")
-        lines.extend(f"  {'':<{width}}  {'':<8} {'':>7}  {d}" for d in report.outcome.details if report.outcome.status != "failed")
+        lines.extend(f"  {'':<{width}}  {'':<8} {'':>7}  {d}" for d in report.outcome.details
+                     if report.outcome.status != "failed")
     not_run = total_steps - len(reports)
     failed = [r for r in reports if r.outcome.status == "failed"]
     total = sum(r.seconds for r in reports)
@@ -231,8 +238,16 @@ def render_summary(tenant: Tenant, reports: list[StepReport], total_steps: int) 
     return "\n".join(lines)
 
 
-def run_deploy(tenant: Tenant, out: Callable[[str], object] = print) -> int:
-    steps = deploy_steps(tenant)
-    reports = run_steps(tenant, steps, out)
-    out(render_summary(tenant, reports, len(steps)))
+def record_run(tenant: Tenant, reports: list[StepReport]) -> None:
+    """generated/deploy-last.json: each step's status and time (benchmarks and `invoke status` read it)."""
+    from fmcluster.paths import generated_dir
+
+    path = generated_dir(tenant.org) / "deploy-last.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps([{"step": r.name, "status": r.outcome.status, "seconds": round(r.seconds, 2),
+                                 "summary": r.outcome.summary} for r in reports], indent=1) + "\n")
+
+
+def run_deploy(tenant: Tenant, out: Out = print) -> int:
+    reports = Deploy(tenant, out).run()
     return 1 if any(r.outcome.status == "failed" for r in reports) else 0

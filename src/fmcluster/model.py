@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from fmcluster.catalog import InstanceType, load_catalog
 from fmcluster.paths import inventories_dir, tenant_spec_path
-from fmcluster.validation import Problem, apply_defaults, problems_in
+from fmcluster.validation import Problem, apply_defaults, dotted, org_problem, problems_in
 from fmcluster.yamlpos import YamlSyntaxError, load
 
 Provider = Literal["aws", "local"]
@@ -39,6 +39,7 @@ class Queue:
     count: int
     capacity_reservation_id: str | None
     default: bool
+    capacity_reservation_type: str = "default"  # default (ODCR) | capacity-block
 
     @property
     def accelerator(self) -> str:
@@ -100,7 +101,9 @@ class Acceptance:
 
 
 @dataclass(frozen=True)
-class Accounting:
+class SlurmAccounting:
+    """The `accounting` section: slurmdbd for fmcluster's own Slurm (ParallelCluster's is `parallelcluster.accounting`)."""
+
     enabled: bool
     database_endpoint: str | None  # host[:port] of the tenant's own MySQL/MariaDB (RDS); None: MariaDB on the controller
     database_user: str
@@ -110,7 +113,25 @@ class Accounting:
 class Network:
     vpc_cidr: str
     ssh_ingress_cidr: str | None
-    local_subnet: str
+
+
+@dataclass(frozen=True)
+class Accounting:
+    """Slurm accounting in an existing database (ParallelCluster's SlurmSettings/Database)."""
+
+    uri: str
+    user_name: str
+    password_secret_arn: str
+    database_name: str | None
+
+
+@dataclass(frozen=True)
+class ParallelClusterSettings:
+    """The `parallelcluster` section: what a ParallelCluster 3 config needs beyond the rest of the spec."""
+
+    os: str
+    ssh_key_name: str | None
+    accounting: Accounting | None
 
 
 @dataclass(frozen=True)
@@ -130,7 +151,8 @@ class Tenant:
     storage: Storage
     monitoring: Monitoring
     acceptance: Acceptance
-    accounting: Accounting = Accounting(True, None, "slurm")
+    slurm_accounting: SlurmAccounting = SlurmAccounting(True, None, "slurm")
+    parallelcluster: ParallelClusterSettings | None = None  # scheduler parallelcluster only
 
     @property
     def stack_prefix(self) -> str:
@@ -141,6 +163,11 @@ class Tenant:
     def tags(self) -> dict[str, str]:
         """Cost-allocation tags put on every stack and resource."""
         return {"fmcluster:org": self.org, "fmcluster:programme": self.programme}
+
+    def describe(self) -> str:
+        queues = ", ".join(f"{q.name}: {q.count}× {q.instance.name} ({q.accelerator})" for q in self.queues)
+        return (f"tenant '{self.org}' is valid: provider {self.provider}, {self.scheduler} in "
+                f"{self.availability_zone}; queues {queues}")
 
     @property
     def compute_nodes(self) -> int:
@@ -159,8 +186,9 @@ def _build(spec_path: Path, raw: dict[str, Any]) -> Tenant:
     zfs = storage.get("openzfs")
     login = doc.get("login")
     monitoring, acceptance, network = doc["monitoring"], doc["acceptance"], doc["network"]
-    accounting = doc["accounting"]
+    slurm_acct = doc["accounting"]
     is_scratch = lustre["deployment_type"].startswith("SCRATCH")
+    pcluster, accounting = doc["parallelcluster"], doc["parallelcluster"].get("accounting")
     return Tenant(
         spec_path=spec_path,
         org=doc["org"],
@@ -173,10 +201,11 @@ def _build(spec_path: Path, raw: dict[str, Any]) -> Tenant:
         login=catalog[login["instance_type"]] if login and login["count"] > 0 else None,
         login_count=login["count"] if login else 0,
         queues=tuple(
-            Queue(q["name"], catalog[q["instance_type"]], q["count"], q.get("capacity_reservation_id"), q["default"])
+            Queue(q["name"], catalog[q["instance_type"]], q["count"], q.get("capacity_reservation_id"), q["default"],
+                  q["capacity_reservation_type"])
             for q in doc["queues"]
         ),
-        network=Network(network["vpc_cidr"], network.get("ssh_ingress_cidr"), network["local_subnet"]),
+        network=Network(network["vpc_cidr"], network.get("ssh_ingress_cidr")),
         storage=Storage(
             s3_versioning=storage["s3"]["versioning"],
             lustre=Lustre(
@@ -202,20 +231,30 @@ def _build(spec_path: Path, raw: dict[str, Any]) -> Tenant:
             drain_on_failure=acceptance["drain_on_failure"],
             tests=tuple(acceptance["tests"]),
         ),
-        accounting=Accounting(accounting["enabled"], accounting.get("database_endpoint"), accounting["database_user"]),
+        slurm_accounting=SlurmAccounting(slurm_acct["enabled"], slurm_acct.get("database_endpoint"),
+                                         slurm_acct["database_user"]),
+        parallelcluster=ParallelClusterSettings(
+            os=pcluster["os"],
+            ssh_key_name=pcluster.get("ssh_key_name"),
+            accounting=Accounting(accounting["uri"], accounting["user_name"], accounting["password_secret_arn"],
+                                  accounting.get("database_name")) if accounting else None,
+        ) if doc["scheduler"] == "parallelcluster" else None,
     )
 
 
 def load_spec(spec_path: Path) -> Tenant:
     """Validate and load one spec file. Raises TenantInvalid with every problem found."""
-    if not spec_path.is_file():
+    if not spec_path.exists():
         raise TenantInvalid([Problem(spec_path, None, "", "the tenant spec file does not exist",
                                      "create it with `invoke new-tenant --org=NAME`")])
+    if not spec_path.is_file():
+        raise TenantInvalid([Problem(spec_path, None, "", "the tenant spec is not a regular file",
+                                     "make it a plain file (a fifo, device or directory is never read)")])
     try:
         loaded = load(spec_path)
     except YamlSyntaxError as err:
-        raise TenantInvalid([Problem(spec_path, err.line, "", f"YAML syntax error: {err.detail}",
-                                     "fix the YAML at that line (indentation, a missing ':' or an unclosed quote)")]) from None
+        raise TenantInvalid([Problem(spec_path, err.line, dotted(err.key_path), f"YAML syntax error: {err.detail}",
+                                     err.fix)]) from None
     problems = problems_in(loaded)
     if problems:
         raise TenantInvalid(problems)
@@ -223,7 +262,12 @@ def load_spec(spec_path: Path) -> Tenant:
 
 
 def load_tenant(org: str, root: Path | None = None) -> Tenant:
-    """The validated tenant `org` from inventories/<org>/group_vars/all/tenant.yml."""
+    """The validated tenant `org` from inventories/<org>/group_vars/all/tenant.yml.
+
+    `org` comes from the command line: it is checked to be a name before it becomes part of any path."""
+    bad_name = org_problem(org)
+    if bad_name is not None:
+        raise TenantInvalid([Problem(Path("--org"), None, "", *bad_name)])
     spec_path = tenant_spec_path(org, root)
     if not spec_path.parent.parent.parent.is_dir():
         known = sorted(p.name for p in inventories_dir(root).iterdir() if (p / "group_vars").is_dir()) \

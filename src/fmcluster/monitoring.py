@@ -1,29 +1,41 @@
-"""The monitoring part of the generated inventory: tenant values → role variables.
+"""Monitoring: the tenant's monitoring section as role variables, and the deploy's check that Prometheus
+scrapes exactly the cluster's current nodes.
 
-`write_inventory` (Slurm issue) puts `inventory_vars(tenant)` under `all: vars:` of the generated
-hosts.yml; playbooks/monitoring.yml then maps the inventory's groups and catalog facts onto the exporter
-roles itself. Roles never read the tenant; this is the one place its monitoring section is translated.
+`inventory_vars(tenant)` goes into the manifest (fmcluster.publish.build_manifest); roles never read the tenant.
+`scrape_targets` asks Prometheus's HTTP API on the controller — over ssh, as an operator would — and passes
+only when every current node has its exporters `up` and no target of a node that is gone remains.
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from fmcluster.model import Tenant
+from fmcluster.nodes import Node
 from fmcluster.paths import repo_root
+from fmcluster.steps import StepOutcome
+
+Out = Callable[[str], object]
+PROMETHEUS_PORT = 9090
+#: Asks the API from the controller itself (its own python3: every image has one).
+TARGETS_QUERY = ("python3 -c \"import urllib.request,sys; sys.stdout.write(urllib.request.urlopen("
+                 f"'http://127.0.0.1:{PROMETHEUS_PORT}/api/v1/targets?state=active', timeout=10).read().decode())\"")
 
 
 def playbook_path(root: Path | None = None) -> Path:
-    """playbooks/monitoring.yml: run it with `-i inventories/<org>/generated/` after the nodes exist."""
+    """playbooks/monitoring.yml (part of playbooks/site.yml, which every node converges)."""
     return (root or repo_root()) / "playbooks" / "monitoring.yml"
 
 
 def inventory_vars(tenant: Tenant) -> dict[str, Any]:
-    """Role variables derived from the tenant, for the generated inventory's `all: vars:`."""
+    """Role variables derived from the tenant's monitoring section."""
     monitoring = tenant.monitoring
-    values: dict[str, Any] = {
+    return {
         "prometheus_retention_days": monitoring.prometheus_retention_days,
         "prometheus_remote_write_url": monitoring.remote_write_url or "",
         "prometheus_remote_write_region": tenant.region if monitoring.remote_write_url else "",
@@ -31,51 +43,73 @@ def inventory_vars(tenant: Tenant) -> dict[str, Any]:
         "alertmanager_receivers": [
             {"name": r.name, "type": r.type, "target": r.target} for r in monitoring.alert_receivers
         ],
-        # Expected on every node where FSx exists (the playbook only expects it with provider aws).
         "fmcluster_lustre_mount_point": tenant.storage.lustre.mount_point,
-    }
-    if tenant.provider == "local":
-        values.update(_local_vars())
-    return values
-
-
-LOCAL_ROOT = "{{ fmcluster_local_root | default('/var/lib/fmcluster/local') }}/monitoring"
-
-
-def _local_vars() -> dict[str, Any]:
-    """Provider local: nodes share this machine's filesystem, so every file lives under the tenant's runtime
-    root (per node where several nodes write), and no node runs apt (bootstrap installed the packages; several
-    nodes would race for the dpkg lock)."""
-    node = LOCAL_ROOT + "/nodes/{{ inventory_hostname }}"
-    return {
-        "node_exporter_install": False, "prometheus_install": False, "alertmanager_install": False,
-        "node_exporter_run_dir": f"{node}/node_exporter",
-        "efa_exporter_run_dir": f"{node}/efa_exporter",
-        "efa_exporter_install_dir": f"{node}/efa_exporter/lib",
-        "dcgm_exporter_run_dir": f"{node}/dcgm_exporter",
-        "prometheus_config_dir": f"{LOCAL_ROOT}/prometheus/etc",
-        "prometheus_data_dir": f"{LOCAL_ROOT}/prometheus/data",
-        "prometheus_run_dir": f"{LOCAL_ROOT}/prometheus/run",
-        "alertmanager_config_dir": f"{LOCAL_ROOT}/alertmanager/etc",
-        "alertmanager_data_dir": f"{LOCAL_ROOT}/alertmanager/data",
-        "alertmanager_run_dir": f"{LOCAL_ROOT}/alertmanager/run",
-        "grafana_provisioning_dir": f"{LOCAL_ROOT}/grafana/provisioning",
-        "grafana_dashboards_dir": f"{LOCAL_ROOT}/grafana/dashboards",
+        "prometheus_scrape_jobs": scrape_jobs(tenant),
     }
 
 
-def stop_daemons(root: Path) -> list[Path]:
-    """Stop every monitoring daemon started as a plain process under root (each by the pid in its pidfile).
+#: Exporter ports (REFERENCE: node_exporter 9100, DCGM exporter 9400, EFA exporter 9109).
+EXPORTER_PORTS = {"node": 9100, "dcgm": 9400, "efa": 9109}
 
-    For provider local before the namespace nodes are removed: a process keeps a deleted network
-    namespace alive, so deleting the namespace does not stop it. root is `<fmcluster_local_root>/monitoring`.
-    Returns the pidfiles whose process was stopped.
-    """
-    stopped = []
-    for pidfile in sorted(root.rglob("*.pid")) if root.is_dir() else []:
-        result = subprocess.run(
-            ["start-stop-daemon", "--stop", "--quiet", "--retry=TERM/10/KILL/5", "--remove-pidfile",
-             f"--pidfile={pidfile}"], check=False)
-        if result.returncode == 0:
-            stopped.append(pidfile)
-    return stopped
+
+def scrape_jobs(tenant: Tenant) -> list[dict[str, Any]]:
+    """One scrape job per exporter, limited to the instance types that run it (empty list: every node)."""
+    types = [tenant.controller] + ([tenant.login] if tenant.login else []) + [q.instance for q in tenant.queues]
+    gpu = sorted({t.name for t in types if t.accelerator == "cuda"})
+    efa = sorted({t.name for t in types if t.has_efa})
+    jobs: list[dict[str, Any]] = [{"job": "node", "port": EXPORTER_PORTS["node"], "instance_types": []}]
+    if gpu:
+        jobs.append({"job": "dcgm", "port": EXPORTER_PORTS["dcgm"], "instance_types": gpu})
+    if efa:
+        jobs.append({"job": "efa", "port": EXPORTER_PORTS["efa"], "instance_types": efa})
+    return jobs
+
+
+def _targets(client_argv: Sequence[str]) -> tuple[list[dict[str, Any]], str]:
+    try:
+        done = subprocess.run([*client_argv, TARGETS_QUERY], capture_output=True, text=True, timeout=30)
+    except subprocess.TimeoutExpired:
+        return [], "the controller did not answer within 30s"
+    if done.returncode != 0:
+        return [], (done.stderr.strip() or done.stdout.strip())[-300:]
+    try:
+        return list(json.loads(done.stdout)["data"]["activeTargets"]), ""
+    except (ValueError, KeyError, TypeError):
+        return [], f"unreadable answer from Prometheus: {done.stdout[:200]!r}"
+
+
+def target_host(target: dict[str, Any]) -> str:
+    return str(target.get("scrapeUrl", "")).split("//")[-1].split("/")[0].rsplit(":", 1)[0]
+
+
+def scrape_targets(client_argv: Sequence[str], nodes: Sequence[Node], out: Out, wait_s: float = 180.0) -> StepOutcome:
+    """Wait until Prometheus scrapes every current node (all its targets up) and nothing else.
+
+    Fail closed: no answer, an unreadable answer, a node without an `up` target, a target down or a target of
+    a node that is gone are failures, with the evidence."""
+    addresses = {n.address: n.name for n in nodes}
+    deadline = time.monotonic() + wait_s
+    last = ""
+    while True:
+        targets, error = _targets(client_argv)
+        up = {target_host(t) for t in targets if t.get("health") == "up"}
+        missing = [name for address, name in addresses.items() if address not in up]
+        down = [t for t in targets if t.get("health") != "up"]
+        stray = sorted({target_host(t) for t in targets} - set(addresses) - {"127.0.0.1", "localhost"})
+        line = f"{len(addresses) - len(missing)}/{len(addresses)} nodes scraped, {len(down)} target(s) down, {len(stray)} stray"
+        if line != last:
+            out(f"    {line}")
+            last = line
+        if targets and not missing and not down and not stray:
+            jobs = sorted({str(t.get("labels", {}).get("job", "?")) for t in targets})
+            return StepOutcome("ok", f"Prometheus scrapes exactly the {len(addresses)} current nodes: "
+                               f"{len(targets)}/{len(targets)} targets up ({', '.join(jobs)})",
+                               ["Prometheus: port 9090 on the controller (reach it through ssh)"])
+        if time.monotonic() > deadline:
+            details = [f"{t.get('scrapeUrl')}: {t.get('health')} {t.get('lastError', '')}" for t in down]
+            details += [f"{name}: no target up" for name in missing]
+            details += [f"{host}: scraped, but no such node (gone from the cluster)" for host in stray]
+            if error:
+                details.append(f"Prometheus API: {error}")
+            return StepOutcome("failed", f"Prometheus on the controller: {line} after {wait_s:.0f}s", details)
+        time.sleep(3)

@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from fmcluster.catalog import load_catalog
-from fmcluster.paths import DATA_DIR, source_root
+from fmcluster.paths import DATA_DIR
 
 NCCL_PROFILES_PATH = DATA_DIR / "nccl_profiles.yml"
 _VERSION_BOUNDS = {
@@ -60,21 +60,18 @@ def load_profiles(path: Path = NCCL_PROFILES_PATH) -> dict[str, Any]:
     return raw
 
 
-def efa_role_defaults(root: Path | None = None) -> dict[str, Any]:
-    """The efa role's defaults: the pinned installer and the component versions it ships (one source of truth)."""
-    path = (root or source_root()) / "roles" / "efa" / "defaults" / "main.yml"
-    data: dict[str, Any] = yaml.safe_load(path.read_text(encoding="utf-8"))
-    return data
+def pinned_versions() -> dict[str, str]:
+    """Plugin and libfabric versions of the pinned EFA installer, and the NCCL version the profiles assume
+    (src/fmcluster/data/versions.yml, the one place versions are pinned)."""
+    from fmcluster import versions
 
-
-def pinned_versions(root: Path | None = None) -> dict[str, str]:
-    """Plugin and libfabric versions of the pinned EFA installer, and the NCCL version the profiles assume."""
-    bundled = efa_role_defaults(root)["efa_installer_bundled"]
+    pins = versions.load()
+    bundled = pins["efa_installer"]["bundled"]
     return {
-        "efa_installer": str(efa_role_defaults(root)["efa_installer_version"]),
+        "efa_installer": str(pins["efa_installer"]["version"]),
         "aws_ofi_nccl": str(bundled["aws_ofi_nccl"]),
         "libfabric": str(bundled["libfabric"]),
-        "nccl": str(load_profiles()["assumed_nccl_version"]),
+        "nccl": str(pins["nccl_assumed"]),
     }
 
 
@@ -153,11 +150,8 @@ def queue_vars(instance_type: str) -> dict[str, Any]:
     }
 
 
-def nccl_role_defaults(root: Path | None = None) -> dict[str, Any]:
-    """The nccl role's defaults (where it writes the profile and the Slurm TaskProlog)."""
-    path = (root or source_root()) / "roles" / "nccl" / "defaults" / "main.yml"
-    data: dict[str, Any] = yaml.safe_load(path.read_text(encoding="utf-8"))
-    return data
+#: Where the nccl role writes the Slurm TaskProlog, and where slurm.conf's TaskProlog points (one value, set here).
+TASK_PROLOG_PATH = "/etc/slurm/fmcluster-task-prolog.sh"
 
 
 def cluster_vars(instance_types: list[str]) -> dict[str, Any]:
@@ -168,7 +162,7 @@ def cluster_vars(instance_types: list[str]) -> dict[str, Any]:
     """
     catalog = load_catalog()
     if any(catalog[t].accelerator != "none" or catalog[t].has_efa for t in instance_types):
-        return {"slurm_task_prolog": str(nccl_role_defaults()["nccl_task_prolog_path"])}
+        return {"slurm_task_prolog": TASK_PROLOG_PATH, "nccl_task_prolog_path": TASK_PROLOG_PATH}
     return {}
 
 

@@ -9,20 +9,81 @@ from __future__ import annotations
 import difflib
 import ipaddress
 import json
+import math
+import posixpath
 import re
+import unicodedata
+import urllib.parse
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, TypeGuard
 
 import jsonschema
+import jsonschema.validators
 
 from fmcluster.catalog import InstanceType, load_catalog
+from fmcluster.parallelcluster import rules as parallelcluster_rules
 from fmcluster.paths import SCHEMA_PATH
 from fmcluster.yamlpos import KeyPath, LoadedYaml
 
-ORG_PATTERN = re.compile(r"^[a-z](?:[a-z0-9]|-(?=[a-z0-9])){1,23}$")
-QUEUE_PATTERN = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
+# Names are matched whole (re.fullmatch): `$` alone would also accept a trailing newline.
+ORG_PATTERN = re.compile(r"[a-z](?:[a-z0-9]|-(?=[a-z0-9])){1,23}")
+# A queue is a Slurm partition, a HyperPod instance group ([a-zA-Z0-9](-*[a-zA-Z0-9])*, CreateCluster API),
+# the prefix of its nodes' hostnames and, CamelCased, part of CloudFormation logical ids.
+QUEUE_PATTERN = re.compile(r"[a-z](?:[a-z0-9]|-(?=[a-z0-9])){0,30}")
+# Names the cluster already uses: the node roles (node and HyperPod instance-group names `controller-1`,
+# `login-1`, groups `controller`, `login`, `compute`) and Slurm's own words (slurm.conf(5):
+# `PartitionName=DEFAULT` sets defaults for the lines after it, `Nodes=ALL` means every node).
+RESERVED_QUEUE_NAMES = {
+    "controller": "the controller's node and instance-group name",
+    "login": "the login nodes' name and instance-group name",
+    "compute": "the inventory group of every compute node",
+    "default": "Slurm's PartitionName=DEFAULT, which sets defaults instead of making a partition",
+    "all": "Slurm's Nodes=ALL keyword and Ansible's group of every host",
+    "none": "a Slurm keyword (e.g. AllowGroups=NONE)",
+}
+# The alertmanager role's catch-all receiver.
+RESERVED_RECEIVER_NAMES = ("fmcluster-unrouted",)
+# What no value in a spec may contain, whatever its field: each is syntax to a template engine that renders
+# values (Jinja in Ansible's inventory, CloudFormation's ${} in !Sub).
+TEMPLATE_SYNTAX = ("{{", "}}", "{%", "%}", "{#", "#}", "${")
+#: No spec value needs more characters than this (the longest, a webhook URL, stays well below).
+MAX_STRING = 2048
+# Unicode categories refused in every value: controls (newline, tab, NUL, NEL...), format characters
+# (zero-width, bidirectional overrides that make text read differently than it parses), surrogates, and
+# the line/paragraph separators YAML and JavaScript treat as line breaks.
+REFUSED_CATEGORIES = {"Cc": "a control character", "Cf": "an invisible format character",
+                      "Cs": "a lone surrogate", "Zl": "a line separator", "Zp": "a paragraph separator"}
+
+# System directories a shared file system must not be mounted over (or inside): the OS, its state, and
+# where the DLAMI installs the accelerator stack (/opt/amazon/efa, /opt/nvidia, /opt/aws).
+SYSTEM_DIRS = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/run", "/sbin",
+               "/sys", "/usr", "/var", "/opt/amazon", "/opt/aws", "/opt/nvidia", "/opt/aws-neuronx", "/snap")
+SYSTEM_EXACT = ("/", "/opt", "/root", "/tmp", "/srv", "/mnt", "/media", "/lost+found")
+PATH_PATTERN = re.compile(r"(?:/[A-Za-z0-9._-]+)+")
+S3_PREFIX_PATTERN = re.compile(r"(?:[A-Za-z0-9._-]+/)*")
+EMAIL_PATTERN = re.compile(r"[A-Za-z0-9._%+-]{1,64}@(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]{2,63}")
+SNS_ARN_PATTERN = re.compile(r"arn:aws:sns:([a-z0-9-]+):([0-9]{12}):([A-Za-z0-9_-]{1,256})")
+AMP_URL_PATTERN = re.compile(
+    r"https://aps-workspaces\.([a-z0-9-]+)\.amazonaws\.com/workspaces/ws-[0-9a-f-]{1,64}/api/v1/remote_write")
+URL_CHARACTERS = re.compile(r"[A-Za-z0-9._~:/?#\[\]@!$&'()*+,;=%-]+")
+HOST_PATTERN = re.compile(r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)*[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
+
+# Addresses in the cluster subnet (AWS VPC user guide, "Subnet CIDR blocks": the first four addresses and
+# the last one of every subnet are reserved).
+AWS_RESERVED_PER_SUBNET = 5
+# Network interfaces of FSx for Lustre and OpenZFS in the private subnet. AWS publishes no formula (a Lustre
+# file system "can have more than one"); this is a margin, not a count.
+FILE_SYSTEM_ADDRESSES = 16
+# Which EFA interfaces take a private IPv4 address. An `efa` interface (EFA with ENA) takes one; an
+# `efa-only` interface takes none (EC2 user guide, "Create and attach an EFA": "You can't assign an IP address
+# to an EFA-only network interface"; AWS's P5 guidance puts `efa` on card 0 and `efa-only` on cards 1-31).
+# The launch templates (stacks/templates/slurm_ec2.py) put an `efa` interface on card 0 and `efa-only` ones on
+# the other cards, which take no address (AWS's P5 guidance): one address per node.
+# tests/hostile/test_rendered_templates.py checks this against the rendered launch templates.
+EFA_ONLY_AFTER_CARD_0 = True
 
 # Regions where AWS offers the accelerated instance families in the catalog (public region tables).
 KNOWN_REGIONS = (
@@ -65,14 +126,26 @@ class Problem:
         return f"{where}:{key} {self.message}\n    fix: {self.fix}"
 
 
+def show(value: object, limit: int = 60) -> str:
+    """A value as it may appear in a message: quoted, escaped (no raw newline can fake a line), shortened."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 5] + "…" + text[-4:]
+
+
 def dotted(path: Iterable[str | int]) -> str:
     out = ""
     for part in path:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+        if isinstance(part, int):
+            out += f"[{part}]"
+            continue
+        name = part if re.fullmatch(r"[A-Za-z0-9_-]{1,64}", part) else show(part, 40)
+        out += f".{name}" if out else name
     return out
 
 
 def did_you_mean(word: object, choices: Iterable[str]) -> str:
+    if not isinstance(word, (str, int, float)) or len(str(word)) > 64:
+        return ""
     close = difflib.get_close_matches(str(word), list(choices), n=1, cutoff=0.6)
     return f" — did you mean '{close[0]}'?" if close else ""
 
@@ -81,6 +154,35 @@ def did_you_mean(word: object, choices: Iterable[str]) -> str:
 def load_schema() -> dict[str, Any]:
     schema: dict[str, Any] = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
     return schema
+
+
+def _whole(value: Any) -> TypeGuard[int]:
+    # JSON Schema calls 16.0 an integer; a node count written 16.0 is a typo, and Python keeps it a float.
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_integer(checker: Any, instance: Any) -> bool:
+    return _whole(instance)
+
+
+def _is_number(checker: Any, instance: Any) -> bool:
+    # .nan and .inf are YAML floats; no threshold or size is infinite, and NaN compares false to every bound.
+    return isinstance(instance, (int, float)) and not isinstance(instance, bool) and math.isfinite(instance)
+
+
+def _fullmatch_pattern(validator: Any, pattern: str, instance: Any, schema: dict[str, Any]) -> Iterator[Any]:
+    if isinstance(instance, str) and not re.fullmatch(pattern, instance):
+        yield jsonschema.ValidationError(f"{show(instance)} does not match {pattern!r}")
+
+
+_TYPES = jsonschema.Draft202012Validator.TYPE_CHECKER.redefine_many({"integer": _is_integer, "number": _is_number})
+SpecValidator = jsonschema.validators.extend(  # type: ignore[no-untyped-call]
+    jsonschema.Draft202012Validator, validators={"pattern": _fullmatch_pattern}, type_checker=_TYPES)
+
+
+@lru_cache(maxsize=1)
+def _validator() -> Any:
+    return SpecValidator(load_schema())
 
 
 def _subschema(schema: dict[str, Any], path: KeyPath) -> dict[str, Any]:
@@ -116,19 +218,44 @@ class _Collector:
         )
 
 
+_TYPE_WORDS = {"integer": "a whole number", "number": "a number", "string": "text", "boolean": "true or false",
+               "array": "a list", "object": "a mapping"}
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "a true/false value"
+    if isinstance(value, float) and not math.isfinite(value):
+        return "not a finite number"
+    return {int: "a whole number", float: "a decimal number", str: "text", list: "a list", dict: "a mapping",
+            type(None): "empty (null)"}.get(type(value), f"a {type(value).__name__}")
+
+
+def _range_fix(here: dict[str, Any]) -> str:
+    low = here.get("minimum", here.get("exclusiveMinimum"))
+    high = here.get("maximum", here.get("exclusiveMaximum"))
+    what = "a whole number" if here.get("type") == "integer" else "a number"
+    above = "above" if "exclusiveMinimum" in here else "from"
+    if low is not None and high is not None:
+        return f"use {what} {above} {low} {'to' if above == 'from' else 'and up to'} {high}"
+    if low is not None:
+        return f"use {what} {'above' if above == 'above' else 'of at least'} {low}"
+    return f"use {what} of at most {high}"
+
+
 def _schema_problems(loaded: LoadedYaml, out: _Collector) -> None:
     schema = load_schema()
-    validator = jsonschema.Draft202012Validator(schema)
-    for error in sorted(validator.iter_errors(loaded.data), key=lambda e: list(map(str, e.absolute_path))):
+    for error in sorted(_validator().iter_errors(loaded.data), key=lambda e: list(map(str, e.absolute_path))):
         path: KeyPath = tuple(error.absolute_path)
         here = _subschema(schema, path)
         described = here.get("description", "")
+        value = error.instance
         if error.validator == "additionalProperties":
             allowed = sorted(here.get("properties", {}))
-            for extra in sorted(set(error.instance) - set(allowed)):
+            for extra in sorted(set(value) - set(allowed)):
                 out.add(
                     (*path, extra),
-                    f"unknown key '{extra}'{did_you_mean(extra, allowed)}",
+                    f"unknown key {show(extra)}{did_you_mean(extra, allowed)}",
                     f"remove it or use one of: {', '.join(allowed)}",
                 )
         elif error.validator == "required":
@@ -138,26 +265,67 @@ def _schema_problems(loaded: LoadedYaml, out: _Collector) -> None:
             out.add(path, f"missing required key '{key}'", f"add `{key}:` — {wanted}")
         elif error.validator == "enum":
             choices = [str(c) for c in error.validator_value]
-            out.add(
-                path,
-                f"{error.instance!r} is not allowed{did_you_mean(error.instance, choices)}",
-                f"use one of: {', '.join(choices)}",
-            )
+            out.add(path, f"{show(value)} is not allowed{did_you_mean(value, choices)}",
+                    f"use one of: {', '.join(choices)}")
         elif error.validator == "type":
             expected = error.validator_value
-            out.add(
-                path,
-                f"{error.instance!r} is a {type(error.instance).__name__}, expected {expected}",
-                f"write a value of type {expected}. {described}".strip(),
-            )
+            wanted_words = _TYPE_WORDS.get(expected, expected)
+            if "enum" in here:
+                fix = f"use one of: {', '.join(map(str, here['enum']))}"
+            elif expected == "integer" and isinstance(value, float) and value.is_integer():
+                fix = f"write {int(value)}, without the decimal point"
+            elif expected == "object":
+                fix = f"write its keys indented under it. {described}".strip()
+            elif expected == "array":
+                fix = f"write a list: one `- item` line per entry. {described}".strip()
+            else:
+                fix = f"write {wanted_words}. {described}".strip()
+            shown = "the value" if value is None else show(value)
+            out.add(path, f"{shown} is {_kind(value)}, expected {wanted_words}", fix)
         elif error.validator == "const":
-            out.add(path, f"{error.instance!r} is not supported", f"set it to {error.validator_value!r}")
+            out.add(path, f"{show(value)} is not supported", f"set it to {error.validator_value!r}")
         elif error.validator == "pattern":
-            out.add(path, f"{error.instance!r} has the wrong form", described or f"match {error.validator_value}")
-        elif error.validator in ("minimum", "maximum", "exclusiveMinimum", "minItems"):
-            out.add(path, error.message, described or "see the tenant spec reference in README.md")
+            out.add(path, f"{show(value)} has the wrong form", described or f"match {error.validator_value}")
+        elif error.validator in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+            out.add(path, f"{show(value)} is out of range", f"{_range_fix(here)}. {described}".strip())
+        elif error.validator in ("minItems", "maxItems"):
+            bound = "at least" if error.validator == "minItems" else "at most"
+            out.add(path, f"the list has {len(value)} entries" if value else "the list is empty (should be non-empty)",
+                    f"give {bound} {error.validator_value}. {described}".strip())
+        elif error.validator in ("maxLength", "minLength"):
+            bound = "at most" if error.validator == "maxLength" else "at least"
+            out.add(path, f"{show(value)} is {len(value)} characters long",
+                    f"use {bound} {error.validator_value} characters. {described}".strip())
+        elif error.validator == "uniqueItems":
+            out.add(path, "the list repeats an entry", "list each entry once")
         else:
-            out.add(path, error.message, described or "see the tenant spec reference in README.md")
+            out.add(path, error.message[:200], described or "see the tenant spec reference in README.md")
+
+
+def _string_problems(data: Any, here: KeyPath, out: _Collector) -> None:
+    """Checks on every text value, whatever its field: nothing a template or a terminal would read as syntax."""
+    if isinstance(data, dict):
+        for key, value in data.items():
+            _string_problems(value, (*here, key), out)
+    elif isinstance(data, list):
+        for i, value in enumerate(data):
+            _string_problems(value, (*here, i), out)
+    elif isinstance(data, str):
+        if len(data) > MAX_STRING:
+            out.add(here, f"the value is {len(data)} characters long", f"no spec value needs more than {MAX_STRING}")
+            return
+        for char in data:
+            category = unicodedata.category(char)
+            if category in REFUSED_CATEGORIES:
+                what = REFUSED_CATEGORIES.get(category, "a line break")
+                out.add(here, f"{show(data)} contains {what} (U+{ord(char):04X})",
+                        "write the value on one line, with printable characters only")
+                return
+        for syntax in TEMPLATE_SYNTAX:
+            if syntax in data:
+                out.add(here, f"{show(data)} contains `{syntax}`, which templates would evaluate",
+                        "values are data: remove the template syntax")
+                return
 
 
 def _get(data: Any, *keys: str | int) -> Any:
@@ -174,17 +342,40 @@ def _get(data: Any, *keys: str | int) -> Any:
 def _check_instance(out: _Collector, path: KeyPath, name: Any, catalog: dict[str, InstanceType]) -> InstanceType | None:
     if not isinstance(name, str):
         return None
-    if name.startswith("ml."):
-        out.add(path, f"'{name}' is a SageMaker name", f"write the EC2 name '{name[3:]}'; HyperPod's 'ml.' prefix is added for you")
+    if name.startswith("ml.") and name[3:] in catalog:
+        out.add(path, f"{show(name)} is a SageMaker name",
+                f"write the EC2 name '{name[3:]}'; HyperPod's 'ml.' prefix is added for you")
         return None
     if name not in catalog:
         out.add(
             path,
-            f"'{name}' is not in the instance catalog{did_you_mean(name, catalog)}",
+            f"{show(name)} is not in the instance catalog{did_you_mean(name, catalog)}",
             f"use one of: {', '.join(sorted(catalog))} (or add it to src/fmcluster/data/instances.yml with its public specs)",
         )
         return None
     return catalog[name]
+
+
+def org_problem(org: object) -> tuple[str, str] | None:
+    """(message, fix) when `org` cannot name a tenant: it becomes a folder, stack, bucket and host name part,
+    so it is a plain name, never a path. Every command taking --org checks it before touching a file."""
+    if isinstance(org, str) and ORG_PATTERN.fullmatch(org):
+        return None
+    return (f"{show(org)} is not a tenant name",
+            "use 2-24 lower-case letters, digits and single dashes, starting with a letter, e.g. 'stockmark'")
+
+
+def camel(name: str) -> str:
+    """The CamelCase form queue names take in CloudFormation logical ids and stack outputs (`gpu-1` → `Gpu1`),
+    as fmcluster.stacks.render.logical_name and fmcluster.inventory._camel build it."""
+    return "".join(part[:1].upper() + part[1:] for part in re.split(r"[^A-Za-z0-9]+", name) if part)
+
+
+def addresses_per_node(instance: InstanceType) -> int:
+    """Private IPv4 addresses one node of this type takes in its subnet (see EFA_ONLY_AFTER_CARD_0)."""
+    if not instance.has_efa or EFA_ONLY_AFTER_CARD_0:
+        return 1
+    return instance.efa_interfaces
 
 
 def _semantic_problems(loaded: LoadedYaml, out: _Collector) -> None:
@@ -196,34 +387,37 @@ def _semantic_problems(loaded: LoadedYaml, out: _Collector) -> None:
 
     org = tenant.get("org")
     if isinstance(org, str):
-        if not ORG_PATTERN.match(org):
-            out.add((*t, "org"), f"'{org}' is not safe for stack, bucket and host names",
+        if not ORG_PATTERN.fullmatch(org):
+            out.add((*t, "org"), f"{show(org)} is not safe for stack, bucket and host names",
                     "use 2-24 lower-case letters, digits and single dashes, starting with a letter, e.g. 'stockmark'")
         folder = _tenant_folder(loaded.path)
         if folder is not None and folder != org:
-            out.add((*t, "org"), f"'{org}' differs from the tenant folder 'inventories/{folder}'",
-                    f"set org: {folder}, or rename the folder to inventories/{org}")
+            out.add((*t, "org"), f"{show(org)} differs from the tenant folder 'inventories/{folder}'",
+                    f"set org: {folder}" + (f", or rename the folder to inventories/{org}" if not org_problem(org) else ""))
 
     region, az = tenant.get("region"), tenant.get("availability_zone")
     if isinstance(region, str) and region not in KNOWN_REGIONS:
-        out.add((*t, "region"), f"'{region}' is not a known AWS region{did_you_mean(region, KNOWN_REGIONS)}",
+        out.add((*t, "region"), f"{show(region)} is not a known AWS region{did_you_mean(region, KNOWN_REGIONS)}",
                 f"use one of: {', '.join(KNOWN_REGIONS)}")
     if isinstance(region, str) and isinstance(az, str) and not re.fullmatch(re.escape(region) + r"[a-z]", az):
-        out.add((*t, "availability_zone"), f"'{az}' is not an availability zone of region '{region}'",
-                f"use '{region}' followed by a zone letter, e.g. '{region}a'")
+        out.add((*t, "availability_zone"), f"{show(az)} is not an availability zone of region {show(region)}",
+                f"use the region followed by a zone letter, e.g. '{region if region in KNOWN_REGIONS else 'us-east-1'}a'")
 
-    scheduler = tenant.get("scheduler")
-    if scheduler == "parallelcluster":
-        out.add((*t, "scheduler"), "'parallelcluster' is reserved and not supported yet",
-                "use 'slurm-ec2' (self-managed Slurm, the same shape ParallelCluster builds) or 'hyperpod'")
+    if tenant.get("scheduler") == "parallelcluster":
+        parallelcluster_rules.check_tenant(tenant, out.add)
+    else:
+        parallelcluster_rules.check_not_parallelcluster(tenant, out.add)
 
-    _check_instance(out, (*t, "controller", "instance_type"), _get(tenant, "controller", "instance_type"), catalog)
-    _check_instance(out, (*t, "login", "instance_type"), _get(tenant, "login", "instance_type"), catalog)
+    controller = _check_instance(out, (*t, "controller", "instance_type"), _get(tenant, "controller", "instance_type"), catalog)
+    login = _check_instance(out, (*t, "login", "instance_type"), _get(tenant, "login", "instance_type"), catalog)
 
+    # Options HyperPod would silently ignore are refused, never dropped.
+    hyperpod = tenant.get("scheduler") == "hyperpod"
     queues = tenant.get("queues")
-    total_nodes = 0
+    compute: list[tuple[InstanceType, int]] = []
     if isinstance(queues, list):
         seen: dict[str, int] = {}
+        camels: dict[str, tuple[int, str]] = {}
         defaults = 0
         for i, queue in enumerate(queues):
             if not isinstance(queue, dict):
@@ -231,38 +425,78 @@ def _semantic_problems(loaded: LoadedYaml, out: _Collector) -> None:
             q: KeyPath = (*t, "queues", i)
             name = queue.get("name")
             if isinstance(name, str):
-                if not QUEUE_PATTERN.match(name):
-                    out.add((*q, "name"), f"'{name}' is not a valid partition name",
-                            "use lower-case letters, digits and dashes, starting with a letter, at most 31 characters")
-                if name in seen:
-                    out.add((*q, "name"), f"queue name '{name}' is used twice (also queues[{seen[name]}])",
-                            "give every queue its own name")
-                seen.setdefault(name, i)
+                _check_queue_name(out, q, i, name, seen, camels)
             count = queue.get("count")
-            if isinstance(count, int) and not isinstance(count, bool):
+            itype = _check_instance(out, (*q, "instance_type"), queue.get("instance_type"), catalog)
+            if _whole(count):
                 if count < 1:
                     out.add((*q, "count"), f"count is {count}; a queue needs at least 1 node",
                             "set count: 1 or more, or remove the queue")
-                else:
-                    total_nodes += count
-            itype = _check_instance(out, (*q, "instance_type"), queue.get("instance_type"), catalog)
+                elif itype is not None:
+                    compute.append((itype, count))
             wanted = queue.get("accelerator")
             if itype is not None and isinstance(wanted, str) and wanted != itype.accelerator:
                 hint = {"neuron": "Trainium (trn*) instance types run the Neuron stack",
                         "cuda": "NVIDIA GPU instance types (p4d, p5*) run the CUDA stack",
                         "none": "CPU instance types have no accelerator stack"}[itype.accelerator]
                 out.add((*q, "accelerator"),
-                        f"'{wanted}' does not match {itype.name}, which is {itype.accelerator}",
+                        f"{show(wanted)} does not match {itype.name}, which is {itype.accelerator}",
                         f"remove the key (it is derived from the catalog) or set it to '{itype.accelerator}'; {hint}")
+            efa = queue.get("efa")
+            if itype is not None and isinstance(efa, bool) and efa != itype.has_efa:
+                out.add((*q, "efa"),
+                        f"{itype.name} has {itype.efa_interfaces} EFA interfaces" if itype.has_efa
+                        else f"{itype.name} has no EFA interface",
+                        f"remove the key (it is derived from the catalog) or set it to {str(itype.has_efa).lower()}; "
+                        "EFA instance types: " + ", ".join(sorted(n for n, i in catalog.items() if i.has_efa)))
             if queue.get("default") is True:
                 defaults += 1
                 if defaults > 1:
                     out.add((*q, "default"), "more than one queue is marked default", "mark at most one queue `default: true`")
+            if hyperpod and "capacity_reservation_id" in queue:
+                out.add((*q, "capacity_reservation_id"),
+                        "HyperPod instance groups do not launch into EC2 capacity reservations; the reservation would be ignored",
+                        "remove it (HyperPod reserves capacity with SageMaker training plans), or use scheduler: slurm-ec2")
 
-    _check_network(out, tenant, t, total_nodes)
+    if hyperpod and isinstance(_get(tenant, "network", "ssh_ingress_cidr"), str):
+        out.add((*t, "network", "ssh_ingress_cidr"),
+                "HyperPod nodes are not reachable by ssh from outside the VPC; the range would only create an unused "
+                "security group", "remove it and reach the nodes through SSM (aws ssm start-session), "
+                "or use scheduler: slurm-ec2 for public login nodes")
+    login_count = _get(tenant, "login", "count")
+    logins = (login, login_count if _whole(login_count) else 1) if login is not None else None
+    _check_network(out, tenant, t, controller, logins, compute)
     _check_storage(out, tenant, t)
     _check_monitoring(out, tenant, t)
     _check_accounting(out, tenant, t)
+
+
+def _check_queue_name(out: _Collector, q: KeyPath, i: int, name: str, seen: dict[str, int],
+                      camels: dict[str, tuple[int, str]]) -> None:
+    if not QUEUE_PATTERN.fullmatch(name):
+        out.add((*q, "name"), f"{show(name)} is not a valid partition name",
+                "use 1-31 lower-case letters, digits and single dashes, starting with a letter and not ending "
+                "with a dash, e.g. 'gpu' or 'h100-a'")
+        return
+    if name in RESERVED_QUEUE_NAMES:
+        out.add((*q, "name"), f"'{name}' is reserved: it is {RESERVED_QUEUE_NAMES[name]}",
+                f"choose another name, e.g. '{name}-q' or 'gpu' (reserved: {', '.join(RESERVED_QUEUE_NAMES)})")
+        return
+    if name in seen:
+        out.add((*q, "name"), f"queue name '{name}' is used twice (also queues[{seen[name]}])",
+                "give every queue its own name")
+        return
+    seen[name] = i
+    # Names that differ only in dashes become the same resource names: `gpu-1` and `gpu1` are both `Gpu1`
+    # in logical ids and stack outputs. Compared without dashes, which also keeps case-folding systems apart.
+    key = name.replace("-", "")
+    if key in camels:
+        other_i, other = camels[key]
+        out.add((*q, "name"), f"'{name}' collides with queues[{other_i}] '{other}': both become "
+                f"'{camel(name)}'" + (f"/'{camel(other)}'" if camel(other) != camel(name) else "") +
+                " in CloudFormation logical ids and stack outputs",
+                "give the queues names that differ in more than dashes")
+    camels.setdefault(key, (i, name))
 
 
 def _tenant_folder(spec: Path) -> str | None:
@@ -272,48 +506,121 @@ def _tenant_folder(spec: Path) -> str | None:
     return None
 
 
-def _check_network(out: _Collector, tenant: dict[str, Any], t: KeyPath, total_nodes: int) -> None:
+def _ipv4(out: _Collector, path: KeyPath, text: str, example: str) -> ipaddress.IPv4Network | None:
+    """`text` as an IPv4 CIDR block written in full (address/prefix, host bits zero), else a problem."""
+    try:
+        net = ipaddress.ip_network(text, strict=False)
+    except ValueError:
+        out.add(path, f"{show(text)} is not a CIDR block", f"write it like {example}")
+        return None
+    if not isinstance(net, ipaddress.IPv4Network):
+        out.add(path, f"{show(text)} is an IPv6 range; this field takes IPv4", f"write an IPv4 block like {example}")
+        return None
+    if "/" not in text:
+        out.add(path, f"{show(text)} has no prefix length", f"write it as {net.with_prefixlen}")
+        return None
+    if str(net) != text:
+        out.add(path, f"{show(text)} is not a CIDR block (host bits set, or not in canonical form)",
+                f"write {net.with_prefixlen}")
+        return None
+    return net
+
+
+RFC1918 = tuple(ipaddress.IPv4Network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"))
+
+
+def _rfc1918(net: ipaddress.IPv4Network) -> bool:
+    return any(net.subnet_of(block) for block in RFC1918)
+
+
+def _subnet_capacity(prefix: int) -> int:
+    return int(2 ** (32 - prefix)) - AWS_RESERVED_PER_SUBNET
+
+
+def _check_network(out: _Collector, tenant: dict[str, Any], t: KeyPath, controller: InstanceType | None,
+                   logins: tuple[InstanceType, int] | None, compute: list[tuple[InstanceType, int]]) -> None:
     network = tenant.get("network")
-    if not isinstance(network, dict):
-        return
+    network = network if isinstance(network, dict) else {}
     n: KeyPath = (*t, "network")
-    vpc = network.get("vpc_cidr")
-    if isinstance(vpc, str):
-        try:
-            net = ipaddress.ip_network(vpc)
-            if not (16 <= net.prefixlen <= 24) or not net.is_private:
-                out.add((*n, "vpc_cidr"), f"'{vpc}' must be a private range between /16 and /24",
-                        "use e.g. 10.0.0.0/16")
-        except ValueError:
-            out.add((*n, "vpc_cidr"), f"'{vpc}' is not a CIDR block", "write it like 10.0.0.0/16 (host bits zero)")
     ssh = network.get("ssh_ingress_cidr")
-    if isinstance(ssh, str):
-        try:
-            net = ipaddress.ip_network(ssh)
-            if net.prefixlen == 0:
-                out.add((*n, "ssh_ingress_cidr"), "0.0.0.0/0 opens ssh to the whole internet",
-                        "use your office or VPN range, e.g. 203.0.113.0/24, or remove the key to use SSM only")
-        except ValueError:
-            out.add((*n, "ssh_ingress_cidr"), f"'{ssh}' is not a CIDR block", "write it like 203.0.113.0/24")
-    local = network.get("local_subnet")
-    if isinstance(local, str):
-        try:
-            net = ipaddress.ip_network(local)
-            needed = total_nodes + 4  # gateway, controller, login, a spare
-            if not net.is_private or net.num_addresses - 2 < needed:
-                out.add((*n, "local_subnet"), f"'{local}' must be a private range with room for {needed} hosts",
-                        "use e.g. 10.77.0.0/24")
-        except ValueError:
-            out.add((*n, "local_subnet"), f"'{local}' is not a CIDR block", "write it like 10.77.0.0/24")
+    if isinstance(ssh, str) and (net := _ipv4(out, (*n, "ssh_ingress_cidr"), ssh, "203.0.113.0/24")):
+        fix = "use your office or VPN range, e.g. 203.0.113.0/24, or remove the key to use SSM only"
+        if net.prefixlen < 8:
+            share = "the whole internet" if net.prefixlen == 0 else f"1/{2 ** net.prefixlen} of the internet"
+            out.add((*n, "ssh_ingress_cidr"), f"{ssh} opens ssh to {share}", fix)
+        elif not net.is_private and net.prefixlen < 16:
+            out.add((*n, "ssh_ingress_cidr"),
+                    f"{ssh} opens ssh to {net.num_addresses:,} public addresses (wider than a /16)", fix)
+        elif net.is_multicast or net.is_loopback or net.is_link_local or net.is_reserved or net.is_unspecified:
+            out.add((*n, "ssh_ingress_cidr"), f"{ssh} is not a range ssh clients can come from", fix)
+    vpc_text = network.get("vpc_cidr", "10.0.0.0/16")
+    if not isinstance(vpc_text, str) or not (vpc := _ipv4(out, (*n, "vpc_cidr"), vpc_text, "10.0.0.0/16")):
+        return
+    if not (16 <= vpc.prefixlen <= 24) or not _rfc1918(vpc):
+        out.add((*n, "vpc_cidr"), f"'{vpc_text}' must be a private (RFC 1918) range between /16 and /24",
+                "use e.g. 10.0.0.0/16")
+        return
+    # The network stack's subnets (fmcluster.stacks.render._subnets): private = the upper half, public = the first
+    # /24 (or first quarter) of the lower half. Nodes, file systems and HyperPod groups sit in the private one.
+    public_login = isinstance(ssh, str) and tenant.get("scheduler") == "slurm-ec2"
+    parts = [(f"{count} × {itype.name} × {addresses_per_node(itype)}", count * addresses_per_node(itype))
+             for itype, count in compute]
+    if controller is not None:
+        parts.append((f"controller × {addresses_per_node(controller)}", addresses_per_node(controller)))
+    if logins is not None and not public_login:
+        parts.append((f"{logins[1]} login × {addresses_per_node(logins[0])}", logins[1] * addresses_per_node(logins[0])))
+    parts.append(("file systems", FILE_SYSTEM_ADDRESSES))
+    needed = sum(amount for _, amount in parts)
+    private_prefix = vpc.prefixlen + 1
+    if needed > _subnet_capacity(private_prefix):
+        fits = next((p for p in range(private_prefix, 15, -1) if _subnet_capacity(p) >= needed), None)
+        fix = (f"use a /{fits - 1} VPC or larger, e.g. 10.0.0.0/{fits - 1}" if fits
+               else "split the nodes over fewer, larger queues or ask for a multi-subnet layout")
+        out.add((*n, "vpc_cidr"),
+                f"the private subnet of {vpc_text} (/{private_prefix}: {_subnet_capacity(private_prefix)} usable "
+                f"addresses) is too small for {needed} ({' + '.join(label for label, _ in parts)})", fix)
+    if public_login and logins is not None:
+        public_needed = logins[1] * addresses_per_node(logins[0]) + 1  # + the NAT gateway
+        public_prefix = max(24, vpc.prefixlen + 2)
+        if public_needed > _subnet_capacity(public_prefix):
+            out.add((*t, "login", "count"), f"{logins[1]} public login nodes do not fit the public subnet "
+                    f"(/{public_prefix}: {_subnet_capacity(public_prefix)} usable addresses)",
+                    "use fewer login nodes")
+
+
+def _check_path(out: _Collector, path: KeyPath, value: str, example: str) -> bool:
+    """An absolute, normalised path of plain characters (no spaces, quotes, `.` or `..` parts, trailing `/`)."""
+    if not PATH_PATTERN.fullmatch(value) or posixpath.normpath(value) != value or \
+            any(part in (".", "..") for part in value.split("/")) or len(value) > 255:
+        out.add(path, f"{show(value)} is not an absolute, normalised path",
+                f"write it like {example}: starting with /, parts of letters, digits, '.', '_' or '-', "
+                "no '..', no trailing '/', at most 255 characters")
+        return False
+    return True
+
+
+def _check_mount(out: _Collector, path: KeyPath, mount: Any) -> str | None:
+    if mount == "/":
+        out.add(path, "'/' is the root file system", "mount it at a directory of its own, e.g. /fsx or /shared")
+        return None
+    if not isinstance(mount, str) or not _check_path(out, path, mount, "/fsx"):
+        return None
+    inside = next((d for d in SYSTEM_DIRS if mount == d or mount.startswith(d + "/")), None)
+    if inside or mount in SYSTEM_EXACT:
+        out.add(path, f"'{mount}' is a system directory" + (f" (inside {inside})" if inside and inside != mount else ""),
+                "mount it at a directory of its own, e.g. /fsx or /shared")
+        return None
+    return mount
 
 
 def _check_storage(out: _Collector, tenant: dict[str, Any], t: KeyPath) -> None:
     lustre = _get(tenant, "storage", "lustre")
     s: KeyPath = (*t, "storage", "lustre")
+    lustre_mount = None
     if isinstance(lustre, dict):
         kind = lustre.get("deployment_type", "PERSISTENT_2")
         capacity = lustre.get("storage_capacity_gib")
-        if kind in LUSTRE_STEP_GIB and isinstance(capacity, int) and not isinstance(capacity, bool):
+        if kind in LUSTRE_STEP_GIB and _whole(capacity):
             step = LUSTRE_STEP_GIB[kind]
             if capacity < 1200:
                 out.add((*s, "storage_capacity_gib"), f"{capacity} GiB is below the FSx for Lustre minimum of 1200 GiB",
@@ -326,7 +633,7 @@ def _check_storage(out: _Collector, tenant: dict[str, Any], t: KeyPath) -> None:
         if kind in LUSTRE_THROUGHPUT:
             allowed = LUSTRE_THROUGHPUT[kind]
             throughput = lustre.get("throughput_per_unit")
-            if allowed and throughput is not None and throughput not in allowed:
+            if allowed and _whole(throughput) and throughput not in allowed:
                 out.add((*s, "throughput_per_unit"), f"{throughput} MB/s/TiB is not offered for {kind}",
                         f"use one of: {', '.join(map(str, allowed))}")
             if not allowed and "throughput_per_unit" in lustre:
@@ -336,29 +643,70 @@ def _check_storage(out: _Collector, tenant: dict[str, Any], t: KeyPath) -> None:
             out.add((*s, "data_repository"), f"a data repository association needs {' or '.join(LUSTRE_DRA_TYPES)}, not {kind}",
                     "set deployment_type: PERSISTENT_2 or remove data_repository")
         fs_path = _get(lustre, "data_repository", "file_system_path")
-        if isinstance(fs_path, str) and (not fs_path.startswith("/") or fs_path == "/"):
-            out.add((*s, "data_repository", "file_system_path"), f"'{fs_path}' must be an absolute sub-path of the file system",
-                    "use e.g. /data")
-        _check_mount(out, (*s, "mount_point"), lustre.get("mount_point"))
+        if fs_path == "/":
+            out.add((*s, "data_repository", "file_system_path"), "'/' would link the whole file system to the bucket",
+                    "link a sub-path, e.g. /data, so the rest of the file system stays scratch space")
+        elif isinstance(fs_path, str):
+            _check_path(out, (*s, "data_repository", "file_system_path"), fs_path, "/data")
+        prefix = _get(lustre, "data_repository", "s3_prefix")
+        if isinstance(prefix, str) and (not S3_PREFIX_PATTERN.fullmatch(prefix) or len(prefix) > 512 or
+                                        any(part in (".", "..") for part in prefix.split("/"))):
+            out.add((*s, "data_repository", "s3_prefix"), f"{show(prefix)} is not a usable S3 prefix",
+                    "write folder names of letters, digits, '.', '_' or '-', each followed by '/', e.g. data/ "
+                    "or datasets/v1/ (empty for the whole bucket); no '..', no leading '/'")
+        lustre_mount = _check_mount(out, (*s, "mount_point"), lustre.get("mount_point", "/fsx"))
     zfs = _get(tenant, "storage", "openzfs")
     if isinstance(zfs, dict):
         z: KeyPath = (*t, "storage", "openzfs")
         capacity = zfs.get("storage_capacity_gib")
-        if isinstance(capacity, int) and not OPENZFS_MIN_GIB <= capacity <= OPENZFS_MAX_GIB:
+        if _whole(capacity) and not OPENZFS_MIN_GIB <= capacity <= OPENZFS_MAX_GIB:
             out.add((*z, "storage_capacity_gib"), f"{capacity} GiB is outside FSx for OpenZFS limits",
                     f"use {OPENZFS_MIN_GIB} to {OPENZFS_MAX_GIB} GiB")
-        _check_mount(out, (*z, "mount_point"), zfs.get("mount_point"))
-        lustre_mount = lustre.get("mount_point", "/fsx") if isinstance(lustre, dict) else None
-        if zfs.get("mount_point", "/home") == lustre_mount:
-            out.add((*z, "mount_point"), f"'{lustre_mount}' is already the Lustre mount point", "mount them at different paths")
+        zfs_mount = _check_mount(out, (*z, "mount_point"), zfs.get("mount_point", "/home"))
+        if zfs_mount and lustre_mount:
+            if zfs_mount == lustre_mount:
+                out.add((*z, "mount_point"), f"'{lustre_mount}' is already the Lustre mount point",
+                        "mount them at different paths")
+            elif zfs_mount.startswith(lustre_mount + "/") or lustre_mount.startswith(zfs_mount + "/"):
+                out.add((*z, "mount_point"), f"'{zfs_mount}' and the Lustre mount point '{lustre_mount}' are nested",
+                        "mount them side by side (e.g. /fsx and /home): nested mounts depend on mount order")
 
 
-def _check_mount(out: _Collector, path: KeyPath, mount: Any) -> None:
-    if isinstance(mount, str) and (not mount.startswith("/") or mount in ("/", "/etc", "/usr", "/var", "/boot")):
-        out.add(path, f"'{mount}' is not a usable mount point", "use an absolute path of its own, e.g. /fsx")
+def https_url_problem(url: str) -> str | None:
+    """Why `url` is not a plain https URL (no credentials, RFC 3986 characters only), or None."""
+    if len(url) > MAX_STRING or not URL_CHARACTERS.fullmatch(url):
+        return "has characters a URL cannot hold (spaces, quotes, braces...)"
+    if re.search(r"%(?![0-9A-Fa-f]{2})", url):
+        return "has a '%' that is not a percent-escape"
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme != "https":
+        return "is not an https URL"
+    if "@" in parts.netloc:
+        return "carries credentials in the URL"
+    try:
+        port = parts.port
+    except ValueError:
+        return "has an invalid port"
+    host = parts.hostname or ""
+    if not host or not HOST_PATTERN.fullmatch(host) or port == 0:
+        return "has no valid host name"
+    return None
 
 
 def _check_monitoring(out: _Collector, tenant: dict[str, Any], t: KeyPath) -> None:
+    m: KeyPath = (*t, "monitoring")
+    region = tenant.get("region")
+    url = _get(tenant, "monitoring", "remote_write_url")
+    if isinstance(url, str):
+        match = AMP_URL_PATTERN.fullmatch(url)
+        where = region if region in KNOWN_REGIONS else "REGION"
+        example = f"https://aps-workspaces.{where}.amazonaws.com/workspaces/ws-ID/api/v1/remote_write"
+        if not match:
+            out.add((*m, "remote_write_url"), f"{show(url)} is not an Amazon Managed Prometheus remote-write URL",
+                    f"copy the workspace's remote-write endpoint: {example}")
+        elif isinstance(region, str) and match.group(1) != region:
+            out.add((*m, "remote_write_url"), f"the workspace is in {match.group(1)}, the tenant in {region}",
+                    f"use a workspace in {region} (remote write is signed for the tenant's region)")
     receivers = _get(tenant, "monitoring", "alert_receivers")
     if not isinstance(receivers, list):
         return
@@ -366,20 +714,31 @@ def _check_monitoring(out: _Collector, tenant: dict[str, Any], t: KeyPath) -> No
     for i, receiver in enumerate(receivers):
         if not isinstance(receiver, dict):
             continue
-        r: KeyPath = (*t, "monitoring", "alert_receivers", i)
+        r: KeyPath = (*m, "alert_receivers", i)
         name, kind, target = receiver.get("name"), receiver.get("type"), receiver.get("target")
         if isinstance(name, str):
             if name in names:
-                out.add((*r, "name"), f"receiver name '{name}' is used twice", "give every receiver its own name")
+                out.add((*r, "name"), f"receiver name {show(name)} is used twice", "give every receiver its own name")
+            if name in RESERVED_RECEIVER_NAMES:
+                out.add((*r, "name"), f"'{name}' is the alertmanager role's own catch-all receiver",
+                        "choose another name, e.g. 'oncall'")
             names.add(name)
         if not isinstance(target, str):
             continue
-        if kind == "email" and not re.fullmatch(r"[^@\s]+@[^@\s]+\.[^@\s]+", target):
-            out.add((*r, "target"), f"'{target}' is not an e-mail address", "write it like ops@example.org")
-        if kind in ("slack", "webhook") and not target.startswith("https://"):
-            out.add((*r, "target"), f"'{target}' is not an https URL", "use the https:// webhook URL")
-        if kind == "sns" and not target.startswith("arn:aws:sns:"):
-            out.add((*r, "target"), f"'{target}' is not an SNS topic ARN", "write it like arn:aws:sns:REGION:ACCOUNT:TOPIC")
+        if kind == "email" and (len(target) > 254 or not EMAIL_PATTERN.fullmatch(target) or ".." in target
+                                or target.startswith(".") or ".@" in target):
+            out.add((*r, "target"), f"{show(target)} is not an e-mail address",
+                    "write it like ops@example.org (letters, digits and . _ % + - before the @)")
+        if kind in ("slack", "webhook") and (why := https_url_problem(target)):
+            out.add((*r, "target"), f"{show(target)} {why}", "use the https:// webhook URL, e.g. https://hooks.example.org/alerts")
+        if kind == "sns":
+            arn = SNS_ARN_PATTERN.fullmatch(target)
+            if not arn:
+                out.add((*r, "target"), f"{show(target)} is not an SNS topic ARN",
+                        "write it like arn:aws:sns:ap-northeast-1:123456789012:alerts (topic: letters, digits, _ and -)")
+            elif arn.group(1) not in KNOWN_REGIONS:
+                out.add((*r, "target"), f"'{arn.group(1)}' in the topic ARN is not a known AWS region"
+                        f"{did_you_mean(arn.group(1), KNOWN_REGIONS)}", f"use one of: {', '.join(KNOWN_REGIONS)}")
 
 
 def _check_accounting(out: _Collector, tenant: dict[str, Any], t: KeyPath) -> None:
@@ -396,13 +755,19 @@ def problems_in(loaded: LoadedYaml) -> list[Problem]:
         out.add((), "the file is empty", "write a tenant spec; `invoke new-tenant --org=NAME` renders a valid one")
         return out.problems
     if not isinstance(loaded.data, dict):
-        out.add((), f"the document is a {type(loaded.data).__name__}, not a mapping",
+        out.add((), f"the document is {_kind(loaded.data)}, not a mapping",
                 "start the file with `tenant:` and the keys under it")
         return out.problems
+    _string_problems(loaded.data, (), out)
+    # A value refused as text (control character, template syntax) is not checked again for its form.
+    as_text = len(out.problems)
+    refused = {p.key for p in out.problems}
     _schema_problems(loaded, out)
     _semantic_problems(loaded, out)
     unique: dict[tuple[str, str], Problem] = {}
-    for problem in out.problems:
+    for i, problem in enumerate(out.problems):
+        if i >= as_text and problem.key in refused:
+            continue
         unique.setdefault((problem.key, problem.message), problem)
     return sorted(unique.values(), key=lambda p: (p.line or 0, p.key))
 

@@ -1,7 +1,15 @@
-"""YAML loading that remembers where each key was written, so errors can name the line."""
+"""YAML loading that remembers where each key was written, so errors can name the line.
+
+A tenant spec is written by people in many organizations, so the loader treats the file as hostile: it
+refuses what no spec needs (more than MAX_BYTES, bytes that are not UTF-8, non-printable characters,
+keys that are not plain strings, nesting deeper than MAX_DEPTH, an alias that contains itself) and stops
+expanding aliases after MAX_NODES nodes, so an "alias bomb" costs milliseconds, not memory. Every refusal
+is a YamlSyntaxError with the line, never a traceback.
+"""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -10,13 +18,27 @@ import yaml
 
 KeyPath = tuple[str | int, ...]
 
+#: A tenant spec is a few kilobytes; the biggest sensible one (16 queues, 20 receivers) stays under 10 KiB.
+MAX_BYTES = 256 * 1024
+#: The schema nests six levels; anything much deeper is not a spec.
+MAX_DEPTH = 32
+#: Values in the document, before and after alias expansion: a spec has one to three hundred, an alias bomb
+#: billions. Counted while composing too, so a large flat file stops early instead of being read whole.
+MAX_NODES = 2_000
+
+
+GENERIC_FIX = "fix the YAML at that line (indentation, a missing ':' or an unclosed quote)"
+
 
 class YamlSyntaxError(Exception):
-    def __init__(self, path: Path, line: int | None, detail: str) -> None:
+    def __init__(self, path: Path, line: int | None, detail: str, fix: str = GENERIC_FIX,
+                 key_path: KeyPath = ()) -> None:
         super().__init__(f"{path}:{line}: {detail}" if line else f"{path}: {detail}")
         self.path = path
         self.line = line
         self.detail = detail
+        self.fix = fix
+        self.key_path = key_path
 
 
 @dataclass
@@ -35,40 +57,200 @@ class LoadedYaml:
         return self.lines.get((), None)
 
 
-def _to_python(node: yaml.Node, here: KeyPath, lines: dict[KeyPath, int], loader: yaml.SafeLoader) -> Any:
-    lines[here] = node.start_mark.line + 1
-    if isinstance(node, yaml.MappingNode):
-        result: dict[Any, Any] = {}
+class _Refused(Exception):
+    """Raised inside the loader; load() turns it into a YamlSyntaxError naming the file."""
+
+    def __init__(self, line: int | None, detail: str, fix: str, key_path: KeyPath = ()) -> None:
+        super().__init__(detail)
+        self.line = line
+        self.detail = detail
+        self.fix = fix
+        self.key_path = key_path
+
+
+_SEQ, _MAP = "tag:yaml.org,2002:seq", "tag:yaml.org,2002:map"
+_KINDS = {"int": "number", "float": "number", "bool": "true/false value", "NoneType": "null",
+          "date": "date", "datetime": "date", "bytes": "binary value"}
+
+
+def _line(node_or_event: Any) -> int:
+    return int(node_or_event.start_mark.line) + 1
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader whose composer refuses deep nesting before Python's recursion limit is near."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+        self._composed = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        self._depth += 1
+        self._composed += 1
+        try:
+            if self._composed > MAX_NODES:
+                event = self.peek_event()  # type: ignore[no-untyped-call]
+                raise _Refused(_line(event), f"the document holds more than {MAX_NODES} values",
+                               "a tenant spec has one to three hundred: remove what is not the spec")
+            if self._depth > MAX_DEPTH:
+                event = self.peek_event()  # type: ignore[no-untyped-call]
+                raise _Refused(_line(event), f"the document nests deeper than {MAX_DEPTH} levels",
+                               "a tenant spec nests about six levels: remove the extra brackets or indentation")
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
+class _Builder:
+    """Node graph → Python data, recording each key path's line and bounding alias expansion."""
+
+    def __init__(self, loader: _Loader) -> None:
+        self.loader = loader
+        self.lines: dict[KeyPath, int] = {}
+        self.nodes = 0
+        self.open: set[int] = set()  # ids of the collection nodes on the current path (a cycle = recursive alias)
+
+    def build(self, node: yaml.Node, here: KeyPath) -> Any:
+        self.nodes += 1
+        if self.nodes > MAX_NODES:
+            raise _Refused(_line(node), f"aliases expand to more than {MAX_NODES} values (an alias bomb?)",
+                           "write the values out; a tenant spec has one to three hundred", here[:-1])
+        self.lines[here] = _line(node)
+        if not isinstance(node, (yaml.MappingNode, yaml.SequenceNode)):
+            return self.loader.construct_object(node, deep=True)
+        if node.tag not in (_SEQ, _MAP):
+            raise _Refused(_line(node), f"the tag {node.tag[:60]!r} is not supported in a tenant spec",
+                           "remove the tag (`!!…` or `!…`) and write plain lists and mappings", here)
+        if id(node) in self.open:
+            raise _Refused(_line(node), "an alias refers to the collection that contains it (a recursive alias)",
+                           "replace the alias (`*name`) inside its own anchor (`&name`) with the values", here[:-1])
+        self.open.add(id(node))
+        try:
+            if isinstance(node, yaml.SequenceNode):
+                return [self.build(item, (*here, i)) for i, item in enumerate(node.value)]
+            return self._mapping(node, here)
+        finally:
+            self.open.discard(id(node))
+
+    def _mapping(self, node: yaml.MappingNode, here: KeyPath) -> dict[str, Any]:
+        result: dict[str, Any] = {}
         for key_node, value_node in node.value:
-            key = loader.construct_object(key_node, deep=True)
+            line = _line(key_node)
+            if not isinstance(key_node, yaml.ScalarNode):
+                raise _Refused(line, "a key is a list or a mapping, not a name",
+                               "keys are plain names like `org:`; remove the `?` or brackets", here)
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                raise _Refused(line, "merge keys (`<<: *alias`) are not supported in a tenant spec",
+                               "write the keys out", here)
+            key = self.loader.construct_object(key_node, deep=True)
+            if not isinstance(key, str):
+                kind = _KINDS.get(type(key).__name__, type(key).__name__)
+                raise _Refused(line, f"the key {key_node.value[:40]!r} is read as a {kind}, not a name",
+                               "keys are names like `org:`; quote it if you meant the text", here)
             if key in result:
-                raise YamlSyntaxError(Path("?"), key_node.start_mark.line + 1, f"duplicate key '{key}'")
+                raise _Refused(line, f"duplicate key '{key[:60]}'", "keep one of them", (*here, key))
             child = (*here, key)
-            lines[child] = key_node.start_mark.line + 1
-            result[key] = _to_python(value_node, child, lines, loader)
-            lines[child] = key_node.start_mark.line + 1
+            result[key] = self.build(value_node, child)
+            self.lines[child] = line
         return result
-    if isinstance(node, yaml.SequenceNode):
-        return [_to_python(item, (*here, i), lines, loader) for i, item in enumerate(node.value)]
-    return loader.construct_object(node, deep=True)
+
+
+def _decode(path: Path, raw: bytes) -> str:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = raw[: err.start].count(b"\n") + 1
+        column = err.start - (raw.rfind(b"\n", 0, err.start) + 1) + 1
+        raise YamlSyntaxError(path, line, f"byte 0x{raw[err.start]:02x} at column {column} is not UTF-8",
+                              "save the file as UTF-8") from None
+    return text.removeprefix("\ufeff")
+
+
+def read_text(path: Path, max_bytes: int = MAX_BYTES) -> str:
+    """The file's text, refusing what is not a regular UTF-8 file of at most max_bytes."""
+    try:
+        with path.open("rb") as handle:
+            raw = handle.read(max_bytes + 1)
+    except IsADirectoryError:
+        raise YamlSyntaxError(path, None, "the spec is a directory, not a file", "put the spec in a file") from None
+    except OSError as err:
+        raise YamlSyntaxError(path, None, f"the spec cannot be read: {err.strerror or err}",
+                              "make it a readable file") from None
+    if len(raw) > max_bytes:
+        raise YamlSyntaxError(path, None, f"the file is larger than {max_bytes // 1024} KiB",
+                              "a tenant spec is a few kilobytes: remove what is not the spec") from None
+    return _decode(path, raw)
+
+
+def _where(text: str, position: int) -> int:
+    return text.count("\n", 0, position) + 1
+
+
+_BRACKETS = re.compile(r"[\[\]{}]")
+
+
+def _too_deep_brackets(text: str) -> int | None:
+    """Line where more than MAX_DEPTH brackets are open at once, else None. PyYAML's scanner looks ahead up to
+    1024 characters for every open flow bracket, so thousands of them cost it a second before the composer's
+    own depth check runs; counting them first costs milliseconds. Brackets inside quotes or comments count
+    too: no spec has 33 unclosed ones."""
+    depth = 0
+    for match in _BRACKETS.finditer(text):
+        if match.group() in "[{":
+            depth += 1
+            if depth > MAX_DEPTH:
+                return _where(text, match.start())
+        elif depth:
+            depth -= 1
+    return None
 
 
 def load(path: Path) -> LoadedYaml:
     """Load one YAML document with a line number for every key path. Raises YamlSyntaxError."""
-    text = path.read_text(encoding="utf-8")
-    loader = yaml.SafeLoader(text)
+    text = read_text(path)
+    if (deep := _too_deep_brackets(text)) is not None:
+        raise YamlSyntaxError(path, deep, f"more than {MAX_DEPTH} brackets are open at once (the document nests "
+                              f"deeper than {MAX_DEPTH} levels)", "a tenant spec nests about six levels: remove the "
+                              "extra brackets")
+    loader: _Loader | None = None
     try:
+        loader = _Loader(text)
         root = loader.get_single_node()
-        lines: dict[KeyPath, int] = {}
-        data = None if root is None else _to_python(root, (), lines, loader)
-    except YamlSyntaxError as err:
-        raise YamlSyntaxError(path, err.line, err.detail) from None
+        builder = _Builder(loader)
+        data = None if root is None else builder.build(root, ())
+        lines = builder.lines
+    except _Refused as err:
+        raise YamlSyntaxError(path, err.line, err.detail, err.fix, err.key_path) from None
+    except yaml.reader.ReaderError as err:
+        char = err.character if isinstance(err.character, int) else ord(err.character)
+        raise YamlSyntaxError(path, _where(text, err.position), f"character U+{char:04X} is not allowed in YAML",
+                              "remove it (control characters have no place in a spec)") from None
     except yaml.MarkedYAMLError as err:
-        mark = err.problem_mark or err.context_mark
-        line = mark.line + 1 if mark else None
-        raise YamlSyntaxError(path, line, f"{err.context or ''} {err.problem or ''}".strip()) from None
+        raise YamlSyntaxError(path, *_describe(err)) from None
     except yaml.YAMLError as err:
-        raise YamlSyntaxError(path, None, str(err)) from None
+        raise YamlSyntaxError(path, None, str(err)[:200]) from None
+    except RecursionError:
+        raise YamlSyntaxError(path, None, "the document nests too deeply to read",
+                              "remove the extra brackets or indentation") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     return LoadedYaml(path=path, data=data, lines=lines)
+
+
+def _describe(err: yaml.MarkedYAMLError) -> tuple[int | None, str, str]:
+    """(line, detail, fix) of a parser error: where the unclosed thing started when the file ran out first."""
+    problem, context = err.problem or "", err.context or ""
+    at_end = "end of stream" in problem or "<stream end>" in problem
+    if at_end and err.context_mark is not None:
+        opened = err.context_mark.line + 1
+        if "quoted scalar" in context:
+            return opened, f"the quote opened on line {opened} is never closed", "close the quote on that line"
+        what = context.removeprefix("while scanning ").removeprefix("while parsing ").removeprefix("a ")
+        return opened, f"the {what} started on line {opened} is never closed", "close the bracket on that line"
+    mark = err.problem_mark or err.context_mark
+    line = mark.line + 1 if mark else None
+    if "'\\t'" in problem:
+        return line, "a tab character where YAML expects spaces", "indent with spaces, not tabs"
+    return line, f"{context} {problem}".strip()[:300], GENERIC_FIX

@@ -1,4 +1,4 @@
-"""The nccl_tests role through playbooks/acceptance.yml: lint-clean, skips the build without an NVIDIA GPU,
+"""The nccl_tests role through playbooks/acceptance-jobs.yml: lint-clean, skips the build without an NVIDIA GPU,
 renders the job script for the queue's accelerator, rejects wrong variables up front."""
 
 from __future__ import annotations
@@ -13,10 +13,14 @@ from conftest import ROOT, venv_tool
 
 pytestmark = pytest.mark.slow
 
+# The submit node is the login group (the controller when there is no login node); which job scripts it gets
+# comes from the manifest (fmcluster.publish.acceptance_vars).
 INVENTORY = """all:
-  vars: {{ansible_connection: local, ansible_python_interpreter: "{python}"}}
+  vars: {{ansible_connection: local, ansible_python_interpreter: "{python}",
+         fmcluster_acceptance_backends: {backends}, fmcluster_acceptance_gpus_per_node: {gpus}}}
   children:
     controller: {{hosts: {{fma-ctl: {{}}}}}}
+    login: {{hosts: {{fma-ctl: {{}}}}}}
     compute:
       vars: {{fmcluster_instance: {{accelerator: {accelerator}, accelerators_per_node: {gpus}}}}}
       hosts: {{fma-c1: {{}}}}
@@ -24,9 +28,11 @@ INVENTORY = """all:
 
 
 MIXED = """all:
-  vars: {{ansible_connection: local, ansible_python_interpreter: "{python}"}}
+  vars: {{ansible_connection: local, ansible_python_interpreter: "{python}",
+         fmcluster_acceptance_backends: [nccl, cpu], fmcluster_acceptance_gpus_per_node: 8}}
   children:
     controller: {{hosts: {{fma-ctl: {{}}}}}}
+    login: {{hosts: {{fma-ctl: {{}}}}}}
     compute:
       children:
         queue_cpu:
@@ -42,15 +48,17 @@ def playbook(tmp_path: Path, *extra: str, accelerator: str = "none", gpus: int =
     inv = tmp_path / "inventory"
     if not inv.is_dir():
         inv.mkdir()
-        (inv / "hosts.yml").write_text(INVENTORY.format(python=venv_tool("python"), accelerator=accelerator, gpus=gpus))
-    argv = [venv_tool("ansible-playbook"), "-i", str(inv), str(ROOT / "playbooks" / "acceptance.yml"),
+        backends = "[nccl]" if accelerator == "cuda" else "[cpu]"
+        (inv / "hosts.yml").write_text(INVENTORY.format(python=venv_tool("python"), accelerator=accelerator, gpus=gpus,
+                                                        backends=backends))
+    argv = [venv_tool("ansible-playbook"), "-i", str(inv), str(ROOT / "playbooks" / "acceptance-jobs.yml"),
             "-e", f"nccl_tests_job_dir={tmp_path / 'jobs'}", *extra]
     return subprocess.run(argv, cwd=ROOT, capture_output=True, text=True,
                           env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")})
 
 
 def test_role_and_playbook_are_clean_under_ansible_lint_production_and_yamllint() -> None:
-    paths = ["roles/nccl_tests", "playbooks/acceptance.yml", "molecule/nccl_tests"]
+    paths = ["roles/nccl_tests", "playbooks/acceptance-jobs.yml", "molecule/nccl_tests"]
     lint = subprocess.run([venv_tool("ansible-lint"), *paths], cwd=ROOT, capture_output=True, text=True)
     assert lint.returncode == 0, lint.stdout + lint.stderr
     yl = subprocess.run([venv_tool("yamllint"), "-s", *paths], cwd=ROOT, capture_output=True, text=True)

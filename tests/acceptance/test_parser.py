@@ -100,7 +100,7 @@ def test_interleaved_and_labelled_lines_still_give_the_table() -> None:
     log = parsed("p5_2node_interleaved.log")
     assert log.completed and log.ranks == 16
     assert log.garbled_lines == 2  # both halves of the row another rank's INFO line split
-    assert 16 << 20 not in [r.size_bytes for r in log.rows]
+    assert 16 << 20 not in [r.size_bytes for r in log.rows] and log.unreadable_sizes == (16 << 20,)
     assert len(log.rows) == 12 and log.network.ofi_provider == "efa"
 
 
@@ -134,3 +134,43 @@ def test_open_mpi_tagged_lines_and_na_checks_parse() -> None:
 @pytest.mark.parametrize("text", ["", "\x00\x01garbage\n", "#\n# Avg bus bandwidth : nan\n", "1 2 3 4 5 6 7 8 9 10 11 12\n"])
 def test_junk_never_raises(text: str) -> None:
     parse_text(text)
+
+
+def test_per_iteration_and_timestamp_columns_are_read_by_the_header() -> None:
+    log = parse_text(
+        "#       size         count      type   redop    root     time   algbw   busbw  #wrong    i_min    i_max    i_p99"
+        "    i_cv%     time   algbw   busbw  #wrong    i_min    i_max    i_p99    i_cv%            timestamp\n"
+        "  1073741824     268435456     float     sum      -1   4583.7  234.25  439.22       0   4501.2   4702.9   4699.0"
+        "      1.2   4656.7  230.58  432.33       0   4590.0   4720.1   4719.5      0.9  2026-11-30 03:10:00\n"
+    )
+    row = log.row_at(GIB)
+    assert row is not None and (row.out_of_place.busbw_gbps, row.in_place.busbw_gbps) == (439.22, 432.33)
+    assert log.garbled_lines == 0
+
+
+def test_a_row_that_does_not_fit_its_header_is_unreadable_not_guessed() -> None:
+    log = parse_text(
+        "#       size         count      type   redop    root     time   algbw   busbw  #wrong     time   algbw   busbw  #wrong\n"
+        "  1073741824     268435456     float     sum      -1   4583.68  234.25  439.22       0   4656.73  230.58\n"
+    )
+    assert log.rows == () and log.unreadable_sizes == (GIB,)
+
+
+@pytest.mark.parametrize(("token", "kind", "wrong", "rounded"), [
+    ("0", "count", 0, False), ("3", "count", 3, False), ("1.04858e+06", "count", 1048580, True),
+    ("N/A", "unchecked", None, False), ("-1", "unreadable", None, False), ("nan", "unreadable", None, False),
+    ("2.5", "unreadable", None, False),
+])
+def test_the_wrong_column_of_2_10_and_later_is_a_count_even_in_g_form(token: str, kind: str, wrong: int | None,
+                                                                      rounded: bool) -> None:
+    row = parse_row(f"  1073741824  268435456  float  sum  -1  4583.68  234.25  439.22  {token}  4656.73  230.58  432.33  0")
+    assert row is not None
+    assert (row.out_of_place.check, row.out_of_place.wrong, row.out_of_place.wrong_rounded) == (kind, wrong, rounded)
+
+
+def test_bounded_reading_keeps_crlf_and_a_last_line_without_newline(tmp_path: Path) -> None:
+    log = tmp_path / "x.log"
+    log.write_bytes(b"#  Rank  0 Group  0 Pid 1 on h1 device  0 [0x53] GPU\r\n# Avg bus bandwidth    : 1.5 OK")
+    parsed = parse_file(log)
+    assert parsed.hosts == ("h1",) and parsed.completed and parsed.avg_busbw_gbps == 1.5
+    assert parsed.avg_verdict == "OK" and parsed.long_lines == 0

@@ -58,3 +58,12 @@ def test_run_records_beside_the_generated_inventory_are_not_read_as_inventory(tm
     proc = subprocess.run([venv_tool("ansible-inventory"), "-i", f"{generated}/", "--list"], capture_output=True,
                           text=True, env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")})
     assert proc.returncode == 0 and "WARNING" not in proc.stderr, proc.stderr
+
+
+def test_result_json_is_strict_json_with_non_finite_figures_as_null(tmp_path: Path) -> None:
+    run = results.new_run_dir("acme", root=tmp_path)
+    results.write(run, {"tests": [{"name": "t", "avg_busbw_gbps": float("nan"), "busbw_gbps": float("inf")}]}, "")
+    text = (run / "result.json").read_text()
+    data = json.loads(text, parse_constant=lambda c: pytest.fail(f"bare {c} in result.json"))
+    assert data["tests"][0]["avg_busbw_gbps"] is None and data["tests"][0]["busbw_gbps"] is None
+    assert data["non_finite"] == ["$.tests[0].avg_busbw_gbps", "$.tests[0].busbw_gbps"]

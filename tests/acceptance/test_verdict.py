@@ -6,38 +6,43 @@ from pathlib import Path
 
 import pytest
 
+from fmcluster.acceptance.expectation import expectation_for
 from fmcluster.acceptance.parser import parse_file
-from fmcluster.acceptance.verdict import judge, render, thresholds_for
+from fmcluster.acceptance.verdict import judge, render
 from fmcluster.catalog import load_catalog
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "nccl"
 
 
-def verdict(name: str, instance: str = "p5.48xlarge", nodes: int = 2, override: float | None = None):
-    return judge(parse_file(FIXTURES / name), thresholds_for(load_catalog()[instance], nodes, override))
+def verdict(name: str, instance: str = "p5.48xlarge", nodes: int = 2, override: float | None = None,
+            collective: str | None = "all_reduce"):
+    return judge(parse_file(FIXTURES / name), expectation_for(load_catalog()[instance], nodes, override,
+                                                              collective=collective))
 
 
 @pytest.mark.parametrize(
-    ("name", "instance", "nodes"),
+    ("name", "instance", "nodes", "collective"),
     [
-        ("p5_1node_all_reduce_ok.log", "p5.48xlarge", 1),
-        ("p5_2node_all_reduce_ok.log", "p5.48xlarge", 2),
-        ("p5_4node_all_reduce_ok.log", "p5.48xlarge", 4),
-        ("p5_16node_all_reduce_ok.log", "p5.48xlarge", 16),
-        ("p4d_2node_all_reduce_ok.log", "p4d.24xlarge", 2),
-        ("p5_2node_all_gather_ok.log", "p5.48xlarge", 2),
-        ("p5_2node_interleaved.log", "p5.48xlarge", 2),
+        ("p5_1node_all_reduce_ok.log", "p5.48xlarge", 1, "all_reduce"),
+        ("p5_2node_all_reduce_ok.log", "p5.48xlarge", 2, "all_reduce"),
+        ("p5_4node_all_reduce_ok.log", "p5.48xlarge", 4, "all_reduce"),
+        ("p5_16node_all_reduce_ok.log", "p5.48xlarge", 16, "all_reduce"),
+        ("p4d_2node_all_reduce_ok.log", "p4d.24xlarge", 2, "all_reduce"),
+        ("p5_2node_all_gather_ok.log", "p5.48xlarge", 2, "all_gather"),
+        ("p5_2node_interleaved.log", "p5.48xlarge", 2, "all_reduce"),
     ],
 )
-def test_healthy_runs_pass_and_state_the_baseline(name: str, instance: str, nodes: int) -> None:
-    v = verdict(name, instance, nodes)
+def test_healthy_runs_pass_and_state_the_baseline(name: str, instance: str, nodes: int, collective: str) -> None:
+    v = verdict(name, instance, nodes, collective=collective)
     assert v.passed, render(v)
-    assert "expected ~" in v.baseline and "floor" in v.baseline
+    assert "healthy clusters show ~" in v.baseline or "not gated" in v.baseline
+    assert v.busbw_gbps is not None and f"measured {v.busbw_gbps:.2f} GB/s" in v.baseline
 
 
 def test_bandwidth_right_answer_names_floor_expected_figure_and_source() -> None:
     v = verdict("p5_2node_all_reduce_ok.log")
-    assert "floor 250 GB/s" in v.baseline and "~437 GB/s" in v.baseline and "ParallelCluster" in v.baseline
+    assert "floor 250 GB/s" in v.baseline and "~437 GB/s at 1 GiB on 2 node(s)" in v.baseline
+    assert "ParallelCluster" in v.baseline and "REFERENCE.md" in v.baseline
     assert v.busbw_gbps is not None and 430 < v.busbw_gbps < 450
 
 
@@ -67,18 +72,31 @@ def test_gdr_off_alone_is_a_warning_when_bandwidth_is_above_the_floor() -> None:
     assert v.passed and [f.code for f in v.findings] == ["gdr_off"]
 
 
+def test_a_slow_run_explained_by_configuration_blames_no_node() -> None:
+    v = verdict("p5_2node_gdr_off.log")
+    assert v.codes == ("gdr_off", "below_floor") and not v.blames_node
+    assert verdict("p5_2node_socket_fallback.log").blames_node is False
+
+
+def test_a_slow_run_with_no_visible_cause_blames_a_node_so_bisection_runs() -> None:
+    v = verdict("p5_2node_all_reduce_ok.log", override=460)
+    assert v.failures[0].code == "below_floor" and v.blames_node
+
+
 def test_a_tenant_override_replaces_the_catalog_floor() -> None:
     v = verdict("p5_2node_all_reduce_ok.log", override=460)
-    assert not v.passed and v.thresholds.floor_from == "tenant override"
+    assert not v.passed and v.expectation is not None and v.expectation.floor_from == "tenant override"
+    assert "floor 460 GB/s (tenant override; the catalog's is 250)" in v.baseline
     assert "under the floor of 460 GB/s" in v.cause
     assert "no configuration problem is visible" in v.cause
 
 
-def test_floors_depend_on_the_node_count_from_the_catalog() -> None:
+def test_floors_depend_on_the_node_count_class_from_the_catalog() -> None:
     p5 = load_catalog()["p5.48xlarge"]
-    assert thresholds_for(p5, 1).min_busbw_gbps == 300
-    assert thresholds_for(p5, 16).min_busbw_gbps == 250
-    assert thresholds_for(p5, 2).expected_ranks == 16
+    assert expectation_for(p5, 1).min_busbw_gbps == 300
+    assert expectation_for(p5, 16).min_busbw_gbps == 250
+    assert expectation_for(p5, 2).expected_ranks == 16
+    assert (expectation_for(p5, 1).transport, expectation_for(p5, 2).transport) == ("nvlink", "efa")
 
 
 def test_socket_is_expected_on_instances_without_efa() -> None:
@@ -89,3 +107,16 @@ def test_socket_is_expected_on_instances_without_efa() -> None:
 def test_rank_count_mismatch_fails() -> None:
     v = verdict("p5_2node_all_reduce_ok.log", nodes=4)
     assert [f.code for f in v.failures] == ["rank_count"]
+
+
+def test_every_finding_code_is_documented_and_the_docs_name_no_other() -> None:
+    import re
+
+    from fmcluster.acceptance.verdict import CODES
+
+    doc = (FIXTURES.parents[2] / "docs" / "acceptance.md").read_text()
+    documented = re.findall(r"^\| `(\w+)` \| (?:fail|warn)", doc, re.M)
+    assert sorted(documented) == sorted(CODES)
+    for code, info in CODES.items():
+        row = next(line for line in doc.splitlines() if line.startswith(f"| `{code}` |"))
+        assert row.endswith("| no |") != info.blames_node or "unless" in row, code

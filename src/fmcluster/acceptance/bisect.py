@@ -6,6 +6,9 @@ convicts the other member; a failing pair with no known-good member is split and
 again beside a good node. If no pair passes at all, the problem is cluster-wide (a setting, not a node):
 nothing is convicted, because draining every node would hide the real cause. (With two nodes a
 failing pair cannot say which node it was: that is reported the same way.)
+
+This module judges nothing: a pair passes or fails by the probe's answer, which in the gate is
+`verdict.judge(...).passed` on the pair's log (runner.py), the same judging as every other run.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from dataclasses import dataclass, field
 
 Pair = tuple[str, str]
 PairProbe = Callable[[Sequence[Pair]], dict[Pair, bool]]
-"""Runs each pair's test (possibly concurrently) and says which passed."""
+"""Runs each pair's test (possibly concurrently) and says which passed (in the gate: the pair's verdict)."""
 
 
 @dataclass(frozen=True)

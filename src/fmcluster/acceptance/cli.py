@@ -6,58 +6,118 @@ import argparse
 import json
 from pathlib import Path
 
-from fmcluster.acceptance.model import ParsedLog
+from fmcluster.acceptance.expectation import resolve_expectation
+from fmcluster.acceptance.model import ParsedLog, json_safe
 from fmcluster.acceptance.parser import parse_file
-from fmcluster.acceptance.verdict import judge, render, thresholds_for
-from fmcluster.catalog import load_catalog
+from fmcluster.acceptance.verdict import Verdict, judge, render
+from fmcluster.catalog import InstanceType, load_catalog
+
+EXIT_PASS = 0
+EXIT_FAIL = 1
+EXIT_UNREADABLE = 2
+EXIT_NOT_JUDGED = 3
+EXIT_CODES = {"pass": EXIT_PASS, "fail": EXIT_FAIL, "not_judged": EXIT_NOT_JUDGED}
+PARSE_EPILOG = """\
+exit status:
+  0  pass: judged, and the log shows the reference size ran, finite, correct, at or above the floor,
+     over the expected transport
+  1  fail: judged and failed, or failed on what fails any run (truncated, killed, wrong data, NaN,
+     nccl-tests' own FAILED) even without an instance type
+  2  unreadable: the file cannot be read (missing, a directory, no permission), or a bad option
+     (an instance type or queue the catalog/tenant does not have)
+  3  not judged: read, nothing failed, but there is nothing to judge against; give --instance-type
+     (or --org) and, if the log names no hosts, --nodes
+
+The instance type is, in order: --instance-type; the tenant's queue (--org [--queue]); the type
+aws-ofi-nccl names in the log (`NET/OFI Running on p5.48xlarge platform`).
+"""
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("acceptance", help="collective-bandwidth acceptance: parse logs, run the gate")
     acc = p.add_subparsers(dest="acceptance_command", required=True)
-    parse = acc.add_parser("parse", help="read an nccl-tests (or CPU bench) log; judge it with --instance-type")
+    parse = acc.add_parser("parse", help="read an nccl-tests (or CPU bench) log and judge it",
+                           epilog=PARSE_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     parse.add_argument("log", type=Path)
-    parse.add_argument("--json", action="store_true", help="print the parsed log (and verdict) as JSON")
+    parse.add_argument("--json", action="store_true",
+                       help="print status, parsed log and verdict as strict JSON (NaN/inf become null)")
     parse.add_argument("--instance-type", help="judge against this catalog instance type, e.g. p5.48xlarge")
+    parse.add_argument("--org", help="judge against this tenant's queue (and its min_busbw_gbps override)")
+    parse.add_argument("--queue", help="with --org: the queue the log ran on (default: the only one, or the "
+                       "one the log's hosts are named after)")
     parse.add_argument("--nodes", type=int, help="node count of the run (default: hosts seen in the log)")
     parse.add_argument("--min-busbw", type=float, help="floor override in GB/s (as tenant.acceptance.min_busbw_gbps)")
-    run = acc.add_parser("run", help="run the acceptance gate on a tenant's Slurm cluster")
+    parse.add_argument("--collective", help="the collective the log must be (default: the one it names)")
+    parse.add_argument("--require-data-check", action="store_true",
+                       help="fail, not just warn, when nccl-tests ran without data checks (-c 0)")
+    run = acc.add_parser("run", help="run the acceptance gate on a tenant's Slurm cluster (as `invoke acceptance`)")
     run.add_argument("org")
-    run.add_argument("--no-install", action="store_true", help="do not converge the job scripts first")
 
 
 def main(args: argparse.Namespace) -> int:
     if args.acceptance_command == "run":
-        from fmcluster.acceptance.runner import main_for_org
+        from fmcluster import commands
 
-        return main_for_org(args.org, install=not args.no_install)
-    if not args.log.is_file():
-        print(f"acceptance parse: no such log file: {args.log}")
-        return 2
-    log = parse_file(args.log)
-    verdict = None
-    if args.instance_type:
-        catalog = load_catalog()
-        if args.instance_type not in catalog:
-            print(f"acceptance parse: unknown instance type {args.instance_type!r}; known: {', '.join(sorted(catalog))}")
-            return 2
-        nodes = args.nodes or max(len(log.hosts), 1)
-        verdict = judge(log, thresholds_for(catalog[args.instance_type], nodes, args.min_busbw))
+        return commands.acceptance(args.org)
+    return parse_command(args)
+
+
+def _queues(org: str) -> tuple[dict[str, InstanceType], float | None]:
+    from fmcluster.commands import require_tenant
+
+    tenant = require_tenant(org)
+    return {q.name: q.instance for q in tenant.queues}, tenant.acceptance.min_busbw_gbps
+
+
+def parse_command(args: argparse.Namespace) -> int:
+    try:
+        log = parse_file(args.log)
+    except OSError as err:
+        return _unreadable(args, f"cannot read {args.log}: {err.strerror or err}")
+    catalog = load_catalog()
+    if args.instance_type and args.instance_type not in catalog:
+        return _unreadable(args, f"unknown instance type {args.instance_type!r}; known: {', '.join(sorted(catalog))}")
+    if args.nodes is not None and args.nodes < 1:
+        return _unreadable(args, f"--nodes must be at least 1, not {args.nodes}")
+    queues, override = (_queues(args.org) if args.org and not args.instance_type else (None, None))
+    if queues is not None and args.queue is not None and args.queue not in queues:
+        return _unreadable(args, f"tenant {args.org} has no queue {args.queue!r}; it has {', '.join(sorted(queues))}")
+    resolution = resolve_expectation(
+        log, catalog, instance_type=args.instance_type, queues=queues, queue=args.queue, nodes=args.nodes,
+        override_gbps=args.min_busbw if args.min_busbw is not None else override, collective=args.collective,
+        require_data_check=args.require_data_check)
+    verdict = judge(log, resolution.expectation, not_judged_reason=resolution.reason)
+    code = EXIT_CODES[verdict.status]
     if args.json:
-        print(json.dumps({"log": log.to_dict(), "verdict": verdict.to_dict() if verdict else None}, indent=2))
+        print(_json(log, verdict, code, resolution.reason))
     else:
         print(describe(log))
-        if verdict:
-            print(render(verdict))
-    if verdict is not None:
-        return 0 if verdict.passed else 1
-    return 0 if log.completed and not log.wrong and not log.out_of_bounds else 1
+        print(render(verdict))
+    return code
+
+
+def _unreadable(args: argparse.Namespace, message: str) -> int:
+    if args.json:
+        print(json.dumps({"status": "unreadable", "exit_code": EXIT_UNREADABLE, "error": message}, allow_nan=False))
+    else:
+        print(f"acceptance parse: {message}")
+    return EXIT_UNREADABLE
+
+
+def _json(log: ParsedLog, verdict: Verdict, code: int, basis: str) -> str:
+    data, non_finite = json_safe({"log": log.to_dict(), "verdict": verdict.to_dict()})
+    payload = {"status": verdict.status, "exit_code": code, "cause": verdict.cause, "codes": list(verdict.codes),
+               "expectation_basis": basis, "non_finite": non_finite, **data}
+    return json.dumps(payload, indent=2, allow_nan=False)
 
 
 def describe(log: ParsedLog) -> str:
     net = log.network
+    bench = log.benchmark or "benchmark ?"
+    if log.benchmark_printed and log.benchmark_printed != log.benchmark:
+        bench += f" (printed as {log.benchmark_printed})"
     lines = [
-        f"{log.source}: {log.benchmark or 'benchmark ?'}, {log.library or 'library ?'}"
+        f"{log.source}: {bench}, {log.library or 'library ?'}"
         f"{f', {log.tests_version}' if log.tests_version else ''}",
         f"  {log.ranks or '?'} ranks on {len(log.hosts) or '?'} host(s) ({', '.join(log.hosts[:4])}"
         f"{', ...' if len(log.hosts) > 4 else ''}); {len(log.rows)} sizes; "
@@ -65,23 +125,30 @@ def describe(log: ParsedLog) -> str:
         f"  network {net.network or '?'}; provider {net.ofi_provider or '-'}"
         f"{f' ({net.ofi_nics} nics)' if net.ofi_nics else ''}; plugin "
         f"{'MISSING' if net.plugin_missing else (net.ofi_plugin_version or '-')}; GDR "
-        f"{'on' if net.gdr else 'off' if net.gdr is False else '-'}; channels {net.channels or '?'}; rings {len(net.rings)}",
+        f"{'on' if net.gdr else 'off' if net.gdr is False else '-'}; channels {net.channels or '?'}; rings {len(net.rings)}"
+        f"{f'; platform {net.platform}' if net.platform else ''}",
     ]
     if log.rows:
         lines.append("        size     count   type  redop   time(us)  algbw  busbw  #wrong | in-place time  algbw  busbw  #wrong")
         for r in log.rows:
             o, i = r.out_of_place, r.in_place
-            lines.append(f"  {r.size_bytes:10d} {r.count:9d} {r.dtype:>6} {r.redop:>6} {o.time_us:10.2f} {o.algbw_gbps:6.2f} "
-                         f"{o.busbw_gbps:6.2f} {_w(o.wrong):>7} | {i.time_us:13.2f} {i.algbw_gbps:6.2f} {i.busbw_gbps:6.2f} {_w(i.wrong):>7}")
-    lines.append(f"  avg bus bandwidth: {log.avg_busbw_gbps if log.avg_busbw_gbps is not None else '-'} GB/s; "
-                 f"out of bounds: {log.out_of_bounds if log.out_of_bounds is not None else '-'}; wrong elements: {log.wrong}")
+            lines.append(f"  {r.size_bytes:10d} {r.count:9d} {r.dtype:>6} {r.redop or '-':>6} {o.time_us:10.2f} "
+                         f"{o.algbw_gbps:6.2f} {o.busbw_gbps:6.2f} {_w(o.wrong, o.check):>7} | {i.time_us:13.2f} "
+                         f"{i.algbw_gbps:6.2f} {i.busbw_gbps:6.2f} {_w(i.wrong, i.check):>7}")
+    avg = log.avg_busbw_text if log.avg_busbw_text is not None else "-"
+    lines.append(f"  avg bus bandwidth: {avg} GB/s{f' {log.avg_verdict}' if log.avg_verdict else ''}; out of bounds: "
+                 f"{log.out_of_bounds if log.out_of_bounds is not None else '-'}; wrong elements: {log.wrong}")
     for e in log.errors[:5]:
         lines.append(f"  error: {e}")
-    if log.garbled_lines or log.duplicate_rows or log.tables > 1:
-        lines.append(f"  odd: {log.garbled_lines} unreadable line(s), {log.duplicate_rows} duplicate row(s), {log.tables} table(s)")
+    if log.garbled_lines or log.duplicate_rows or log.tables > 1 or log.long_lines:
+        lines.append(f"  odd: {log.garbled_lines} unreadable line(s), {log.duplicate_rows} duplicate row(s), "
+                     f"{log.tables} table(s), {log.long_lines} over-long line(s)")
     return "\n".join(lines)
 
 
-def _w(wrong: int | None) -> str:
-    return "N/A" if wrong is None else str(wrong)
-
+def _w(wrong: int | None, check: str) -> str:
+    if check == "unchecked":
+        return "N/A"
+    if check == "max_error":
+        return "maxerr"
+    return "?" if wrong is None else str(wrong)

@@ -1,13 +1,21 @@
 """What an nccl-tests (or fmcluster CPU bench) log says, as typed, immutable values.
 
-The parser fills these; the verdict reads them; results.py writes them as JSON. Nothing here parses or
-judges: it is the vocabulary shared by those modules.
+The parser fills these; the verdict reads them; results.py and the CLI write them as JSON. Nothing here
+parses or judges: it is the vocabulary shared by those modules, plus `json_safe`, which turns any of
+them into strict JSON (non-finite floats become null and are listed, never emitted as bare NaN).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal
+
+CheckKind = Literal["count", "max_error", "unchecked", "unreadable"]
+"""How a row's check column reads: a `#wrong` count, an old max-error figure, `N/A` (-c 0), or garbage."""
+
+MAX_ERROR = 1e-3
+"""nccl-tests < 2.10 printed the largest relative error instead of `#wrong`; above this the data are wrong."""
 
 
 @dataclass(frozen=True)
@@ -18,9 +26,27 @@ class Measurement:
     algbw_gbps: float
     busbw_gbps: float
     wrong: int | None
-    """Elements that failed the check (`#wrong`); None when the check was off (`N/A`)."""
+    """Elements that failed the check (`#wrong`); None unless `check` is "count"."""
     max_error: float | None = None
     """Old nccl-tests (< 2.10) printed a max error instead of `#wrong`."""
+    check: CheckKind = "count"
+    wrong_rounded: bool = False
+    """`#wrong` was printed in %g form (`1.04858e+06`): the count is rounded to 6 significant digits."""
+
+    @property
+    def finite(self) -> bool:
+        return all(math.isfinite(x) for x in (self.time_us, self.algbw_gbps, self.busbw_gbps))
+
+    @property
+    def correct(self) -> bool | None:
+        """True when checked and right, False when wrong or unreadable, None when not checked."""
+        if self.check == "count":
+            return self.wrong == 0
+        if self.check == "max_error":
+            return self.max_error is not None and math.isfinite(self.max_error) and self.max_error <= MAX_ERROR
+        if self.check == "unchecked":
+            return None
+        return False
 
 
 @dataclass(frozen=True)
@@ -28,15 +54,46 @@ class SizeRow:
     size_bytes: int
     count: int
     dtype: str
-    redop: str
+    redop: str | None
+    """None for tables without a `redop` column (old all_gather/alltoall/broadcast layouts)."""
     root: int | None
-    """-1 for collectives without a root; None in old logs that had no `root` column."""
+    """-1 for collectives without a root; None in layouts that have no `root` column."""
     out_of_place: Measurement
     in_place: Measurement
+    line_no: int = 0
+
+    @property
+    def halves(self) -> tuple[Measurement, Measurement]:
+        return self.out_of_place, self.in_place
 
     @property
     def wrong(self) -> int:
-        return sum(m.wrong or 0 for m in (self.out_of_place, self.in_place))
+        return sum(m.wrong or 0 for m in self.halves)
+
+    @property
+    def finite(self) -> bool:
+        return all(m.finite for m in self.halves)
+
+    @property
+    def correct(self) -> bool | None:
+        """False if either half is wrong or unreadable; None if either was not checked; else True."""
+        states = [m.correct for m in self.halves]
+        if False in states:
+            return False
+        if None in states:
+            return None
+        return True
+
+    @property
+    def min_busbw_gbps(self) -> float:
+        """The lower of the two halves' busbw (NaN when either is not a number)."""
+        o, i = self.out_of_place.busbw_gbps, self.in_place.busbw_gbps
+        return o if math.isnan(o) or o <= i else i
+
+    def badness(self) -> tuple[int, int, float]:
+        """Sort key: higher is worse (non-finite, then wrong, then slower). Duplicates keep the worst."""
+        slow = self.min_busbw_gbps
+        return (0 if self.finite else 1, 0 if self.correct is not False else 1, -slow if math.isfinite(slow) else 0.0)
 
 
 @dataclass(frozen=True)
@@ -46,15 +103,21 @@ class NetworkInfo:
     network: str | None = None
     """From `Using network X` (Libfabric, AWS Libfabric, IB, Socket) or, lacking it, the channel transports."""
     ofi_provider: str | None = None
-    """From `NET/OFI Selected Provider is efa` (aws-ofi-nccl); None when the plugin printed no selection."""
+    """From `NET/OFI Selected provider is efa` (aws-ofi-nccl); None when the plugin printed no selection."""
     ofi_plugin_version: str | None = None
     ofi_nics: int | None = None
+    platform: str | None = None
+    """The instance type aws-ofi-nccl says it runs on (`NET/OFI Running on p5.48xlarge platform`)."""
     plugin_missing: bool = False
     """NCCL said it found no net plugin (libnccl-net.so) and uses its internal transports."""
     socket_interfaces: tuple[str, ...] = ()
     """Interfaces named by `NET/Socket : Using [0]eth0:10.0.0.1<0>` (bootstrap or data)."""
     transports: tuple[str, ...] = ()
     """Distinct inter-node transports of channel connections, e.g. `NET/Libfabric/0/GDRDMA`, `NET/Socket/0`."""
+    intra_transports: tuple[str, ...] = ()
+    """Distinct intra-node transports of channel connections, e.g. `P2P/CUMEM/read`, `SHM/direct/direct`."""
+    nvls: bool = False
+    """NCCL connected NVLink SHARP (`Connected NVLS`, `via NVLS`)."""
     gdr: bool | None = None
     """GPUDirect RDMA on inter-node channels: True if any `/GDRDMA`, False if NET channels without it."""
     channels: int | None = None
@@ -72,16 +135,33 @@ class ParsedLog:
 
     source: str
     benchmark: str | None = None
-    """all_reduce_perf, all_gather_perf, ... from `# Collective test starting:` or the header."""
+    """Canonical binary name: `all_reduce_perf` also for `all_reduce_perf_mpi` or a path to it."""
+    benchmark_printed: str | None = None
+    """The name exactly as the log printed it (`# Collective test starting: all_reduce_perf_mpi`)."""
     library: str | None = None
     """`NCCL 2.18.5+cuda12.2` or, for the CPU stand-in, `gloo (torch 2.13.0+cpu)`."""
     tests_version: str | None = None
     header: dict[str, str] = field(default_factory=dict)
     """`# nThread 1 nGpus 1 minBytes 8 ...` as key/value pairs."""
+    columns: tuple[str, ...] = ()
+    """The size table's header as read (normalised names); empty when no header line was seen."""
     ranks: int | None = None
+    """Ranks in the collective: NCCL's own `nranks` when it printed one, else the `# Rank` lines."""
+    rank_lines: int | None = None
+    """Distinct ranks in nccl-tests' `# Rank N ... on HOST` lines."""
+    nccl_nranks: int | None = None
+    """Communicator size from NCCL's INFO lines (`comm 0x... rank 0 nranks 16 ...`)."""
+    nccl_nodes: int | None = None
+    """Node count from NCCL's INFO lines (`nNodes 2`), when printed."""
     hosts: tuple[str, ...] = ()
     rows: tuple[SizeRow, ...] = ()
+    unreadable_sizes: tuple[int, ...] = ()
+    """Sizes whose row started like a row but could not be read (spliced, cut, non-numeric cells)."""
     avg_busbw_gbps: float | None = None
+    avg_busbw_text: str | None = None
+    """The footer's figure as printed (`448.212`, `nan`); kept when it does not read as a number."""
+    avg_verdict: str | None = None
+    """nccl-tests' own verdict after the average (`OK`/`FAILED`, with NCCL_TESTS_MIN_BW), if printed."""
     out_of_bounds: int | None = None
     network: NetworkInfo = field(default_factory=NetworkInfo)
     completed: bool = False
@@ -91,18 +171,24 @@ class ParsedLog:
     duplicate_rows: int = 0
     garbled_lines: int = 0
     """Row-shaped lines that could not be read, e.g. two ranks' output spliced on one line."""
+    long_lines: int = 0
+    """Lines longer than the parser's bound; each was cut to the bound before reading."""
+    longest_line: int = 0
+    rows_dropped: int = 0
+    """Rows beyond the parser's bound on distinct sizes (a table that large is not a real run)."""
+    lines_read: int = 0
     errors: tuple[str, ...] = ()
     """Lines saying the run failed: nccl-tests failures, slurmstepd/srun kills, tracebacks, OOM."""
     killed: bool = False
     """Slurm or the kernel ended the job (CANCELLED, TIME LIMIT, Killed, oom-kill)."""
 
+    def rows_at(self, size_bytes: int) -> tuple[SizeRow, ...]:
+        return tuple(r for r in self.rows if r.size_bytes == size_bytes)
+
     def row_at(self, size_bytes: int) -> SizeRow | None:
-        """The row for `size_bytes`, or the largest one below it when that size was not reached."""
-        exact = [r for r in self.rows if r.size_bytes == size_bytes]
-        if exact:
-            return exact[0]
-        below = [r for r in self.rows if r.size_bytes < size_bytes]
-        return max(below, key=lambda r: r.size_bytes) if below else None
+        """The row for exactly `size_bytes` (the worst, if the log had several), or None. Never a neighbour."""
+        rows = self.rows_at(size_bytes)
+        return max(rows, key=SizeRow.badness) if rows else None
 
     @property
     def max_size_bytes(self) -> int | None:
@@ -112,5 +198,35 @@ class ParsedLog:
     def wrong(self) -> int:
         return sum(r.wrong for r in self.rows)
 
+    @property
+    def has_redop(self) -> bool | None:
+        """Whether the table has a reduction column (from the header, else from the rows)."""
+        if self.columns:
+            return "redop" in self.columns
+        if self.rows:
+            return self.rows[0].redop is not None
+        return None
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def json_safe(value: Any, path: str = "$") -> tuple[Any, list[str]]:
+    """`value` with every non-finite float replaced by None, and the paths where that happened.
+
+    For `json.dumps(..., allow_nan=False)`: NaN and Infinity are not JSON, and a reader must never get a
+    number that compares false against every floor.
+    """
+    found: list[str] = []
+
+    def walk(v: Any, p: str) -> Any:
+        if isinstance(v, float) and not math.isfinite(v):
+            found.append(p)
+            return None
+        if isinstance(v, dict):
+            return {k: walk(x, f"{p}.{k}") for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [walk(x, f"{p}[{i}]") for i, x in enumerate(v)]
+        return v
+
+    return walk(value, path), found

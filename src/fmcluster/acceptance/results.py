@@ -12,6 +12,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from fmcluster.acceptance.model import json_safe
 from fmcluster.paths import generated_dir
 
 STAMP = "%Y%m%dT%H%M%SZ"
@@ -64,5 +65,10 @@ def compare(current: dict[str, Any], previous: dict[str, Any] | None) -> list[st
 
 
 def write(run_dir: Path, data: dict[str, Any], summary: str) -> None:
-    (run_dir / "result.json").write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
+    """Write result.json as strict JSON (non-finite figures become null, listed under `non_finite`)."""
+    safe, non_finite = json_safe(data)
+    if non_finite:
+        safe["non_finite"] = non_finite
+    text = json.dumps(safe, indent=2, default=str, allow_nan=False)
+    (run_dir / "result.json").write_text(text + "\n", encoding="utf-8")
     (run_dir / "summary.md").write_text(summary, encoding="utf-8")

@@ -11,33 +11,29 @@ instead of EFA, ranks not wired) drain nothing: they are not a node's fault.
 
 from __future__ import annotations
 
-import os
-import subprocess
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
 from fmcluster.acceptance import results
 from fmcluster.acceptance.bisect import Bisection, Pair, find_bad_nodes
+from fmcluster.acceptance.expectation import expectation_for
 from fmcluster.acceptance.model import ParsedLog
-from fmcluster.acceptance.parser import parse_file
 from fmcluster.acceptance.slurm import Job, SlurmClient, SlurmError
-from fmcluster.acceptance.verdict import Verdict, human_bytes, judge, render, thresholds_for
+from fmcluster.acceptance.verdict import Verdict, human_bytes, judge_file, render
 from fmcluster.catalog import InstanceType
 from fmcluster.model import Queue, Tenant
-from fmcluster.paths import generated_dir, repo_root
 
 Backend = Literal["nccl", "cpu"]
 Out = Callable[[str], object]
 
-#: Failures that are the configuration's, not a node's: bisecting would only drain healthy nodes.
-CONFIG_WIDE = frozenset({"bad_socket_interface", "socket_fallback", "provider_not_efa", "plugin_init_failed", "no_efa_selection",
-                         "ranks_not_wired", "no_results"})
-#: Where the nccl_tests role puts the job scripts on AWS clusters (shared by login and controller).
-AWS_JOB_DIR = Path("/opt/fmcluster/acceptance")
+#: Where the nccl_tests role puts the job scripts on the login node (the controller without one).
+JOB_DIR = PurePosixPath("/opt/fmcluster/acceptance")
+#: Under the cluster's shared file system: the job logs, written by the compute nodes, read back by the deploy.
+SHARED_RUNS = "fmcluster/acceptance"
 #: CPU stand-in: one rank per node on the all-node run, two on the single-node run (a 1-rank collective
 #: moves no data).
 CPU_SINGLE_NODE_RANKS = 2
@@ -47,13 +43,6 @@ PROBE_ARGS: dict[Backend, tuple[str, ...]] = {"cpu": ("-n", "3", "-w", "1"), "nc
 def backend_for(instance: InstanceType) -> Backend | None:
     """nccl-tests on CUDA instances, the gloo bench on CPU ones; None for Neuron (nccom-test, not here)."""
     return {"cuda": "nccl", "none": "cpu"}.get(instance.accelerator)  # type: ignore[return-value]
-
-
-def job_dir(tenant: Tenant) -> Path:
-    """Where the job scripts live; the one source the playbook is given (`-e nccl_tests_job_dir=`)."""
-    if tenant.provider == "local":
-        return repo_root() / "var" / tenant.org / "acceptance-jobs"
-    return AWS_JOB_DIR
 
 
 @dataclass(frozen=True)
@@ -121,61 +110,20 @@ class AcceptanceResult:
         }
 
 
-def default_client(tenant: Tenant) -> SlurmClient:
-    """Slurm clients as a user on the cluster's submit node sees them.
-
-    provider local: inside the login node's network namespace (controller when there is no login node)
-    with that node's SLURM_CONF (fmcluster.cluster, the Slurm issue's local provider). $FMCLUSTER_SLURM_CONF
-    overrides this with a plain SLURM_CONF on this machine (any cluster reachable from here).
-    """
-    override = os.environ.get("FMCLUSTER_SLURM_CONF")
-    if override:
-        return SlurmClient(env={"SLURM_CONF": override})
-    if tenant.provider == "local":
-        from fmcluster.cluster import client_node, slurm_conf_path
-        from fmcluster.localnodes import node_named
-
-        node = client_node(tenant)
-        return SlurmClient(env={"SLURM_CONF": slurm_conf_path(tenant, node)},
-                           prefix=("nsenter", f"--net={node_named(tenant, node).netns_path}"))
-    return SlurmClient()
-
-
-def install_job_scripts(tenant: Tenant, out: Out = print, inventory: Path | None = None) -> None:
-    """Converge playbooks/acceptance.yml (nccl_tests role): build nccl-tests on GPU nodes, install job scripts.
-
-    Runs against the generated inventory like every converge; `inventory` points elsewhere (tests).
-    """
-    from fmcluster.converge import ansible_env, converge_command
-
-    if inventory is None and not (generated_dir(tenant.org) / "hosts.yml").is_file():
-        hint = "invoke nodes-up" if tenant.provider == "local" else "invoke deploy"
-        raise SlurmError(f"no generated inventory for {tenant.org}; run `{hint} --org={tenant.org}` and "
-                         f"`invoke converge --org={tenant.org}` first")
-    argv = converge_command(tenant, playbook="playbooks/acceptance.yml",
-                            extra=["-e", f"nccl_tests_job_dir={job_dir(tenant)}"])
-    if inventory is not None:
-        argv[argv.index("-i") + 1] = str(inventory)
-    proc = subprocess.run(argv, cwd=repo_root(), capture_output=True, text=True, env=ansible_env(tenant))
-    if proc.returncode != 0:
-        raise SlurmError(f"installing the acceptance job scripts failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-2000:]}")
-    recap = [" ".join(line.split()) for line in proc.stdout.splitlines() if "ok=" in line and "changed=" in line]
-    out(f"acceptance: job scripts converged ({len(recap)} hosts, changed="
-        f"{sum(int(r.split('changed=')[1].split()[0]) for r in recap)})")
-
-
 class _Gate:
     """One acceptance run's state: the client, the run directory and the thresholds of one queue."""
 
-    def __init__(self, tenant: Tenant, client: SlurmClient, run_dir: Path, out: Out, timeout: float) -> None:
+    def __init__(self, tenant: Tenant, client: SlurmClient, run_dir: Path, remote_dir: PurePosixPath, out: Out,
+                 timeout: float) -> None:
         self.tenant, self.client, self.run_dir, self.out, self.timeout = tenant, client, run_dir, out, timeout
-        self.jobs = job_dir(tenant)
+        self.remote_dir = remote_dir
+        self.jobs = JOB_DIR
         self.probes: list[CollectiveRun] = []
 
     def submit(self, name: str, backend: Backend, collective: str, nodes: Sequence[str], rpn: int,
                args: Sequence[str] = ()) -> Job:
         return self.client.submit(
-            self.jobs / f"{backend}-{collective}.sbatch", nodes=nodes, output=self.run_dir / f"{name}.log",
+            self.jobs / f"{backend}-{collective}.sbatch", nodes=nodes, output=self.remote_dir / f"{name}.log",
             ntasks_per_node=rpn, job_name=f"fmc-accept-{name}"[:60], args=args)
 
     def collect(self, specs: Sequence[tuple[str, str, Queue, tuple[str, ...], int, Job]]) -> list[CollectiveRun]:
@@ -184,10 +132,16 @@ class _Gate:
         elapsed = time.monotonic() - started
         runs = []
         for name, collective, queue, nodes, rpn, job in specs:
-            log = parse_file(job.output) if job.output.is_file() else ParsedLog(source=str(job.output))
-            th = thresholds_for(queue.instance, len(nodes), self.tenant.acceptance.min_busbw_gbps, rpn)
+            local = self.run_dir / job.output.name
+            text = self.client.read_file(job.output)  # the log on the cluster's shared file system
+            if text is not None:
+                local.write_text(text)
+            # the one judging call: the same parse/expectation/judge as `fmcluster acceptance parse`
+            expectation = expectation_for(queue.instance, len(nodes), self.tenant.acceptance.min_busbw_gbps, rpn,
+                                          collective=collective, require_data_check=True)
+            log, verdict = judge_file(local, expectation)
             runs.append(CollectiveRun(name, queue.name, collective, nodes, rpn, job.job_id, states[job.job_id],
-                                job.output.name, log, judge(log, th), elapsed))
+                                job.output.name, log, verdict, elapsed))
         return runs
 
     def probe(self, queue: Queue, backend: Backend) -> Callable[[Sequence[Pair]], dict[Pair, bool]]:
@@ -228,9 +182,13 @@ def _bw(run: CollectiveRun) -> str:
     return f"busbw {bw:.3f} GB/s" if bw is not None else "no busbw"
 
 
-def run_acceptance(tenant: Tenant, *, client: SlurmClient | None = None, out: Out = print,
-                   install: bool = True, timeout: float = 600.0) -> AcceptanceResult:
+def run_acceptance(tenant: Tenant, client: SlurmClient, shared_dir: str, *, out: Out = print,
+                   timeout: float = 600.0) -> AcceptanceResult:
     """Run the acceptance gate on `tenant`'s Slurm cluster; drain bad nodes; save and compare the run.
+
+    `client` runs the Slurm commands where a user would (the deploy's: ssh to the login node); job logs
+    go to `<shared_dir>/fmcluster/acceptance/<run>/` on the cluster's shared file system and are read back
+    into the local run directory.
 
     Returns an AcceptanceResult whose `passed`/`exit_code` gate the deploy. Never raises for a failing
     fabric (that is a verdict); raises SlurmError only when Slurm itself cannot be used.
@@ -242,12 +200,11 @@ def run_acceptance(tenant: Tenant, *, client: SlurmClient | None = None, out: Ou
         result.skipped = "acceptance.enabled is false in the tenant spec"
         out(f"acceptance: skipped ({result.skipped})")
         return result
-    client = client or default_client(tenant)
-    if install:
-        install_job_scripts(tenant, out)
     run_dir = results.new_run_dir(tenant.org, now)
     result.run_dir = run_dir
-    gate = _Gate(tenant, client, run_dir, out, timeout)
+    remote_dir = PurePosixPath(shared_dir) / SHARED_RUNS / run_dir.name
+    client.make_dir(remote_dir)
+    gate = _Gate(tenant, client, run_dir, remote_dir, out, timeout)
     specs: list[tuple[str, str, Queue, tuple[str, ...], int, Job]] = []
     queues: list[tuple[Queue, Backend, list[str]]] = []
     for queue in tenant.queues:
@@ -286,7 +243,7 @@ def run_acceptance(tenant: Tenant, *, client: SlurmClient | None = None, out: Ou
         codes = {f.code for t in failing for f in t.verdict.failures}
         if not failing:
             continue
-        if codes <= CONFIG_WIDE:
+        if not any(t.verdict.blames_node for t in failing):  # the verdict says whether a node can be the cause
             result.notes.append(f"queue {queue.name}: the failure is configuration-wide ({', '.join(sorted(codes))}); "
                                 "no node is drained — fix the setting named in the verdict")
             out(f"acceptance: {result.notes[-1]}")
@@ -339,14 +296,15 @@ def available_nodes(client: SlurmClient, partition: str) -> tuple[list[str], lis
 def drain_reason(now: datetime, failing: CollectiveRun, node: str, bisection: Bisection,
                  probes: Sequence[CollectiveRun] = ()) -> str:
     """`fmcluster acceptance <when>: <code> <measured> < <floor> GB/s at <size>; failed in pair a+b`."""
-    th = failing.verdict.thresholds
+    th = failing.verdict.expectation
     mine = [p for p in probes if node in p.nodes and not p.passed]
     evidence = mine[0] if mine else failing
     code = evidence.verdict.failures[0].code if evidence.verdict.failures else "failed"
     bw = evidence.verdict.busbw_gbps
     measured = f" {bw:.3g} <" if bw is not None and code == "below_floor" else ""
-    return (f"fmcluster acceptance {now.strftime('%Y-%m-%dT%H:%MZ')}: {code}{measured} {th.min_busbw_gbps:g} GB/s "
-            f"at {human_bytes(th.message_bytes)}; {bisection.evidence(node)}")
+    floor = f"{th.min_busbw_gbps:g} GB/s at {human_bytes(th.message_bytes)}" if th else "no floor"
+    return (f"fmcluster acceptance {now.strftime('%Y-%m-%dT%H:%MZ')}: {code}{measured} {floor}; "
+            f"{bisection.evidence(node)}")
 
 
 def summary_text(result: AcceptanceResult) -> str:
@@ -379,18 +337,3 @@ def summary_text(result: AcceptanceResult) -> str:
     if result.comparison:
         lines += ["## Compared with the previous run", ""] + [f"- {c}" for c in result.comparison] + [""]
     return "\n".join(lines)
-
-
-def main_for_org(org: str, out: Out = print, install: bool = True) -> int:
-    """`invoke acceptance --org=X`: validate the tenant, run the gate, return the exit code."""
-    from fmcluster.cli import require_tenant
-
-    tenant = require_tenant(org)
-    try:
-        return run_acceptance(tenant, out=out, install=install).exit_code
-    except SlurmError as err:
-        out(f"acceptance: cannot use Slurm: {err}")
-        return 3
-    except RuntimeError as err:  # LocalNodesError, ConvergeError: the cluster is not there yet
-        out(f"acceptance: the cluster is not ready: {err}")
-        return 3

@@ -1,17 +1,19 @@
 """The few Slurm commands acceptance needs: list a partition's nodes, submit, wait, cancel, drain, resume.
 
 Plain subprocess calls to the Slurm clients (`sinfo`, `sbatch`, `scontrol`, `scancel`) with the tenant's
-environment (e.g. SLURM_CONF for a local cluster). `prefix` puts a remote shell in front of every command
-(e.g. `("ssh", "controller")`) for clusters whose Slurm clients are not on this machine.
+environment (e.g. SLURM_CONF). `prefix` puts a remote shell in front of every command (the deploy's is ssh to the
+cluster's login node, as an operator would type it); job outputs are paths on the cluster and are read
+back through the same shell.
 """
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import PurePosixPath
 
 FINAL_STATES = frozenset({
     "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE",
@@ -27,7 +29,7 @@ class SlurmError(RuntimeError):
 class Job:
     job_id: int
     nodes: tuple[str, ...]
-    output: Path
+    output: PurePosixPath
 
 
 @dataclass(frozen=True)
@@ -38,7 +40,8 @@ class SlurmClient:
     def run(self, argv: Sequence[str], check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess[str]:
         import os
 
-        full = [*self.prefix, *argv]
+        # Through a remote shell the command is one string, each word quoted for that shell.
+        full = [*self.prefix, shlex.join(argv)] if self.prefix else list(argv)
         proc = subprocess.run(full, capture_output=True, text=True, timeout=timeout, env={**os.environ, **self.env})
         if check and proc.returncode != 0:
             raise SlurmError(f"`{' '.join(full)}` failed ({proc.returncode}): {proc.stderr.strip()}")
@@ -55,7 +58,16 @@ class SlurmClient:
         fields = _fields(line)
         return fields.get("State", "?"), fields.get("Reason", "")
 
-    def submit(self, script: Path, *, nodes: Sequence[str], output: Path, ntasks_per_node: int | None = None,
+    def read_file(self, path: PurePosixPath) -> str | None:
+        """A file on the cluster (a job's output), None when it does not exist."""
+        proc = self.run(["cat", str(path)], check=False, timeout=120)
+        return proc.stdout if proc.returncode == 0 else None
+
+    def make_dir(self, path: PurePosixPath) -> None:
+        self.run(["mkdir", "-p", str(path)])
+
+    def submit(self, script: PurePosixPath, *, nodes: Sequence[str], output: PurePosixPath,
+               ntasks_per_node: int | None = None,
                job_name: str | None = None, time_limit: str | None = None,
                args: Sequence[str] = (), env: Mapping[str, str] | None = None) -> Job:
         argv = ["sbatch", "--parsable", f"--nodes={len(nodes)}", f"--nodelist={','.join(nodes)}",

@@ -1,58 +1,88 @@
-"""Judge a parsed log against the catalog: pass/fail, every finding with its likely cause and fix, and the
-baseline that answers "is my bandwidth right?".
+"""Judge a parsed log against an Expectation: pass, fail or not judged, every finding with a stable code,
+its likely cause and fix, and one sentence that answers "is my bandwidth right?".
 
-Thresholds come from one place: the instance catalog (`InstanceType.acceptance`: floor by node count,
-reference message size, the public expected figure and its source), overridable per tenant
-(`tenant.acceptance.min_busbw_gbps`). Floors apply to all_reduce; other collectives are reported, not gated.
+This is the one judging function: the deploy's gate, its bisection probes, `fmcluster acceptance parse`
+and `invoke doctor` all call `judge(parse_file(log), expectation)`.
+
+Fail closed: a run passes only on positive evidence, namely a completed table whose row at the reference
+size is finite, correct (`#wrong` 0, or explicitly unchecked and allowed), at or above the floor in both
+halves (out-of-place and in-place), over the transport the node-count class must use. Anything missing,
+unreadable or non-finite is a failure with a diagnosis. `_missing_evidence` re-checks that rule after all
+findings, so no combination of findings can pass a run without it.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any, Literal
 
-from fmcluster.acceptance.model import ParsedLog
-from fmcluster.catalog import InstanceType
+from fmcluster.acceptance.expectation import TRANSPORT_WORDS, Expectation
+from fmcluster.acceptance.model import ParsedLog, SizeRow, json_safe
+from fmcluster.acceptance.parser import parse_file
+from fmcluster.catalog import NODE_CLASS_WORDS
 
 Severity = Literal["fail", "warn"]
-GATED_BENCHMARKS = ("all_reduce_perf", None)
-MAX_ERROR = 1e-3
-_BAD_IFACE = re.compile(r"Unable to find address for|no socket interface found|No usable listening interface")  # old nccl-tests printed a max error instead of #wrong; above this the data are wrong
+Status = Literal["pass", "fail", "not_judged"]
+_BAD_IFACE = re.compile(r"Unable to find address for|no socket interface found|No usable listening interface")
+GATED_BENCHMARK = "all_reduce_perf"
 
 
 @dataclass(frozen=True)
-class Thresholds:
-    instance_type: str
-    nodes: int
-    message_bytes: int
-    min_busbw_gbps: float
-    expected_busbw_gbps: float
-    floor_from: str
-    """"catalog" or "tenant override"."""
-    source: str
-    expect_efa: bool
-    expect_gdr: bool
-    expected_ranks: int | None
+class Code:
+    when: str
+    """When the finding is raised (the docs' table is checked against this registry)."""
+    blames_node: bool
+    """Whether one node can cause it, so that bisection and drain make sense (config-wide causes cannot)."""
 
 
-def thresholds_for(instance: InstanceType, nodes: int, override_gbps: float | None = None,
-                   ranks_per_node: int | None = None) -> Thresholds:
-    """The floor for `nodes` nodes of `instance`; a tenant override replaces the catalog's floor."""
-    acc = instance.acceptance
-    per_node = ranks_per_node if ranks_per_node is not None else (instance.accelerators_per_node or None)
-    return Thresholds(
-        instance_type=instance.name,
-        nodes=nodes,
-        message_bytes=acc.message_bytes,
-        min_busbw_gbps=override_gbps if override_gbps is not None else acc.min_busbw_gbps(nodes),
-        expected_busbw_gbps=acc.expected_busbw_gbps,
-        floor_from="tenant override" if override_gbps is not None else "catalog",
-        source=acc.source,
-        expect_efa=instance.has_efa and instance.accelerator == "cuda",
-        expect_gdr=instance.has_efa and instance.accelerator == "cuda",
-        expected_ranks=per_node * nodes if per_node else None,
-    )
+CODES: dict[str, Code] = {
+    "non_finite": Code("a figure in the size table or the footer is nan, -nan or inf (or not a number)", True),
+    "nccl_tests_failed": Code("nccl-tests' own check says FAILED: `# Avg bus bandwidth : X FAILED` "
+                              "(NCCL_TESTS_MIN_BW)", True),
+    "wrong_data": Code("`#wrong` > 0 (also in %g form), out-of-bounds values, an old max error > 1e-3, or a check "
+                       "cell that cannot be read", True),
+    "data_unchecked": Code("`#wrong` is N/A (nccl-tests ran with -c 0): warn, fail when data checks are required "
+                           "(the deploy's gate requires them)", False),
+    "no_results": Code("no size table: the benchmark never started, or this is not an nccl-tests log", False),
+    "table_unreadable": Code("row-shaped lines but not one readable row (an unknown layout or launcher prefix)", False),
+    "run_failed": Code("failure lines (Test NCCL failure, srun/slurmstepd errors, tracebacks) and no table", True),
+    "plugin_init_failed": Code("no table and an aws-ofi-nccl `NET/OFI` WARN", False),
+    "bad_socket_interface": Code("no table and NCCL/gloo could not find the socket interface it was told to use", False),
+    "killed": Code("no footer, and Slurm or the kernel killed the job (TIME LIMIT, CANCELLED, Killed, OOM)", True),
+    "truncated": Code("no `# Avg bus bandwidth` footer and no kill message: the output stops", True),
+    "ranks_not_wired": Code("several result tables of 1 rank each: ranks ran as independent jobs", False),
+    "multiple_tables": Code("several result tables of several ranks: more than one run in one log", False),
+    "rank_count_conflict": Code("nccl-tests' `# Rank` lines and NCCL's own `nranks` disagree", False),
+    "rank_count": Code("ranks ≠ nodes × GPUs per node", True),
+    "rank_count_unknown": Code("neither `# Rank` lines nor NCCL's `nranks` say how many ranks ran (warn)", False),
+    "garbled": Code("lines that could not be read (spliced by concurrently writing ranks, cut off) (warn)", False),
+    "line_too_long": Code("lines over the parser's bound (64 KiB) were cut to it (warn)", False),
+    "rows_dropped": Code("more distinct sizes than the parser keeps (10,000) (warn)", False),
+    "benchmark_mismatch": Code("the log ran another collective than the one expected, or its table cannot be that "
+                               "collective's", False),
+    "benchmark_unnamed": Code("the log does not name its benchmark (old nccl-tests); judged as the expected one "
+                              "(warn)", False),
+    "bandwidth_not_gated": Code("a collective other than all_reduce: floors are all_reduce floors; its bandwidth "
+                                "is reported, not gated (warn)", False),
+    "socket_fallback": Code("NCCL used its Socket transport on an EFA instance (fail across nodes, warn on one)",
+                            False),
+    "provider_not_efa": Code("libfabric selected another provider than efa (e.g. tcp)", False),
+    "no_efa_selection": Code("no `NET/OFI Selected provider is efa` line: EFA use cannot be confirmed", False),
+    "gdr_off": Code("inter-node channels without /GDRDMA (warn; named as the cause of a low bandwidth)", False),
+    "nvlink_not_used": Code("one GPU node whose ranks connect only through SHM/host memory, not P2P/NVLS", False),
+    "transport_unconfirmed": Code("no INFO line shows the expected transport (run with NCCL_DEBUG=INFO)", False),
+    "reference_size_missing": Code("no readable row at the reference size (not run, skipped, or unreadable), "
+                                   "whatever larger sizes show", False),
+    "below_floor": Code("busbw at the reference size (either half) under the floor", True),
+    "not_judged": Code("no expectation (instance type or node count unknown): the log was read, not judged", False),
+    "no_positive_evidence": Code("no other finding failed, yet the pass rule is not met (a safety net)", False),
+}
+# Findings that explain a low bandwidth by configuration rather than by a node.
+_CONFIG_CAUSES = ("socket_fallback", "provider_not_efa", "no_efa_selection", "gdr_off", "nvlink_not_used",
+                  "transport_unconfirmed", "rank_count")
 
 
 @dataclass(frozen=True)
@@ -61,31 +91,55 @@ class Finding:
     severity: Severity
     message: str
     fix: str
+    blames_node: bool = False
+
+
+def _f(code: str, severity: Severity, message: str, fix: str, blames_node: bool | None = None) -> Finding:
+    return Finding(code, severity, message, fix, CODES[code].blames_node if blames_node is None else blames_node)
 
 
 @dataclass(frozen=True)
 class Verdict:
-    passed: bool
-    thresholds: Thresholds
+    status: Status
+    expectation: Expectation | None
     busbw_gbps: float | None
+    """The gated figure: the lower of the two halves' busbw at the reference size; None when not finite."""
     measured_at_bytes: int | None
     findings: tuple[Finding, ...]
     baseline: str
-    """One sentence: floor, expected figure and its source, what was measured."""
+    """One sentence: measured figure, floor and its source, public figure of the same class and size."""
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "pass"
 
     @property
     def failures(self) -> tuple[Finding, ...]:
         return tuple(f for f in self.findings if f.severity == "fail")
 
     @property
+    def codes(self) -> tuple[str, ...]:
+        return tuple(f.code for f in self.findings)
+
+    @property
     def cause(self) -> str:
-        """The first failure's message, or 'passed'."""
-        return self.failures[0].message if self.failures else "passed"
+        """The first failure's message, 'passed', or why the log was not judged."""
+        if self.failures:
+            return self.failures[0].message
+        if self.status == "not_judged":
+            return next((f.message for f in self.findings if f.code == "not_judged"), "not judged")
+        return "passed"
+
+    @property
+    def blames_node(self) -> bool:
+        """A failure one node can cause: bisect and drain. False for configuration-wide failures."""
+        return any(f.blames_node for f in self.failures)
 
     def to_dict(self) -> dict[str, Any]:
+        """Plain data for strict JSON: non-finite floats are None (the findings say where they were)."""
         data = asdict(self)
-        data["cause"] = self.cause
-        return data
+        data.update(passed=self.passed, cause=self.cause, blames_node=self.blames_node)
+        return dict(json_safe(data)[0])
 
 
 def human_bytes(n: int) -> str:
@@ -95,78 +149,175 @@ def human_bytes(n: int) -> str:
     return f"{n} B"
 
 
+def _num(x: float) -> str:
+    return f"{x:.2f}" if math.isfinite(x) else str(x)
+
+
+# --- findings that need no expectation ---------------------------------------------------------------
+
+def _integrity(log: ParsedLog) -> list[Finding]:
+    out: list[Finding] = []
+    bad: list[str] = []
+    for row in log.rows:
+        for half, m in (("out-of-place", row.out_of_place), ("in-place", row.in_place)):
+            cells = [f"{name} {value}" for name, value in (("time", m.time_us), ("algbw", m.algbw_gbps),
+                                                           ("busbw", m.busbw_gbps)) if not math.isfinite(value)]
+            if cells:
+                bad.append(f"{human_bytes(row.size_bytes)} {half}: {', '.join(cells)}")
+    if log.avg_busbw_text is not None and (log.avg_busbw_gbps is None or not math.isfinite(log.avg_busbw_gbps)):
+        bad.append(f"the footer's average '{log.avg_busbw_text}'")
+    if bad:
+        more = f" and {len(bad) - 4} more" if len(bad) > 4 else ""
+        out.append(_f("non_finite", "fail", f"the log has figures that are not finite numbers: {'; '.join(bad[:4])}"
+                      f"{more}. A NaN compares false against every floor, so it can never count as a measurement",
+                      "rerun; NaN/inf usually means a broken timer or a failed collective on some rank: read the "
+                      "ranks' NCCL WARN lines and bisect if it repeats"))
+    return out
+
+
 def _completeness(log: ParsedLog) -> list[Finding]:
     kills = [e for e in log.errors if "CANCELLED" in e or "Killed" in e or "oom" in e.lower()]
     tail = (kills or list(log.errors) or [""])[0]
     if not log.rows:
         if log.killed:
-            return [Finding("killed", "fail", f"the job was killed before the first result: {tail}",
-                            "look at the job's time limit and at `sacct -j JOBID -o JobID,State,ExitCode`")]
+            return [_f("killed", "fail", f"the job was killed before the first result: {tail}",
+                       "look at the job's time limit and at `sacct -j JOBID -o JobID,State,ExitCode`")]
         warn = next((w for w in log.network.warnings if "NET/OFI" in w), None)
         if warn:
-            return [Finding("plugin_init_failed", "fail", f"aws-ofi-nccl failed to initialise: {warn}",
-                            "check the EFA devices (`fi_info -p efa`), the EFA installer version and that the "
-                            "security group allows all traffic from itself")]
+            return [_f("plugin_init_failed", "fail", f"aws-ofi-nccl failed to initialise: {warn}",
+                       "check the EFA devices (`fi_info -p efa`), the EFA installer version and that the "
+                       "security group allows all traffic from itself")]
         iface = next((e for e in log.errors + log.network.warnings if _BAD_IFACE.search(e)), None)
         if iface:
-            return [Finding("bad_socket_interface", "fail",
-                            f"the socket interface setting names an interface the node lacks: {iface}",
-                            "fix NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME / FMC_BENCH_SOCKET_IFNAME (or unset it "
-                            "to let the library choose)")]
+            return [_f("bad_socket_interface", "fail",
+                       f"the socket interface setting names an interface the node lacks: {iface}",
+                       "fix NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME / FMC_BENCH_SOCKET_IFNAME (or unset it "
+                       "to let the library choose)")]
         if log.errors:
-            return [Finding("run_failed", "fail", f"the benchmark failed before printing results: {tail}",
-                            "rerun with NCCL_DEBUG=INFO and read the first WARN line of the failing rank")]
-        return [Finding("no_results", "fail", "the log has no size table (the benchmark never started, or "
-                        "this is not an nccl-tests log)", "read the job's stderr; check the sbatch script ran")]
+            return [_f("run_failed", "fail", f"the benchmark failed before printing results: {tail}",
+                       "rerun with NCCL_DEBUG=INFO and read the first WARN line of the failing rank")]
+        if log.unreadable_sizes or log.garbled_lines:
+            return [_f("table_unreadable", "fail", f"{log.garbled_lines} row-shaped line(s) but not one readable "
+                       f"row (table header: {' '.join(log.columns) or 'none seen'})",
+                       "check the launcher's line prefixes and the nccl-tests version; "
+                       "`fmcluster acceptance parse LOG` shows what was read")]
+        return [_f("no_results", "fail", "the log has no size table (the benchmark never started, or this is "
+                   "not an nccl-tests log)", "read the job's stderr; check the sbatch script ran")]
     if log.completed:
         return []
     reached = human_bytes(log.max_size_bytes or 0)
     if log.killed:
-        return [Finding("killed", "fail", f"the job was killed mid-run after {reached}: {tail}",
-                        "raise the job's time limit or lower -e; a hang at one size often means one slow node")]
-    return [Finding("truncated", "fail", f"the log stops after {reached} without the '# Avg bus bandwidth' line "
-                    "(truncated output, or a node died)", "rerun; if it stops again at the same place, bisect")]
+        return [_f("killed", "fail", f"the job was killed mid-run after {reached}: {tail}",
+                   "raise the job's time limit or lower -e; a hang at one size often means one slow node")]
+    return [_f("truncated", "fail", f"the log stops after {reached} without the '# Avg bus bandwidth' line "
+               "(truncated output, or a node died)", "rerun; if it stops again at the same place, bisect")]
 
 
-def _shape(log: ParsedLog, th: Thresholds) -> list[Finding]:
+def _shape(log: ParsedLog, exp: Expectation | None) -> list[Finding]:
     out: list[Finding] = []
     if log.tables > 1:
-        out.append(Finding("ranks_not_wired", "fail",
-                           f"{log.tables} separate result tables with {log.ranks or 1} rank(s) each: the ranks "
-                           "ran as independent 1-rank jobs", "launch with `srun --mpi=pmix` (or mpirun) and "
-                           "build nccl-tests with MPI=1"))
-    elif th.expected_ranks and log.ranks and log.ranks != th.expected_ranks:
-        out.append(Finding("rank_count", "fail",
-                           f"{log.ranks} ranks took part, {th.expected_ranks} expected "
-                           f"({th.nodes} nodes of {th.instance_type})",
-                           "check --ntasks-per-node/--gpus-per-node and that every GPU is visible (nvidia-smi)"))
+        if (log.ranks or 1) <= 1:
+            out.append(_f("ranks_not_wired", "fail",
+                          f"{log.tables} separate result tables with {log.ranks or 1} rank(s) each: the ranks "
+                          "ran as independent 1-rank jobs", "launch with `srun --mpi=pmix` (or mpirun) and "
+                          "build nccl-tests with MPI=1"))
+        else:
+            out.append(_f("multiple_tables", "fail", f"{log.tables} result tables in one log: more than one run "
+                          "was written to this file, so no single run can be judged", "write one run per log "
+                          "(a fresh --output per job)"))
+    if log.rank_lines and log.nccl_nranks and log.rank_lines != log.nccl_nranks and log.tables <= 1:
+        out.append(_f("rank_count_conflict", "fail",
+                      f"the log disagrees with itself: nccl-tests listed {log.rank_lines} rank(s) (`# Rank` lines) "
+                      f"but NCCL's communicator has {log.nccl_nranks}; NCCL's count is what the collective ran on",
+                      "check that every process joined one communicator (MPI launch, NCCL_COMM_ID) and that "
+                      "the log holds one job only"))
+    if exp is not None and exp.expected_ranks and log.tables <= 1:
+        if log.ranks is None:
+            out.append(_f("rank_count_unknown", "warn", "the log says neither how many ranks ran (`# Rank` lines) "
+                          "nor NCCL's communicator size", "run with NCCL_DEBUG=INFO"))
+        elif log.ranks != exp.expected_ranks:
+            out.append(_f("rank_count", "fail", f"{log.ranks} ranks took part, {exp.expected_ranks} expected "
+                          f"({exp.nodes} node(s) of {exp.instance_type})",
+                          "check --ntasks-per-node/--gpus-per-node and that every GPU is visible (nvidia-smi)"))
     if log.garbled_lines:
-        out.append(Finding("garbled", "warn", f"{log.garbled_lines} line(s) could not be read (spliced by "
-                           "concurrently writing ranks, or cut off) and were skipped", "harmless; run with `srun -l` to label lines"))
+        out.append(_f("garbled", "warn", f"{log.garbled_lines} line(s) could not be read (spliced by "
+                      "concurrently writing ranks, or cut off) and were skipped",
+                      "harmless unless a needed row is among them; run with `srun -l` to label lines"))
+    if log.long_lines:
+        out.append(_f("line_too_long", "warn", f"{log.long_lines} line(s) longer than the parser's bound were cut "
+                      f"to it (the longest: {log.longest_line} bytes)", "find what writes such lines into the job "
+                      "output (progress bars, binary data) and send it elsewhere"))
+    if log.rows_dropped:
+        out.append(_f("rows_dropped", "warn", f"{log.rows_dropped} row(s) beyond the parser's bound on distinct "
+                      "sizes were not kept", "run with -f 2 (factor steps) rather than byte steps"))
     return out
 
 
-def _data(log: ParsedLog) -> list[Finding]:
-    bad = [r for r in log.rows if r.wrong > 0 or any(
-        m.max_error is not None and m.max_error > MAX_ERROR for m in (r.out_of_place, r.in_place))]
-    if not bad and not log.out_of_bounds:
-        return []
-    sizes = ", ".join(human_bytes(r.size_bytes) for r in bad[:4]) or "see the out-of-bounds line"
-    return [Finding("wrong_data", "fail",
-                    f"results were wrong at {len(bad)} size(s) ({sizes}; {log.wrong} wrong elements, "
-                    f"{log.out_of_bounds or 0} out-of-bounds values)",
-                    "a faulty GPU, NVLink or NIC corrupts data: bisect the nodes, run `dcgmi diag -r 3` and "
-                    "read the XID errors on the drained node")]
-
-
-def _fabric(log: ParsedLog, th: Thresholds) -> list[Finding]:
-    net = log.network
-    if not th.expect_efa:
-        return []
-    multi = th.nodes > 1
-    severity: Severity = "fail" if multi else "warn"
+def _data(log: ParsedLog, exp: Expectation | None) -> list[Finding]:
     out: list[Finding] = []
+    if not log.rows:
+        return out
+    bad = [r for r in log.rows if r.correct is False]
+    if bad or log.out_of_bounds:
+        rounded = any(m.wrong_rounded for r in bad for m in r.halves)
+        unreadable = [r for r in bad if any(m.check == "unreadable" for m in r.halves)]
+        sizes = ", ".join(human_bytes(r.size_bytes) for r in bad[:4]) + (", ..." if len(bad) > 4 else "")
+        count = f"{'about ' if rounded else ''}{log.wrong} wrong element(s){' (counts printed rounded, %g)' if rounded else ''}"
+        extra = f"; the check column could not be read at {len(unreadable)} size(s)" if unreadable else ""
+        out.append(_f("wrong_data", "fail",
+                      f"results were wrong at {len(bad)} size(s) ({sizes or 'see the out-of-bounds line'}; {count}, "
+                      f"{log.out_of_bounds or 0} out-of-bounds value(s){extra})",
+                      "a faulty GPU, NVLink or NIC corrupts data: bisect the nodes, run `dcgmi diag -r 3` and "
+                      "read the XID errors on the drained node"))
+    ref = log.row_at(exp.message_bytes) if exp is not None else None
+    judged_rows = [ref] if ref is not None else list(log.rows)
+    unchecked = [r for r in judged_rows if r.correct is None]
+    if unchecked and (ref is not None or len(unchecked) == len(judged_rows)):
+        required = exp is not None and exp.require_data_check
+        where = f"at {human_bytes(ref.size_bytes)}" if ref is not None else "anywhere"
+        out.append(_f("data_unchecked", "fail" if required else "warn",
+                      f"nccl-tests did not check its results {where} (`#wrong` is N/A: run with -c 0), so nothing "
+                      f"shows the data were right{'; this gate requires checked data' if required else ''}",
+                      "run with -c 1 (the acceptance job scripts do; keep `nccl_tests_args` with -c 1)"))
+    return out
+
+
+# --- findings against the expectation --------------------------------------------------------------
+
+def _benchmark(log: ParsedLog, exp: Expectation) -> tuple[list[Finding], str]:
+    """Findings and the benchmark the log is judged as."""
+    out: list[Finding] = []
+    expected = f"{exp.collective}_perf" if exp.collective else None
+    name = log.benchmark
+    if name is None:
+        name = expected or GATED_BENCHMARK
+        out.append(_f("benchmark_unnamed", "warn", "the log does not name its benchmark (older nccl-tests print "
+                      f"no `# Collective test starting` line); judged as {name}",
+                      "use a recent nccl-tests, which names the test it runs"))
+        if name == GATED_BENCHMARK and log.has_redop is False:
+            out.append(_f("benchmark_mismatch", "fail", "the size table has no redop column, so it is not an "
+                          "all_reduce table (all_gather, alltoall and broadcast have none)",
+                          "judge this log as the collective it is, or run all_reduce_perf"))
+    elif expected and name != expected:
+        shown = f" (printed as {log.benchmark_printed})" if log.benchmark_printed != name else ""
+        out.append(_f("benchmark_mismatch", "fail", f"the log ran {name}{shown}, {expected} was expected",
+                      "check the job script and the binary it runs"))
+    if name != GATED_BENCHMARK:
+        out.append(_f("bandwidth_not_gated", "warn", f"{name}'s bandwidth is reported, not gated: the catalog's "
+                      "floors are all_reduce floors", "gate fabric bandwidth with all_reduce_perf"))
+    return out, name
+
+
+def _transport(log: ParsedLog, exp: Expectation) -> tuple[list[Finding], bool]:
+    """Findings and whether the log positively shows the expected transport."""
+    net = log.network
     on_socket = net.network == "Socket" or any(t.startswith("NET/Socket") for t in net.transports)
+    if exp.transport == "socket":
+        if on_socket:
+            return [], True
+        return [_f("transport_unconfirmed", "fail", "no INFO line shows the ranks' TCP transport (`Using network "
+                   "Socket` or `via NET/Socket`)", "run with NCCL_DEBUG=INFO (the CPU bench always prints it)")], False
+    out: list[Finding] = []
     if on_socket or net.plugin_missing:
         if net.plugin_missing:
             cause = ("the aws-ofi-nccl plugin was not loaded (NCCL found no libnccl-net.so and used its "
@@ -176,88 +327,212 @@ def _fabric(log: ParsedLog, th: Thresholds) -> list[Finding]:
         else:
             cause = "NCCL chose its Socket transport"
             fix = "unset NCCL_NET/NCCL_IB_DISABLE overrides and check the plugin loads (NCCL_DEBUG=INFO)"
-        out.append(Finding("socket_fallback", severity, f"the fabric fell back to sockets on an EFA instance: "
-                           f"{cause}", fix))
-        return out
-    if net.ofi_provider is None:
-        out.append(Finding("no_efa_selection", severity,
-                           "no `NET/OFI Selected provider is efa` line: EFA use cannot be confirmed",
-                           "run with NCCL_DEBUG=INFO; if it is set, the plugin did not load"))
-    elif net.ofi_provider != "efa":
-        out.append(Finding("provider_not_efa", severity,
-                           f"libfabric selected the '{net.ofi_provider}' provider, not efa",
-                           "remove FI_PROVIDER overrides, check the EFA driver (`fi_info -p efa`) and that the "
-                           "security group allows all traffic from itself"))
-    if th.expect_gdr and net.gdr is False:
-        out.append(Finding("gdr_off", "warn",
-                           "GPUDirect RDMA is off: inter-node channels run without /GDRDMA",
-                           "remove stale FI_EFA_USE_DEVICE_RDMA=0 / NCCL_NET_GDR_LEVEL settings; with "
-                           "aws-ofi-nccl >= 1.7 no variable is needed"))
-    return out
-
-
-def _bandwidth(log: ParsedLog, th: Thresholds, known: list[Finding]) -> tuple[list[Finding], float | None, int | None]:
-    if not log.rows or log.benchmark not in GATED_BENCHMARKS:
-        return [], None, None
-    row = log.row_at(th.message_bytes)
-    if row is None:
-        return [Finding("floor_size_not_reached", "fail",
-                        f"no result at or below {human_bytes(th.message_bytes)} to compare with the floor",
-                        "run with -e at least the catalog's message size")], None, None
-    busbw = row.out_of_place.busbw_gbps
-    out: list[Finding] = []
-    if row.size_bytes != th.message_bytes:
-        # a smaller message never reaches peak bandwidth: report it, but do not gate on it
-        if log.completed:
-            out.append(Finding("reference_size_not_run", "warn",
-                               f"the largest size run was {human_bytes(row.size_bytes)}; the floor is defined "
-                               f"at {human_bytes(th.message_bytes)}, so bandwidth was not gated",
-                               "run with -e covering the reference size"))
-        return out, busbw, row.size_bytes
-    if busbw < th.min_busbw_gbps:
-        likely = [f.message for f in known if f.code in ("socket_fallback", "provider_not_efa", "gdr_off",
-                                                          "no_efa_selection", "rank_count")]
-        if likely:
-            cause = "likely cause: " + "; ".join(likely)
-            fix = "fix the configuration above and rerun"
+        severity: Severity = "fail" if exp.transport == "efa" else "warn"
+        out.append(_f("socket_fallback", severity, f"the fabric fell back to sockets on an EFA instance: {cause}",
+                      fix))
+        if exp.transport == "efa":
+            return out, False
+    if exp.transport == "nvlink":
+        if net.nvls or any(t.startswith("P2P") for t in net.intra_transports):
+            return out, True
+        if net.intra_transports:
+            out.append(_f("nvlink_not_used", "fail", f"the ranks of this one node connect through "
+                          f"{', '.join(net.intra_transports)}, not NVLink P2P/NVLS",
+                          "unset NCCL_P2P_DISABLE / NCCL_P2P_LEVEL, check Fabric Manager runs and "
+                          "`nvidia-smi topo -m` shows NV18 links"))
         else:
-            cause = ("no configuration problem is visible in the log, so a node or link is slow "
-                     "(degraded NIC, link errors, throttled GPU, a noisy neighbour)")
-            fix = "bisect node pairs to find the node (done automatically when drain_on_failure is on)"
-        out.append(Finding("below_floor", "fail",
-                           f"busbw {busbw:.2f} GB/s at {human_bytes(row.size_bytes)} is under the floor of "
-                           f"{th.min_busbw_gbps:g} GB/s; {cause}", fix))
-    return out, busbw, row.size_bytes
+            out.append(_f("transport_unconfirmed", "fail", "no INFO line shows how the GPUs were connected "
+                          "(`Channel ... via P2P/...` or NVLS)", "run with NCCL_DEBUG=INFO (the acceptance job "
+                          "scripts set it)"))
+        return out, False
+    if net.ofi_provider is None:
+        out.append(_f("no_efa_selection", "fail", "no `NET/OFI Selected provider is efa` line: EFA use cannot be "
+                      "confirmed", "run with NCCL_DEBUG=INFO; if it is set, the plugin did not load"))
+        return out, False
+    if net.ofi_provider != "efa":
+        out.append(_f("provider_not_efa", "fail", f"libfabric selected the '{net.ofi_provider}' provider, not efa",
+                      "remove FI_PROVIDER overrides, check the EFA driver (`fi_info -p efa`) and that the "
+                      "security group allows all traffic from itself"))
+        return out, False
+    if net.gdr is False:
+        out.append(_f("gdr_off", "warn", "GPUDirect RDMA is off: inter-node channels run without /GDRDMA",
+                      "remove stale FI_EFA_USE_DEVICE_RDMA=0 / NCCL_NET_GDR_LEVEL settings; with "
+                      "aws-ofi-nccl >= 1.7 no variable is needed"))
+    return out, True
 
 
-def judge(log: ParsedLog, th: Thresholds) -> Verdict:
-    findings = _completeness(log)
-    findings += _shape(log, th)
-    findings += _data(log)
-    findings += _fabric(log, th)
-    bw_findings, busbw, at = _bandwidth(log, th, findings)
-    findings += bw_findings
-    if busbw is not None and th.expected_busbw_gbps:
-        share = f" = {100 * busbw / th.expected_busbw_gbps:.0f}% of what healthy clusters show"
-        measured = f"measured {busbw:.2f} GB/s at {human_bytes(at or 0)}{share}"
+def _slowness(known: list[Finding]) -> tuple[str, str, bool]:
+    """(cause, fix, blames_node) for a low bandwidth, from the configuration findings already made."""
+    likely = [f.message for f in known if f.code in _CONFIG_CAUSES]
+    if likely:
+        return "likely cause: " + "; ".join(likely), "fix the configuration above and rerun", False
+    return ("no configuration problem is visible in the log, so a node or link is slow (degraded NIC, link "
+            "errors, throttled GPU, a noisy neighbour)",
+            "bisect node pairs to find the node (done automatically when drain_on_failure is on)", True)
+
+
+def _reference_missing(log: ParsedLog, exp: Expectation) -> Finding:
+    ref = exp.message_bytes
+    sizes = sorted({r.size_bytes for r in log.rows})
+    below = [s for s in sizes if s < ref]
+    above = [s for s in sizes if s > ref]
+    if ref in log.unreadable_sizes:
+        what = f"the {human_bytes(ref)} row could not be read (spliced, cut, or a non-numeric cell)"
+    elif below and above:
+        what = (f"the sizes run skip it ({human_bytes(below[-1])}, then {human_bytes(above[0])})")
+    elif above:
+        what = f"the smallest size run was {human_bytes(above[0])}"
     else:
-        measured = "no busbw measured at the reference size"
-    baseline = (f"{th.instance_type} x{th.nodes}: floor {th.min_busbw_gbps:g} GB/s all_reduce busbw at "
-                f"{human_bytes(th.message_bytes)} ({th.floor_from}); expected ~{th.expected_busbw_gbps:g} GB/s "
-                f"({th.source}); {measured}")
-    # gdr_off becomes a failure only as the explanation of a bandwidth failure, never on its own
-    return Verdict(
-        passed=not any(f.severity == "fail" for f in findings),
-        thresholds=th,
-        busbw_gbps=busbw,
-        measured_at_bytes=at,
-        findings=tuple(findings),
-        baseline=baseline,
-    )
+        what = f"the largest size run was {human_bytes(below[-1]) if below else 'none'}"
+    larger = [r for s in above[:1] if (r := log.row_at(s)) is not None and r.finite]
+    seen = (f"; a larger size is not a substitute (the {human_bytes(larger[0].size_bytes)} row shows "
+            f"{_num(larger[0].min_busbw_gbps)} GB/s)") if larger else ""
+    return _f("reference_size_missing", "fail",
+              f"no readable result at the reference size {human_bytes(ref)}: {what}{seen}",
+              f"run with -b/-e covering {human_bytes(ref)} (e.g. -b 8 -e 16G -f 2)")
+
+
+def _bandwidth(log: ParsedLog, exp: Expectation, gated: bool, known: list[Finding]
+               ) -> tuple[list[Finding], float | None, SizeRow | None]:
+    out: list[Finding] = []
+    row = log.row_at(exp.message_bytes)
+    if row is None:
+        if log.rows:
+            out.append(_reference_missing(log, exp))
+        return out, None, None
+    if not row.finite:
+        return out, None, row  # `non_finite` already says which figure
+    busbw = row.min_busbw_gbps
+    if gated and busbw < exp.min_busbw_gbps:
+        cause, fix, blames = _slowness(known)
+        half = "in-place" if row.in_place.busbw_gbps < row.out_of_place.busbw_gbps else "out-of-place"
+        out.append(_f("below_floor", "fail", f"busbw {busbw:.2f} GB/s ({half}) at {human_bytes(row.size_bytes)} is "
+                      f"under the floor of {exp.min_busbw_gbps:g} GB/s; {cause}", fix, blames))
+    return out, busbw, row
+
+
+def _nccl_tests_verdict(log: ParsedLog, known: list[Finding]) -> list[Finding]:
+    if log.avg_verdict != "FAILED":
+        return []
+    cause, fix, blames = _slowness(known)
+    return [_f("nccl_tests_failed", "fail", f"nccl-tests' own check failed: `# Avg bus bandwidth : "
+               f"{log.avg_busbw_text or '?'} FAILED` (the average is under 90% of NCCL_TESTS_MIN_BW); {cause}",
+               fix, blames)]
+
+
+def _missing_evidence(log: ParsedLog, exp: Expectation, row: SizeRow | None, transport_ok: bool,
+                      gated: bool) -> str | None:
+    """Why the pass rule is not met, or None when it is. Independent of the findings above."""
+    if not log.completed or log.tables != 1:
+        return "no single completed result table"
+    if row is None:
+        return f"no row at the reference size {human_bytes(exp.message_bytes)}"
+    if not row.finite:
+        return "the reference row is not finite"
+    if row.correct is False or (row.correct is None and exp.require_data_check):
+        return "the reference row is not shown correct"
+    if gated and not row.min_busbw_gbps >= exp.min_busbw_gbps:
+        return "the reference row is under the floor"
+    if not transport_ok:
+        return f"no evidence of {TRANSPORT_WORDS[exp.transport]}"
+    return None
+
+
+def judge(log: ParsedLog, expectation: Expectation | None, *, not_judged_reason: str = "") -> Verdict:
+    """The verdict on `log`. With no expectation, a log fails only on what fails any run; else not judged."""
+    findings = _integrity(log) + _completeness(log) + _shape(log, expectation) + _data(log, expectation)
+    if expectation is None:
+        findings += _nccl_tests_verdict(log, findings)
+        failed = any(f.severity == "fail" for f in findings)
+        findings.append(_f("not_judged", "warn", "not judged against a floor or a transport: "
+                           f"{not_judged_reason or 'no instance type or node count given'}",
+                           "give --instance-type (or --org) and, if the log names no hosts, --nodes"))
+        return Verdict("fail" if failed else "not_judged", None, None, None, tuple(findings),
+                       "not judged: no instance type or node count to compare with")
+    exp = expectation
+    bench, judged_as = _benchmark(log, exp)
+    transport, transport_ok = _transport(log, exp)
+    if log.rows:  # without a table the completeness finding is the cause; more would be noise
+        findings += bench + transport
+    gated = judged_as == GATED_BENCHMARK
+    findings += _nccl_tests_verdict(log, findings)
+    bw, busbw, row = _bandwidth(log, exp, gated, findings)
+    findings += bw
+    if not any(f.severity == "fail" for f in findings):
+        missing = _missing_evidence(log, exp, row, transport_ok, gated)
+        if missing:
+            findings.append(_f("no_positive_evidence", "fail", f"no positive evidence to pass on: {missing}",
+                               "read the findings above; report this log to the fmcluster maintainers"))
+    status: Status = "fail" if any(f.severity == "fail" for f in findings) else "pass"
+    return Verdict(status, exp, busbw, row.size_bytes if row is not None else None, tuple(findings),
+                   baseline_sentence(log, exp, row, gated))
+
+
+def judge_file(path: Path, expectation: Expectation | None) -> tuple[ParsedLog, Verdict]:
+    """parse_file + judge. A missing or unreadable file is a log with nothing in it: it fails, never passes."""
+    try:
+        log = parse_file(path)
+    except OSError as err:
+        log = ParsedLog(source=str(path), errors=(f"the job's output cannot be read: {err.strerror or err}",))
+    return log, judge(log, expectation)
+
+
+def baseline_sentence(log: ParsedLog, exp: Expectation, row: SizeRow | None, gated: bool = True) -> str:
+    """Measured figure, floor and where it comes from, public figure of the same node class and size."""
+    size = human_bytes(exp.message_bytes)
+    bench = f"{exp.collective or 'all_reduce'} busbw" if gated else f"{log.benchmark or exp.collective} busbw"
+    head = (f"{exp.instance_type} x{exp.nodes} node{'s' if exp.nodes > 1 else ''} "
+            f"({NODE_CLASS_WORDS[exp.node_class]}), {bench} at {size}")
+    if row is None:
+        measured = f"no result at {size}"
+    elif not row.finite:
+        measured = f"no finite result at {size} ({_num(row.out_of_place.busbw_gbps)}/{_num(row.in_place.busbw_gbps)})"
+    else:
+        o, i = row.out_of_place.busbw_gbps, row.in_place.busbw_gbps
+        measured = f"measured {row.min_busbw_gbps:.2f} GB/s (out-of-place {o:.2f}, in-place {i:.2f})"
+    if not gated:
+        floor = "not gated (floors are all_reduce floors)"
+    elif exp.floor_from == "catalog":
+        floor = f"floor {exp.min_busbw_gbps:g} GB/s (catalog: {exp.floor_source})"
+    else:
+        floor = f"floor {exp.min_busbw_gbps:g} GB/s (tenant override; the catalog's is {exp.catalog_floor_gbps:g})"
+    return f"{head}: {measured}; {floor}; {_public_words(log, exp, row, gated)}"
+
+
+def _public_words(log: ParsedLog, exp: Expectation, row: SizeRow | None, gated: bool) -> str:
+    if not gated:
+        return "no public figure compared (another collective)"
+    nodes_note = ""
+    same = next((f for f in exp.public if f.message_bytes == exp.message_bytes), None)
+    if same is not None:
+        if same.nodes != exp.nodes:
+            nodes_note = f" (a {same.nodes}-node figure; this run has {exp.nodes})"
+        share = (f": this run is at {100 * row.min_busbw_gbps / same.gbps:.0f}% of it"
+                 if row is not None and row.finite else "")
+        return (f"healthy clusters show ~{same.gbps:g} GB/s at {human_bytes(exp.message_bytes)} on {same.nodes} "
+                f"node(s){nodes_note} ({same.source}){share}")
+    parts = []
+    for fig in exp.public:
+        if fig.message_bytes is None:
+            finite = [r for r in log.rows if r.finite]
+            best = max(finite, key=lambda r: r.min_busbw_gbps) if finite else None
+            mine = (f"; this run's best is {best.min_busbw_gbps:.2f} GB/s at {human_bytes(best.size_bytes)}"
+                    if best else "")
+            parts.append(f"~{fig.gbps:g} GB/s peak at large sizes on {fig.nodes} node(s) ({fig.source}){mine}")
+            continue
+        at = log.row_at(fig.message_bytes)
+        mine = (f"; this run shows {at.min_busbw_gbps:.2f} GB/s there ({100 * at.min_busbw_gbps / fig.gbps:.0f}%)"
+                if at is not None and at.finite else "")
+        parts.append(f"~{fig.gbps:g} GB/s at {human_bytes(fig.message_bytes)} on {fig.nodes} node(s) ({fig.source})"
+                     f"{mine}")
+    if not parts:
+        return "no public figure for this instance type and node class"
+    return f"no public figure at {human_bytes(exp.message_bytes)}; healthy clusters show " + "; ".join(parts)
 
 
 def render(v: Verdict, log: ParsedLog | None = None) -> str:
-    lines = [f"verdict: {'PASS' if v.passed else 'FAIL'} — {v.cause}"]
+    word = {"pass": "PASS", "fail": "FAIL", "not_judged": "NOT JUDGED"}[v.status]
+    lines = [f"verdict: {word} — {v.cause}"]
     if log is not None:
         net = log.network
         lines.append(f"  benchmark {log.benchmark or '?'}, {log.library or 'library version unknown'}, "
@@ -266,6 +541,8 @@ def render(v: Verdict, log: ParsedLog | None = None) -> str:
                      f"{f' ({net.ofi_nics} nics)' if net.ofi_nics else ''}, GDR "
                      f"{'on' if net.gdr else 'off' if net.gdr is False else '-'}, channels {net.channels or '?'}, "
                      f"rings {len(net.rings)}")
+    if v.expectation is not None and v.expectation.basis:
+        lines.append(f"  judged as: {v.expectation.basis}")
     lines.append(f"  baseline: {v.baseline}")
     for f in v.findings:
         lines.append(f"  [{f.severity}] {f.code}: {f.message}")

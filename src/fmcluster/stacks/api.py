@@ -19,7 +19,6 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from fmcluster.bootstrap import upload_bootstrap
 from fmcluster.model import Tenant
 from fmcluster.paths import generated_dir
 from fmcluster.stacks import aws
@@ -28,28 +27,23 @@ from fmcluster.stacks.changesets import (
     undeclared_outputs,
 )
 from fmcluster.stacks.checks import check_stacks
-from fmcluster.stacks.emulator import ensure_emulator, running_emulator, stop_emulator
+from fmcluster.stacks.emulator import stop_emulator
 from fmcluster.stacks.outputs import outputs_path, remove_stack_outputs, write_stack_outputs
-from fmcluster.stacks.render import LIFECYCLE_DIR, LIFECYCLE_PREFIX, RenderedStack, render_stacks
-from fmcluster.stacks.result import EMULATOR_SKIPPED_TYPES, Failure, ResourceChange, StackOutcome, StacksResult
+from fmcluster.stacks.render import SOURCE_ROOT, ImageRef, ImageResolver, RenderedStack, load_cfn_yaml, render_stacks
+from fmcluster.stacks.result import (
+    EMULATOR_IGNORED_ATTRIBUTES, EMULATOR_IGNORED_PROPERTIES, EMULATOR_SKIPPED_TYPES, Failure, ResourceChange,
+    StackOutcome, StacksResult,
+)
 
 Out = Callable[[str], object]
-LIFECYCLE_ENV = "fmcluster-lifecycle.env"
 Confirm = Callable[[str], bool]
+DeleteFirst = tuple[str, Callable[[], bool]]
+#: Called before the cluster stack with the outputs of the stacks before it (the deploy publishes the
+#: nodes' bootstrap bundle, manifest and lifecycle scripts there).
+BeforeCluster = Callable[[dict[str, str]], None]
 
 __all__ = ["deploy_stacks", "plan_stacks", "destroy_stacks", "stacks_status", "stop_emulator", "StacksResult",
            "write_rendered"]
-
-
-def _endpoint(tenant: Tenant, out: Out, start: bool, root: Path | None) -> str | None:
-    if tenant.provider != "local":
-        return None
-    if start:
-        emulator = ensure_emulator(tenant.org, root)
-        out(emulator.note)
-        return emulator.endpoint
-    running = running_emulator(tenant.org, root)
-    return running.endpoint if running else None
 
 
 def write_rendered(tenant: Tenant, stacks: list[RenderedStack], root: Path | None = None) -> Path:
@@ -65,9 +59,27 @@ def write_rendered(tenant: Tenant, stacks: list[RenderedStack], root: Path | Non
     return folder
 
 
+def emulator_ignored(stack: RenderedStack) -> list[str]:
+    """What the emulator accepts but does not apply: properties it drops, policies it does not enforce."""
+    ignored = []
+    for lid, res in load_cfn_yaml(stack.body).get("Resources", {}).items():
+        rtype = res.get("Type", "")
+        if rtype in EMULATOR_SKIPPED_TYPES:
+            continue
+        for prop in sorted(set(res.get("Properties", {})) & EMULATOR_IGNORED_PROPERTIES.get(rtype, set())):
+            ignored.append(f"{lid}.{prop} (moto drops it)")
+        for attribute in sorted(set(res) & EMULATOR_IGNORED_ATTRIBUTES):
+            ignored.append(f"{lid} {attribute} (moto does not wait for signals)")
+    return ignored
+
+
 def _emulator_summary(outcome: StackOutcome, stack: RenderedStack, provider: str, out: Out) -> None:
     for lid, rtype in outcome.not_created:
         out(f"    ! {lid} ({rtype}): NOT created by the emulator (moto has no {rtype})")
+    ignored = emulator_ignored(stack)
+    if ignored:
+        outcome.notes.append(f"accepted but not applied by the emulator: {', '.join(ignored)}")
+        out(f"    ! accepted but not applied by the emulator: {', '.join(ignored)}")
     missing = undeclared_outputs(stack, provider)
     if missing:
         outcome.notes.append(f"outputs declared on aws only (their resources are not emulated): {', '.join(missing)}")
@@ -81,41 +93,63 @@ def _security_gate(stacks: list[RenderedStack], out: Out) -> list[str]:
     return findings
 
 
-def deploy_stacks(tenant: Tenant, *, out: Out = print, root: Path | None = None) -> StacksResult:
+def image_resolver(tenant: Tenant, cf: Any, stack: RenderedStack, endpoint: str | None, refresh: bool,
+                   notes: list[str]) -> ImageResolver:
+    """Pin each AMI once: reuse the value the deployed stack holds, resolve the public SSM parameter
+    only for a stack that does not hold one yet (or when `refresh` asks for it). What happened is
+    appended to `notes`; the pinned ids are also stack outputs (stack_outputs.yml)."""
+    current = stack_status(cf, stack.name) or {}
+    previous: dict[str, str] = {str(p["ParameterKey"]): str(p.get("ResolvedValue") or p.get("ParameterValue", ""))
+                                for p in current.get("Parameters") or []}
+
+    def resolve(name: str, ref: ImageRef) -> str:
+        kept = previous.get(name, "")
+        if kept.startswith("ami-") and not refresh:
+            notes.append(f"{name}: keeping the pinned {kept}")
+            return kept
+        ssm = aws.client("ssm", tenant.region, endpoint)
+        ami = str(ssm.get_parameter(Name=ref.ssm_path)["Parameter"]["Value"])
+        was = f" (was {kept})" if kept and kept != ami else ""
+        notes.append(f"{name}: pinned {ami}, resolved from {ref.ssm_path}{was}")
+        return ami
+
+    return resolve
+
+
+def deploy_stacks(tenant: Tenant, endpoint: str | None, *, before_cluster: BeforeCluster | None = None,
+                  image_parameter: Callable[[str], str] = lambda path: path, out: Out = print,
+                  root: Path | None = None, refresh_images: bool = False) -> StacksResult:
     """Create or update the tenant's stacks in order and write generated/stack_outputs.yml.
 
+    `endpoint` is where the AWS APIs answer (None: AWS itself; the tenant's emulator on provider local);
+    `before_cluster(outputs so far)` runs right before the cluster stack, or after the last stack where the
+    cluster is not ours (the deploy publishes what the nodes fetch at first boot there); `image_parameter` maps each public image parameter to the endpoint's.
     Unchanged stacks are skipped; the first failure stops the run (later stacks: not-attempted) and
-    is reported with the failing resource and reason; re-running resumes where it failed."""
-    stacks = render_stacks(tenant)
+    is reported with the failing resource and reason; re-running resumes where it failed. AMIs are
+    pinned when the cluster stack is created; `refresh_images` resolves them again."""
+    stacks = render_stacks(tenant, image_parameter)
     result = StacksResult(tenant.org, tenant.provider, None)
     findings = _security_gate(stacks, out)
     if findings:
         result.stacks = [StackOutcome(s.key, s.name, "not-attempted") for s in stacks]
         result.notes = findings
         return result
-    if tenant.provider == "aws" and not aws.has_credentials(tenant.region):
-        message = ("no AWS credentials found (boto3's usual chain: AWS_PROFILE, environment, ~/.aws, instance "
-                   "role); nothing was created. `invoke plan` works offline.")
-        out(message)
-        result.stacks = [StackOutcome(s.key, s.name, "not-attempted") for s in stacks]
-        result.notes = [message]
-        return result
-    result.endpoint = _endpoint(tenant, out, start=True, root=root)
-    emulator = result.endpoint is not None
+    result.endpoint = endpoint
+    emulator = endpoint is not None
     cf = aws.client("cloudformation", tenant.region, result.endpoint)
     outputs: dict[str, dict[str, str]] = {}
     for stack in stacks:
         if not result.ok:
             result.stacks.append(StackOutcome(stack.key, stack.name, "not-attempted"))
             continue
-        params, notes = stack.resolved_parameters(outputs)
+        notes: list[str] = []
+        params, substitutes = stack.resolved_parameters(
+            outputs, image_resolver(tenant, cf, stack, result.endpoint, refresh_images, notes))
+        notes += substitutes
         for note in notes:
             out(f"  {stack.name}: {note}")
-        if stack.key == "cluster":
-            # The cluster's nodes fetch these at first boot (user data / HyperPod lifecycle scripts).
-            upload_bootstrap(tenant, params["DataBucketName"], result.endpoint, out)
-            if tenant.scheduler == "hyperpod":
-                _upload_lifecycle_scripts(tenant, params["DataBucketName"], result.endpoint, out)
+        if stack.key == "cluster" and before_cluster is not None:
+            before_cluster({k: v for key in outputs for k, v in outputs[key].items()})
         out(f"[{stack.key}] {stack.name}")
         try:
             outcome = apply_stack(cf, stack, params, tenant.tags, execute=True, emulator=emulator, out=out)
@@ -133,6 +167,9 @@ def deploy_stacks(tenant: Tenant, *, out: Out = print, root: Path | None = None)
         if emulator:
             _emulator_summary(outcome, stack, tenant.provider, out)
         outputs[stack.key] = outcome.outputs
+    if result.ok and before_cluster is not None and not any(s.key == "cluster" for s in stacks):
+        # ParallelCluster on AWS makes the cluster after our stacks: what its nodes fetch must be there first.
+        before_cluster({k: v for key in outputs for k, v in outputs[key].items()})
     if result.ok:
         result.outputs_file = write_stack_outputs(tenant.org, [s.name for s in stacks], result.outputs,
                                                   result.not_created, root)
@@ -140,38 +177,28 @@ def deploy_stacks(tenant: Tenant, *, out: Out = print, root: Path | None = None)
     return result
 
 
-def _upload_lifecycle_scripts(tenant: Tenant, bucket: str, endpoint: str | None, out: Out) -> None:
-    s3 = aws.client("s3", tenant.region, endpoint)
-    for script in sorted(LIFECYCLE_DIR.glob("*.sh")):
-        s3.put_object(Bucket=bucket, Key=f"{LIFECYCLE_PREFIX}{script.name}", Body=script.read_bytes())
-        out(f"  uploaded {script.name} to s3://{bucket}/{LIFECYCLE_PREFIX}")
-    # on_create.sh sources this to find the bootstrap bundle (HyperPod copies the whole prefix to the node).
-    s3.put_object(Bucket=bucket, Key=f"{LIFECYCLE_PREFIX}{LIFECYCLE_ENV}",
-                  Body=f"FMCLUSTER_BUCKET={bucket}\nFMCLUSTER_REGION={tenant.region}\n".encode())
-
-
-def plan_stacks(tenant: Tenant, *, out: Out = print, root: Path | None = None,
-                show_templates: bool = False) -> StacksResult:
+def plan_stacks(tenant: Tenant, endpoint: str | None, *, offline: bool = False,
+                image_parameter: Callable[[str], str] = lambda path: path, out: Out = print,
+                root: Path | None = None, show_templates: bool = False, refresh_images: bool = False) -> StacksResult:
     """Render everything, run the checks, and show each stack's change set without executing it.
 
-    provider aws without credentials: offline (rendered templates and parameters only; says that the
-    change sets need AWS). provider local: against the tenant's emulator (started if needed)."""
-    stacks = render_stacks(tenant)
+    `offline` (no AWS credentials): rendered templates and parameters only, saying that the change sets
+    need AWS. Otherwise against `endpoint` (None: AWS; provider local: the tenant's emulator)."""
+    stacks = render_stacks(tenant, image_parameter)
     folder = write_rendered(tenant, stacks, root)
     result = StacksResult(tenant.org, tenant.provider, None)
     out(f"rendered {len(stacks)} templates and their parameters to {folder}")
     result.notes = _security_gate(stacks, out)
     if not result.notes:
-        out("  security check: clean (EFA group self-only, no open ingress, bucket private/encrypted/retained, "
-            "IMDSv2, encrypted volumes, least-privilege node role, tags)")
-    offline = tenant.provider == "aws" and not aws.has_credentials(tenant.region)
-    if not offline:
-        result.endpoint = _endpoint(tenant, out, start=True, root=root)
+        out("  security check: clean (only the resource types fmcluster creates, EFA group self-only, no open "
+            "ingress, bucket private/encrypted/retained, file systems retained, IMDSv2, encrypted volumes, "
+            "least-privilege roles, tags)")
+    result.endpoint = None if offline else endpoint
     cf = None if offline else aws.client("cloudformation", tenant.region, result.endpoint)
     outputs: dict[str, dict[str, str]] = {}
     for stack in stacks:
-        out(f"[{stack.key}] {stack.name}  (from cfn/{stack.source.name})")
-        outcome = _plan_one(cf, stack, tenant, outputs, result.endpoint is not None, out)
+        out(f"[{stack.key}] {stack.name}  (from {stack.source.relative_to(SOURCE_ROOT)})")
+        outcome = _plan_one(cf, stack, tenant, outputs, result.endpoint, refresh_images, out)
         result.stacks.append(outcome)
         for line in render_changes(outcome.changes, result.endpoint is not None, resource_details(stack)):
             out(line)
@@ -186,7 +213,8 @@ def plan_stacks(tenant: Tenant, *, out: Out = print, root: Path | None = None,
 
 
 def _plan_one(cf: Any, stack: RenderedStack, tenant: Tenant, outputs: dict[str, dict[str, str]],
-              emulator: bool, out: Out) -> StackOutcome:
+              endpoint: str | None, refresh_images: bool, out: Out) -> StackOutcome:
+    emulator = endpoint is not None
     def offline(reason: str) -> StackOutcome:
         outcome = StackOutcome(stack.key, stack.name, "rendered",
                                changes=[ResourceChange("Add", lid, rt) for lid, rt in stack.resource_types().items()])
@@ -198,8 +226,11 @@ def _plan_one(cf: Any, stack: RenderedStack, tenant: Tenant, outputs: dict[str, 
 
     if cf is None:
         return offline("change set: needs AWS credentials (resources listed from the rendered template)")
+    notes: list[str] = []
     try:
-        params, notes = stack.resolved_parameters(outputs)
+        params, substitutes = stack.resolved_parameters(
+            outputs, image_resolver(tenant, cf, stack, endpoint, refresh_images, notes))
+        notes += substitutes
     except KeyError:
         outcome = offline(f"change set: needs the outputs of stacks that do not exist yet; {stack.name} would be created")
         outcome.action = "would-create"
@@ -220,40 +251,57 @@ def _plan_one(cf: Any, stack: RenderedStack, tenant: Tenant, outputs: dict[str, 
     return outcome
 
 
-def destroy_stacks(tenant: Tenant, *, confirm: Confirm | None = None, out: Out = print,
-                   root: Path | None = None) -> StacksResult:
+def destroy_stacks(tenant: Tenant, endpoint: str | None, *, confirm: Confirm | None = None, out: Out = print,
+                   root: Path | None = None, delete_first: DeleteFirst | None = None) -> StacksResult:
     """Delete cluster → storage → network after confirmation. The data bucket is kept (Retain) and named.
 
     `confirm(question) -> bool` asks the user; None means the caller already confirmed (--yes).
-    On provider local the tenant's emulator is stopped afterwards (its state goes with it)."""
+    `delete_first` is a cluster that is not one of our stacks (ParallelCluster's on AWS): (what it is, a call
+    that deletes it and says whether it is gone), run after the confirmation and before any stack; while it
+    is not gone, no stack is touched (the stacks hold its network and storage)."""
     result = StacksResult(tenant.org, tenant.provider, None)
     stacks = list(reversed(render_stacks(tenant)))
-    if tenant.provider == "local" and running_emulator(tenant.org, root) is None:
-        out(f"no AWS emulator is running for '{tenant.org}': there are no local stacks to delete")
-        result.stacks = [StackOutcome(s.key, s.name, "absent") for s in stacks]
-        remove_stack_outputs(tenant.org, root)
-        stop_emulator(tenant.org, root)
-        return result
-    result.endpoint = _endpoint(tenant, out, start=False, root=root)
+    result.endpoint = endpoint
     cf = aws.client("cloudformation", tenant.region, result.endpoint)
     existing = [(s, stack_status(cf, s.name)) for s in stacks]
     present = [(s, d) for s, d in existing if d is not None]
     retained = _retained(cf, [s for s, _ in present])
-    if not present:
+    if not present and delete_first is None:
         out(f"no stacks of '{tenant.org}' exist")
     else:
-        out(f"will delete: {', '.join(s.name for s, _ in present)}")
+        out(f"will delete: {', '.join(([delete_first[0]] if delete_first else []) + [s.name for s, _ in present])}")
         for line in retained:
             out(f"  kept (DeletionPolicy Retain): {line}")
-        if confirm is not None and not confirm(f"Delete {len(present)} stack(s) of '{tenant.org}'?"):
+        what = f"{len(present)} stack(s)" + (f" and {delete_first[0]}" if delete_first else "")
+        if confirm is not None and not confirm(f"Delete {what} of '{tenant.org}'?"):
             out("nothing deleted")
             result.notes.append("cancelled")
             return result
+    if delete_first is not None and not delete_first[1]():
+        result.notes.append(f"{delete_first[0]} was not deleted: no stack was touched")
+        result.stacks += [StackOutcome(s.key, s.name, "not-attempted") for s, _ in existing]
+        return result
     poll_s, timeout_s = (0.2, 120.0) if result.endpoint else (5.0, 3 * 3600.0)
     for stack, desc in existing:
         if desc is None:
             result.stacks.append(StackOutcome(stack.key, stack.name, "absent"))
             continue
+        blocking = _file_systems_still_there(tenant, cf, stack.name, result.endpoint)
+        if blocking:
+            # The file systems are retained (DeletionPolicy) and hold interfaces in the storage
+            # stack's security group and the network stack's subnet: deleting either stack now would
+            # fail half-way. Deleting data is a person's decision, so stop and say how.
+            lines = [f"{lid} {fs_id}: aws fsx delete-file-system --file-system-id {fs_id} --region {tenant.region}"
+                     for lid, fs_id in blocking]
+            out(f"{stack.name} and the network stack are kept: its retained file systems still exist. Back up what "
+                "you need, delete them, then run destroy again:")
+            for line in lines:
+                out(f"  {line}")
+            result.notes += [f"kept: {line}" for line in lines]
+            result.stacks.append(StackOutcome(stack.key, stack.name, "failed", desc["StackStatus"], failure=Failure(
+                stack.name, "AWS::FSx::FileSystem", "RETAINED", "retained file systems still exist: "
+                + ", ".join(fs for _, fs in blocking))))
+            return result
         out(f"[{stack.key}] deleting {stack.name}")
         status, failure = delete_stack(cf, stack.name, out, poll_s, timeout_s)
         result.stacks.append(StackOutcome(stack.key, stack.name, "failed" if failure else "deleted", status,
@@ -263,16 +311,35 @@ def destroy_stacks(tenant: Tenant, *, confirm: Confirm | None = None, out: Out =
             return result
     result.notes += [f"kept: {line}" for line in retained]
     remove_stack_outputs(tenant.org, root)
-    if tenant.provider == "local":
-        stop_emulator(tenant.org, root)
-        out(f"stopped the AWS emulator of '{tenant.org}' (what it kept, including the retained bucket, "
-            "is gone with it)")
     return result
 
 
-def _retained(cf: Any, stacks: list[RenderedStack]) -> list[str]:
-    from fmcluster.stacks.render import load_cfn_yaml
+def _file_systems_still_there(tenant: Tenant, cf: Any, stack_name: str, endpoint: str | None) -> list[tuple[str, str]]:
+    """(logical id, file system id) of the stack's FSx file systems that still exist."""
+    summaries = cf.list_stack_resources(StackName=stack_name)["StackResourceSummaries"]
+    ids = [(s["LogicalResourceId"], s.get("PhysicalResourceId", "")) for s in summaries
+           if s.get("ResourceType") == "AWS::FSx::FileSystem" and s.get("PhysicalResourceId")]
+    if not ids:
+        return []
+    existing = existing_file_systems(aws.client("fsx", tenant.region, endpoint), [fs for _, fs in ids])
+    return [(lid, fs) for lid, fs in ids if fs in existing]
 
+
+def existing_file_systems(fsx: Any, ids: list[str]) -> set[str]:
+    """Which of these FSx file system ids exist (and are not being deleted)."""
+    found: set[str] = set()
+    for fs_id in ids:
+        try:
+            systems = fsx.describe_file_systems(FileSystemIds=[fs_id])["FileSystems"]
+        except ClientError as err:
+            if err.response.get("Error", {}).get("Code") == "FileSystemNotFound":
+                continue
+            raise
+        found |= {f["FileSystemId"] for f in systems if f.get("Lifecycle") != "DELETING"}
+    return found
+
+
+def _retained(cf: Any, stacks: list[RenderedStack]) -> list[str]:
     lines = []
     for stack in stacks:
         resources = load_cfn_yaml(stack.body).get("Resources", {})
@@ -282,29 +349,22 @@ def _retained(cf: Any, stacks: list[RenderedStack]) -> list[str]:
         for summary in cf.list_stack_resources(StackName=stack.name)["StackResourceSummaries"]:
             if summary.get("LogicalResourceId") in kept:
                 physical = summary.get("PhysicalResourceId", "")
-                hint = (f"s3://{physical} — remove it yourself when the data is no longer needed "
-                        f"(aws s3 rb --force s3://{physical})") if summary["ResourceType"] == "AWS::S3::Bucket" else physical
+                if summary["ResourceType"] == "AWS::S3::Bucket":
+                    hint = (f"s3://{physical} — remove it yourself when the data is no longer needed "
+                            f"(aws s3 rb --force s3://{physical})")
+                elif summary["ResourceType"] == "AWS::FSx::FileSystem":
+                    hint = f"{physical} — delete it yourself (aws fsx delete-file-system --file-system-id {physical})"
+                else:
+                    hint = physical
                 lines.append(f"{summary['LogicalResourceId']} of {stack.name}: {hint}")
     return lines
 
 
-def stacks_status(tenant: Tenant, *, out: Out = print, root: Path | None = None) -> StacksResult:
-    """Each stack's status, outputs and (local) what the emulator did not create. Starts nothing."""
+def stacks_status(tenant: Tenant, endpoint: str | None, *, out: Out = print, root: Path | None = None) -> StacksResult:
+    """Each stack's status, outputs and (on the emulator) what it did not create. Starts nothing."""
     result = StacksResult(tenant.org, tenant.provider, None)
     stacks = render_stacks(tenant)
-    if tenant.provider == "local":
-        running = running_emulator(tenant.org, root)
-        if running is None:
-            out(f"no AWS emulator is running for '{tenant.org}': nothing is deployed locally "
-                "(the emulator keeps state in memory only; `invoke deploy` starts one)")
-            result.stacks = [StackOutcome(s.key, s.name, "absent") for s in stacks]
-            return result
-        out(f"AWS emulator: moto, pid {running.pid}, {running.endpoint}")
-        result.endpoint = running.endpoint
-    elif not aws.has_credentials(tenant.region):
-        out("no AWS credentials found (boto3's usual chain): cannot read the stacks' status")
-        result.notes.append("no credentials")
-        return result
+    result.endpoint = endpoint
     cf = aws.client("cloudformation", tenant.region, result.endpoint)
     for stack in stacks:
         desc = stack_status(cf, stack.name)

@@ -140,18 +140,40 @@ def _describe_change_set(cf: Any, name: str, change_set: str, poll_s: float) -> 
 
 
 def resource_details(stack: RenderedStack) -> dict[str, str]:
-    """Short facts worth seeing in a plan: instance type, EFA interfaces, capacity reservation."""
+    """Short facts worth seeing in a plan: instance type, EFA interfaces, capacity reservation, how a
+    group waits for its nodes and how it is replaced, what keeps the controller in place."""
     details: dict[str, str] = {}
     for lid, res in load_cfn_yaml(stack.body).get("Resources", {}).items():
-        if res.get("Type") != "AWS::EC2::LaunchTemplate":
-            continue
-        data = res["Properties"]["LaunchTemplateData"]
-        efa = sum(1 for nic in data.get("NetworkInterfaces", []) if nic.get("InterfaceType") == "efa")
-        facts = [str(data.get("InstanceType")), f"{efa} EFA interfaces" if efa else "no EFA"]
-        target = data.get("CapacityReservationSpecification", {}).get("CapacityReservationTarget", {})
-        if target.get("CapacityReservationId"):
-            facts.append(f"capacity reservation {target['CapacityReservationId']}")
-        details[lid] = ", ".join(facts)
+        if res.get("Type") == "AWS::EC2::LaunchTemplate":
+            data = res["Properties"]["LaunchTemplateData"]
+            kinds = [nic.get("InterfaceType") for nic in data.get("NetworkInterfaces", [])]
+            efa = sum(1 for kind in kinds if kind in ("efa", "efa-only"))
+            only = sum(1 for kind in kinds if kind == "efa-only")
+            facts = [str(data.get("InstanceType")),
+                     (f"{efa} EFA interfaces ({efa - only} efa, {only} efa-only)" if efa else "no EFA")]
+            target = data.get("CapacityReservationSpecification", {}).get("CapacityReservationTarget", {})
+            if target.get("CapacityReservationId"):
+                block = data.get("InstanceMarketOptions", {}).get("MarketType") == "capacity-block"
+                facts.append(f"{'capacity block' if block else 'capacity reservation'} {target['CapacityReservationId']}")
+            details[lid] = ", ".join(facts)
+        elif res.get("Type") == "AWS::AutoScaling::AutoScalingGroup":
+            signal = res.get("CreationPolicy", {}).get("ResourceSignal", {})
+            rolling = res.get("UpdatePolicy", {}).get("AutoScalingRollingUpdate", {})
+            count = res["Properties"].get("DesiredCapacity")
+            facts = [f"{count} node{'' if str(count) == '1' else 's'}"]
+            if signal:
+                plural = "" if str(signal.get("Count")) == "1" else "s"
+                facts.append(f"waits for {signal.get('Count')} bootstrap signal{plural} ({signal.get('Timeout')})")
+            if rolling:
+                facts.append(f"a launch template change replaces nodes {rolling.get('MaxBatchSize')} at a time")
+            if "PlacementGroup" in res["Properties"]:
+                facts.append("in the cluster placement group")
+            details[lid] = ", ".join(facts)
+        elif res.get("Type") == "AWS::EC2::Instance":
+            version = res["Properties"].get("LaunchTemplate", {}).get("Version")
+            if isinstance(version, str):
+                details[lid] = (f"{res['Properties'].get('InstanceType')}, pinned image, launch template version "
+                                f"{version}: later launch template changes do not replace it")
     return details
 
 

@@ -1,16 +1,13 @@
-"""`invoke plan|stacks|destroy|status`: the stacks operations with their exit codes and prompts."""
+"""Stack-level helpers of the command layer: the closing summary of a stacks run, forgetting generated state."""
 
 from __future__ import annotations
 
-import sys
+import shutil
 from collections.abc import Callable
 
 from fmcluster.model import Tenant
-from fmcluster.stacks.api import deploy_stacks, destroy_stacks, plan_stacks, stacks_status
+from fmcluster.paths import generated_dir
 from fmcluster.stacks.result import StacksResult
-
-EXIT_FAILED = 1
-EXIT_CANCELLED = 3
 
 
 def summarize(result: StacksResult, out: Callable[[str], object] = print) -> None:
@@ -25,42 +22,8 @@ def summarize(result: StacksResult, out: Callable[[str], object] = print) -> Non
         out(f"FAILED: {result.failure.render()}")
 
 
-def plan(tenant: Tenant, show_templates: bool = False) -> int:
-    result = plan_stacks(tenant, show_templates=show_templates)
-    return 0 if result.ok and not result.notes else EXIT_FAILED  # notes: security findings
-
-
-def stacks(tenant: Tenant) -> int:
-    result = deploy_stacks(tenant)
-    summarize(result)
-    return 0 if result.ok else EXIT_FAILED
-
-
-def destroy(tenant: Tenant, yes: bool = False) -> int:
-    def confirm(question: str) -> bool:
-        if not sys.stdin.isatty():
-            print(f"{question} Not a terminal: nothing deleted; pass --yes to confirm.")
-            return False
-        return input(f"{question} Type '{tenant.org}' to confirm: ").strip() == tenant.org
-
-    result = destroy_stacks(tenant, confirm=None if yes else confirm)
-    if "cancelled" in result.notes:
-        return EXIT_CANCELLED
-    if tenant.provider == "local":
-        # The local "instances" are this machine's namespace nodes: they go with the cluster stack.
-        from fmcluster.localnodes import nodes_down
-
-        nodes_down(tenant)
-        _forget_generated_state(tenant)
-    return 0 if result.ok else EXIT_FAILED
-
-
-def _forget_generated_state(tenant: Tenant) -> None:
-    """Remove what deploy generated for nodes that no longer exist; keep the acceptance history."""
-    import shutil
-
-    from fmcluster.paths import generated_dir
-
+def forget_generated_state(tenant: Tenant) -> None:
+    """Remove what deploy generated for a cluster that no longer exists; keep the acceptance history."""
     generated = generated_dir(tenant.org)
     if not generated.is_dir():
         return
@@ -73,8 +36,3 @@ def _forget_generated_state(tenant: Tenant) -> None:
             entry.unlink()
     if (generated / "acceptance").is_dir():
         print(f"kept the acceptance history in {generated / 'acceptance'}")
-
-
-def status(tenant: Tenant) -> int:
-    result = stacks_status(tenant)
-    return 0 if result.ok else EXIT_FAILED

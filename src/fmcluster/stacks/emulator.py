@@ -1,8 +1,9 @@
 """One AWS emulator (moto server mode) per local tenant, kept running between tasks.
 
 moto keeps its state in memory only, so "a second deploy changes nothing" needs the emulator to
-outlive one `invoke` run: it runs detached on a free 127.0.0.1 port, and its pid, port and log are
-recorded in inventories/<org>/generated/emulator.json. A later task reuses it when that pid is still
+outlive one `invoke` run: it runs detached on a free port of the address it is given (the tenant's VPC
+router address on its local bridge, so the local hosts reach it as they would reach AWS's endpoints), and
+its pid, address, port and log are recorded in inventories/<org>/generated/emulator.json. A later task reuses it when that pid is still
 our emulator on that port; if it died, the task says so and starts a fresh (empty) one.
 `stop_emulator(org)` stops it (called by `invoke destroy`, and by the deploy flow's cleanup).
 """
@@ -33,6 +34,7 @@ START_TIMEOUT_S = 30.0
 class Emulator:
     org: str
     pid: int
+    host: str
     port: int
     log: Path
     started: bool  # True: started by this call; False: an already running one was reused
@@ -40,16 +42,16 @@ class Emulator:
 
     @property
     def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
 
 def _state_path(org: str, root: Path | None) -> Path:
     return generated_dir(org, root) / STATE_FILE
 
 
-def _free_port() -> int:
+def _free_port(host: str) -> int:
     with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
+        sock.bind((host, 0))
         return int(sock.getsockname()[1])
 
 
@@ -62,9 +64,9 @@ def _is_our_emulator(pid: int, port: int) -> bool:
     return MODULE.encode() in cmdline and str(port).encode() in cmdline
 
 
-def _answers(port: int) -> bool:
+def _answers(host: str, port: int) -> bool:
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/moto-api/", timeout=5) as resp:
+        with urllib.request.urlopen(f"http://{host}:{port}/moto-api/", timeout=5) as resp:
             return bool(resp.status == 200)
     except (urllib.error.URLError, OSError):
         return False
@@ -85,45 +87,48 @@ def running_emulator(org: str, root: Path | None = None) -> Emulator | None:
     if not state:
         return None
     pid, port = int(str(state.get("pid", 0))), int(str(state.get("port", 0)))
-    if pid and port and _is_our_emulator(pid, port) and _answers(port):
-        return Emulator(org, pid, port, Path(str(state.get("log", ""))), False,
-                        f"reusing the AWS emulator of '{org}' (moto, pid {pid}, 127.0.0.1:{port})")
+    host = str(state.get("host", "127.0.0.1"))
+    if pid and port and _is_our_emulator(pid, port) and _answers(host, port):
+        return Emulator(org, pid, host, port, Path(str(state.get("log", ""))), False,
+                        f"reusing the AWS emulator of '{org}' (moto, pid {pid}, {host}:{port})")
     return None
 
 
-def ensure_emulator(org: str, root: Path | None = None) -> Emulator:
-    """Reuse the tenant's running emulator or start one; says which in `Emulator.note`."""
+def ensure_emulator(org: str, root: Path | None = None, host: str = "127.0.0.1") -> Emulator:
+    """Reuse the tenant's running emulator (on `host`) or start one there; says which in `Emulator.note`."""
     alive = running_emulator(org, root)
-    if alive:
+    if alive and alive.host == host:
         return alive
+    if alive:  # listening where the local hosts cannot reach it: its state cannot be kept
+        stop_emulator(org, root)
     previous = read_state(org, root)
     gen = generated_dir(org, root)
     gen.mkdir(parents=True, exist_ok=True)
-    port, log = _free_port(), gen / LOG_FILE
+    port, log = _free_port(host), gen / LOG_FILE
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PACKAGE_DIR.parent), env.get("PYTHONPATH", "")]))
     env.setdefault("AWS_ACCESS_KEY_ID", "emulator")
     env.setdefault("AWS_SECRET_ACCESS_KEY", "emulator")
     with log.open("ab") as sink:
         proc = subprocess.Popen(  # noqa: S603 - our own module, fixed arguments
-            [sys.executable, "-m", MODULE, "--port", str(port)],
+            [sys.executable, "-m", MODULE, "--host", host, "--port", str(port)],
             stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT, env=env,
             start_new_session=True,  # outlives this task on purpose; stopped by stop_emulator()
         )
     deadline = time.monotonic() + START_TIMEOUT_S
-    while not _answers(port):
+    while not _answers(host, port):
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
             raise RuntimeError(f"the AWS emulator did not start (exit {proc.poll()}); see {log}")
         time.sleep(0.1)
-    _state_path(org, root).write_text(json.dumps({"pid": proc.pid, "port": port, "log": str(log),
+    _state_path(org, root).write_text(json.dumps({"pid": proc.pid, "host": host, "port": port, "log": str(log),
                                                   "started_at": time.time()}) + "\n", encoding="utf-8")
     if previous:
         note = (f"the AWS emulator of '{org}' (pid {previous.get('pid')}) is gone, and its state with it: "
-                f"started a fresh one (pid {proc.pid}, 127.0.0.1:{port}); every stack will be created again")
+                f"started a fresh one (pid {proc.pid}, {host}:{port}); every stack will be created again")
     else:
-        note = f"started the AWS emulator of '{org}' (moto, pid {proc.pid}, 127.0.0.1:{port}, log {log})"
-    return Emulator(org, proc.pid, port, log, True, note)
+        note = f"started the AWS emulator of '{org}' (moto, pid {proc.pid}, {host}:{port}, log {log})"
+    return Emulator(org, proc.pid, host, port, log, True, note)
 
 
 def stop_emulator(org: str, root: Path | None = None, timeout_s: float = 10.0) -> bool:

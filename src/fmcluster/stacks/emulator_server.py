@@ -1,7 +1,7 @@
 """The local AWS emulator: moto's server, with two fidelity fixes to its CloudFormation change sets.
 
 Run as `python -m fmcluster.stacks.emulator_server --port N` (fmcluster.stacks.emulator starts it).
-It is moto 5.1 unchanged except for what CloudFormation's contract needs and moto lacks:
+It is moto 5.1 unchanged except for what CloudFormation's and EC2's contracts need and moto lacks:
 
 1. Executing a change set did not compute the stack's outputs (only create_stack/update_stack did):
    they are now computed after every executed change set, exactly as moto does for update_stack.
@@ -16,6 +16,20 @@ It is moto 5.1 unchanged except for what CloudFormation's contract needs and mot
    UPDATE_FAILED event with the reason, the stack rolls back (created resources deleted, or the
    previous template re-applied) and ends in ROLLBACK_COMPLETE / UPDATE_ROLLBACK_COMPLETE.
    Each resource moto does create also gets its *_COMPLETE event, so progress can be streamed.
+
+5. An instance launched from a launch template took only its image and tags: RunInstances (and with it
+   the auto scaling groups) now takes the template's user data, key pair and primary network interface's
+   subnet where the request omits them, as EC2 does; and CloudFormation's AWS::EC2::Instance, which
+   ignored its LaunchTemplate property altogether, launches from the template.
+6. Updating an auto scaling group through CloudFormation deleted it and made a new one, replacing every
+   instance. CloudFormation updates a group in place: a new desired capacity launches or terminates only
+   the difference, a new launch template version applies to instances launched from then on.
+7. An output whose value reads an attribute (Fn::GetAtt) of a resource moto skipped (FSx, placement group…)
+   failed the whole stack call with HTTP 500, while a Ref to one silently drops the output. Both now drop
+   the output: the stack exists, and the output is absent because its resource is (reported as such).
+8. SignalResource (the call a node's bootstrap makes for a CreationPolicy) was not implemented: it is
+   now accepted and recorded as a stack event, as CloudFormation records it. moto does not wait for
+   signals (it creates resources at once), so the event says the signal arrived after creation.
 
 Resource types moto does not implement are still silently skipped here, as in moto: fmcluster
 detects and reports them itself (fmcluster.stacks.deploy), it never pretends they exist.
@@ -205,6 +219,138 @@ def install_delete_fixes() -> None:
     setattr(VPC, "delete_from_cloudformation_json", classmethod(delete_vpc))
 
 
+def install_launch_fixes() -> None:
+    from moto.ec2.models.instances import Instance, InstanceBackend
+
+    original_run = InstanceBackend.run_instances
+
+    def run_instances(self: Any, image_id: str, count: int, user_data: Any, security_group_names: list[str],
+                      **kwargs: Any) -> Any:
+        template_arg = kwargs.get("launch_template")
+        if template_arg:
+            version = self._get_template_from_args(template_arg)
+            data = version.data
+            if user_data is None:
+                user_data = version.user_data
+            if not kwargs.get("key_name") and data.get("KeyName"):
+                kwargs["key_name"] = data["KeyName"]
+            primary = next((nic for nic in data.get("NetworkInterfaces") or []
+                            if int(nic.get("DeviceIndex", 0)) == 0 and int(nic.get("NetworkCardIndex", 0)) == 0), None)
+            if not kwargs.get("subnet_id") and primary and primary.get("SubnetId"):
+                kwargs["subnet_id"] = primary["SubnetId"]
+        return original_run(self, image_id, count, user_data, security_group_names, **kwargs)
+
+    setattr(InstanceBackend, "run_instances", run_instances)
+
+    original_create = Instance.create_from_cloudformation_json.__func__  # type: ignore[attr-defined]
+
+    def create_instance(cls: Any, /, resource_name: str, cloudformation_json: Any, account_id: str, region_name: str,
+                        **kwargs: Any) -> Any:
+        properties = cloudformation_json["Properties"]
+        template = properties.get("LaunchTemplate")
+        if not template:
+            return original_create(cls, resource_name, cloudformation_json, account_id, region_name, **kwargs)
+        from moto.ec2.models import ec2_backends
+
+        ec2 = ec2_backends[account_id][region_name]
+        template_arg = {k: str(v) for k, v in template.items() if k in ("LaunchTemplateId", "LaunchTemplateName", "Version")}
+        version = ec2._get_template_from_args(template_arg)
+        instance_type = properties.get("InstanceType") or version.instance_type
+        reservation = ec2.run_instances(
+            image_id=properties.get("ImageId") or version.image_id, user_data=properties.get("UserData"), count=1,
+            security_group_names=[], instance_type=instance_type or "m1.small",
+            is_instance_type_default=not instance_type, subnet_id=properties.get("SubnetId"),
+            key_name=properties.get("KeyName"), launch_template=template_arg)
+        instance = reservation.instances[0]
+        for tag in properties.get("Tags", []):
+            instance.add_tag(tag["Key"], tag["Value"])
+        return instance
+
+    setattr(Instance, "create_from_cloudformation_json", classmethod(create_instance))
+
+
+def install_output_fixes() -> None:
+    from moto.cloudformation import parsing
+
+    original_parse_output = parsing.parse_output
+
+    def referenced(value: Any) -> set[str]:
+        if isinstance(value, dict):
+            found = set()
+            for key, inner in value.items():
+                if key == "Fn::GetAtt":
+                    found.add(inner[0] if isinstance(inner, list) else str(inner).split(".", 1)[0])
+                elif key == "Ref":
+                    found.add(str(inner))
+                else:
+                    found |= referenced(inner)
+            return found
+        if isinstance(value, list):
+            return set().union(*(referenced(v) for v in value)) if value else set()
+        return set()
+
+    def parse_output(output_logical_id: str, output_json: Any, resources_map: Any) -> Any:
+        skipped = {name for name in referenced(output_json.get("Value"))
+                   if name in resources_map._resource_json_map
+                   and not hasattr(resources_map._parsed_resources.get(name), "physical_resource_id")}
+        if skipped:
+            return None  # its resource was not created by the emulator
+        return original_parse_output(output_logical_id, output_json, resources_map)
+
+    parsing.parse_output = parse_output
+
+
+def install_scaling_fixes() -> None:
+    from moto.autoscaling.models import FakeAutoScalingGroup, autoscaling_backends
+
+    original_update = FakeAutoScalingGroup.update_from_cloudformation_json.__func__  # type: ignore[attr-defined]
+
+    def number(value: Any) -> int | None:
+        return None if value in (None, "") else int(value)
+
+    def update_group(cls: Any, /, original_resource: Any, new_resource_name: str, cloudformation_json: Any,
+                     account_id: str, region_name: str) -> Any:
+        properties = cloudformation_json["Properties"]
+        renamed = properties.get("AutoScalingGroupName") not in (None, original_resource.name)
+        if renamed:  # the one property whose change replaces the group
+            return original_update(cls, original_resource, new_resource_name, cloudformation_json, account_id,
+                                   region_name)
+        backend = autoscaling_backends[account_id][region_name]
+        return backend.update_auto_scaling_group(
+            name=original_resource.name, availability_zones=properties.get("AvailabilityZones", []),
+            desired_capacity=number(properties.get("DesiredCapacity")), max_size=number(properties.get("MaxSize")),
+            min_size=number(properties.get("MinSize")), launch_config_name=properties.get("LaunchConfigurationName"),
+            launch_template=properties.get("LaunchTemplate", {}),
+            vpc_zone_identifier=",".join(properties.get("VPCZoneIdentifier", [])) or "",
+            health_check_period=properties.get("HealthCheckGracePeriod"),
+            health_check_type=properties.get("HealthCheckType"))
+
+    setattr(FakeAutoScalingGroup, "update_from_cloudformation_json", classmethod(update_group))
+
+
+def install_signal_resource() -> None:
+    from moto.cloudformation import models
+    from moto.cloudformation.responses import CloudFormationResponse
+    from moto.core.responses import EmptyResult
+
+    def signal_resource(self: Any) -> Any:
+        stack = self.cloudformation_backend.get_stack(self._get_param("StackName"))
+        logical_id, unique_id = self._get_param("LogicalResourceId"), self._get_param("UniqueId")
+        status = self._get_param("Status")
+        resource = stack.resource_map._resource_json_map.get(logical_id)
+        if resource is None:
+            from moto.cloudformation.exceptions import ValidationError
+
+            raise ValidationError(logical_id, message=f"Resource {logical_id} does not exist for stack {stack.name}")
+        stack.events.append(models.Event(
+            stack.stack_id, stack.name, logical_id, "", resource.get("Type", ""), "SIGNAL_RECEIVED",
+            f"Received {status} signal with UniqueId {unique_id} (the emulator created the resource without "
+            "waiting for signals)", None))
+        return EmptyResult()
+
+    setattr(CloudFormationResponse, "signal_resource", signal_resource)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--host", default="127.0.0.1")
@@ -212,6 +358,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     install_fidelity_fixes()
     install_delete_fixes()
+    install_launch_fixes()
+    install_output_fixes()
+    install_scaling_fixes()
+    install_signal_resource()
     from moto.server import main as moto_main
 
     moto_main(["-H", args.host, "-p", str(args.port)])

@@ -1,56 +1,51 @@
 """Tenant → rendered CloudFormation templates and parameters, offline and without side effects.
 
-The templates in cfn/ are Jinja2 sources. Values from the tenant spec and the instance catalog are
-rendered into them (so the rendered template is the complete record of what a stack holds, and a
-changed tenant value shows up in the change set as exactly the resources it touches, on AWS and on
-the emulator alike). Structure that varies per tenant is rendered too: one launch template per queue
-and, per launch template, as many EFA network interfaces as the catalog says (P5: 32). CloudFormation
-Parameters carry only what flows in from outside the spec: the previous stacks' outputs, the provider
-and the public AMI parameter paths.
+The templates are Python data (fmcluster.stacks.templates.*), dumped to YAML by fmcluster.stacks.cfn:
+tenant values are leaves of the structure, never text a YAML or `Fn::Sub` parser reads again, so no
+value can change a template's structure (tests/test_stack_hostile_values.py proves it for every
+string field). Values from the spec and the catalog are rendered in, so the rendered template is the
+complete record of what a stack holds and a changed tenant value shows in the change set as exactly
+the resources it touches. CloudFormation Parameters carry only what flows in from outside the spec:
+the previous stacks' outputs (typed: AWS::EC2::VPC::Id, ...::Subnet::Id, ...::SecurityGroup::Id),
+the provider, and the AMI ids, resolved once and pinned (see `ImageRef`).
+
+`node_user_data` is the one place the EC2 nodes' boot script is written; `lifecycle_environment` gives
+HyperPod's on_create.sh the same variables.
 """
 
 from __future__ import annotations
 
-import ipaddress
-import json
-import re
+import shlex
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import jinja2
 import yaml
 
-from fmcluster.catalog import InstanceType
 from fmcluster.model import Tenant
 from fmcluster.paths import PACKAGE_DIR
+from fmcluster.stacks import cfn
+from fmcluster.stacks.templates import hyperpod, network, slurm_ec2, storage
+from fmcluster.stacks.templates.common import (
+    BOOTSTRAP_PREFIX, LIFECYCLE_PREFIX, MANIFEST_PREFIX, NODE_READ_PREFIXES, REPORT_PREFIX, logical_name,
+)
+from fmcluster.stacks.templates.slurm_ec2 import AMI_PARAMETERS
 
-CFN_DIR = PACKAGE_DIR.parent.parent / "cfn"
+__all__ = ["AMI_PARAMETERS", "BOOTSTRAP_PREFIX", "EMULATOR_AMI_PARAMETER", "ImageRef", "LIFECYCLE_DIR",
+           "LIFECYCLE_PREFIX", "MANIFEST_PREFIX", "NODE_READ_PREFIXES", "OutputRef", "REPORT_PREFIX", "RenderedStack",
+           "STACK_KEYS", "boot_environment", "lifecycle_environment", "load_cfn_yaml", "logical_name",
+           "node_user_data", "render_stacks", "user_data_text"]
+
+SOURCE_ROOT = PACKAGE_DIR.parent.parent
+CFN_DIR = SOURCE_ROOT / "cfn"
 LIFECYCLE_DIR = CFN_DIR / "hyperpod-lifecycle"
-LIFECYCLE_PREFIX = "hyperpod/lifecycle/"
+TEMPLATES_DIR = PACKAGE_DIR / "stacks" / "templates"
 STACK_KEYS = ("network", "storage", "cluster")
 
-# Public SSM parameters of the images each accelerator kind boots from (resolved by CloudFormation).
-AMI_PARAMETERS: dict[str, tuple[str, str]] = {
-    "cuda": ("GpuImageId", "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"),
-    "neuron": ("NeuronImageId", "/aws/service/neuron/dlami/multi-framework/ubuntu-22.04/latest/image_id"),
-    "none": ("CpuImageId", "/aws/service/canonical/ubuntu/server/22.04/stable/current/amd64/hvm/ebs-gp2/ami-id"),
-}
-# The emulator ships no DLAMI/Ubuntu parameters; on provider local every image parameter points at
-# the Amazon Linux parameter moto does ship (its AMI id is as fake as the instances launched from it).
+# The emulator ships no DLAMI/Ubuntu parameters; on provider local every image is resolved from the
+# Amazon Linux parameter moto does ship (its AMI id is as fake as the instances launched from it).
 EMULATOR_AMI_PARAMETER = "/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-default-x86_64"
-
-FILE_SYSTEM_PORTS = (
-    ("tcp", 988, 988, "Lustre"),
-    ("tcp", 1018, 1023, "Lustre"),
-    ("tcp", 111, 111, "NFS portmapper (OpenZFS)"),
-    ("udp", 111, 111, "NFS portmapper (OpenZFS)"),
-    ("tcp", 2049, 2049, "NFS (OpenZFS)"),
-    ("udp", 2049, 2049, "NFS (OpenZFS)"),
-    ("tcp", 20001, 20003, "NFS mount, status, lock (OpenZFS)"),
-    ("udp", 20001, 20003, "NFS mount, status, lock (OpenZFS)"),
-)
 
 
 @dataclass(frozen=True)
@@ -66,14 +61,27 @@ class OutputRef:
         return f"<output {self.output} of the {self.stack} stack>"
 
 
-ParameterValue = str | OutputRef
+@dataclass(frozen=True)
+class ImageRef:
+    """An AMI id parameter: resolved from the public SSM parameter `ssm_path` when the stack is
+    created, then kept (the deployed stack's value is reused) so a redeploy never replaces a node
+    because "latest" moved. Refreshing is an explicit choice (`refresh_images=True`)."""
+
+    ssm_path: str
+
+    def describe(self) -> str:
+        return f"<AMI resolved once from {self.ssm_path} when the stack is created, then kept>"
+
+
+ParameterValue = str | OutputRef | ImageRef
+ImageResolver = Callable[[str, ImageRef], str]  # (parameter name, ref) -> AMI id
 
 
 @dataclass(frozen=True)
 class RenderedStack:
     key: str  # network | storage | cluster
     name: str  # CloudFormation stack name, e.g. fmc-demo-network
-    source: Path  # the Jinja2 template in cfn/
+    source: Path  # the template module under src/fmcluster/stacks/templates/
     body: str  # rendered CloudFormation YAML
     parameters: dict[str, ParameterValue] = field(default_factory=dict)
 
@@ -81,8 +89,10 @@ class RenderedStack:
         """Logical id → resource type, from the rendered body."""
         return {name: res["Type"] for name, res in load_cfn_yaml(self.body).get("Resources", {}).items()}
 
-    def resolved_parameters(self, outputs: dict[str, dict[str, str]]) -> tuple[dict[str, str], list[str]]:
-        """Parameters with OutputRefs replaced by `outputs[stack][key]`; also the notes on substitutes."""
+    def resolved_parameters(self, outputs: dict[str, dict[str, str]], resolve_image: ImageResolver | None = None,
+                            ) -> tuple[dict[str, str], list[str]]:
+        """Parameters with OutputRefs replaced by `outputs[stack][key]` and ImageRefs by
+        `resolve_image`; also the notes on substitutes. KeyError when something is not known yet."""
         resolved: dict[str, str] = {}
         notes: list[str] = []
         for key, value in self.parameters.items():
@@ -94,13 +104,18 @@ class RenderedStack:
                     notes.append(f"{key}: {value.describe()} does not exist; using {value.when_missing!r}")
                     got = value.when_missing
                 resolved[key] = got
+            elif isinstance(value, ImageRef):
+                if resolve_image is None:
+                    raise KeyError(f"{self.name}: parameter {key} needs {value.describe()}")
+                resolved[key] = resolve_image(key, value)
             else:
                 resolved[key] = value
         return resolved, notes
 
 
-class _CfnLoader(yaml.SafeLoader):
-    """YAML loader that accepts CloudFormation's short-form tags (!Ref, !Sub, ...)."""
+class _CfnLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    """YAML loader that accepts CloudFormation's short-form tags (!Ref, !Sub, ...); libyaml's parser
+    when PyYAML has it (checks and tests read every rendered template)."""
 
 
 def _cfn_tag(loader: Any, suffix: str, node: Any) -> dict[str, Any]:
@@ -124,162 +139,127 @@ def load_cfn_yaml(text: str) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def logical_name(name: str) -> str:
-    """`gpu-a_1` → `GpuA1`: a CloudFormation logical-id fragment from a tenant name."""
-    return "".join(part[:1].upper() + part[1:] for part in re.split(r"[^A-Za-z0-9]+", name) if part)
+# --- the node boot contract -------------------------------------------------------------------------
+
+BOOT_VARIABLES = ("FMCLUSTER_BUCKET", "FMCLUSTER_REGION", "FMCLUSTER_ORG", "FMCLUSTER_STACK", "FMCLUSTER_ROLE",
+                  "FMCLUSTER_QUEUE", "FMCLUSTER_SIGNAL_RESOURCE")
 
 
-def _subnets(vpc_cidr: str) -> tuple[str, str]:
-    """Public: the first /24 (or the first quarter of a small VPC); private: the upper half."""
-    vpc = ipaddress.ip_network(vpc_cidr)
-    lower, upper = vpc.subnets(prefixlen_diff=1)
-    public = next(lower.subnets(new_prefix=max(24, lower.prefixlen + 1)))
-    return str(public), str(upper)
+def boot_environment(*, org: str, bucket: Any, region: Any, stack: Any, role: str = "", queue: str = "",
+                     signal_resource: str = "") -> dict[str, Any]:
+    """The environment every node's bootstrap runs with (EC2 user data and HyperPod alike).
+    bucket/region/stack are strings, or CloudFormation references in the user data."""
+    return {"FMCLUSTER_BUCKET": bucket, "FMCLUSTER_REGION": region, "FMCLUSTER_ORG": org, "FMCLUSTER_STACK": stack,
+            "FMCLUSTER_ROLE": role, "FMCLUSTER_QUEUE": queue, "FMCLUSTER_SIGNAL_RESOURCE": signal_resource}
 
 
-def _legacy_import_policy(events: tuple[str, ...]) -> str:
-    """PERSISTENT_1/SCRATCH file systems take one AutoImportPolicy value instead of a DRA."""
-    wanted = set(events)
-    if not wanted:
-        return "NONE"
-    if wanted >= {"NEW", "CHANGED", "DELETED"}:
-        return "NEW_CHANGED_DELETED"
-    return "NEW_CHANGED" if "CHANGED" in wanted else "NEW"
+_USER_DATA_HEAD = """#!/bin/bash
+# fmcluster node boot (written by fmcluster.stacks.render.node_user_data): the FMCLUSTER_* environment below,
+# then scripts/node-user-data.sh. FMCLUSTER_SIGNAL_RESOURCE names the resource whose CreationPolicy waits
+# for this node's `cloudformation:SignalResource` (the node agent sends it after its first converge).
+"""
+#: The rest of every node's first boot: fetch node-bootstrap.sh and run it. The same file is HyperPod's
+#: lifecycle script's tail (on_create.sh runs it) and ParallelCluster's OnNodeConfigured's.
+USER_DATA_SCRIPT = SOURCE_ROOT / "scripts" / "node-user-data.sh"
 
 
-@lru_cache(maxsize=1)
-def _environment() -> jinja2.Environment:
-    return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(CFN_DIR)),
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-        autoescape=False,  # noqa: S701 - renders YAML, not HTML
-    )
+def node_user_data(*, org: str, role: str, queue: str, signal_resource: str) -> cfn.Fn:
+    """EC2 user data of every slurm-ec2 node (controller, login, compute): export the boot
+    environment, then scripts/node-user-data.sh (fetch and run the node bootstrap).
+
+    The script is one Fn::Join (never Fn::Sub): tenant values are shell-quoted literal parts, the
+    bucket, region and stack name CloudFormation references."""
+    env = boot_environment(org=org, bucket=cfn.Ref("DataBucketName"), region=cfn.Ref("AWS::Region"),
+                           stack=cfn.Ref("AWS::StackName"), role=role, queue=queue, signal_resource=signal_resource)
+    parts: list[Any] = [_USER_DATA_HEAD]
+    for name, value in env.items():
+        parts += [f"export {name}=", shlex.quote(value) if isinstance(value, str) else value, "\n"]
+    parts.append(USER_DATA_SCRIPT.read_text(encoding="utf-8"))
+    merged: list[Any] = []
+    for part in parts:
+        if isinstance(part, str) and merged and isinstance(merged[-1], str):
+            merged[-1] += part
+        else:
+            merged.append(part)
+    return cfn.base64(cfn.join(merged))
 
 
-def _tags(tenant: Tenant, name: str, extra: dict[str, str] | None = None) -> list[dict[str, str]]:
-    tags = {**tenant.tags, "Name": f"{tenant.stack_prefix}-{name}", **(extra or {})}
-    return [{"Key": k, "Value": v} for k, v in tags.items()]
+def user_data_text(user_data: Any) -> str:
+    """The user data script as text, with CloudFormation references shown as ${Name} (for review and
+    tests). Accepts the rendered (long-form) or the built (cfn.Fn) structure."""
+    if isinstance(user_data, cfn.Fn):
+        user_data = load_cfn_yaml(cfn.dump({"x": user_data}))["x"]
+    value = user_data.get("Fn::Base64", user_data) if isinstance(user_data, dict) else user_data
+
+    def flat(node: Any) -> str:
+        if isinstance(node, str):
+            return node
+        if isinstance(node, dict) and "Ref" in node:
+            return "${" + str(node["Ref"]) + "}"
+        if isinstance(node, dict) and "Fn::Sub" in node:
+            return str(node["Fn::Sub"])
+        if isinstance(node, dict) and "Fn::Join" in node:
+            delimiter, parts = node["Fn::Join"]
+            return str(delimiter).join(flat(p) for p in parts)
+        raise ValueError(f"unexpected user data node {node!r}")
+
+    return flat(value)
 
 
-def _interfaces(instance: InstanceType, public: bool) -> list[dict[str, Any]]:
-    """One network interface per EFA device (card i; the primary on card 0, device 0), else one plain ENI."""
-    if not instance.has_efa:
-        return [{"device_index": 0, "card": 0, "efa": False, "public": public}]
-    return [
-        {"device_index": 0 if card == 0 else 1, "card": card, "efa": True, "public": public and card == 0}
-        for card in range(instance.efa_interfaces)
-    ]
+def lifecycle_environment(tenant: Tenant, bucket: str, stack: str) -> str:
+    """fmcluster-lifecycle.env next to HyperPod's on_create.sh: the same boot variables as the EC2
+    user data (HyperPod nodes learn their group from /opt/ml/config/resource_config.json, and
+    HyperPod has no CreationPolicy to signal). Values are shell-quoted: the file is sourced."""
+    env = boot_environment(org=tenant.org, bucket=bucket, region=tenant.region, stack=stack)
+    lines = ["# generated by fmcluster (fmcluster.stacks.render.lifecycle_environment); edits will be reverted"]
+    lines += [f"{name}={shlex.quote(str(value))}" for name, value in env.items()]
+    return "\n".join(lines) + "\n"
 
 
-def _node_roles(tenant: Tenant, login_sg: bool) -> list[dict[str, Any]]:
-    def groups(instance: InstanceType, extra: list[str]) -> str:
-        refs = (["EfaSecurityGroupId"] if instance.has_efa else []) + ["NodeSecurityGroupId"] + extra
-        return json.dumps([{"Ref": r} for r in refs])
-
-    def image(instance: InstanceType) -> str:
-        return AMI_PARAMETERS[instance.accelerator][0]
-
-    roles: list[dict[str, Any]] = [{
-        "role": "controller", "queue": "", "logical": "Controller", "slug": "controller",
-        "instance_type": tenant.controller.name, "image_parameter": image(tenant.controller),
-        "count": 1, "root_gib": 200, "capacity_reservation_id": None, "public": False,
-        "subnet_parameter": "PrivateSubnetId", "efa": tenant.controller.has_efa,
-        "interfaces": _interfaces(tenant.controller, False), "groups_json": groups(tenant.controller, []),
-        "role_tags": {"fmcluster:role": "controller"},
-        "comment": f"Slurm controller: 1x {tenant.controller.name}", "comment_short": "the controller",
-    }]
-    if tenant.login is not None:
-        public = login_sg
-        roles.append({
-            "role": "login", "queue": "", "logical": "Login", "slug": "login",
-            "instance_type": tenant.login.name, "image_parameter": image(tenant.login),
-            "count": tenant.login_count, "root_gib": 200, "capacity_reservation_id": None, "public": public,
-            "subnet_parameter": "PublicSubnetId" if public else "PrivateSubnetId", "efa": tenant.login.has_efa,
-            "interfaces": _interfaces(tenant.login, public),
-            "groups_json": groups(tenant.login, ["LoginSecurityGroupId"] if login_sg else []),
-            "role_tags": {"fmcluster:role": "login"},
-            "comment": f"Login nodes: {tenant.login_count}x {tenant.login.name}", "comment_short": "the login nodes",
-        })
-    for q in tenant.queues:
-        efa = f", {q.instance.efa_interfaces} EFA interfaces" if q.instance.has_efa else ""
-        roles.append({
-            "role": "compute", "queue": q.name, "logical": f"Queue{logical_name(q.name)}", "slug": f"queue-{q.name}",
-            "instance_type": q.instance.name, "image_parameter": image(q.instance),
-            "count": q.count, "root_gib": 500 if q.instance.accelerator != "none" else 100,
-            "capacity_reservation_id": q.capacity_reservation_id, "public": False,
-            "subnet_parameter": "PrivateSubnetId", "efa": q.instance.has_efa,
-            "interfaces": _interfaces(q.instance, False), "groups_json": groups(q.instance, []),
-            "role_tags": {"fmcluster:role": "compute", "fmcluster:queue": q.name},
-            "comment": f"Queue {q.name}: {q.count}x {q.instance.name}{efa}",
-            "comment_short": f"queue {q.name}",
-        })
-    return roles
-
-
-def _context(tenant: Tenant) -> dict[str, Any]:
-    public_cidr, private_cidr = _subnets(tenant.network.vpc_cidr)
-    lustre = tenant.storage.lustre
-    dra = lustre.data_repository
-    login_sg = tenant.network.ssh_ingress_cidr is not None
-    accelerators = {tenant.controller.accelerator} | {q.instance.accelerator for q in tenant.queues}
-    if tenant.login is not None:
-        accelerators.add(tenant.login.accelerator)
-    images = [
-        {"parameter": AMI_PARAMETERS[kind][0], "ssm_path": AMI_PARAMETERS[kind][1],
-         "description": f"Image of the {'CPU' if kind == 'none' else kind} nodes: a public SSM parameter path that "
-                        f"CloudFormation resolves at each deploy; fmcluster passes {AMI_PARAMETERS[kind][1]} "
-                        "(on the emulator, which lacks it: Amazon Linux's)."}
-        for kind in ("cuda", "neuron", "none") if kind in accelerators
-    ]
-    node_roles = _node_roles(tenant, login_sg)
-    instance_groups = [{"name": "controller", "instance_type": f"ml.{tenant.controller.name}", "count": 1,
-                        "threads_per_core": 1}]
-    if tenant.login is not None:
-        instance_groups.append({"name": "login", "instance_type": f"ml.{tenant.login.name}",
-                                "count": tenant.login_count, "threads_per_core": 1})
-    instance_groups += [{"name": q.name, "instance_type": f"ml.{q.instance.name}", "count": q.count,
-                         "threads_per_core": 1} for q in tenant.queues]
-    return {
-        "org": tenant.org,
-        "prefix": tenant.stack_prefix,
-        "spec_file": f"inventories/{tenant.org}/group_vars/all/tenant.yml",
-        "az": tenant.availability_zone,
-        "vpc_cidr": tenant.network.vpc_cidr,
-        "public_cidr": public_cidr,
-        "private_cidr": private_cidr,
-        "ssh_ingress_cidr": tenant.network.ssh_ingress_cidr,
-        "login_sg": login_sg,
-        "s3_versioning": tenant.storage.s3_versioning,
-        "lustre": lustre,
-        "dra": dra,
-        "dra_resource": dra is not None and lustre.deployment_type == "PERSISTENT_2",
-        "legacy_import_policy": _legacy_import_policy(dra.import_policy) if dra else "NONE",
-        "openzfs": tenant.storage.openzfs,
-        "fs_ports": FILE_SYSTEM_PORTS,
-        "queues": tenant.queues,
-        "node_roles": node_roles,
-        "any_efa": any(role["efa"] for role in node_roles),
-        "images": images,
-        "instance_groups": instance_groups,
-        "lifecycle_prefix": LIFECYCLE_PREFIX,
-        "tags_json": lambda name, extra=None: json.dumps(_tags(tenant, name, extra)),
-        "asg_tags_json": lambda name, extra=None: json.dumps(
-            [{**t, "PropagateAtLaunch": True} for t in _tags(tenant, name, extra)]),
-    }
-
+# --- rendering ----------------------------------------------------------------------------------------
 
 def cluster_template_name(tenant: Tenant) -> str:
-    return f"cluster-{tenant.scheduler}.yaml"
+    if has_parallelcluster_stand_in(tenant):
+        return "slurm_ec2.py"  # through fmcluster.parallelcluster.stand_in
+    return "slurm_ec2.py" if tenant.scheduler == "slurm-ec2" else f"{tenant.scheduler}.py"
 
 
-def render_stacks(tenant: Tenant) -> list[RenderedStack]:
-    """The tenant's stacks in dependency order (network → storage → cluster), rendered offline."""
-    if tenant.scheduler not in ("slurm-ec2", "hyperpod"):
-        raise ValueError(f"scheduler {tenant.scheduler!r} has no cluster template yet (cfn/cluster-*.yaml)")
-    env, ctx = _environment(), _context(tenant)
-    provider = tenant.provider
-    net = "network"
+def has_parallelcluster_stand_in(tenant: Tenant) -> bool:
+    """On AWS, ParallelCluster makes a parallelcluster tenant's cluster stack itself; offline nothing does, so
+    provider local creates its stand-in (fmcluster.parallelcluster.stand_in)."""
+    return tenant.scheduler == "parallelcluster" and tenant.provider == "local"
+
+
+def _build(tenant: Tenant, key: str) -> dict[str, Any]:
+    if key == "network":
+        return network.build(tenant)
+    if key == "storage":
+        return storage.build(tenant)
+    if tenant.scheduler == "slurm-ec2":
+        return slurm_ec2.build(tenant, node_user_data)
+    if has_parallelcluster_stand_in(tenant):
+        from fmcluster.parallelcluster import stand_in
+
+        return stand_in.build(tenant)
+    return hyperpod.build(tenant)
+
+
+def subnet_cidrs(vpc_cidr: str) -> dict[str, str]:
+    """The cluster's subnets in the VPC, by name (network stack: PublicSubnet, PrivateSubnet)."""
+    public, private = network.subnets(vpc_cidr)
+    return {"public": public, "private": private}
+
+
+def render_stacks(tenant: Tenant, image_parameter: Callable[[str], str] = lambda path: path) -> list[RenderedStack]:
+    """The tenant's stacks in dependency order (network → storage → cluster), rendered offline.
+
+    Scheduler parallelcluster has no cluster stack of ours on AWS: ParallelCluster creates its own from the
+    cluster config fmcluster.parallelcluster renders (network and storage stay ours); on provider local the
+    stand-in's stack takes its place."""
+    if tenant.scheduler not in ("slurm-ec2", "hyperpod", "parallelcluster"):
+        raise ValueError(f"scheduler {tenant.scheduler!r} has no cluster template yet "
+                         "(src/fmcluster/stacks/templates/)")
+    provider, net = tenant.provider, "network"
     network_params: dict[str, ParameterValue] = {"Provider": provider}
     storage_params: dict[str, ParameterValue] = {
         "Provider": provider,
@@ -291,28 +271,29 @@ def render_stacks(tenant: Tenant) -> list[RenderedStack]:
     cluster_params: dict[str, ParameterValue] = {
         "Provider": provider,
         "PrivateSubnetId": OutputRef(net, "PrivateSubnetId"),
+        "PublicSubnetId": OutputRef(net, "PublicSubnetId"),
         "EfaSecurityGroupId": OutputRef(net, "EfaSecurityGroupId"),
         "NodeSecurityGroupId": OutputRef(net, "NodeSecurityGroupId"),
+        "LoginSecurityGroupId": OutputRef(net, "LoginSecurityGroupId"),
+        "PlacementGroupName": OutputRef(net, "PlacementGroupName", when_missing=""),
         "DataBucketName": OutputRef("storage", "DataBucketName"),
     }
-    if tenant.scheduler == "slurm-ec2":
-        cluster_params["PublicSubnetId"] = OutputRef(net, "PublicSubnetId")
-        cluster_params["PlacementGroupName"] = OutputRef(net, "PlacementGroupName", when_missing="")
-        if ctx["login_sg"]:
-            cluster_params["LoginSecurityGroupId"] = OutputRef(net, "LoginSecurityGroupId")
-        for image in ctx["images"]:
-            cluster_params[image["parameter"]] = EMULATOR_AMI_PARAMETER if provider == "local" else image["ssm_path"]
-    sources = {"network": "network.yaml", "storage": "storage.yaml", "cluster": cluster_template_name(tenant)}
+    if tenant.scheduler == "slurm-ec2" or has_parallelcluster_stand_in(tenant):
+        for kind in slurm_ec2.image_kinds(tenant):
+            name, path = AMI_PARAMETERS[kind]
+            cluster_params[name] = ImageRef(image_parameter(path))
+    sources = {"network": "network.py", "storage": "storage.py", "cluster": cluster_template_name(tenant)}
     params = {"network": network_params, "storage": storage_params, "cluster": cluster_params}
     stacks = []
-    for key in STACK_KEYS:
-        body = env.get_template(sources[key]).render(ctx)
-        declared = load_cfn_yaml(body).get("Parameters", {})
+    own_cluster = tenant.scheduler != "parallelcluster" or has_parallelcluster_stand_in(tenant)
+    for key in STACK_KEYS if own_cluster else ("network", "storage"):
+        template = _build(tenant, key)
+        declared = template.get("Parameters", {})
         stacks.append(RenderedStack(
             key=key,
             name=f"{tenant.stack_prefix}-{key}",
-            source=CFN_DIR / sources[key],
-            body=body,
+            source=TEMPLATES_DIR / sources[key],
+            body=cfn.dump(template),
             # Only what the rendered template declares (e.g. no EFA group for a CPU-only cluster).
             parameters={k: v for k, v in params[key].items() if k in declared},
         ))

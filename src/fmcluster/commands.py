@@ -1,0 +1,233 @@
+"""The command layer: one function per task, returning its exit code. tasks.py (invoke) and the `fmcluster`
+CLI map onto these; no library module imports this one.
+
+Every task that changes something validates the tenant first (an invalid spec exits 2 with every problem).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+
+from fmcluster.model import Tenant, TenantInvalid, load_tenant
+from fmcluster.paths import repo_root
+from fmcluster.providers import NoEndpoint as NoEndpointType
+
+EXIT_FAILED = 1
+EXIT_INVALID_SPEC = 2
+EXIT_CANCELLED = 3
+EXIT_NOT_READY = 3
+
+Out = Callable[[str], object]
+
+
+def require_tenant(org: str) -> Tenant:
+    """The validated tenant, or exit 2 with the full problem list."""
+    try:
+        return load_tenant(org)
+    except TenantInvalid as err:
+        print(err.render(repo_root()), file=sys.stderr)
+        raise SystemExit(EXIT_INVALID_SPEC) from None
+
+
+def validate(org: str, out: Out = print) -> int:
+    """Schema and catalog checks, every problem with its fix; then the scheduler's own (ParallelCluster's schema)."""
+    from fmcluster.schedulers import scheduler_for
+
+    try:
+        tenant = load_tenant(org)
+    except TenantInvalid as err:
+        out(err.render(repo_root()))
+        return EXIT_INVALID_SPEC
+    out(tenant.describe())
+    return scheduler_for(tenant).validate(out)
+
+
+def deploy(org: str) -> int:
+    from fmcluster.deploy import run_deploy
+
+    return run_deploy(require_tenant(org))
+
+
+def _endpoint(tenant: Tenant, start: bool) -> tuple[str | None, NoEndpointType | None]:
+    """(endpoint, None), or (None, why it cannot be reached): plan goes offline, others say why."""
+    from fmcluster.providers import NoEndpoint, provider_for
+
+    try:
+        return provider_for(tenant).endpoint(start, print), None
+    except NoEndpoint as err:
+        return None, err
+
+
+def plan(org: str, show_templates: bool = False) -> int:
+    from fmcluster.stacks.api import plan_stacks
+
+    tenant = require_tenant(org)
+    endpoint, unreachable = _endpoint(tenant, start=True)
+    from fmcluster.providers import provider_for
+
+    from fmcluster.schedulers import scheduler_for
+
+    result = plan_stacks(tenant, endpoint, offline=unreachable is not None, show_templates=show_templates,
+                         image_parameter=provider_for(tenant).image_parameter)
+    code = 0 if result.ok and not result.notes else EXIT_FAILED  # notes: security findings
+    return scheduler_for(tenant).plan(print) or code
+
+
+def stacks(org: str) -> int:
+    """The stacks alone (network → storage → cluster), without publishing for the nodes or waiting for them."""
+    from fmcluster.stacks.api import deploy_stacks
+    from fmcluster.stacks.commands import summarize
+
+    tenant = require_tenant(org)
+    endpoint, unreachable = _endpoint(tenant, start=True)
+    if unreachable is not None:
+        print(unreachable)
+        return EXIT_FAILED
+    from fmcluster.providers import provider_for
+
+    result = deploy_stacks(tenant, endpoint, image_parameter=provider_for(tenant).image_parameter)
+    summarize(result)
+    return 0 if result.ok else EXIT_FAILED
+
+
+def destroy(org: str, yes: bool = False) -> int:
+    from fmcluster.providers import provider_for
+    from fmcluster.schedulers import scheduler_for
+    from fmcluster.stacks.api import destroy_stacks
+    from fmcluster.stacks.commands import forget_generated_state
+
+    tenant = require_tenant(org)
+    provider = provider_for(tenant)
+    endpoint, unreachable = _endpoint(tenant, start=False)
+
+    def confirm(question: str) -> bool:
+        if not sys.stdin.isatty():
+            print(f"{question} Not a terminal: nothing deleted; pass --yes to confirm.")
+            return False
+        return input(f"{question} Type '{tenant.org}' to confirm: ").strip() == tenant.org
+
+    if unreachable is not None and not unreachable.nothing_deployed:
+        print(f"destroy: {unreachable}")
+        return EXIT_FAILED
+    ok = True
+    if unreachable is None:
+        result = destroy_stacks(tenant, endpoint, confirm=None if yes else confirm,
+                                delete_first=scheduler_for(tenant).delete_cluster(print))
+        if "cancelled" in result.notes:
+            return EXIT_CANCELLED
+        ok = result.ok
+    else:
+        print(f"destroy: {unreachable}; no stacks to delete")
+    if ok:
+        provider.teardown(print)
+        forget_generated_state(tenant)
+    return 0 if ok else EXIT_FAILED
+
+
+def status(org: str) -> int:
+    """Each stack's status and outputs, then each node's last convergence report (read from the bucket)."""
+    from fmcluster.inventory import read_manifest
+    from fmcluster.manifest import digest
+    from fmcluster.nodes import discover
+    from fmcluster.reports import statuses
+    from fmcluster.schedulers import scheduler_for
+    from fmcluster.stacks import aws
+    from fmcluster.stacks.api import stacks_status
+
+    tenant = require_tenant(org)
+    endpoint, unreachable = _endpoint(tenant, start=False)
+    if unreachable is not None:
+        print(f"status: {unreachable}")
+        return EXIT_NOT_READY
+    result = stacks_status(tenant, endpoint)
+    for line in scheduler_for(tenant).status_lines():
+        print(line)
+    manifest = read_manifest(org)
+    bucket = result.outputs.get("DataBucketName")
+    if manifest and bucket:
+        def client(service: str) -> object:
+            return aws.client(service, tenant.region, endpoint)
+
+        nodes = discover(manifest.get("discovery", {}), client, tenant.org)
+        found = statuses(client("s3"), bucket, nodes, str(manifest.get("ref", "")), digest(manifest))
+        print(f"nodes: {sum(1 for s in found if s.state == 'converged')}/{len(found)} converged "
+              f"commit {str(manifest.get('ref', ''))[:12]}")
+        for node_status in found:
+            print(f"  {node_status.line()}")
+    return 0 if result.ok else EXIT_FAILED
+
+
+def nodes_up(org: str) -> int:
+    """Boot what the AWS APIs say the cluster has (local: a host per instance; AWS: EC2 does it)."""
+    from fmcluster.providers import provider_for
+
+    tenant = require_tenant(org)
+    provider = provider_for(tenant)
+    endpoint, unreachable = _endpoint(tenant, start=False)
+    if unreachable is not None:
+        print(f"nodes-up: {unreachable}")
+        return EXIT_NOT_READY
+    result = provider.boot(endpoint, print)
+    print(f"nodes-up: {len(result.started)} booted, {len(result.kept)} running, {len(result.removed)} removed")
+    return 0
+
+
+def halt(org: str, node: str) -> int:
+    """Take one node down hard, as a crash would (its instance stays; `nodes-up` boots it again)."""
+    from fmcluster.providers import provider_for
+
+    tenant = require_tenant(org)
+    try:
+        provider_for(tenant).halt(node, print)
+    except (RuntimeError, KeyError) as err:
+        print(f"halt: {err}")
+        return EXIT_FAILED
+    return 0
+
+
+def slurm(org: str, cmd: str, node: str = "") -> int:
+    """A command on the login node (or `node`), through ssh as an operator would type it (the remote shell
+    reads `cmd`: Slurm clients, or anything else an operator runs there)."""
+    import subprocess
+
+    from fmcluster.acceptance.gate import client_node
+    from fmcluster.inventory import read_nodes
+    from fmcluster.providers import provider_for
+
+    tenant = require_tenant(org)
+    nodes = read_nodes(org)
+    if not nodes:
+        print(f"slurm: no nodes known for '{org}'; run `invoke deploy --org={org}` first")
+        return EXIT_NOT_READY
+    target = next((n for n in nodes if node in (n.name, n.address)), None) if node else client_node(nodes)
+    if target is None:
+        print(f"slurm: no node {node!r} in {org}; nodes: {', '.join(n.name for n in nodes)}")
+        return EXIT_FAILED
+    argv = [*provider_for(tenant).client_argv(target), cmd]
+    return subprocess.run(argv).returncode
+
+
+def acceptance(org: str) -> int:
+    from fmcluster.acceptance.gate import record_pass, run_gate, cluster_state
+    from fmcluster.acceptance.slurm import SlurmError
+    from fmcluster.inventory import read_nodes
+    from fmcluster.providers import provider_for
+
+    tenant = require_tenant(org)
+    nodes = read_nodes(org)
+    if not nodes:
+        print(f"acceptance: no nodes known for '{org}'; run `invoke deploy --org={org}` first")
+        return EXIT_NOT_READY
+    try:
+        result = run_gate(tenant, provider_for(tenant), nodes, print)
+    except SlurmError as err:
+        print(f"acceptance: cannot use Slurm: {err}")
+        return EXIT_NOT_READY
+    if result.passed and not result.skipped:
+        from fmcluster.inventory import read_manifest
+
+        manifest = read_manifest(org)
+        if manifest:
+            record_pass(tenant, cluster_state(manifest, nodes), result)
+    return result.exit_code

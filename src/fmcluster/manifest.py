@@ -1,0 +1,213 @@
+"""The cluster manifest and the inventory every node converges with.
+
+Data flows one way: tenant spec → validated Tenant → (+ stack outputs, the pinned commit) → **manifest**
+(`build_manifest`, computed once on the deploy machine and published to s3://<bucket>/fmcluster/manifest/)
+→ (+ the nodes that exist, read from the AWS APIs: fmcluster.nodes) → **inventory** (`assemble_inventory`,
+the same function on the deploy machine and on every node) → role variables. Roles never read the tenant.
+
+The manifest holds everything about the cluster that does not depend on which instances exist: role
+variables, the instance catalog entries and Slurm resources of each group, the names of the secrets, the
+storage to mount. Membership (who the controller is, the Slurm node lines, partitions, Prometheus targets)
+is derived from the live node list each time a node converges, so a node that joins later, or replaces
+another, needs nothing from the deploy machine. This module imports only the standard library and PyYAML:
+it runs on the nodes' own toolchain.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import yaml
+
+from fmcluster.nodes import NODE_TAGS, Node, NodeTags, sort_nodes
+
+FORMAT = 1
+#: Where a node keeps the secrets its bootstrap read from Secrets Manager (root only, never in the inventory).
+NODE_SECRETS_DIR = "/etc/fmcluster/secrets"
+#: Secret names under fmcluster/<org>/ in AWS Secrets Manager (the deploy creates them), and the roles whose
+#: nodes read each (their IAM roles allow exactly that: the munge key everywhere, the rest on the controller).
+SECRET_ROLES = {"munge-key": ("controller", "login", "compute"), "grafana-admin-password": ("controller",)}
+SECRET_NAMES = tuple(SECRET_ROLES)
+
+
+def secret_id(org: str, name: str) -> str:
+    return f"fmcluster/{org}/{name}"
+
+
+def digest(document: Any) -> str:
+    """Content digest of a JSON-able document (manifest, membership): what nodes compare to decide a re-converge."""
+    return hashlib.sha256(json.dumps(document, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
+
+
+def membership_digest(nodes: Sequence[Node]) -> str:
+    return digest([n.as_dict() for n in sort_nodes(nodes)])
+
+
+def _camel(name: str) -> str:
+    return "".join(part.capitalize() for part in re.split(r"[^a-zA-Z0-9]", name) if part)
+
+
+def placement_group_output_key(queue: str) -> str:
+    """Stack output naming a queue's cluster placement group (e.g. queue `gpu` → `GpuPlacementGroup`)."""
+    return f"{_camel(queue)}PlacementGroup"
+
+
+def queue_group(queue: str) -> str:
+    return f"queue_{queue.replace('-', '_')}"
+
+
+def assemble_inventory(manifest: Mapping[str, Any], nodes: Sequence[Node],
+                       extra_vars: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The inventory document (hosts.yml) for `nodes` of the manifest's cluster.
+
+    Groups: `controller`, `login` (the controller when there is no login node), `compute` with one
+    `queue_<name>` child per queue; per group `fmcluster_instance_type`/`fmcluster_instance` (catalog entry).
+    `all` vars: the manifest's role variables plus everything derived from membership."""
+    nodes = sort_nodes(nodes)
+    groups = manifest["groups"]
+    queues: dict[str, Any] = groups["queues"]
+    controllers = [n for n in nodes if n.role == "controller"]
+    logins = [n for n in nodes if n.role == "login"]
+    compute = [n for n in nodes if n.role == "compute" and n.queue in queues]
+    slurm_nodes = [{"name": n.name, "address": n.address, "partition": n.queue, **queues[str(n.queue)]["resources"]}
+                   for n in compute]
+    partitions = [{"name": name, "nodes": [n.name for n in compute if n.queue == name], "default": bool(q["default"])}
+                  for name, q in queues.items()]
+    outputs: Mapping[str, str] = manifest.get("stack_outputs", {})
+    topology = []
+    for name in queues:
+        placement_group = outputs.get(placement_group_output_key(name))
+        members = [n.name for n in compute if n.queue == name]
+        if placement_group and members:
+            topology.append({"name": placement_group, "nodes": members})
+    all_vars: dict[str, Any] = {**manifest["vars"]}
+    all_vars.update({
+        "fmcluster_manifest_digest": digest(manifest),
+        "fmcluster_membership_digest": membership_digest(nodes),
+        "fmcluster_nodes": [n.as_dict() for n in nodes],
+        "fmcluster_stack_outputs": dict(sorted(outputs.items())),
+        "common_hosts": [{"name": n.name, "address": n.address} for n in nodes],
+        "slurm_nodes": slurm_nodes,
+        "slurm_partitions": [p for p in partitions if p["nodes"]],
+        "slurm_topology": topology,
+    })
+    if controllers:
+        all_vars["slurm_controller_hostname"] = controllers[0].name
+        all_vars["slurm_controller_address"] = controllers[0].address
+    all_vars.update(extra_vars or {})
+    all_vars["prometheus_scrape_configs"] = scrape_configs(all_vars, nodes)
+
+    def group(members: Sequence[Node], spec: Mapping[str, Any]) -> dict[str, Any]:
+        doc: dict[str, Any] = {"hosts": {n.name: _host_vars(n) for n in members}} if members else {}
+        doc["vars"] = {"fmcluster_instance_type": spec["instance_type"], "fmcluster_instance": spec["instance"],
+                       **spec.get("vars", {})}
+        return doc
+
+    login_spec = groups.get("login") or groups["controller"]
+    return {"all": {
+        "vars": all_vars,
+        "children": {
+            "controller": group(controllers, groups["controller"]),
+            "login": group(logins or controllers, login_spec),
+            "compute": {"children": {queue_group(name): group([n for n in compute if n.queue == name], q)
+                                     for name, q in queues.items()}},
+        },
+    }}
+
+
+def scrape_configs(variables: Mapping[str, Any], nodes: Sequence[Node]) -> list[dict[str, Any]]:
+    """Prometheus's scrape jobs for the exporters, finding the nodes the way the scheduler's nodes are found.
+
+    `ec2`: EC2 service discovery (against the same endpoint the node uses), so a node that joins or leaves is
+    scraped or dropped without any converge; `inventory`: the nodes listed now (the controller re-converges
+    when they change). Either way the labels are the same: node, role, queue, instance_type."""
+    discovery = variables.get("prometheus_node_discovery", {"kind": "inventory"})
+    configs: list[dict[str, Any]] = []
+    for job in variables.get("prometheus_scrape_jobs", []):
+        types = list(job.get("instance_types") or [])
+        if discovery.get("kind") == "ec2":
+            sd: dict[str, Any] = {
+                "region": discovery["region"], "port": job["port"],
+                "refresh_interval": variables.get("prometheus_sd_refresh_interval", "30s"),
+                "filters": [{"name": f"tag:{discovery['tag']}", "values": [discovery["value"]]},
+                            {"name": "instance-state-name", "values": ["running"]},
+                            *([{"name": "instance-type", "values": types}] if types else [])],
+            }
+            endpoint = variables.get("fmcluster_aws_endpoint_url")
+            if endpoint:
+                sd["endpoint"] = endpoint
+            configs.append({"job_name": job["job"], "ec2_sd_configs": [sd], "relabel_configs": [
+                {"source_labels": ["__meta_ec2_private_ip"], "target_label": "__address__",
+                 "replacement": f"${{1}}:{job['port']}"},
+                {"source_labels": ["__meta_ec2_private_dns_name"], "regex": r"([^.]+)\..*", "target_label": "node"},
+                *node_relabels(NODE_TAGS[str(discovery.get("node_tags", "fmcluster"))]),
+                {"source_labels": ["__meta_ec2_instance_type"], "target_label": "instance_type"},
+            ]})
+        else:
+            targets = [n for n in nodes if not types or n.instance_type in types]
+            configs.append({"job_name": job["job"], "static_configs": [
+                {"targets": [f"{n.address}:{job['port']}"],
+                 "labels": {"node": n.name, "role": n.role, "queue": n.queue or "", "instance_type": n.instance_type}}
+                for n in targets]})
+    return configs
+
+
+def _meta_tag(key: str) -> str:
+    """Prometheus's EC2 discovery label of a tag: every character outside [A-Za-z0-9_] becomes `_`."""
+    return "__meta_ec2_tag_" + re.sub(r"[^A-Za-z0-9_]", "_", key)
+
+
+def node_relabels(node_tags: NodeTags) -> list[dict[str, Any]]:
+    """`role` and `queue` labels from the cluster's own tags, the roles named as fmcluster names them."""
+    rules: list[dict[str, Any]] = [
+        {"source_labels": [_meta_tag(node_tags.role)], "regex": re.escape(value), "target_label": "role",
+         "replacement": role} for value, role in node_tags.roles.items()]
+    rules.append({"source_labels": [_meta_tag(node_tags.queue)], "target_label": "queue"})
+    return rules
+
+
+def _host_vars(node: Node) -> dict[str, Any]:
+    return {"ansible_host": node.address, "fmcluster_address": node.address, "fmcluster_instance_id": node.instance_id}
+
+
+# Ansible templates every string it reads from an inventory; a value holding Jinja markers is written with the
+# `!unsafe` tag so it reaches the roles as written (Ansible's YAML loader keeps such a value literal).
+_JINJA_MARKERS = ("{{", "{%", "{#")
+
+
+class _InventoryDumper(yaml.SafeDumper):
+    pass
+
+
+def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    if any(marker in value for marker in _JINJA_MARKERS):
+        return dumper.represent_scalar("!unsafe", value, style="'")
+    return dumper.represent_str(value)
+
+
+_InventoryDumper.add_representer(str, _represent_str)
+
+
+class InventoryLoader(yaml.SafeLoader):
+    """Reads an inventory inventory_yaml wrote: `!unsafe` values are plain strings."""
+
+
+def _construct_unsafe(loader: yaml.SafeLoader, node: yaml.Node) -> Any:
+    assert isinstance(node, yaml.ScalarNode)  # inventory_yaml tags strings only
+    return loader.construct_scalar(node)
+
+
+InventoryLoader.add_constructor("!unsafe", _construct_unsafe)
+
+
+def inventory_yaml(document: Mapping[str, Any], header: str) -> str:
+    return header + yaml.dump(dict(document), Dumper=_InventoryDumper, sort_keys=False, default_flow_style=False,
+                              width=120)
+
+
+def load_inventory_yaml(text: str) -> Any:
+    return yaml.load(text, Loader=InventoryLoader)  # noqa: S506 - a SafeLoader subclass

@@ -1,0 +1,1 @@
+"""What runs on the nodes themselves (their own toolchain, their checkout of the pinned commit)."""

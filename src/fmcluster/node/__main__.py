@@ -1,0 +1,25 @@
+"""`python -m fmcluster.node converge|watch`: the node agent's entry points (see fmcluster.node.agent)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from fmcluster.node.agent import converge_main, watch_main
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m fmcluster.node")
+    sub = parser.add_subparsers(dest="command", required=True)
+    converge = sub.add_parser("converge", help="converge this node once and report")
+    converge.add_argument("--trigger", default="operator", help="why (recorded in the report)")
+    watch = sub.add_parser("watch", help="re-converge when the commit, the manifest or the membership changes")
+    watch.add_argument("--interval", type=float, default=60.0, help="seconds between checks")
+    args = parser.parse_args(argv)
+    if args.command == "converge":
+        return converge_main(args.trigger)
+    return watch_main(args.interval)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

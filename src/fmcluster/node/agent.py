@@ -1,0 +1,420 @@
+"""The node agent: how every node converges itself, at first boot and whenever its cluster changes.
+
+    converge   read the manifest and the secrets, find this node among the cluster's nodes (AWS APIs),
+               write the inventory, run ansible-pull for this node at the pinned commit, report
+    watch      re-converge when the deploy publishes a new commit or manifest, or (controller and login
+               nodes) when nodes join or leave; the node_convergence role keeps it running
+
+It runs on the node's own toolchain (/opt/fmcluster/venv: ansible-core, ansible-runner, boto3, PyYAML) from
+its checkout of the pinned commit, with the settings fmcluster-bootstrap wrote to /etc/fmcluster/node.env.
+Every report goes to s3://<bucket>/fmcluster/report/<address>.json (and the log next to it), where
+`invoke deploy` and `invoke status` read it: no ssh from the deploy machine.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import urlparse
+
+import boto3
+import yaml
+from botocore.config import Config
+
+from fmcluster.manifest import assemble_inventory, digest, inventory_yaml, membership_digest
+from fmcluster.nodes import Node, discover, node_at
+
+STATE_DIR = Path("/var/lib/fmcluster")
+ETC_DIR = Path("/etc/fmcluster")
+BUNDLE_DIR = Path("/opt/fmcluster/bootstrap")
+VENV = Path("/opt/fmcluster/venv")
+LOCK = Path("/run/fmcluster/converge.lock")
+MANIFEST_KEY = "fmcluster/manifest/cluster.json"
+BOOTSTRAP_PREFIX = "fmcluster/bootstrap/"
+REPORT_PREFIX = "fmcluster/report/"
+CONVERGE_TIMEOUT_S = 3600
+LOG_TAIL_LINES = 40
+
+T = TypeVar("T")
+
+
+class StageFailed(RuntimeError):
+    """A converge stage could not complete; the message names what could not be reached or read."""
+
+    def __init__(self, stage: str, message: str) -> None:
+        super().__init__(message)
+        self.stage = stage
+
+
+@dataclass
+class Settings:
+    """What fmcluster-bootstrap passed on (node.env) and where things live on the node."""
+
+    bucket: str
+    region: str
+    org: str
+    ref: str
+    playbook: str
+    stack: str = ""
+    signal_resource: str = ""
+    fetch_tries: int = 8
+
+    @staticmethod
+    def from_env(env: dict[str, str] | None = None) -> Settings:
+        env = dict(os.environ if env is None else env)
+        missing = [k for k in ("FMCLUSTER_BUCKET", "FMCLUSTER_REGION", "FMCLUSTER_ORG", "FMCLUSTER_REF") if not env.get(k)]
+        if missing:
+            raise StageFailed("settings", f"{', '.join(missing)} not set (fmcluster-bootstrap writes {ETC_DIR}/node.env)")
+        return Settings(env["FMCLUSTER_BUCKET"], env["FMCLUSTER_REGION"], env["FMCLUSTER_ORG"], env["FMCLUSTER_REF"],
+                        env.get("FMCLUSTER_PLAYBOOK", "playbooks/site.yml"), env.get("FMCLUSTER_STACK", ""),
+                        env.get("FMCLUSTER_SIGNAL_RESOURCE", ""), int(env.get("FMCLUSTER_FETCH_TRIES", "8")))
+
+
+@dataclass
+class Report:
+    """One converge's outcome, as the deploy reads it."""
+
+    address: str
+    trigger: str
+    started: str
+    ok: bool = False
+    stage: str = "start"
+    error: str = ""
+    node: str = ""
+    role: str = ""
+    queue: str | None = None
+    instance_id: str = ""
+    ref: str = ""
+    manifest_digest: str = ""
+    membership_digest: str = ""
+    changed: int | None = None
+    failed_tasks: list[dict[str, str]] = field(default_factory=list)
+    seconds: float = 0.0
+    finished: str = ""
+    log: str = ""
+    log_tail: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def my_address() -> str:
+    """The address this node reaches AWS from: its primary private address (no packet is sent)."""
+    endpoint = os.environ.get("AWS_ENDPOINT_URL")
+    target = urlparse(endpoint).hostname if endpoint else "169.254.169.254"
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.connect((target or "169.254.169.254", 9))
+        return str(sock.getsockname()[0])
+
+
+def retry(what: str, stage: str, tries: int, call: Callable[[], T], accept: Callable[[T], bool] = lambda _: True) -> T:
+    """call() until it returns an accepted value; exponential backoff (2, 4 … 30 s); StageFailed naming `what`."""
+    delay, last = 2.0, ""
+    for attempt in range(1, tries + 1):
+        try:
+            value = call()
+            if accept(value):
+                return value
+            last = "not ready"
+        except Exception as err:  # noqa: BLE001 - any failure to reach it is retried, then reported
+            last = f"{type(err).__name__}: {err}"
+        if attempt < tries:
+            print(f"fmcluster-node: {what}: {last} (try {attempt}/{tries}); retrying in {delay:.0f}s", file=sys.stderr)
+            time.sleep(delay)
+            delay = min(delay * 2, 30.0)
+    raise StageFailed(stage, f"cannot {what} after {tries} tries: {last}")
+
+
+class Agent:
+    def __init__(self, settings: Settings, state_dir: Path = STATE_DIR, etc_dir: Path = ETC_DIR) -> None:
+        self.settings = settings
+        self.state_dir, self.etc_dir = state_dir, etc_dir
+        config = Config(retries={"mode": "standard", "max_attempts": 4}, connect_timeout=5, read_timeout=60)
+        self.session = boto3.session.Session(region_name=settings.region)
+        self.config = config
+        self.s3 = self.client("s3")
+
+    def client(self, service: str) -> Any:
+        return self.session.client(service, config=self.config)
+
+    # --- what the deploy published ----------------------------------------------------------------------
+    def manifest(self) -> dict[str, Any]:
+        def read() -> dict[str, Any]:
+            body = self.s3.get_object(Bucket=self.settings.bucket, Key=MANIFEST_KEY)["Body"].read()
+            loaded: dict[str, Any] = json.loads(body)
+            return loaded
+
+        where = f"read s3://{self.settings.bucket}/{MANIFEST_KEY} for commit {self.settings.ref[:12]}"
+        # The deploy publishes the bundle, then the manifest that names its commit: wait until they agree.
+        return retry(where, "manifest", self.settings.fetch_tries, read, lambda m: m.get("ref") == self.settings.ref)
+
+    def secrets(self, manifest: dict[str, Any], role: str) -> list[str]:
+        """Each shared secret this node's role reads into /etc/fmcluster/secrets/<name> (root only); returns the
+        names written."""
+        client = self.client("secretsmanager")
+        folder = self.etc_dir / "secrets"
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        written = []
+        for name, spec in sorted(manifest.get("secrets", {}).items()):
+            if role not in spec.get("roles", []):
+                continue
+            secret = str(spec["id"])
+            value = retry(f"read secret {secret} from Secrets Manager", "secrets", self.settings.fetch_tries,
+                          lambda: str(client.get_secret_value(SecretId=secret)["SecretString"]))
+            path = folder / name
+            if not path.exists() or path.read_text() != value:
+                tmp = path.with_suffix(".tmp")
+                tmp.touch(mode=0o600)
+                tmp.write_text(value)
+                tmp.replace(path)
+                written.append(name)
+        return written
+
+    def discover(self, manifest: dict[str, Any]) -> list[Node]:
+        return discover(manifest.get("discovery", {}), self.client, self.settings.org)
+
+    def whoami(self, manifest: dict[str, Any], address: str) -> tuple[Node, list[Node]]:
+        found: dict[str, Any] = {}
+
+        def look() -> Node | None:
+            found["nodes"] = self.discover(manifest)
+            return node_at(found["nodes"], address)
+
+        me = retry(f"find this node ({address}) among the cluster's instances (tag fmcluster:org={self.settings.org})",
+                   "identity", self.settings.fetch_tries, look, lambda n: n is not None)
+        assert me is not None
+        return me, found["nodes"]
+
+    # --- converge -----------------------------------------------------------------------------------------
+    def write_inventory(self, manifest: dict[str, Any], nodes: list[Node]) -> Path:
+        folder = self.state_dir / "inventory"
+        folder.mkdir(parents=True, exist_ok=True)
+        extra = {"fmcluster_aws_endpoint_url": os.environ.get("AWS_ENDPOINT_URL", ""),
+                 "fmcluster_bucket": self.settings.bucket}
+        document = assemble_inventory(manifest, nodes, extra)
+        path = folder / "hosts.yml"
+        text = inventory_yaml(document, "# written by the fmcluster node agent from the manifest and the AWS APIs\n")
+        if not path.exists() or path.read_text() != text:
+            path.write_text(text)
+        return path
+
+    def run_playbook(self, me: Node, inventory: Path, report: Report) -> int:
+        import ansible_runner
+
+        log = Path("/var/log/fmcluster/converge.log")
+        log.parent.mkdir(parents=True, exist_ok=True)
+        report.log = str(log)
+        failed: list[dict[str, str]] = []
+        stats: dict[str, Any] = {}
+
+        def on_event(event: dict[str, Any]) -> bool:
+            data = event.get("event_data", {})
+            kind = event.get("event")
+            if kind == "playbook_on_task_start":
+                print(f"fmcluster-node: [{me.name}] {data.get('task', '')}", flush=True)
+            elif kind == "runner_on_failed" and not data.get("ignore_errors"):
+                result = data.get("res", {})
+                failed.append({"host": str(data.get("host", "")), "task": str(data.get("task", "")),
+                               "msg": str(result.get("msg") or result.get("stderr") or "")[:500]})
+            elif kind == "playbook_on_stats":
+                stats.update(data)
+            return True
+
+        private = self.state_dir / "runner"
+        venv_bin = Path(sys.executable).parent
+        # The inventory goes through ANSIBLE_INVENTORY, not --inventory: ansible-pull then checks the repository out
+        # on `localhost` alone, whereas with the inventory it would also run the checkout for this node's own
+        # name (its hostname is in the inventory) at the same time, into the same directory.
+        argv = ["--url", str(self.state_dir / "repo.git"), "--checkout", self.settings.ref,
+                "--directory", str(self.state_dir / "pull"), "--full", "--clean",
+                "--limit", me.name, "--extra-vars", "ansible_connection=local",
+                "--extra-vars", f"ansible_python_interpreter={sys.executable}", self.settings.playbook]
+        env = {**clean_environment(), "PATH": f"{venv_bin}:{os.environ.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}",
+               "ANSIBLE_INVENTORY": str(inventory), "ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_NOCOLOR": "1"}
+        stdout, stderr, rc = ansible_runner.run_command(
+            executable_cmd=str(venv_bin / "ansible-pull"), cmdline_args=argv, private_data_dir=str(private),
+            event_handler=on_event, envvars=env, quiet=True, timeout=CONVERGE_TIMEOUT_S, rotate_artifacts=3)
+        log.write_text(stdout + ("\n" + stderr if stderr else ""))
+        report.failed_tasks = failed
+        report.changed = sum((stats.get("changed") or {}).values()) if stats else None
+        report.log_tail = (stdout + stderr).strip().splitlines()[-LOG_TAIL_LINES:]
+        return int(rc)
+
+    def converge(self, trigger: str) -> Report:
+        started = time.monotonic()
+        report = Report(address="unknown", trigger=trigger, started=now(), ref=self.settings.ref)
+        try:
+            report.stage = "identity"
+            report.address = my_address()
+            report.stage = "manifest"
+            manifest = self.manifest()
+            report.manifest_digest = digest(manifest)
+            me, nodes = self.whoami(manifest, report.address)
+            report.node, report.role, report.queue, report.instance_id = me.name, me.role, me.queue, me.instance_id
+            report.membership_digest = membership_digest(nodes)
+            report.stage = "secrets"
+            written = self.secrets(manifest, me.role)
+            if written:
+                report.notes.append(f"secrets written: {', '.join(written)}")
+            report.stage = "inventory"
+            inventory = self.write_inventory(manifest, nodes)
+            report.stage = "converge"
+            rc = self.run_playbook(me, inventory, report)
+            if rc != 0:
+                first = report.failed_tasks[0] if report.failed_tasks else {}
+                raise StageFailed("converge", f"ansible-pull exited {rc}" +
+                                  (f": task '{first.get('task')}': {first.get('msg')}" if first else ""))
+            report.ok = True
+            report.stage = "done"
+            self.record_converged(report)
+        except StageFailed as err:
+            report.stage, report.error = err.stage, str(err)
+        except Exception as err:  # noqa: BLE001 - whatever broke, the deploy must hear about it
+            report.error = f"{type(err).__name__}: {err}"
+            report.log_tail = traceback.format_exc().splitlines()[-LOG_TAIL_LINES:]
+        report.seconds = round(time.monotonic() - started, 1)
+        report.finished = now()
+        self.file_report(report)
+        if trigger == "first-boot":
+            self.signal(report)
+        return report
+
+    def record_converged(self, report: Report) -> None:
+        state = {"ref": report.ref, "manifest_digest": report.manifest_digest,
+                 "membership_digest": report.membership_digest, "finished": now()}
+        (self.state_dir / "converged.json").write_text(json.dumps(state, indent=1) + "\n")
+
+    def converged(self) -> dict[str, str]:
+        try:
+            loaded: dict[str, str] = json.loads((self.state_dir / "converged.json").read_text())
+            return loaded
+        except (OSError, ValueError):
+            return {}
+
+    def file_report(self, report: Report) -> None:
+        body = json.dumps(asdict(report), indent=1)
+        (self.state_dir / "report.json").write_text(body + "\n")
+        key = f"{REPORT_PREFIX}{report.address}"
+        try:
+            self.s3.put_object(Bucket=self.settings.bucket, Key=f"{key}.json", Body=body.encode())
+            if report.log and Path(report.log).is_file():
+                self.s3.put_object(Bucket=self.settings.bucket, Key=f"{key}.log", Body=Path(report.log).read_bytes())
+        except Exception as err:  # noqa: BLE001 - the deploy then reports this node as silent, with its console
+            print(f"fmcluster-node: cannot file the report to s3://{self.settings.bucket}/{key}.json: {err}",
+                  file=sys.stderr)
+        print(f"fmcluster-node: {report.node or report.address}: {'converged' if report.ok else 'FAILED'} "
+              f"(stage {report.stage}) in {report.seconds}s {report.error}", flush=True)
+
+    def signal(self, report: Report) -> None:
+        """Tell CloudFormation the node is ready (CreationPolicy of its group), once, at first boot."""
+        if not (self.settings.stack and self.settings.signal_resource and report.instance_id):
+            return
+        try:
+            self.client("cloudformation").signal_resource(
+                StackName=self.settings.stack, LogicalResourceId=self.settings.signal_resource,
+                UniqueId=report.instance_id, Status="SUCCESS" if report.ok else "FAILURE")
+        except Exception as err:  # noqa: BLE001 - the stack's own timeout is the gate; say why it will fire
+            print(f"fmcluster-node: signal to {self.settings.stack}/{self.settings.signal_resource} failed: {err}",
+                  file=sys.stderr)
+
+    # --- watch --------------------------------------------------------------------------------------------
+    def wanted(self, role: str) -> dict[str, str]:
+        """What a converge would be made for now: commit, manifest and (controller, login) membership."""
+        env = self.s3.get_object(Bucket=self.settings.bucket, Key=f"{BOOTSTRAP_PREFIX}converge.env")["Body"].read()
+        ref = next((line.split("=", 1)[1].strip() for line in env.decode().splitlines()
+                    if line.startswith("FMCLUSTER_REF=")), "")
+        manifest = json.loads(self.s3.get_object(Bucket=self.settings.bucket, Key=MANIFEST_KEY)["Body"].read())
+        wanted = {"ref": ref, "manifest_digest": digest(manifest)}
+        if role in ("controller", "login"):
+            wanted["membership_digest"] = membership_digest(self.discover(manifest))
+        return wanted
+
+
+#: Variables of an enclosing Ansible or ansible-runner run: a daemon started from inside a converge must not
+#: hand them to the converges it runs later (the runner's own callback would be loaded twice).
+INHERITED_PREFIXES = ("ANSIBLE_", "RUNNER_", "AWX_")
+
+
+def clean_environment() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith(INHERITED_PREFIXES)}
+
+
+@contextmanager
+def converge_lock() -> Iterator[None]:
+    """One converge at a time on a node (first boot, the watcher, an operator)."""
+    LOCK.parent.mkdir(parents=True, exist_ok=True)
+    with LOCK.open("w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
+def converge_main(trigger: str) -> int:
+    try:
+        settings = Settings.from_env()
+    except StageFailed as err:
+        print(f"fmcluster-node: {err}", file=sys.stderr)
+        return 2
+    with converge_lock():
+        report = Agent(settings).converge(trigger)
+    return 0 if report.ok else 1
+
+
+def read_env_file(path: Path) -> dict[str, str]:
+    """KEY=value lines of a file fmcluster-bootstrap wrote (values never need shell unquoting)."""
+    values = {}
+    for line in path.read_text().splitlines():
+        if "=" in line and not line.lstrip().startswith("#"):
+            key, value = line.split("=", 1)
+            values[key.strip()] = value.strip().strip("'\"")
+    return values
+
+
+def watch_main(interval: float) -> int:
+    """Poll what the deploy published and the cluster's membership; re-converge on a difference.
+
+    A failed converge is retried with backoff (up to 10 minutes) unless what is wanted changes again."""
+    settings = Settings.from_env()
+    agent = Agent(settings)
+    backoff, next_try = interval, 0.0
+    failed_for: dict[str, str] = {}
+    while True:
+        try:
+            role = json.loads((STATE_DIR / "report.json").read_text()).get("role", "") \
+                if (STATE_DIR / "report.json").is_file() else ""
+            wanted = agent.wanted(role)
+            stale = [k for k, v in wanted.items() if agent.converged().get(k) != v]
+            if stale and wanted["ref"] != settings.ref:
+                # A new commit: fetch its bundle, then become the new commit's agent (it converges next round).
+                subprocess.run(["/usr/local/sbin/fmcluster-bootstrap", "--fetch"], check=True)
+                env = {**os.environ, **read_env_file(ETC_DIR / "node.env")}
+                os.execve(sys.executable, [sys.executable, "-m", "fmcluster.node", "watch", "--interval",
+                                           str(interval)], env)
+            if stale and (wanted != failed_for or time.monotonic() >= next_try):
+                with converge_lock():
+                    # Another converge (first boot, an operator) may have finished while this one waited.
+                    stale = [k for k, v in wanted.items() if agent.converged().get(k) != v]
+                    if not stale:
+                        continue
+                    report = agent.converge(f"changed: {', '.join(stale)}")
+                if report.ok:
+                    backoff, failed_for = interval, {}
+                else:
+                    backoff = backoff * 2 if wanted == failed_for else interval * 2
+                    failed_for, next_try = wanted, time.monotonic() + min(backoff, 600.0)
+        except Exception as err:  # noqa: BLE001 - keep watching; the next round retries
+            print(f"fmcluster-node: watch: {type(err).__name__}: {err}", file=sys.stderr, flush=True)
+        time.sleep(interval)

@@ -1,0 +1,130 @@
+"""Which nodes a cluster has right now, read from the AWS APIs — the same code on the deploy machine and on
+every node (no value is typed twice, and a node that joins later is found the same way).
+
+A node is known by the instance behind it: its short private DNS name (`ip-10-0-128-4`, the hostname EC2
+gives it) is its inventory name and its Slurm NodeName, its private address is where everything reaches it,
+and its role and queue come from the tags its cluster put on it (`fmcluster:role`, `fmcluster:queue` from our
+cluster stack; `parallelcluster:node-type`, `parallelcluster:queue-name` from ParallelCluster) or, on HyperPod,
+from its instance group. Only boto3 is needed, so a node's own toolchain runs this too.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, Literal, cast
+
+Role = Literal["controller", "login", "compute"]
+ROLES: tuple[Role, ...] = ("controller", "login", "compute")
+#: Instance states of a node that is (or is about to be) part of the cluster.
+LIVE_STATES = ("pending", "running")
+
+
+@dataclass(frozen=True)
+class NodeTags:
+    """How a cluster's instances say what they are: the tag holding the role (its values → roles) and the one
+    holding the queue of a compute node."""
+
+    role: str
+    roles: Mapping[str, Role]
+    queue: str
+
+    def role_of(self, tags: Mapping[str, str]) -> Role | None:
+        return self.roles.get(tags.get(self.role, ""))
+
+
+NODE_TAGS: dict[str, NodeTags] = {
+    # fmcluster's own cluster stack (slurm-ec2, and the local stand-in's launch templates)
+    "fmcluster": NodeTags("fmcluster:role", {r: r for r in ROLES}, "fmcluster:queue"),
+    # what ParallelCluster 3 tags its instances with (pcluster.constants PCLUSTER_NODE_TYPE_TAG,
+    # PCLUSTER_QUEUE_NAME_TAG; pcluster.models.cluster.NodeType)
+    "parallelcluster": NodeTags("parallelcluster:node-type",
+                                {"HeadNode": "controller", "LoginNode": "login", "Compute": "compute"},
+                                "parallelcluster:queue-name"),
+}
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    address: str
+    role: Role
+    queue: str | None
+    instance_id: str
+    instance_type: str
+    public_address: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @staticmethod
+    def from_dict(raw: dict[str, Any]) -> Node:
+        return Node(str(raw["name"]), str(raw["address"]), cast(Role, raw["role"]), raw.get("queue") or None,
+                    str(raw["instance_id"]), str(raw["instance_type"]), str(raw.get("public_address") or ""))
+
+
+def hostname_for(address: str, private_dns_name: str = "") -> str:
+    """EC2's hostname of an instance: the first label of its private DNS name (`ip-10-0-128-4`)."""
+    label = private_dns_name.split(".", 1)[0]
+    return label or "ip-" + address.replace(".", "-")
+
+
+def sort_nodes(nodes: Iterable[Node]) -> list[Node]:
+    """Controller, login nodes, then compute nodes by queue, each by address: a stable order for every list."""
+    return sorted(nodes, key=lambda n: (ROLES.index(n.role), n.queue or "", int(ipaddress.IPv4Address(n.address))))
+
+
+def ec2_nodes(ec2: Any, org: str, node_tags: NodeTags = NODE_TAGS["fmcluster"]) -> list[Node]:
+    """The tenant's live instances, from EC2's DescribeInstances (self-managed Slurm, ParallelCluster)."""
+    nodes = []
+    paginator = ec2.get_paginator("describe_instances")
+    filters = [{"Name": "tag:fmcluster:org", "Values": [org]}, {"Name": "instance-state-name", "Values": list(LIVE_STATES)}]
+    for page in paginator.paginate(Filters=filters):
+        for reservation in page["Reservations"]:
+            for instance in reservation["Instances"]:
+                tags = {t["Key"]: t["Value"] for t in instance.get("Tags", [])}
+                role = node_tags.role_of(tags)
+                address = instance.get("PrivateIpAddress")
+                if role is None or not address:
+                    continue  # not a cluster node (or not yet addressed): nothing to configure for it
+                queue = tags.get(node_tags.queue) if role == "compute" else None
+                nodes.append(Node(hostname_for(address, instance.get("PrivateDnsName", "")), address,
+                                  role, queue or None, instance["InstanceId"],
+                                  instance["InstanceType"], instance.get("PublicIpAddress", "")))
+    return sort_nodes(nodes)
+
+
+def hyperpod_nodes(sagemaker: Any, cluster_name: str, groups: dict[str, Role]) -> list[Node]:
+    """The nodes of a HyperPod cluster, from SageMaker's ListClusterNodes/DescribeClusterNode.
+
+    `groups` maps instance group names to roles (queues are the compute groups' names)."""
+    nodes = []
+    paginator = sagemaker.get_paginator("list_cluster_nodes")
+    for page in paginator.paginate(ClusterName=cluster_name):
+        for summary in page["ClusterNodeSummaries"]:
+            group = summary["InstanceGroupName"]
+            status = summary.get("InstanceStatus", {}).get("Status", "")
+            if group not in groups or status not in ("Running", "Pending"):
+                continue
+            detail = sagemaker.describe_cluster_node(ClusterName=cluster_name, NodeId=summary["InstanceId"])["NodeDetails"]
+            address = detail.get("PrivatePrimaryIp")
+            if not address:
+                continue
+            role = groups[group]
+            nodes.append(Node(hostname_for(address, detail.get("PrivateDnsHostname", "")), address, role,
+                              group if role == "compute" else None, summary["InstanceId"],
+                              str(summary.get("InstanceType", "")).removeprefix("ml.")))
+    return sort_nodes(nodes)
+
+
+def node_at(nodes: Sequence[Node], address: str) -> Node | None:
+    return next((n for n in nodes if n.address == address), None)
+
+
+def discover(discovery: Mapping[str, Any], client: Callable[[str], Any], org: str) -> list[Node]:
+    """The cluster's live nodes, as a manifest's `discovery` entry says to find them (deploy machine and nodes)."""
+    if discovery.get("kind") == "hyperpod":
+        groups: dict[str, Role] = dict(discovery["groups"])
+        return hyperpod_nodes(client("sagemaker"), str(discovery["cluster_name"]), groups)
+    return ec2_nodes(client("ec2"), org, NODE_TAGS[str(discovery.get("node_tags", "fmcluster"))])

@@ -1,0 +1,85 @@
+"""What `invoke validate` and `invoke plan` add for a parallelcluster tenant.
+
+    validate(tenant, out) -> exit code   render (placeholders for the stack outputs) and load it through
+                                          ParallelCluster's schema; refusals are problems of the tenant file
+    plan(tenant, out, root) -> exit code  the same with the outputs the stacks last wrote (if any), and
+                                          inventories/<org>/generated/cluster-config.yaml written
+
+Exit codes: 0 accepted; 2 (cli.EXIT_INVALID_SPEC) ParallelCluster refuses a tenant value; 1 the check
+could not run (no tool environment, the checker failed) — never a pass without the check (fail closed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from fmcluster.model import Tenant
+from fmcluster.parallelcluster.config import ClusterConfig, render_cluster_config, write_cluster_config
+from fmcluster.parallelcluster.schema import SchemaReport, ToolMissing, check_configs, tenant_problems
+from fmcluster.paths import repo_root
+
+Out = Callable[[str], object]
+EXIT_CHECK_FAILED = 1
+EXIT_REFUSED = 2
+
+#: What only `pcluster create-cluster --dryrun true` can check, because it needs AWS (said after each check).
+NEEDS_AWS = ("the capacity reservation's instance type, zone, size and kind (Capacity Block or not), "
+             "subnets and security groups, the FSx file systems and the OpenZFS volume, instance type "
+             "support for EFA, the head node's memory, quotas")
+
+
+def report_check(cfg: ClusterConfig, report: SchemaReport, out: Out) -> int:
+    """Print one config's report; the exit code it earns."""
+    root = repo_root()
+    try:
+        shown: Path = cfg.spec_path.resolve().relative_to(root.resolve())
+    except ValueError:
+        shown = cfg.spec_path
+    for finding in report.warnings:
+        out(f"  ParallelCluster {finding.level.lower()} ({finding.validator}) at {finding.where}: {finding.message}")
+    problems = tenant_problems(cfg, report)
+    if problems or not report.ok:
+        for problem in problems:
+            out(problem.render(root))
+        out(f"{len(problems)} problem(s) ParallelCluster {report.pcluster_version} refuses in {shown}; "
+            "nothing was deployed or changed.")
+        return EXIT_REFUSED
+    out(f"ParallelCluster {report.pcluster_version}'s schema loads the cluster config of {cfg.cluster_name} as "
+        f"{report.loaded_as}; its offline validators (names, counts, sizes, mount directories, capacity type) "
+        "found no error.")
+    out(f"  checked on AWS only, by `pcluster create-cluster --dryrun true` at deploy: {NEEDS_AWS}.")
+    return 0
+
+
+def check_rendered(cfg: ClusterConfig, out: Out) -> int:
+    """One rendered config through ParallelCluster's schema (validate, plan and deploy alike)."""
+    try:
+        (report,) = check_configs([cfg])
+    except (ToolMissing, RuntimeError, OSError) as err:
+        out(f"ParallelCluster's schema check did not run: {err}")
+        out("the cluster config is NOT validated; nothing was deployed or changed.")
+        return EXIT_CHECK_FAILED
+    return report_check(cfg, report, out)
+
+
+def validate(tenant: Tenant, out: Out = print) -> int:
+    """The tenant's cluster config (stack outputs as placeholders) through ParallelCluster's own schema."""
+    return check_rendered(render_cluster_config(tenant), out)
+
+
+def plan(tenant: Tenant, out: Out = print, root: Path | None = None) -> int:
+    """Render generated/cluster-config.yaml from the tenant and the outputs the stacks last wrote, and check it."""
+    from fmcluster.stacks.outputs import read_stack_outputs
+
+    outputs = read_stack_outputs(tenant.org, root)
+    cfg = render_cluster_config(tenant, outputs)
+    path = write_cluster_config(cfg, root)
+    out(f"[cluster] {cfg.cluster_name}  (AWS ParallelCluster 3; fmcluster.parallelcluster.config)")
+    out(f"  rendered the cluster config to {path}")
+    if cfg.placeholders:
+        out(f"  placeholders for stack outputs not known yet ({'no stacks deployed' if not outputs else 'not in the outputs'}): "
+            + ", ".join(cfg.placeholders))
+    out(f"  on deploy: pcluster create-cluster -n {cfg.cluster_name} --dryrun true, then for real "
+        "(update-cluster once it exists)")
+    return check_rendered(cfg, out)

@@ -1,0 +1,366 @@
+"""Tenant + network/storage stack outputs → an AWS ParallelCluster 3 cluster config.
+
+The config is built as data and dumped with PyYAML, never templated as text: no tenant value can change
+its structure. Every value that comes from the tenant spec is recorded with the tenant key it came from
+(`provenance`), so a finding of ParallelCluster's schema names the tenant file, line and key; values that
+come from stack outputs are recorded with the output's name (`sources`).
+
+Offline (`invoke plan` before the stacks exist, or outputs the emulator does not produce) the outputs are
+unknown: each is rendered as a clearly marked placeholder in the form ParallelCluster's schema accepts
+(`subnet-planprivate000000`, `fs-planlustre0000000`, ...), listed in `placeholders` and in the file header.
+
+What the config holds (docs/parallelcluster.md):
+- HeadNode: the controller type in the private subnet, SSH only from the VPC (ParallelCluster's default is
+  0.0.0.0/0), an optional key pair, encrypted gp3 root volume, IMDSv2;
+- LoginNodes: one pool when login.count > 0 (public subnet and ssh_ingress_cidr when set, else private/VPC);
+- one SlurmQueue per tenant queue, the default queue first (ParallelCluster's default partition), with one
+  ComputeResource of the queue's instance type, MinCount = MaxCount = count (static nodes, as on the other
+  schedulers), EFA and GPUDirect RDMA where the catalog says so, the tenant's placement group for EFA
+  queues, the capacity reservation (CAPACITY_BLOCK queues: no placement group, the block places them);
+- SharedStorage: fmcluster's own FSx for Lustre (FileSystemId) and OpenZFS home (VolumeId);
+- SlurmSettings: Slurm accounting (Database) when `parallelcluster.accounting` is set; QueueUpdateStrategy
+  DRAIN so an update never kills running jobs;
+- Tags, the node policy of the storage stack (bootstrap bundle, reports, tenant secrets) and SSM on every
+  node, and CustomActions/OnNodeConfigured on head, login and compute nodes that run the fmcluster node
+  bootstrap (cfn/parallelcluster/on-node-configured.sh), so Ansible still lays NCCL, exporters and the
+  acceptance jobs over what ParallelCluster installs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from fmcluster.model import Queue, Tenant
+from fmcluster.paths import PACKAGE_DIR, generated_dir
+
+ConfigPath = tuple[str | int, ...]
+KeyPath = tuple[str | int, ...]
+
+#: The OnNodeConfigured script: its argument check in the repository, followed by the first-boot script every
+#: node runs (scripts/node-user-data.sh); the deploy uploads the two as one object inside the bootstrap prefix.
+CUSTOM_ACTION_SOURCE = PACKAGE_DIR.parent.parent / "cfn" / "parallelcluster" / "on-node-configured.sh"
+CUSTOM_ACTION_KEY = "fmcluster/bootstrap/pcluster-on-node-configured.sh"
+CONFIG_FILE = "cluster-config.yaml"
+SSM_POLICY = "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"
+HEAD_ROOT_GIB = 200
+
+
+def secret_prefix(org: str) -> str:
+    """Secrets Manager names the tenant's nodes may read: fmcluster/<org>/..."""
+    return f"fmcluster/{org}/"
+
+
+def custom_action_script() -> bytes:
+    """What ParallelCluster downloads and runs as OnNodeConfigured: the argument check, then the same first
+    boot as every other fmcluster node."""
+    from fmcluster.stacks.render import USER_DATA_SCRIPT
+
+    return CUSTOM_ACTION_SOURCE.read_bytes() + b"\n" + USER_DATA_SCRIPT.read_bytes()
+
+
+def on_node_configured_settings(*, bucket: Any, region: Any, org: str, role: str,
+                                queue: str | None) -> list[tuple[str, Any]]:
+    """OnNodeConfigured's Args as (name, value): the node boot's FMCLUSTER_* settings. bucket and region are
+    strings, or CloudFormation references in the local stand-in's user data."""
+    settings = [("FMCLUSTER_BUCKET", bucket), ("FMCLUSTER_REGION", region), ("FMCLUSTER_ORG", org),
+                ("FMCLUSTER_ROLE", role)]
+    return settings + ([("FMCLUSTER_QUEUE", queue)] if queue is not None else [])
+
+
+def operator_key_name(tenant: Tenant) -> str:
+    """The key pair on the head and login nodes: the tenant's own, else the operator key the deploy imports
+    (fmcluster.access), through which the deploy's monitoring and acceptance checks reach the nodes."""
+    settings = tenant.parallelcluster
+    return settings.ssh_key_name if settings and settings.ssh_key_name else f"fmcluster-{tenant.org}"
+
+
+def cluster_name(tenant: Tenant) -> str:
+    """ParallelCluster's cluster (and its CloudFormation stack): fmc-<org>-cluster, beside our other stacks.
+    At most 36 characters (org ≤ 24), under ParallelCluster's 40 with Slurm accounting."""
+    return f"{tenant.stack_prefix}-cluster"
+
+
+def compute_resource_name(queue: Queue) -> str:
+    """p5.48xlarge → p5-48xlarge (ParallelCluster names: lower-case letters, digits, hyphens)."""
+    return queue.instance.name.replace(".", "-")
+
+
+def _padded(prefix: str, word: str, length: int, fill: str = "0") -> str:
+    return prefix + (word + fill * length)[:length]
+
+
+def placeholder_outputs(tenant: Tenant) -> dict[str, str]:
+    """Stack output → the marked placeholder rendered while it is unknown (forms ParallelCluster accepts)."""
+    return {
+        "PrivateSubnetId": _padded("subnet-", "planprivate", 17),
+        "PublicSubnetId": _padded("subnet-", "planpublic", 17),
+        "EfaSecurityGroupId": _padded("sg-", "planefa", 17),
+        "NodeSecurityGroupId": _padded("sg-", "plannode", 17),
+        "PlacementGroupName": f"{tenant.stack_prefix}-network-PLACEHOLDER",
+        "DataBucketName": f"{tenant.stack_prefix}-storage-databucket-placeholder",
+        "LustreFileSystemId": _padded("fs-", "planlustre", 17),
+        "HomeVolumeId": _padded("fsvol-", "", 17),  # hex only: zeros
+        "NodeBootstrapPolicyArn": f"arn:aws:iam::000000000000:policy/{tenant.stack_prefix}-storage-NodeBootstrapPolicy-PLACEHOLDER",
+    }
+
+
+@dataclass
+class ClusterConfig:
+    """A rendered ParallelCluster 3 cluster config and where each of its values came from."""
+
+    org: str
+    cluster_name: str
+    region: str
+    spec_path: Path
+    data: dict[str, Any]
+    provenance: dict[ConfigPath, KeyPath] = field(default_factory=dict)  # config path → tenant key
+    sources: dict[ConfigPath, str] = field(default_factory=dict)  # config path → stack output
+    placeholders: dict[str, str] = field(default_factory=dict)  # stack output → placeholder rendered
+
+    def tenant_key(self, path: ConfigPath) -> tuple[KeyPath | None, str | None]:
+        """What the value at a config path was rendered from: (tenant key, None) or (None, stack output),
+        from the deepest recorded prefix of the path; (None, None) when nothing is recorded."""
+        for end in range(len(path), -1, -1):
+            prefix = path[:end]
+            if prefix in self.provenance:
+                return self.provenance[prefix], None
+            if prefix in self.sources:
+                return None, self.sources[prefix]
+        return None, None
+
+
+class _Render:
+    def __init__(self, tenant: Tenant, outputs: dict[str, str]) -> None:
+        self.tenant = tenant
+        self.outputs = {k: v for k, v in outputs.items() if v}  # an empty output (emulator) is no value
+        self.stand_ins = placeholder_outputs(tenant)
+        self.used: dict[str, str] = {}
+        self.cfg = ClusterConfig(tenant.org, cluster_name(tenant), tenant.region, tenant.spec_path, {})
+
+    def output(self, name: str, at: ConfigPath) -> str:
+        self.cfg.sources[at] = name
+        if name in self.outputs:
+            return self.outputs[name]
+        self.used[name] = self.stand_ins[name]
+        return self.stand_ins[name]
+
+    def key(self, at: ConfigPath, *tenant_key: str | int) -> None:
+        self.cfg.provenance[at] = ("tenant", *tenant_key)
+
+    def custom_actions(self, at: ConfigPath, role: str, queue: str | None = None) -> dict[str, Any]:
+        bucket = self.output("DataBucketName", (*at, "OnNodeConfigured"))
+        args = [f"{name}={value}" for name, value in on_node_configured_settings(
+            bucket=bucket, region=self.tenant.region, org=self.tenant.org, role=role, queue=queue)]
+        return {"OnNodeConfigured": {"Script": f"s3://{bucket}/{CUSTOM_ACTION_KEY}", "Args": args}}
+
+    def iam(self, at: ConfigPath) -> dict[str, Any]:
+        policy = self.output("NodeBootstrapPolicyArn", (*at, "AdditionalIamPolicies", 0))
+        return {"AdditionalIamPolicies": [{"Policy": policy}, {"Policy": SSM_POLICY}]}
+
+    def render(self) -> ClusterConfig:
+        t, s = self.tenant, self.tenant.parallelcluster
+        if s is None:
+            raise ValueError(f"tenant '{t.org}' has scheduler {t.scheduler}, not parallelcluster")
+        data: dict[str, Any] = {"Region": t.region}
+        self.key(("Region",), "region")
+        self.key(("ClusterName",), "org")  # the cluster name (not a config key) is fmc-<org>-cluster
+        data["Image"] = {"Os": s.os}
+        self.key(("Image",), "parallelcluster", "os")
+        data["Imds"] = {"ImdsSupport": "v2.0"}
+        data["HeadNode"] = self.head_node()
+        if t.login is not None and t.login_count > 0:
+            data["LoginNodes"] = {"Pools": [self.login_pool()]}
+        data["Scheduling"] = self.scheduling()
+        data["SharedStorage"] = self.shared_storage()
+        data["Tags"] = [{"Key": k, "Value": v} for k, v in t.tags.items()]
+        self.key(("Tags", 0), "org")
+        self.key(("Tags", 1), "programme")
+        self.cfg.data = data
+        self.cfg.placeholders = dict(sorted(self.used.items()))
+        return self.cfg
+
+    def head_node(self) -> dict[str, Any]:
+        t, s = self.tenant, self.tenant.parallelcluster
+        assert s is not None
+        h: ConfigPath = ("HeadNode",)
+        self.key(h, "controller")
+        self.key((*h, "InstanceType"), "controller", "instance_type")
+        ssh: dict[str, Any] = {"AllowedIps": t.network.vpc_cidr, "KeyName": operator_key_name(t)}
+        self.key((*h, "Ssh", "AllowedIps"), "network", "vpc_cidr")
+        self.key((*h, "Ssh", "KeyName"), *(("parallelcluster", "ssh_key_name") if s.ssh_key_name else ("org",)))
+        return {
+            "InstanceType": t.controller.name,
+            "Networking": {
+                "SubnetId": self.output("PrivateSubnetId", (*h, "Networking", "SubnetId")),
+                "AdditionalSecurityGroups": [
+                    self.output("NodeSecurityGroupId", (*h, "Networking", "AdditionalSecurityGroups", 0))],
+            },
+            "Ssh": ssh,
+            "LocalStorage": {"RootVolume": {"Size": HEAD_ROOT_GIB, "Encrypted": True, "VolumeType": "gp3"}},
+            "Imds": {"Secured": True},
+            "Iam": self.iam((*h, "Iam")),
+            "CustomActions": self.custom_actions((*h, "CustomActions"), "controller"),
+        }
+
+    def login_pool(self) -> dict[str, Any]:
+        t = self.tenant
+        assert t.login is not None
+        p: ConfigPath = ("LoginNodes", "Pools", 0)
+        self.key(p, "login")
+        self.key((*p, "InstanceType"), "login", "instance_type")
+        self.key((*p, "Count"), "login", "count")
+        public = t.network.ssh_ingress_cidr is not None
+        subnet = self.output("PublicSubnetId" if public else "PrivateSubnetId", (*p, "Networking", "SubnetIds", 0))
+        self.key((*p, "Ssh", "AllowedIps"), "network", "ssh_ingress_cidr" if public else "vpc_cidr")
+        return {
+            "Name": "login",
+            "InstanceType": t.login.name,
+            "Count": t.login_count,
+            "Networking": {
+                "SubnetIds": [subnet],
+                "AdditionalSecurityGroups": [
+                    self.output("NodeSecurityGroupId", (*p, "Networking", "AdditionalSecurityGroups", 0))],
+            },
+            # No KeyName: since ParallelCluster 3.15 login nodes take the head node's key (its schema refuses one).
+            "Ssh": {"AllowedIps": t.network.ssh_ingress_cidr or t.network.vpc_cidr},
+            "Iam": self.iam((*p, "Iam")),
+            "CustomActions": self.custom_actions((*p, "CustomActions"), "login"),
+        }
+
+    def scheduling(self) -> dict[str, Any]:
+        t, s = self.tenant, self.tenant.parallelcluster
+        assert s is not None
+        settings: dict[str, Any] = {"QueueUpdateStrategy": "DRAIN"}
+        if s.accounting is not None:
+            a = s.accounting
+            database = {"Uri": a.uri, "UserName": a.user_name, "PasswordSecretArn": a.password_secret_arn}
+            if a.database_name:
+                database["DatabaseName"] = a.database_name
+            settings["Database"] = database
+            self.key(("Scheduling", "SlurmSettings", "Database"), "parallelcluster", "accounting")
+            for key, name in (("Uri", "uri"), ("UserName", "user_name"), ("PasswordSecretArn", "password_secret_arn"),
+                              ("DatabaseName", "database_name")):
+                self.key(("Scheduling", "SlurmSettings", "Database", key), "parallelcluster", "accounting", name)
+        # ParallelCluster's first queue is Slurm's default partition.
+        default = t.default_queue
+        ordered = [default] + [q for q in t.queues if q is not default]
+        queues = []
+        for i, queue in enumerate(ordered):
+            queues.append(self.queue(i, queue, t.queues.index(queue)))
+        return {"Scheduler": "slurm", "SlurmSettings": settings, "SlurmQueues": queues}
+
+    def queue(self, i: int, queue: Queue, ti: int) -> dict[str, Any]:
+        q: ConfigPath = ("Scheduling", "SlurmQueues", i)
+        cr: ConfigPath = (*q, "ComputeResources", 0)
+        self.key(q, "queues", ti)
+        self.key((*q, "Name"), "queues", ti, "name")
+        self.key(cr, "queues", ti, "instance_type")
+        for name in ("MinCount", "MaxCount"):
+            self.key((*cr, name), "queues", ti, "count")
+        capacity_block = getattr(queue, "capacity_reservation_type", "default") == "capacity-block"
+        if capacity_block or queue.capacity_reservation_id:
+            self.key((*q, "CapacityType"), "queues", ti, "capacity_reservation_type")
+            self.key((*cr, "CapacityReservationTarget"), "queues", ti, "capacity_reservation_id")
+        instance = queue.instance
+        groups: list[str] = []
+        if instance.has_efa:
+            groups.append(self.output("EfaSecurityGroupId", (*q, "Networking", "AdditionalSecurityGroups", len(groups))))
+        groups.append(self.output("NodeSecurityGroupId", (*q, "Networking", "AdditionalSecurityGroups", len(groups))))
+        networking: dict[str, Any] = {
+            "SubnetIds": [self.output("PrivateSubnetId", (*q, "Networking", "SubnetIds", 0))],
+            "AdditionalSecurityGroups": groups,
+        }
+        # A Capacity Block places its instances itself; ParallelCluster warns against a placement group there.
+        if instance.has_efa and not capacity_block:
+            pg = self.output("PlacementGroupName", (*q, "Networking", "PlacementGroup", "Name"))
+            networking["PlacementGroup"] = {"Enabled": True, "Name": pg}
+        resource: dict[str, Any] = {
+            "Name": compute_resource_name(queue),
+            "InstanceType": instance.name,
+            "MinCount": queue.count,
+            "MaxCount": queue.count,
+        }
+        if instance.has_efa:
+            # GdrSupport: GPUDirect RDMA over EFA, NVIDIA GPU types only (the Neuron stack does its own).
+            resource["Efa"] = {"Enabled": True, "GdrSupport": instance.accelerator == "cuda"}
+            self.key((*cr, "Efa"), "queues", ti, "instance_type")
+        if queue.capacity_reservation_id:
+            resource["CapacityReservationTarget"] = {"CapacityReservationId": queue.capacity_reservation_id}
+        out: dict[str, Any] = {"Name": queue.name, "CapacityType": "CAPACITY_BLOCK" if capacity_block else "ONDEMAND"}
+        out["Networking"] = networking
+        out["ComputeResources"] = [resource]
+        out["ComputeSettings"] = {"LocalStorage": {"RootVolume": {
+            "Size": 500 if instance.accelerator != "none" else 100, "Encrypted": True, "VolumeType": "gp3"}}}
+        if instance.accelerator == "cuda":
+            out["HealthChecks"] = {"Gpu": {"Enabled": True}}  # ParallelCluster's DCGM check before each job
+        out["Iam"] = self.iam((*q, "Iam"))
+        out["CustomActions"] = self.custom_actions((*q, "CustomActions"), "compute", queue.name)
+        return out
+
+    def shared_storage(self) -> list[dict[str, Any]]:
+        t = self.tenant
+        storage = [{
+            "Name": "lustre",
+            "StorageType": "FsxLustre",
+            "MountDir": t.storage.lustre.mount_point,
+            "FsxLustreSettings": {"FileSystemId": self.output("LustreFileSystemId", ("SharedStorage", 0, "FsxLustreSettings"))},
+        }]
+        self.key(("SharedStorage", 0), "storage", "lustre")
+        self.key(("SharedStorage", 0, "MountDir"), "storage", "lustre", "mount_point")
+        if t.storage.openzfs is not None:
+            storage.append({
+                "Name": "home",
+                "StorageType": "FsxOpenZfs",
+                "MountDir": t.storage.openzfs.mount_point,
+                "FsxOpenZfsSettings": {"VolumeId": self.output("HomeVolumeId", ("SharedStorage", 1, "FsxOpenZfsSettings"))},
+            })
+            self.key(("SharedStorage", 1), "storage", "openzfs")
+            self.key(("SharedStorage", 1, "MountDir"), "storage", "openzfs", "mount_point")
+        return storage
+
+
+def render_cluster_config(tenant: Tenant, outputs: dict[str, str] | None = None) -> ClusterConfig:
+    """The tenant's ParallelCluster 3 config. `outputs`: the network and storage stacks' outputs (merged);
+    each one missing is rendered as a marked placeholder and listed in `placeholders`."""
+    return _Render(tenant, outputs or {}).render()
+
+
+class _IndentedDumper(yaml.SafeDumper):
+    """Block sequences indented under their key (how ParallelCluster's docs write configs; yamllint's default)."""
+
+    def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:
+        super().increase_indent(flow, False)
+
+
+def to_yaml(cfg: ClusterConfig) -> str:
+    """The config file: a header saying what generated it and which values are placeholders, then the data."""
+    lines = [
+        f"# generated by fmcluster (fmcluster.parallelcluster.config) from inventories/{cfg.org}/group_vars/all/tenant.yml",
+        "# and the network/storage stack outputs; edits will be reverted.",
+        f"# AWS ParallelCluster 3 cluster config of cluster {cfg.cluster_name} (pcluster create-cluster -n {cfg.cluster_name}).",
+    ]
+    if cfg.placeholders:
+        lines.append("# PLACEHOLDERS: these stack outputs are not known yet; the values below stand in for them")
+        lines.append("# (same form, so ParallelCluster's schema checks the rest). `invoke deploy` renders the real ones.")
+        lines += [f"#   {name}: {value}" for name, value in cfg.placeholders.items()]
+    body = yaml.dump(cfg.data, Dumper=_IndentedDumper, sort_keys=False, default_flow_style=False, width=160,
+                     allow_unicode=False)  # non-ASCII escaped: a raw NEL or LS would not read back
+    return "\n".join(lines) + "\n" + body
+
+
+def write_cluster_config(cfg: ClusterConfig, root: Path | None = None) -> Path:
+    """inventories/<org>/generated/cluster-config.yaml (rewritten only when it changes)."""
+    path = generated_dir(cfg.org, root) / CONFIG_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = to_yaml(cfg)
+    if not path.exists() or path.read_text(encoding="utf-8") != text:
+        tmp = path.with_suffix(".yaml.tmp")
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+    return path
+
+

@@ -1,0 +1,111 @@
+"""What AWS ParallelCluster refuses, refused by fmcluster before anything runs, each naming the tenant key.
+
+These run in `fmcluster.validation` on the raw spec (no tool environment needed), so a bad value is
+reported with the file, line, key and fix like every other problem. The numbers and names mirror
+ParallelCluster 3.16's own rules; tests/test_parallelcluster_schema.py compares them with the package's
+constants in the tool environment, so a ParallelCluster upgrade that changes one fails a test instead of
+drifting silently.
+
+What cannot be checked offline, and where it is checked instead: that a capacity reservation exists,
+holds the queue's instance type, sits in the tenant's availability zone, has room for `count` nodes and
+is (or is not) a Capacity Block — ParallelCluster's CapacityReservationValidator and
+CapacityTypeValidator ask EC2 for that during `pcluster create-cluster --dryrun true`, which the deploy
+runs before the real create.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+KeyPath = tuple[str | int, ...]
+Add = Callable[[KeyPath, str, str], None]
+
+#: pcluster.validators.cluster_validators.NAME_REGEX / NAME_MAX_LENGTH (queues and compute resources).
+NAME_REGEX = re.compile(r"^[a-z][a-z0-9\-]*$")
+NAME_MAX_LENGTH = 25
+#: pcluster.constants.MAX_NUMBER_OF_QUEUES / MAX_NUMBER_OF_COMPUTE_RESOURCES_PER_CLUSTER.
+MAX_QUEUES = 50
+MAX_COMPUTE_RESOURCES_PER_CLUSTER = 50
+#: pcluster.validators.cluster_validators.SharedStorageMountDirValidator's reserved directories.
+RESERVED_MOUNT_DIRS = (
+    "/bin", "/boot", "/dev", "/etc", "/lib", "/lib64", "/media", "/mnt", "/opt", "/opt/parallelcluster",
+    "/opt/parallelcluster/shared", "/opt/parallelcluster/shared_login_nodes", "/opt/slurm", "/opt/intel",
+    "/proc", "/root", "/run", "/sbin", "/srv", "/sys", "/tmp", "/usr", "/var",
+)
+#: AWS tag values (ParallelCluster puts `programme` and `org` on every resource as tags; at most 256).
+TAG_VALUE = re.compile(r"^[\w .:/=+\-@]{0,256}$")
+#: Instance types of the catalog that EC2 sells as Capacity Blocks for ML (EC2 user guide, "Capacity
+#: Blocks for ML", supported instance types). EC2's own answer (SupportedUsageClasses) is checked by
+#: ParallelCluster's CapacityTypeValidator at `--dryrun`; this list refuses the obvious mistakes offline.
+CAPACITY_BLOCK_TYPES = frozenset({
+    "p4d.24xlarge", "p4de.24xlarge", "p5.48xlarge", "p5e.48xlarge", "p5en.48xlarge", "trn1.32xlarge", "trn2.48xlarge",
+})
+#: The value of a queue's `capacity_reservation_type` that makes it a ParallelCluster CAPACITY_BLOCK queue.
+CAPACITY_BLOCK = "capacity-block"
+
+
+def check_tenant(tenant: dict[str, Any], add: Add) -> None:
+    """Refuse, naming the tenant key, what a ParallelCluster 3 cluster config could not hold."""
+    t: KeyPath = ("tenant",)
+    raw_queues = tenant.get("queues")
+    queues: list[Any] = raw_queues if isinstance(raw_queues, list) else []
+    # One queue renders one compute resource: both limits bound the number of queues.
+    limit = min(MAX_QUEUES, MAX_COMPUTE_RESOURCES_PER_CLUSTER)
+    if len(queues) > limit:
+        add((*t, "queues"), f"{len(queues)} queues; AWS ParallelCluster supports at most {MAX_QUEUES} Slurm queues and "
+            f"{MAX_COMPUTE_RESOURCES_PER_CLUSTER} compute resources per cluster",
+            f"merge queues of the same instance type, or split the tenant (at most {limit} queues)")
+    for i, queue in enumerate(queues):
+        if isinstance(queue, dict):
+            _check_queue(queue, (*t, "queues", i), add)
+    programme = tenant.get("programme")
+    if isinstance(programme, str) and not TAG_VALUE.match(programme):
+        add((*t, "programme"), "ParallelCluster tags every resource with it, and it is not a valid AWS tag value",
+            "use at most 256 letters, digits, spaces and . : / = + - @ _")
+    for fs, default in (("lustre", "/fsx"), ("openzfs", "/home")):
+        section = tenant.get("storage", {}).get(fs) if isinstance(tenant.get("storage"), dict) else None
+        if isinstance(section, dict):
+            mount = section.get("mount_point", default)
+            if isinstance(mount, str) and "/" + mount.strip("/") in RESERVED_MOUNT_DIRS:
+                add((*t, "storage", fs, "mount_point"), f"'{mount}' is reserved by AWS ParallelCluster",
+                    f"use a directory of its own, e.g. {default}")
+    accounting = tenant.get("parallelcluster", {}).get("accounting") \
+        if isinstance(tenant.get("parallelcluster"), dict) else None
+    region = tenant.get("region")
+    if isinstance(accounting, dict) and isinstance(region, str):
+        arn = accounting.get("password_secret_arn")
+        parts = arn.split(":") if isinstance(arn, str) else []
+        if len(parts) > 3 and parts[2] == "secretsmanager" and parts[3] != region:
+            add((*t, "parallelcluster", "accounting", "password_secret_arn"),
+                f"the secret is in {parts[3]}, the cluster in {region}",
+                f"store the database password as a secret in {region} and name its ARN here")
+
+
+def _check_queue(queue: dict[str, Any], q: KeyPath, add: Add) -> None:
+    name = queue.get("name")
+    if isinstance(name, str):
+        if len(name) > NAME_MAX_LENGTH:
+            add((*q, "name"), f"'{name}' has {len(name)} characters; AWS ParallelCluster queue names have at most "
+                f"{NAME_MAX_LENGTH}", f"shorten it to {NAME_MAX_LENGTH} characters or fewer")
+        if name == "default":
+            add((*q, "name"), "AWS ParallelCluster forbids the queue name 'default'",
+                "use another name; mark the default queue with `default: true`")
+    kind = queue.get("capacity_reservation_type")
+    if kind == CAPACITY_BLOCK:
+        itype = queue.get("instance_type")
+        if isinstance(itype, str) and itype not in CAPACITY_BLOCK_TYPES:
+            add((*q, "capacity_reservation_type"), f"{itype} is not sold as EC2 Capacity Blocks for ML",
+                f"use a capacity block of one of: {', '.join(sorted(CAPACITY_BLOCK_TYPES))}; or an On-Demand "
+                "Capacity Reservation (capacity_reservation_type: default)")
+        if not queue.get("capacity_reservation_id"):
+            add((*q, "capacity_reservation_type"), "a Capacity Block queue needs the reservation it launches into",
+                "set capacity_reservation_id to the Capacity Block's reservation id (cr-...)")
+
+
+def check_not_parallelcluster(tenant: dict[str, Any], add: Add) -> None:
+    """The `parallelcluster` section belongs to scheduler parallelcluster only: anywhere else it would be ignored."""
+    if "parallelcluster" in tenant:
+        add(("tenant", "parallelcluster"), f"only scheduler parallelcluster reads this section, not {tenant.get('scheduler')!r}",
+            "remove the section, or set scheduler: parallelcluster")

@@ -1,0 +1,104 @@
+"""Where a tenant's cluster runs: `aws` (an AWS account) or `local` (this machine standing in for one).
+
+Both run the same deploy (fmcluster.deploy): the same CloudFormation templates through the same boto3
+calls, the same secrets, bundle and manifest, the same node bootstrap, reports and acceptance. A provider
+only supplies what differs in the *substrate*:
+
+- `endpoint`: where the AWS APIs answer (AWS itself: None; local: the tenant's emulator, started on demand);
+- `boot`: what makes the cluster's instances run their user data (EC2 itself; local: one namespace host per
+  instance the emulator reports, which then runs that instance's decoded user data);
+- `queue_resources`: what Slurm may schedule on a node of an instance type;
+- `client`: how an operator reaches a node (ssh with the tenant's key to the address the AWS APIs give);
+- `console_output`: what a silent node printed (EC2's console; local: the host's cloud-init log);
+- `teardown`: what remains once the stacks are gone.
+
+No other module branches on the provider.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from fmcluster.catalog import InstanceType
+from fmcluster.model import Tenant
+from fmcluster.nodes import Node
+
+Out = Callable[[str], object]
+
+
+class NoEndpoint(RuntimeError):
+    """The AWS APIs cannot be reached: no credentials (AWS), or nothing deployed (local, no emulator running)."""
+
+    def __init__(self, message: str, nothing_deployed: bool) -> None:
+        super().__init__(message)
+        self.nothing_deployed = nothing_deployed
+
+
+@dataclass
+class BootResult:
+    """What `boot` did: instances given a host and started (local), removed, or nothing (AWS boots its own)."""
+
+    started: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+class Provider(Protocol):
+    name: str
+    #: How long the deploy waits for every node's first converge (a local host boots in seconds; an EC2 GPU
+    #: instance installs drivers and EFA for many minutes).
+    boot_timeout_s: float
+
+    def endpoint(self, start: bool, out: Out) -> str | None:
+        """The AWS endpoint for this tenant's API calls (None: AWS's own). `start`: bring it up if needed.
+        Raises NoEndpoint when it cannot be reached (and, with `start` false, when nothing is deployed)."""
+
+    def boot(self, endpoint: str | None, out: Out) -> BootResult:
+        """Make every live instance of the tenant run (its user data on first boot); remove the gone ones."""
+
+    def image_parameter(self, path: str) -> str:
+        """The public SSM parameter naming an image, as this endpoint has it (AWS: `path` itself)."""
+
+    def queue_resources(self, instance: InstanceType) -> dict[str, Any]:
+        """Slurm's view of one node of this type: cpus, real_memory_mb and, with real GPUs, gres."""
+
+    def manifest_vars(self) -> dict[str, Any]:
+        """Role variables the substrate needs (e.g. packages already in the local image)."""
+
+    def client_argv(self, node: Node) -> list[str]:
+        """argv prefix that runs a command on `node` as an operator would (ssh with the tenant's key)."""
+
+    def console_output(self, endpoint: str | None, node: Node) -> str:
+        """The last lines a node printed while booting (for a node that never reported)."""
+
+    def substrate_notes(self) -> list[str]:
+        """What stands in for AWS here, for the deploy summary (empty on AWS)."""
+
+    def teardown(self, out: Out) -> None:
+        """Remove what the substrate holds once the stacks are deleted (nothing on AWS)."""
+
+    def halt(self, node: str, out: Out) -> None:
+        """Take one node down hard, as a crash would; its instance stays (local: `nodes-up` boots it again)."""
+
+
+def provider_for(tenant: Tenant) -> Provider:
+    if tenant.provider == "local":
+        from fmcluster.providers.local import LocalProvider
+
+        return LocalProvider(tenant)
+    from fmcluster.providers.aws import AwsProvider
+
+    return AwsProvider(tenant)
+
+
+def ssh_argv(key: str, address: str, user: str) -> list[str]:
+    """ssh as an operator reaches a node: the tenant's key, no host-key prompt for a cluster just made."""
+    return ["ssh", "-i", key, "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+            "-o", "LogLevel=ERROR", "-o", "ConnectTimeout=10", f"{user}@{address}"]
+
+
+def live_names(nodes: Sequence[Node]) -> list[str]:
+    return [n.name for n in nodes]

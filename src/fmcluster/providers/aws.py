@@ -1,0 +1,70 @@
+"""Provider `aws`: a real AWS account. EC2 boots the instances (each runs its user data); nothing stands in."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fmcluster.catalog import InstanceType
+from fmcluster.model import Tenant
+from fmcluster.nodes import Node
+from fmcluster.paths import secrets_dir
+from fmcluster.providers import BootResult, NoEndpoint, Out, ssh_argv
+from fmcluster.stacks import aws
+
+#: Share of an instance's nominal memory given to Slurm (RealMemory), as ParallelCluster does (95 %).
+MEMORY_SHARE = 0.95
+#: The login user of the Ubuntu images the launch templates boot (DLAMI and Canonical).
+LOGIN_USER = "ubuntu"
+
+
+class AwsProvider:
+    boot_timeout_s = 5400.0
+    name = "aws"
+
+    def __init__(self, tenant: Tenant) -> None:
+        self.tenant = tenant
+
+    def endpoint(self, start: bool, out: Out) -> str | None:
+        if not aws.has_credentials(self.tenant.region):
+            raise NoEndpoint("no AWS credentials found (boto3's usual chain: AWS_PROFILE, environment, ~/.aws, "
+                             "instance role); nothing was created or changed. `invoke plan` works offline.", False)
+        return None
+
+    def boot(self, endpoint: str | None, out: Out) -> BootResult:
+        return BootResult(notes=["EC2 boots every instance of the cluster stack; each runs its user data "
+                                 "(scripts/node-user-data.sh → node-bootstrap.sh)"])
+
+    def image_parameter(self, path: str) -> str:
+        return path
+
+    def queue_resources(self, instance: InstanceType) -> dict[str, Any]:
+        resources: dict[str, Any] = {"cpus": instance.vcpus,
+                                     "real_memory_mb": int(instance.memory_gib * 1024 * MEMORY_SHARE)}
+        if instance.accelerator == "cuda" and instance.accelerators_per_node > 0:
+            n = instance.accelerators_per_node
+            resources["gres"] = f"gpu:{n}"
+            resources["gres_files"] = f"/dev/nvidia[0-{n - 1}]" if n > 1 else "/dev/nvidia0"
+        return resources
+
+    def manifest_vars(self) -> dict[str, Any]:
+        # The instances reach Grafana's package repository (this machine and the local substrate do not).
+        return {"grafana_install": True}
+
+    def client_argv(self, node: Node) -> list[str]:
+        return ssh_argv(str(secrets_dir(self.tenant.org) / "ssh" / "id_ed25519"), node.public_address or node.address,
+                        LOGIN_USER)
+
+    def console_output(self, endpoint: str | None, node: Node) -> str:
+        ec2 = aws.client("ec2", self.tenant.region, endpoint)
+        output = ec2.get_console_output(InstanceId=node.instance_id, Latest=True).get("Output", "")
+        return "\n".join(str(output).splitlines()[-30:])
+
+    def substrate_notes(self) -> list[str]:
+        return []
+
+    def teardown(self, out: Out) -> None:
+        return None
+
+    def halt(self, node: str, out: Out) -> None:
+        raise RuntimeError("on AWS, stop or reboot the instance with EC2 (aws ec2 reboot-instances); "
+                           "fmcluster does not power off instances it did not create directly")

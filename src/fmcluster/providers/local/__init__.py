@@ -1,0 +1,234 @@
+"""Provider `local`: this machine stands in for an AWS account — as a substrate, never as an API answer.
+
+- The AWS APIs are the tenant's emulator (moto's server mode, fmcluster.stacks.emulator), listening on the
+  tenant VPC's router address so the hosts reach it as instances reach AWS's endpoints.
+- The VPC's subnets are one bridge holding each subnet's router address (`.1`).
+- Each instance the emulator reports for the tenant (whatever created it: the cluster stack's controller
+  instance and auto scaling groups) becomes a host (fmcluster.providers.local.hosts) with the instance's
+  private address and hostname; at first boot the host gets the instance's key pair in root's
+  authorized_keys, runs sshd, and runs the instance's decoded user data with the AWS endpoint pointed at the
+  emulator — what EC2 and cloud-init do on AWS.
+- The image is this machine's root filesystem, with the toolchain scripts/bootstrap.sh installed
+  (/opt/fmcluster/venv) and the deploy checkout hidden.
+- Shared file systems the emulator does not create (FSx for Lustre, OpenZFS) are directories of this
+  machine bound at the same mount points on every host.
+"""
+
+from __future__ import annotations
+
+import base64
+import ipaddress
+import os
+from pathlib import Path
+from typing import Any
+
+from fmcluster.catalog import InstanceType
+from fmcluster.model import Tenant
+from fmcluster.nodes import LIVE_STATES, Node, hostname_for
+from fmcluster.paths import repo_root, secrets_dir
+from fmcluster.providers import BootResult, NoEndpoint, Out, ssh_argv
+from fmcluster.providers.local.hosts import (
+    Bind, Host, HostSpec, SubstrateError, bridge_name, ensure_network, host_run, host_spawn, load_hosts,
+    reconcile_hosts, remove_all, remove_host, router_address, substrate_root,
+)
+from fmcluster.stacks import aws
+
+#: Share of this machine's memory each local node offers Slurm (slurmd drains a node whose configured
+#: RealMemory exceeds what it detects, and every host detects this whole machine).
+MEMORY_SHARE = 0.9
+USER_DATA_PATH = "/var/lib/cloud/instance/user-data.txt"
+CONSOLE_LOG = "/var/log/cloud-init-output.log"
+IMAGE_VENV = "/opt/fmcluster/venv"
+#: The emulator ships no DLAMI or Ubuntu parameters, only Amazon Linux's: every image parameter names that one
+#: here (the hosts boot this machine's root filesystem whatever the image id says).
+EMULATOR_IMAGE_PARAMETER = "/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-default-x86_64"
+
+
+class LocalProvider:
+    boot_timeout_s = 600.0
+    name = "local"
+
+    def __init__(self, tenant: Tenant) -> None:
+        self.tenant = tenant
+        from fmcluster.stacks.render import subnet_cidrs
+
+        self.subnets = subnet_cidrs(tenant.network.vpc_cidr)
+
+    # --- the VPC and its endpoint --------------------------------------------------------------------------
+    @property
+    def router(self) -> str:
+        """The private subnet's router address: where the emulator listens, as seen from every host."""
+        return router_address(self.subnets["private"]).split("/")[0]
+
+    def endpoint(self, start: bool, out: Out) -> str | None:
+        from fmcluster.stacks.emulator import ensure_emulator, running_emulator
+
+        if not start:
+            running = running_emulator(self.tenant.org)
+            if running is None:
+                raise NoEndpoint(f"no AWS emulator is running for '{self.tenant.org}': nothing is deployed locally "
+                                 "(the emulator keeps its state in memory; `invoke deploy` starts one)", True)
+            return running.endpoint
+        if ensure_network(self.tenant.org, self.tenant.network.vpc_cidr,
+                          [router_address(cidr) for cidr in self.subnets.values()]):
+            out(f"  local VPC {self.tenant.network.vpc_cidr}: bridge {bridge_name(self.tenant.org)} with the subnets' "
+                f"router addresses ({', '.join(router_address(c) for c in self.subnets.values())})")
+        emulator = ensure_emulator(self.tenant.org, host=self.router)
+        out(f"  {emulator.note}")
+        return emulator.endpoint
+
+    # --- instances → hosts ---------------------------------------------------------------------------------
+    def _hidden(self) -> tuple[str, ...]:
+        """What of this machine a host must not see: the deploy checkout, and root's home (this machine's
+        dotfiles and caches are not the image's: a shell init that runs `pyenv rehash` would hang ssh)."""
+        return (str(repo_root()), "/root")
+
+    def _binds(self) -> tuple[Bind, ...]:
+        venv = repo_root() / ".venv"
+        binds = [Bind(str(venv), str(venv), read_only=True), Bind(str(venv), IMAGE_VENV, read_only=True)]
+        # The toolchain's interpreter, where it lives under a hidden directory (e.g. pyenv's under /root).
+        home = next((line.split("=", 1)[1].strip() for line in (venv / "pyvenv.cfg").read_text().splitlines()
+                     if line.startswith("home")), "")
+        base = str(Path(home).parent) if home else ""
+        if base and any(base == h or base.startswith(h + "/") for h in self._hidden()):
+            binds.append(Bind(base, base, read_only=True))
+        storage = [("lustre", self.tenant.storage.lustre.mount_point)]
+        if self.tenant.storage.openzfs is not None:
+            storage.append(("home", self.tenant.storage.openzfs.mount_point))
+        for name, mount_point in storage:
+            source = self.shared_dir(name)
+            source.mkdir(parents=True, exist_ok=True)
+            source.chmod(0o1777)
+            binds.append(Bind(str(source), mount_point))
+        return tuple(binds)
+
+    def shared_dir(self, name: str) -> Path:
+        return substrate_root(self.tenant.org) / "shared" / name
+
+    def _instances(self, ec2: Any) -> list[dict[str, Any]]:
+        found = []
+        filters = [{"Name": "tag:fmcluster:org", "Values": [self.tenant.org]},
+                   {"Name": "instance-state-name", "Values": list(LIVE_STATES)}]
+        for page in ec2.get_paginator("describe_instances").paginate(Filters=filters):
+            for reservation in page["Reservations"]:
+                found += reservation["Instances"]
+        return found
+
+    def boot(self, endpoint: str | None, out: Out) -> BootResult:
+        ec2 = aws.client("ec2", self.tenant.region, endpoint)
+        instances = self._instances(ec2)
+        prefixes = {s["SubnetId"]: ipaddress.IPv4Network(s["CidrBlock"]).prefixlen
+                    for s in ec2.describe_subnets()["Subnets"]}
+        vpc = ipaddress.IPv4Network(self.tenant.network.vpc_cidr)
+        result = BootResult()
+        specs, by_key = [], {}
+        binds, hidden = self._binds(), self._hidden()
+        for instance in instances:
+            address = instance.get("PrivateIpAddress", "")
+            if not address or ipaddress.IPv4Address(address) not in vpc:
+                result.notes.append(f"{instance['InstanceId']}: address {address or 'none'} is outside the VPC "
+                                    f"{vpc}; no host made for it")
+                continue
+            specs.append(HostSpec(instance["InstanceId"], hostname_for(address, instance.get("PrivateDnsName", "")),
+                                  address, prefixes.get(instance.get("SubnetId", ""), vpc.prefixlen), str(vpc),
+                                  binds, hidden))
+            by_key[instance["InstanceId"]] = instance
+        hosts, created, removed = reconcile_hosts(self.tenant.org, specs, bridge_name(self.tenant.org))
+        for host in removed:
+            out(f"  host {host.hostname} ({host.address}, {host.key}) removed: its instance is gone")
+            result.removed.append(host.hostname)
+        for host in created:
+            self._first_boot(host, by_key[host.key], ec2, endpoint)
+            out(f"  host {host.hostname} ({host.address}, {host.key}) booted: running its user data")
+            result.started.append(host.hostname)
+        result.kept = [h.hostname for h in hosts if h not in created]
+        return result
+
+    def _first_boot(self, host: Host, instance: dict[str, Any], ec2: Any, endpoint: str | None) -> None:
+        """What EC2 and cloud-init do for a new instance: its key pair, sshd, then its user data, detached."""
+        key_name = instance.get("KeyName")
+        if key_name:
+            pair = ec2.describe_key_pairs(KeyNames=[key_name], IncludePublicKey=True)["KeyPairs"][0]
+            self._write(host, "/root/.ssh/authorized_keys", pair["PublicKey"].strip() + "\n", "0600")
+        started = host_run(host, ["/usr/sbin/sshd"])
+        if started.returncode != 0:
+            raise SubstrateError(f"sshd did not start on host {host.hostname}: {started.stderr.strip()}")
+        raw = ec2.describe_instance_attribute(InstanceId=host.key, Attribute="userData").get("UserData", {})
+        user_data = base64.b64decode(raw.get("Value", "")).decode() if raw.get("Value") else ""
+        if not user_data:
+            return
+        self._write(host, USER_DATA_PATH, user_data, "0700")
+        env = {"PATH": f"/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:{IMAGE_VENV}/bin",
+               "HOME": "/root", "LANG": "C.UTF-8", "AWS_ENDPOINT_URL": str(endpoint),
+               **{k.upper(): v for k, v in aws.EMULATOR_CREDENTIALS.items()}}
+        # Fault tests shorten the nodes' retries (node-bootstrap.sh and the agent honour it); unset normally.
+        if os.environ.get("FMCLUSTER_FETCH_TRIES"):
+            env["FMCLUSTER_FETCH_TRIES"] = os.environ["FMCLUSTER_FETCH_TRIES"]
+        host_spawn(host, ["/bin/bash", USER_DATA_PATH], env, CONSOLE_LOG)
+
+    @staticmethod
+    def _write(host: Host, path: str, content: str, mode: str) -> None:
+        folder = os.path.dirname(path)
+        done = host_run(host, ["sh", "-c", f"install -d -m 0700 '{folder}' && cat > '{path}' && chmod {mode} '{path}'"],
+                        input_text=content)
+        if done.returncode != 0:
+            raise SubstrateError(f"cannot write {path} on host {host.hostname}: {done.stderr.strip()}")
+
+    # --- the rest of the substrate --------------------------------------------------------------------------
+    def image_parameter(self, path: str) -> str:
+        return EMULATOR_IMAGE_PARAMETER
+
+    def queue_resources(self, instance: InstanceType) -> dict[str, Any]:
+        mem_kib = next(int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines()
+                       if line.startswith("MemTotal:"))
+        # No GPU exists here whatever the catalog says: no gres, so Slurm schedules none.
+        return {"cpus": os.cpu_count() or 1, "real_memory_mb": int(mem_kib // 1024 * MEMORY_SHARE)}
+
+    def manifest_vars(self) -> dict[str, Any]:
+        # The image already carries the packages (scripts/bootstrap.sh installed them on this machine), and
+        # several hosts running apt at once would queue on one dpkg lock.
+        # Polling is cheap here: the agent checks often, so a node joining shows up within seconds.
+        return {**{name: False for name in ("common_install_packages", "munge_install_packages", "slurm_install_packages",
+                                            "node_exporter_install", "prometheus_install", "alertmanager_install",
+                                            "slurm_accounting_install_packages")},
+                "node_convergence_interval": 5, "prometheus_sd_refresh_interval": "10s"}
+
+    def client_argv(self, node: Node) -> list[str]:
+        return ssh_argv(str(secrets_dir(self.tenant.org) / "ssh" / "id_ed25519"), node.address, "root")
+
+    def console_output(self, endpoint: str | None, node: Node) -> str:
+        host = next((h for h in load_hosts(self.tenant.org) if h.key == node.instance_id), None)
+        if host is None:
+            return "(no local host for this instance)"
+        done = host_run(host, ["tail", "-n", "30", CONSOLE_LOG])
+        return done.stdout or done.stderr
+
+    def substrate_notes(self) -> list[str]:
+        notes = [f"AWS APIs: moto emulator on {self.router} (the VPC router address of {self.subnets['private']})",
+                 f"instances: namespace hosts on bridge {bridge_name(self.tenant.org)} (own network, hostname and "
+                 "overlay filesystem of this machine's root; the deploy checkout hidden)"]
+        storage = [("FSx for Lustre", "lustre", self.tenant.storage.lustre.mount_point)]
+        if self.tenant.storage.openzfs is not None:
+            storage.append(("FSx for OpenZFS", "home", self.tenant.storage.openzfs.mount_point))
+        notes += [f"{kind}: directory {self.shared_dir(name)} bound at {mount} on every host (not created by the "
+                  "emulator)" for kind, name, mount in storage]
+        return notes
+
+    def halt(self, node: str, out: Out) -> None:
+        host = next((h for h in load_hosts(self.tenant.org) if node in (h.hostname, h.address, h.key)), None)
+        if host is None:
+            raise KeyError(f"no local host {node!r}; hosts: {', '.join(h.hostname for h in load_hosts(self.tenant.org))}")
+        remove_host(host)
+        from fmcluster.providers.local.hosts import forget_host
+
+        forget_host(self.tenant.org, host.key)
+        out(f"  halted host {host.hostname} ({host.address}): its processes and writable layer are gone; "
+            f"its instance {host.key} still exists (`invoke nodes-up` boots it again)")
+
+    def teardown(self, out: Out) -> None:
+        from fmcluster.stacks.emulator import stop_emulator
+
+        for line in remove_all(self.tenant.org):
+            out(f"  removed {line}")
+        if stop_emulator(self.tenant.org):
+            out(f"  stopped the AWS emulator of '{self.tenant.org}' (its state goes with it)")

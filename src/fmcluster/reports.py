@@ -1,0 +1,127 @@
+"""The nodes' convergence reports, read where the nodes file them: s3://<bucket>/fmcluster/report/<address>.json.
+
+`wait_for_reports` is the deploy's converge step: it waits, with progress, until every node of the cluster
+has reported converging the published commit and manifest (and the controller and login nodes the current
+membership, since their Slurm configuration lists the nodes), fails as soon as one reports a failure, and
+gives up after a bounded time, naming the silent nodes with what their console printed.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from fmcluster.manifest import membership_digest
+from fmcluster.nodes import Node
+
+REPORT_PREFIX = "fmcluster/report/"
+#: Nodes whose configuration lists every node: they must have converged the current membership.
+MEMBERSHIP_ROLES = ("controller", "login")
+
+Out = Callable[[str], object]
+
+
+@dataclass
+class NodeStatus:
+    node: Node
+    report: dict[str, Any] | None
+    state: str  # converged | converging | failed | silent
+    detail: str = ""
+
+    def line(self) -> str:
+        r = self.report or {}
+        where = f"{self.node.name} ({self.node.role}{', ' + self.node.queue if self.node.queue else ''}, {self.node.address})"
+        if self.state == "converged":
+            return f"{where}: converged {r.get('ref', '')[:12]} in {r.get('seconds', '?')}s, changed={r.get('changed')}"
+        if self.state == "failed":
+            return f"{where}: FAILED at {r.get('stage')}: {r.get('error', '')}"
+        return f"{where}: {self.state}{': ' + self.detail if self.detail else ''}"
+
+
+@dataclass
+class Wait:
+    statuses: list[NodeStatus] = field(default_factory=list)
+    seconds: float = 0.0
+    timed_out: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.statuses) and all(s.state == "converged" for s in self.statuses)
+
+    @property
+    def failed(self) -> list[NodeStatus]:
+        return [s for s in self.statuses if s.state in ("failed", "silent", "converging")]
+
+
+def read_report(s3: Any, bucket: str, address: str) -> dict[str, Any] | None:
+    try:
+        body = s3.get_object(Bucket=bucket, Key=f"{REPORT_PREFIX}{address}.json")["Body"].read()
+    except Exception:  # noqa: BLE001 - not filed yet (or unreadable): the node is still silent
+        return None
+    try:
+        loaded = json.loads(body)
+    except ValueError:
+        return {"ok": False, "stage": "report", "error": f"unreadable report ({len(body)} bytes)"}
+    return loaded if isinstance(loaded, dict) else None
+
+
+def read_log(s3: Any, bucket: str, address: str, lines: int = 20) -> list[str]:
+    try:
+        body = s3.get_object(Bucket=bucket, Key=f"{REPORT_PREFIX}{address}.log")["Body"].read()
+    except Exception:  # noqa: BLE001
+        return []
+    text: str = body.decode(errors="replace")
+    return text.strip().splitlines()[-lines:]
+
+
+def node_status(node: Node, report: dict[str, Any] | None, ref: str, manifest: str, membership: str) -> NodeStatus:
+    """A node's state against what the deploy published (fail closed: no report, or an old one, is not converged)."""
+    if report is None:
+        return NodeStatus(node, None, "silent", "no report yet")
+    current = report.get("ref") == ref and report.get("manifest_digest") == manifest
+    if node.role in MEMBERSHIP_ROLES:
+        current = current and report.get("membership_digest") == membership
+    if not report.get("ok"):
+        # A failure for what is published now is final; an older failure may be superseded by a re-converge.
+        if current or report.get("ref") in ("", None) or report.get("stage") in ("bundle", "toolchain"):
+            return NodeStatus(node, report, "failed")
+        return NodeStatus(node, report, "converging", "its last converge (of an older commit or manifest) failed")
+    if current:
+        return NodeStatus(node, report, "converged")
+    return NodeStatus(node, report, "converging", f"last converged {str(report.get('ref', ''))[:12]}")
+
+
+def statuses(s3: Any, bucket: str, nodes: Sequence[Node], ref: str, manifest: str) -> list[NodeStatus]:
+    membership = membership_digest(nodes)
+    return [node_status(n, read_report(s3, bucket, n.address), ref, manifest, membership) for n in nodes]
+
+
+def wait_for_reports(s3: Any, bucket: str, list_nodes: Callable[[], list[Node]], ref: str, manifest: str,
+                     timeout_s: float, out: Out, poll_s: float = 2.0) -> Wait:
+    """Wait until every node converged what is published; stop at the first failure or after `timeout_s`."""
+    started = time.monotonic()
+    last = ""
+    wait = Wait()
+    while True:
+        nodes = list_nodes()
+        wait.statuses = statuses(s3, bucket, nodes, ref, manifest)
+        done = [s for s in wait.statuses if s.state == "converged"]
+        failed = [s for s in wait.statuses if s.state == "failed"]
+        line = f"{len(done)}/{len(nodes)} nodes converged"
+        if failed:
+            line += f", {len(failed)} failed"
+        if line != last:
+            pending = [s.node.name for s in wait.statuses if s.state not in ("converged", "failed")]
+            out(f"    {line}" + (f" (waiting for {', '.join(pending[:6])}{'…' if len(pending) > 6 else ''})" if pending else "")
+                + f" [{time.monotonic() - started:.0f}s]")
+            last = line
+        wait.seconds = time.monotonic() - started
+        if failed or (nodes and len(done) == len(nodes)):
+            return wait
+        if wait.seconds > timeout_s:
+            wait.timed_out = True
+            return wait
+        time.sleep(poll_s)

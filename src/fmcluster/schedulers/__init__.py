@@ -1,0 +1,72 @@
+"""How a tenant's cluster is made and scheduled: `slurm-ec2` (self-managed Slurm on EC2 launch templates),
+`hyperpod` (SageMaker HyperPod with Slurm) or `parallelcluster` (AWS ParallelCluster 3).
+
+A scheduler supplies what differs between them, and nothing else branches on it:
+- what it needs uploaded before the cluster is made (`before_cluster`: HyperPod's lifecycle scripts,
+  ParallelCluster's OnNodeConfigured script) and what makes the cluster beyond our stacks (`make_cluster`:
+  ParallelCluster's `pcluster create-cluster`; `delete_cluster`, `status_lines` for the other commands);
+- how the cluster's nodes are found in the AWS APIs (`discovery`: EC2 tags, or HyperPod's node list) and
+  how Prometheus finds them (`manifest_vars`);
+- which playbook every node converges with (`playbook`), and checks of its own (`validate`, `plan`).
+Every scheduler's nodes run the same first-boot script (scripts/node-user-data.sh → node-bootstrap.sh).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+from fmcluster.model import Tenant
+from fmcluster.nodes import discover
+from fmcluster.stacks.api import DeleteFirst
+from fmcluster.steps import StepOutcome
+
+__all__ = ["Scheduler", "discover", "scheduler_for", "SITE_PLAYBOOK"]
+
+Out = Callable[[str], object]
+SITE_PLAYBOOK = "playbooks/site.yml"
+
+
+class Scheduler(Protocol):
+    name: str
+    playbook: str
+
+    def discovery(self, outputs: Mapping[str, str]) -> dict[str, Any]:
+        """How nodes (and the deploy) list the cluster's nodes: the manifest's `discovery` entry."""
+
+    def manifest_vars(self) -> dict[str, Any]:
+        """Role variables this scheduler needs (how Prometheus discovers the nodes)."""
+
+    def before_cluster(self, s3: Any, bucket: str, out: Out) -> None:
+        """Uploads the cluster stack needs before it is created."""
+
+    def validate(self, out: Out) -> int:
+        """Checks beyond fmcluster's own (ParallelCluster: its own schema); an exit code, 0 when clean."""
+
+    def plan(self, out: Out) -> int:
+        """What `invoke plan` shows beyond the stacks (ParallelCluster: the rendered cluster config)."""
+
+    def make_cluster(self, outputs: Mapping[str, str], out: Out) -> StepOutcome:
+        """After the stacks: make or update what the stacks do not (ParallelCluster's cluster)."""
+
+    def delete_cluster(self, out: Out) -> DeleteFirst | None:
+        """For `invoke destroy`: a cluster that is not one of our stacks, deleted before them."""
+
+    def status_lines(self) -> list[str]:
+        """For `invoke status`: what the cluster's own service says about it."""
+
+
+def scheduler_for(tenant: Tenant) -> Scheduler:
+    if tenant.scheduler == "parallelcluster":
+        from fmcluster.schedulers.parallelcluster import ParallelCluster
+
+        return ParallelCluster(tenant)
+    if tenant.scheduler == "hyperpod":
+        from fmcluster.schedulers.hyperpod import HyperPod
+
+        return HyperPod(tenant)
+    if tenant.scheduler == "slurm-ec2":
+        from fmcluster.schedulers.slurm_ec2 import SlurmEc2
+
+        return SlurmEc2(tenant)
+    raise ValueError(f"scheduler {tenant.scheduler!r} is not supported yet")

@@ -1,0 +1,66 @@
+"""Scheduler `hyperpod`: SageMaker HyperPod with Slurm (cfn/cluster-hyperpod.yaml). HyperPod makes the
+instances and runs the lifecycle script on each (cfn/hyperpod-lifecycle/on_create.sh), which runs the same
+first-boot script as every other node; the nodes are found through SageMaker's ListClusterNodes."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from fmcluster.model import Tenant
+from fmcluster.schedulers import SITE_PLAYBOOK, Out
+from fmcluster.stacks.api import DeleteFirst
+from fmcluster.steps import StepOutcome
+from fmcluster.stacks.render import LIFECYCLE_DIR, LIFECYCLE_PREFIX, USER_DATA_SCRIPT, lifecycle_environment
+
+LIFECYCLE_ENV = "fmcluster-lifecycle.env"
+
+
+class HyperPod:
+    name = "hyperpod"
+    playbook = SITE_PLAYBOOK
+
+    def __init__(self, tenant: Tenant) -> None:
+        self.tenant = tenant
+
+    def groups(self) -> dict[str, str]:
+        """Instance group name → role (the compute groups are named after their queues)."""
+        groups = {"controller": "controller", **({"login": "login"} if self.tenant.login else {})}
+        groups.update({q.name: "compute" for q in self.tenant.queues})
+        return groups
+
+    def discovery(self, outputs: Mapping[str, str]) -> dict[str, Any]:
+        return {"kind": "hyperpod", "cluster_name": outputs.get("ClusterName", f"{self.tenant.stack_prefix}-cluster"),
+                "groups": self.groups()}
+
+    def manifest_vars(self) -> dict[str, Any]:
+        # HyperPod's instances live in a service account, not in the tenant's EC2: Prometheus scrapes the
+        # nodes the controller's inventory lists (it re-converges when nodes join or leave).
+        return {"prometheus_node_discovery": {"kind": "inventory"}}
+
+    def lifecycle_files(self, bucket: str) -> dict[str, bytes]:
+        files = {script.name: script.read_bytes() for script in sorted(LIFECYCLE_DIR.glob("*.sh"))}
+        files[USER_DATA_SCRIPT.name] = USER_DATA_SCRIPT.read_bytes()
+        # The same FMCLUSTER_* variables as the EC2 user data (shell-quoted: on_create.sh sources the file).
+        files[LIFECYCLE_ENV] = lifecycle_environment(self.tenant, bucket, f"{self.tenant.stack_prefix}-cluster").encode()
+        return files
+
+    def before_cluster(self, s3: Any, bucket: str, out: Out) -> None:
+        for name, body in self.lifecycle_files(bucket).items():
+            s3.put_object(Bucket=bucket, Key=f"{LIFECYCLE_PREFIX}{name}", Body=body)
+        out(f"  uploaded the lifecycle scripts (on_create.sh → {USER_DATA_SCRIPT.name}) to s3://{bucket}/{LIFECYCLE_PREFIX}")
+
+    def validate(self, out: Out) -> int:
+        return 0
+
+    def plan(self, out: Out) -> int:
+        return 0
+
+    def make_cluster(self, outputs: Mapping[str, str], out: Out) -> StepOutcome:
+        return StepOutcome("ok", "made by the cluster stack (AWS::SageMaker::Cluster)")
+
+    def delete_cluster(self, out: Out) -> DeleteFirst | None:
+        return None  # the cluster stack is deleted with the others
+
+    def status_lines(self) -> list[str]:
+        return []

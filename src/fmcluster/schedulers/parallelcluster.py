@@ -1,0 +1,123 @@
+"""Scheduler `parallelcluster`: an AWS ParallelCluster 3 cluster made from the cluster config fmcluster renders
+(fmcluster.parallelcluster), beside fmcluster's own network and storage stacks; its nodes run the same
+first-boot script through OnNodeConfigured and are found by ParallelCluster's own instance tags. ParallelCluster's
+Slurm, munge, shared-storage mounts, node replacement and accounting stay its own (docs/parallelcluster.md).
+
+On provider local no ParallelCluster service exists: its part is stood in by a substrate
+(fmcluster.parallelcluster.stand_in) and the config is still rendered from the deployed stacks and checked by
+ParallelCluster's own schema; only `pcluster create-cluster` itself does not run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from fmcluster.model import Tenant
+from fmcluster.schedulers import SITE_PLAYBOOK, Out
+from fmcluster.stacks.api import DeleteFirst
+from fmcluster.stacks.render import has_parallelcluster_stand_in
+from fmcluster.steps import StepOutcome
+
+
+class ParallelCluster:
+    name = "parallelcluster"
+    playbook = SITE_PLAYBOOK
+
+    def __init__(self, tenant: Tenant) -> None:
+        self.tenant = tenant
+        self.stand_in = has_parallelcluster_stand_in(tenant)
+
+    def discovery(self, outputs: Mapping[str, str]) -> dict[str, Any]:
+        # ParallelCluster tags its instances with what they are; the config's Tags add fmcluster:org.
+        return {"kind": "ec2", "tag": "fmcluster:org", "node_tags": "parallelcluster"}
+
+    def manifest_vars(self) -> dict[str, Any]:
+        return {
+            "prometheus_node_discovery": {"kind": "ec2", "region": self.tenant.region, "tag": "fmcluster:org",
+                                          "value": self.tenant.org, "node_tags": "parallelcluster"},
+            # Who installs Slurm, munge and the shared-storage mounts (playbooks/slurm-cluster.yml and
+            # shared-storage.yml): ParallelCluster on AWS; fmcluster's roles for the local stand-in.
+            "fmcluster_slurm_from": "fmcluster" if self.stand_in else "parallelcluster",
+        }
+
+    def before_cluster(self, s3: Any, bucket: str, out: Out) -> None:
+        from fmcluster.parallelcluster.operations import upload_custom_action
+
+        upload_custom_action(s3, bucket, out)
+
+    def validate(self, out: Out) -> int:
+        from fmcluster.parallelcluster import commands
+
+        return commands.validate(self.tenant, out)
+
+    def plan(self, out: Out) -> int:
+        from fmcluster.parallelcluster import commands
+
+        return commands.plan(self.tenant, out)
+
+    def make_cluster(self, outputs: Mapping[str, str], out: Out) -> StepOutcome:
+        """Render the cluster config from the stacks' outputs and check it with ParallelCluster's schema; then
+        `pcluster create-cluster`/`update-cluster` (a dry run first) and wait (AWS), or say what stands in."""
+        from fmcluster.parallelcluster import commands, operations
+        from fmcluster.parallelcluster.config import render_cluster_config, write_cluster_config
+        from fmcluster.parallelcluster.stand_in import STOOD_IN
+
+        cfg = render_cluster_config(self.tenant, dict(outputs))
+        path = write_cluster_config(cfg)
+        lines: list[str] = []
+        checked = commands.check_rendered(cfg, lines.append)
+        for line in lines:
+            out(f"  {line}")
+        details = [f"cluster config: {path}"] + [line.strip() for line in lines[:1]]
+        if checked != 0:
+            return StepOutcome("failed", "ParallelCluster's schema refused the rendered cluster config, or did not run",
+                               details + lines[1:])
+        if self.stand_in:
+            if cfg.placeholders:
+                details.append("rendered with marked placeholders for what the AWS emulator does not create: "
+                               + ", ".join(cfg.placeholders))
+            return StepOutcome("ok", f"{cfg.cluster_name}: local stand-in (the cluster stack above), "
+                                     "the rendered config passed ParallelCluster's schema", details + [STOOD_IN])
+        if cfg.placeholders:
+            return StepOutcome("failed", "the stacks did not give " + ", ".join(cfg.placeholders), details)
+        try:
+            done = operations.apply(cfg, path, out=out)
+            state = done.state if done.action == "no-changes" else operations.wait(cfg.cluster_name, cfg.region, out=out)
+        except operations.PclusterError as err:
+            return StepOutcome("failed", str(err), details + err.lines)
+        assert state is not None
+        return StepOutcome("ok" if done.action == "no-changes" else "changed",
+                           f"{cfg.cluster_name}: {done.action}, {state.status}", details + done.notes
+                           + operations.status_lines(state))
+
+    def delete_cluster(self, out: Out) -> DeleteFirst | None:
+        if self.stand_in:
+            return None  # the stand-in's stack is deleted with the others
+
+        def delete() -> bool:
+            from fmcluster.parallelcluster import operations
+            from fmcluster.parallelcluster.config import cluster_name
+
+            try:
+                operations.delete(cluster_name(self.tenant), self.tenant.region, out=out)
+            except operations.PclusterError as err:
+                out(f"  {err}")
+                for line in err.lines:
+                    out(f"    {line}")
+                return False
+            return True
+
+        return (f"ParallelCluster cluster {self.tenant.stack_prefix}-cluster", delete)
+
+    def status_lines(self) -> list[str]:
+        from fmcluster.parallelcluster import operations
+        from fmcluster.parallelcluster.config import cluster_name
+        from fmcluster.parallelcluster.stand_in import STOOD_IN
+
+        if self.stand_in:
+            return [f"{cluster_name(self.tenant)}: local stand-in (its stack is listed above). {STOOD_IN}"]
+        try:
+            return operations.status_lines(operations.describe(cluster_name(self.tenant), self.tenant.region))
+        except operations.PclusterError as err:
+            return [f"{cluster_name(self.tenant)}: describe-cluster failed: {err}", *err.lines]

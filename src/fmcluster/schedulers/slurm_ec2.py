@@ -1,0 +1,46 @@
+"""Scheduler `slurm-ec2`: self-managed Slurm on EC2 — a controller instance and one auto scaling group per
+login role and queue (cfn/cluster-slurm-ec2.yaml), every node converged by its own user data."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from fmcluster.model import Tenant
+from fmcluster.schedulers import SITE_PLAYBOOK, Out
+from fmcluster.stacks.api import DeleteFirst
+from fmcluster.steps import StepOutcome
+
+
+class SlurmEc2:
+    name = "slurm-ec2"
+    playbook = SITE_PLAYBOOK
+
+    def __init__(self, tenant: Tenant) -> None:
+        self.tenant = tenant
+
+    def discovery(self, outputs: Mapping[str, str]) -> dict[str, Any]:
+        return {"kind": "ec2", "tag": "fmcluster:org"}
+
+    def manifest_vars(self) -> dict[str, Any]:
+        # The nodes are EC2 instances tagged with the tenant: Prometheus lists them from EC2 itself.
+        return {"prometheus_node_discovery": {"kind": "ec2", "region": self.tenant.region,
+                                              "tag": "fmcluster:org", "value": self.tenant.org}}
+
+    def before_cluster(self, s3: Any, bucket: str, out: Out) -> None:
+        return None
+
+    def validate(self, out: Out) -> int:
+        return 0
+
+    def plan(self, out: Out) -> int:
+        return 0
+
+    def make_cluster(self, outputs: Mapping[str, str], out: Out) -> StepOutcome:
+        return StepOutcome("ok", "made by the cluster stack (launch templates, controller instance, auto scaling groups)")
+
+    def delete_cluster(self, out: Out) -> DeleteFirst | None:
+        return None  # the cluster stack is deleted with the others
+
+    def status_lines(self) -> list[str]:
+        return []

@@ -1,0 +1,140 @@
+"""Pieces every stack template shares: names, tags, parameters, the provider condition, IAM."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from fmcluster.model import Tenant
+from fmcluster.stacks.cfn import Fn, Ref, Sub, tags, text
+
+TEMPLATE_VERSION = "2010-09-09"
+
+# S3 prefixes in the tenant's data bucket and who may do what there (docs/stacks.md, "Node IAM").
+BOOTSTRAP_PREFIX = "fmcluster/bootstrap/"  # deploy writes, nodes read
+MANIFEST_PREFIX = "fmcluster/manifest/"  # deploy writes, nodes read
+LIFECYCLE_PREFIX = "hyperpod/lifecycle/"  # deploy writes, HyperPod (execution role) reads
+REPORT_PREFIX = "fmcluster/report/"  # each node writes its own convergence report; the controller reads
+NODE_READ_PREFIXES = (BOOTSTRAP_PREFIX, MANIFEST_PREFIX, LIFECYCLE_PREFIX)
+
+# Describe calls cannot be scoped to resources (the EC2 service authorization reference lists no
+# resource type for them), so they are the only actions allowed on Resource "*".
+UNSCOPABLE_ACTIONS = frozenset({
+    "ec2:DescribeAvailabilityZones", "ec2:DescribeDhcpOptions", "ec2:DescribeInstances",
+    "ec2:DescribeNetworkInterfaces", "ec2:DescribeSecurityGroups", "ec2:DescribeSubnets", "ec2:DescribeTags",
+    "ec2:DescribeVpcs",
+})
+
+PROVIDER_PARAMETER = {
+    "Type": "String",
+    "AllowedValues": ["aws", "local"],
+    "Default": "aws",
+    "Description": "Where the stack runs: aws, or local (the moto emulator, which lacks some resource types; "
+                   "outputs that read attributes of those types are only declared on aws).",
+}
+ON_AWS = {"OnAws": Fn("Equals", [Ref("Provider"), "aws"])}
+
+
+def metadata(*ignored: tuple[str, str]) -> dict[str, Any]:
+    """Template Metadata: the cfn-lint checks fmcluster ignores, each with its reason next to it."""
+    reasons = dict(ignored) | {
+        "I1022": "Fn::Join, not Fn::Sub, wherever a tenant value is part of a string: Fn::Sub would read "
+                 "${...} inside the value (structure-safe rendering, docs/stacks.md)"}
+    return {"cfn-lint": {"config": {"ignore_checks": sorted(reasons)}}, "fmcluster": {"lint-exceptions": reasons}}
+
+
+def logical_name(name: str) -> str:
+    """`gpu-a_1` → `GpuA1`: a CloudFormation logical-id fragment (letters and digits only) from a name."""
+    return "".join(part[:1].upper() + part[1:] for part in re.split(r"[^A-Za-z0-9]+", name) if part)
+
+
+def resource_tags(tenant: Tenant, name: str, extra: dict[str, str] | None = None,
+                  propagate: bool | None = None) -> list[dict[str, Any]]:
+    """Cost-allocation tags (org, programme) and a Name, on every resource that takes tags."""
+    return tags({**tenant.tags, "Name": f"{tenant.stack_prefix}-{name}", **(extra or {})}, propagate)
+
+
+def spec_file(tenant: Tenant) -> str:
+    return f"inventories/{tenant.org}/group_vars/all/tenant.yml"
+
+
+def description(text_: str) -> str:
+    """Template descriptions are capped at 1024 characters by CloudFormation."""
+    return text_ if len(text_) <= 1024 else text_[:1020] + " ..."
+
+
+def output(description_: str, value: Any, condition: str | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {"Description": description_, "Value": value}
+    if condition:
+        out = {"Condition": condition, **out}
+    return out
+
+
+# --- typed cross-stack parameters -----------------------------------------------------------------
+# CloudFormation checks AWS-specific parameter types (the VPC, subnet, group exist in the account and
+# region) when the change set is created, before any resource is touched.
+
+def vpc_id(description_: str) -> dict[str, str]:
+    return {"Type": "AWS::EC2::VPC::Id", "Description": description_}
+
+
+def subnet_id(description_: str) -> dict[str, str]:
+    return {"Type": "AWS::EC2::Subnet::Id", "Description": description_}
+
+
+def security_group_id(description_: str) -> dict[str, str]:
+    return {"Type": "AWS::EC2::SecurityGroup::Id", "Description": description_}
+
+
+def bucket_name(description_: str) -> dict[str, str]:
+    return {"Type": "String", "AllowedPattern": r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$",
+            "ConstraintDescription": "an S3 bucket name", "Description": description_}
+
+
+# --- IAM ------------------------------------------------------------------------------------------
+
+def bucket_arn(suffix: str = "") -> Sub:
+    return Sub("arn:${AWS::Partition}:s3:::${DataBucketName}" + suffix)
+
+
+def assume_role(service: str, source_account: bool = False, source_arn: Any = None) -> dict[str, Any]:
+    statement: dict[str, Any] = {"Effect": "Allow", "Principal": {"Service": service}, "Action": "sts:AssumeRole"}
+    conditions: dict[str, Any] = {}
+    if source_account:
+        # Confused-deputy protection: the service may assume the role only on behalf of this account.
+        conditions["StringEquals"] = {"aws:SourceAccount": Ref("AWS::AccountId")}
+    if source_arn is not None:
+        conditions["ArnLike"] = {"aws:SourceArn": source_arn}
+    if conditions:
+        statement["Condition"] = conditions
+    return {"Version": "2012-10-17", "Statement": [statement]}
+
+
+def node_statements(org: str, *, controller: bool) -> list[dict[str, Any]]:
+    """What a node's role may do in S3 and Secrets Manager: read the bootstrap, the manifest and the
+    HyperPod lifecycle prefixes, write its own report, read the tenant's secrets. The controller
+    also reads the reports and every secret of the org; the others only the munge key."""
+    read = [f"{prefix}*" for prefix in NODE_READ_PREFIXES] + ([f"{REPORT_PREFIX}*"] if controller else [])
+    secrets = "*" if controller else "munge-key*"
+    return [
+        {"Sid": "ListFmclusterPrefixes", "Effect": "Allow", "Action": "s3:ListBucket", "Resource": bucket_arn(),
+         "Condition": {"StringLike": {"s3:prefix": read}}},
+        {"Sid": "LocateBucket", "Effect": "Allow", "Action": "s3:GetBucketLocation", "Resource": bucket_arn()},
+        {"Sid": "ReadBootstrapManifestLifecycle", "Effect": "Allow", "Action": "s3:GetObject",
+         "Resource": [bucket_arn("/" + prefix) for prefix in read]},
+        {"Sid": "WriteOwnReport", "Effect": "Allow", "Action": "s3:PutObject",
+         "Resource": bucket_arn("/" + REPORT_PREFIX + "*")},
+        {"Sid": "ReadTenantSecrets", "Effect": "Allow", "Action": "secretsmanager:GetSecretValue",
+         "Resource": text("arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:"
+                          "fmcluster/{org}/{name}", org=org, name=secrets)},
+        # Every node finds itself and the cluster's other nodes among the tenant's instances (its node agent;
+        # Describe* cannot be resource-scoped).
+        {"Sid": "FindClusterNodes", "Effect": "Allow", "Action": "ec2:DescribeInstances", "Resource": "*"},
+    ]
+
+
+def controller_statements() -> list[dict[str, Any]]:
+    """Prometheus's EC2 service discovery on the controller (Describe* cannot be resource-scoped)."""
+    return [{"Sid": "PrometheusEc2Discovery", "Effect": "Allow",
+             "Action": ["ec2:DescribeAvailabilityZones", "ec2:DescribeInstances", "ec2:DescribeTags"],
+             "Resource": "*"}]

@@ -1,0 +1,152 @@
+"""Cluster stack for scheduler hyperpod: the execution roles and a SageMaker HyperPod cluster with a
+controller group, a login group and one instance group per queue, booted by the lifecycle scripts
+the deploy uploads to s3://<data bucket>/hyperpod/lifecycle/."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fmcluster.model import Tenant
+from fmcluster.stacks.cfn import GetAtt, Ref, Sub, text
+from fmcluster.stacks.templates.common import (
+    LIFECYCLE_PREFIX, ON_AWS, PROVIDER_PARAMETER, TEMPLATE_VERSION, assume_role, bucket_name, controller_statements,
+    description, metadata, node_statements, output, resource_tags, security_group_id, spec_file, subnet_id,
+)
+
+MANAGED_POLICIES = ("AmazonSageMakerClusterInstanceRolePolicy", "CloudWatchAgentServerPolicy")
+RESERVED_GROUP_NAMES = ("controller", "login")
+# HyperPod's own checks before an accelerated node joins (GPU/Trainium stress and EFA connectivity);
+# a node that fails is replaced instead of joining the cluster.
+DEEP_HEALTH_CHECKS = ["InstanceStress", "InstanceConnectivity"]
+# Extra EBS volume HyperPod mounts at /opt/sagemaker on each node (containers, logs, local scratch).
+EBS_GIB = {"controller": 200, "login": 200, "compute": 500}
+
+
+def network_statements() -> list[dict[str, Any]]:
+    """What HyperPod needs to attach its instances' interfaces to the tenant VPC, scoped the way
+    AWS's sample execution-role policy does: Describe* on '*' (not resource-scopable), interface
+    creation only in the cluster subnet with the cluster's groups, interface management only on
+    interfaces of this account and region, tagging only while creating an interface."""
+    eni = Sub("arn:${AWS::Partition}:ec2:${AWS::Region}:${AWS::AccountId}:network-interface/*")
+    return [
+        {"Sid": "DescribeVpcResources", "Effect": "Allow", "Resource": "*", "Action": [
+            "ec2:DescribeDhcpOptions", "ec2:DescribeNetworkInterfaces", "ec2:DescribeSecurityGroups",
+            "ec2:DescribeSubnets", "ec2:DescribeVpcs"]},
+        {"Sid": "CreateInterfacesInClusterSubnet", "Effect": "Allow", "Action": "ec2:CreateNetworkInterface",
+         "Resource": [
+             eni,
+             Sub("arn:${AWS::Partition}:ec2:${AWS::Region}:${AWS::AccountId}:subnet/${PrivateSubnetId}"),
+             Sub("arn:${AWS::Partition}:ec2:${AWS::Region}:${AWS::AccountId}:security-group/${EfaSecurityGroupId}"),
+             Sub("arn:${AWS::Partition}:ec2:${AWS::Region}:${AWS::AccountId}:security-group/${NodeSecurityGroupId}"),
+         ]},
+        {"Sid": "ManageClusterInterfaces", "Effect": "Allow", "Action": [
+            "ec2:CreateNetworkInterfacePermission", "ec2:DeleteNetworkInterface",
+            "ec2:DeleteNetworkInterfacePermission", "ec2:DetachNetworkInterface"],
+         "Resource": [eni, Sub("arn:${AWS::Partition}:ec2:${AWS::Region}:${AWS::AccountId}:instance/*")]},
+        {"Sid": "TagInterfacesAtCreation", "Effect": "Allow", "Action": "ec2:CreateTags", "Resource": eni,
+         "Condition": {"StringEquals": {"ec2:CreateAction": "CreateNetworkInterface"}}},
+    ]
+
+
+def _role(tenant: Tenant, name: str, statements: list[dict[str, Any]], description_: str) -> dict[str, Any]:
+    return {"Type": "AWS::IAM::Role", "Properties": {
+        "Description": description_,
+        "AssumeRolePolicyDocument": assume_role(
+            "sagemaker.amazonaws.com", source_account=True,
+            source_arn=Sub("arn:${AWS::Partition}:sagemaker:${AWS::Region}:${AWS::AccountId}:cluster/*")),
+        "ManagedPolicyArns": [text("arn:${AWS::Partition}:iam::aws:policy/" + policy) for policy in MANAGED_POLICIES],
+        "Policies": [{"PolicyName": "fmcluster-node", "PolicyDocument": {"Version": "2012-10-17",
+                                                                          "Statement": statements}}],
+        "Tags": resource_tags(tenant, name)}}
+
+
+def instance_groups(tenant: Tenant) -> list[dict[str, Any]]:
+    """Controller, login (if any) and one compute group per queue, each with its Slurm node type."""
+    groups: list[tuple[str, str, int, str, str | None, bool]] = [
+        ("controller", tenant.controller.name, 1, "Controller", None, False)]
+    if tenant.login is not None:
+        groups.append(("login", tenant.login.name, tenant.login_count, "Login", None, False))
+    for q in tenant.queues:
+        if q.capacity_reservation_id or q.capacity_reservation_type != "default":
+            # Never dropped silently: HyperPod takes reserved capacity through its own training plans,
+            # not an EC2 capacity reservation id.
+            raise ValueError(f"queue '{q.name}': capacity_reservation_id/_type name an EC2 reservation, which a "
+                             "HyperPod instance group cannot use; remove them (HyperPod reserves capacity via "
+                             "training plans)")
+        groups.append((q.name, q.instance.name, q.count, "Compute", q.name, q.instance.accelerator != "none"))
+    names = [g[0] for g in groups]
+    if len(set(names)) != len(names):
+        raise ValueError(f"HyperPod instance group names must be unique; queue names may not repeat or be one of "
+                         f"{', '.join(RESERVED_GROUP_NAMES)}: {names}")
+    out = []
+    for name, instance, count, node_type, partition, accelerated in groups:
+        slurm: dict[str, Any] = {"NodeType": node_type}
+        if partition is not None:
+            slurm["PartitionNames"] = [partition]
+        group: dict[str, Any] = {
+            "InstanceGroupName": name, "InstanceType": f"ml.{instance}", "InstanceCount": count, "ThreadsPerCore": 1,
+            "ExecutionRole": GetAtt("ControllerExecutionRole" if node_type == "Controller" else "ExecutionRole", "Arn"),
+            "LifeCycleConfig": {"SourceS3Uri": Sub("s3://${DataBucketName}/" + LIFECYCLE_PREFIX),
+                                "OnCreate": "on_create.sh"},
+            "SlurmConfig": slurm,
+            "InstanceStorageConfigs": [{"EbsVolumeConfig": {
+                "VolumeSizeInGB": EBS_GIB[node_type.lower()]}}],
+        }
+        if accelerated:
+            group["OnStartDeepHealthChecks"] = DEEP_HEALTH_CHECKS
+        out.append(group)
+    return out
+
+
+def build(tenant: Tenant) -> dict[str, Any]:
+    prefix = tenant.stack_prefix
+    resources: dict[str, Any] = {
+        # Least privilege (docs/stacks.md, "Node IAM"): HyperPod's managed instance policy, the fmcluster
+        # prefixes of the tenant bucket (the lifecycle scripts among them), the tenant's own secrets
+        # and the VPC interfaces HyperPod attaches.
+        "ExecutionRole": _role(tenant, "hyperpod-role", [*node_statements(tenant.org, controller=False),
+                                                          *network_statements()],
+                               f"{prefix} HyperPod login and compute instances"),
+        "ControllerExecutionRole": _role(tenant, "hyperpod-controller-role",
+                                         [*node_statements(tenant.org, controller=True), *controller_statements(),
+                                          *network_statements()], f"{prefix} HyperPod controller"),
+        "Cluster": {"Type": "AWS::SageMaker::Cluster", "Properties": {
+            "ClusterName": prefix,
+            "InstanceGroups": instance_groups(tenant),
+            # HyperPod replaces a node that fails its health checks instead of leaving it down.
+            "NodeRecovery": "Automatic",
+            "VpcConfig": {"SecurityGroupIds": [Ref("EfaSecurityGroupId"), Ref("NodeSecurityGroupId")],
+                          "Subnets": [Ref("PrivateSubnetId")]},
+            "Tags": resource_tags(tenant, "hyperpod")}},
+    }
+    outputs = {
+        "ClusterName": output("Name of the HyperPod cluster.", prefix),
+        "ExecutionRoleArn": output("IAM role of the HyperPod login and compute instances.",
+                                   GetAtt("ExecutionRole", "Arn")),
+        "ControllerExecutionRoleArn": output("IAM role of the HyperPod controller.",
+                                             GetAtt("ControllerExecutionRole", "Arn")),
+        "LifecycleScriptsUri": output("Where the lifecycle scripts are read from.",
+                                      Sub("s3://${DataBucketName}/" + LIFECYCLE_PREFIX)),
+        "ClusterArn": output("ARN of the HyperPod cluster (aws only; the emulator does not create it).",
+                             GetAtt("Cluster", "ClusterArn"), "OnAws"),
+    }
+    return {
+        "AWSTemplateFormatVersion": TEMPLATE_VERSION,
+        "Description": description(
+            f"fmcluster {tenant.org} cluster (SageMaker HyperPod with Slurm): execution roles and the HyperPod "
+            "cluster with a controller group, a login group and one instance group per queue, running the lifecycle "
+            f"scripts from the tenant bucket. Generated by fmcluster from {spec_file(tenant)}."),
+        "Metadata": metadata(),
+        "Parameters": {
+            "Provider": PROVIDER_PARAMETER,
+            "PrivateSubnetId": subnet_id("Subnet of the HyperPod instances (network stack output PrivateSubnetId)."),
+            "EfaSecurityGroupId": security_group_id("Security group that admits only itself (network stack output)."),
+            "NodeSecurityGroupId": security_group_id(
+                "Security group of every node (network stack output NodeSecurityGroupId)."),
+            "DataBucketName": bucket_name(
+                "The tenant data bucket (storage stack output), holding the lifecycle scripts."),
+        },
+        "Conditions": ON_AWS,
+        "Resources": resources,
+        "Outputs": outputs,
+    }

@@ -1,0 +1,300 @@
+"""Cluster stack for scheduler slurm-ec2: node roles, one launch template per role (controller, login,
+each queue), the controller instance and one auto scaling group per login group and queue."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from fmcluster.catalog import InstanceType
+from fmcluster.model import Queue, Tenant
+from fmcluster.stacks.cfn import NO_VALUE, Fn, GetAtt, Ref, if_, text
+from fmcluster.stacks.templates.common import (
+    TEMPLATE_VERSION, assume_role, bucket_name, controller_statements, description, logical_name, metadata,
+    node_statements,
+    output, resource_tags, security_group_id, spec_file, subnet_id,
+)
+
+# Public SSM parameters of the images each accelerator kind boots from. fmcluster resolves the path
+# once, when the stack is created, and passes the AMI id (AWS::EC2::Image::Id): a redeploy keeps it.
+AMI_PARAMETERS: dict[str, tuple[str, str]] = {
+    "cuda": ("GpuImageId", "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"),
+    "neuron": ("NeuronImageId", "/aws/service/neuron/dlami/multi-framework/ubuntu-22.04/latest/image_id"),
+    "none": ("CpuImageId", "/aws/service/canonical/ubuntu/server/22.04/stable/current/amd64/hvm/ebs-gp2/ami-id"),
+}
+MANAGED_POLICIES = ("AmazonSSMManagedInstanceCore", "CloudWatchAgentServerPolicy")
+# How long CloudFormation waits for a group's nodes to signal that their bootstrap worked (creation,
+# and each batch of a rolling replacement). A GPU node's first converge takes tens of minutes.
+SIGNAL_TIMEOUT = "PT60M"
+# Processes an auto scaling group must not run while CloudFormation replaces its instances: they
+# would terminate or move nodes that are still bootstrapping.
+SUSPEND_DURING_UPDATE = ["HealthCheck", "ReplaceUnhealthy", "AZRebalance", "AlarmNotification", "ScheduledActions"]
+
+RESERVATION_TYPES = ("default", "capacity-block")
+
+UserData = Callable[..., Any]
+RoleTags = Callable[["NodeGroup"], dict[str, str]]
+
+
+def fmcluster_role_tags(group: NodeGroup) -> dict[str, str]:
+    """What a node is, in fmcluster's own tags (fmcluster.nodes.NODE_TAGS["fmcluster"] reads them back)."""
+    return {"fmcluster:role": group.role, **({"fmcluster:queue": group.queue.name} if group.queue else {})}
+
+
+@dataclass(frozen=True)
+class NodeGroup:
+    """One launch template: the controller, the login nodes or one queue."""
+
+    role: str  # controller | login | compute
+    logical: str  # Controller | Login | Queue<Name>
+    slug: str  # launch template name suffix
+    instance: InstanceType
+    count: int
+    public: bool
+    queue: Queue | None = None
+
+    @property
+    def root_gib(self) -> int:
+        return 500 if self.role == "compute" and self.instance.accelerator != "none" else (
+            100 if self.role == "compute" else 200)
+
+    @property
+    def image_parameter(self) -> str:
+        return AMI_PARAMETERS[self.instance.accelerator][0]
+
+    @property
+    def reservation(self) -> str | None:
+        return self.queue.capacity_reservation_id if self.queue else None
+
+    @property
+    def in_placement_group(self) -> bool:
+        """EFA queues share the stack's cluster placement group, unless they launch into a capacity
+        reservation: an existing reservation cannot be moved into a new placement group (a Capacity
+        Block is already placed by AWS)."""
+        return self.role == "compute" and self.instance.has_efa and self.reservation is None
+
+    @property
+    def group_logical_id(self) -> str:
+        return f"{self.logical}Group"
+
+
+def node_groups(tenant: Tenant) -> list[NodeGroup]:
+    groups = [NodeGroup("controller", "Controller", "controller", tenant.controller, 1, False)]
+    if tenant.login is not None:
+        groups.append(NodeGroup("login", "Login", "login", tenant.login, tenant.login_count,
+                                tenant.network.ssh_ingress_cidr is not None))
+    seen = {g.logical for g in groups}
+    for q in tenant.queues:
+        if q.capacity_reservation_type not in RESERVATION_TYPES:
+            raise ValueError(f"queue '{q.name}': capacity_reservation_type {q.capacity_reservation_type!r} is not one of "
+                             f"{', '.join(RESERVATION_TYPES)}")
+        if q.capacity_reservation_type == "capacity-block" and not q.capacity_reservation_id:
+            raise ValueError(f"queue '{q.name}': a capacity-block queue needs its capacity_reservation_id")
+        logical = f"Queue{logical_name(q.name)}"
+        if logical in seen:
+            raise ValueError(f"queue '{q.name}' gives the logical id {logical}, which another queue or role already "
+                             "has: give the queues names that differ in letters or digits")
+        seen.add(logical)
+        groups.append(NodeGroup("compute", logical, f"queue-{q.name}", q.instance, q.count, False, q))
+    return groups
+
+
+def image_kinds(tenant: Tenant) -> list[str]:
+    kinds = {g.instance.accelerator for g in node_groups(tenant)}
+    return [kind for kind in ("cuda", "neuron", "none") if kind in kinds]
+
+
+def interfaces(group: NodeGroup, subnet: str, groups: list[Any]) -> list[dict[str, Any]]:
+    """AWS's configuration for instances with several network cards: the primary interface on card 0,
+    device 0, an EFA with ENA (`efa`); every further card one `efa-only` interface on device index 1
+    (EFA devices without an IP address: no address space used, no multi-homed IP routing)."""
+    if not group.instance.has_efa:
+        nic: dict[str, Any] = {"DeviceIndex": 0, "NetworkCardIndex": 0}
+        if group.public:
+            nic["AssociatePublicIpAddress"] = True
+        return [{**nic, "SubnetId": Ref(subnet), "Groups": groups, "DeleteOnTermination": True}]
+    nics = []
+    for card in range(group.instance.efa_interfaces):
+        nic = {"DeviceIndex": 0 if card == 0 else 1, "NetworkCardIndex": card,
+               "InterfaceType": "efa" if card == 0 else "efa-only"}
+        if group.public and card == 0:
+            nic["AssociatePublicIpAddress"] = True
+        # An efa-only interface carries only EFA traffic: the EFA group is the only one it needs.
+        nic.update({"SubnetId": Ref(subnet), "Groups": groups if card == 0 else [Ref("EfaSecurityGroupId")],
+                    "DeleteOnTermination": True})
+        nics.append(nic)
+    return nics
+
+
+def _launch_template(tenant: Tenant, group: NodeGroup, login_sg: bool, user_data: UserData,
+                     role_tags: dict[str, str], signals: bool) -> dict[str, Any]:
+    security = ([Ref("EfaSecurityGroupId")] if group.instance.has_efa else []) + [Ref("NodeSecurityGroupId")]
+    if group.role == "login" and login_sg:
+        security.append(Ref("LoginSecurityGroupId"))
+    subnet = "PublicSubnetId" if group.public else "PrivateSubnetId"
+    profile = "ControllerInstanceProfile" if group.role == "controller" else "NodeInstanceProfile"
+    data: dict[str, Any] = {
+        "ImageId": Ref(group.image_parameter),
+        "InstanceType": group.instance.name,
+        "IamInstanceProfile": {"Arn": GetAtt(profile, "Arn")},
+        # The operator's key, imported by the deploy before the stacks (fmcluster.access): ssh for operators,
+        # and for the deploy's monitoring and acceptance checks.
+        "KeyName": text("fmcluster-{org}", org=tenant.org),
+        "EbsOptimized": True,
+        "MetadataOptions": {"HttpEndpoint": "enabled", "HttpTokens": "required", "HttpPutResponseHopLimit": 2},
+        "BlockDeviceMappings": [{"DeviceName": "/dev/sda1", "Ebs": {
+            "VolumeSize": group.root_gib, "VolumeType": "gp3", "Encrypted": True, "DeleteOnTermination": True}}],
+    }
+    if group.queue is not None and group.reservation:
+        data["CapacityReservationSpecification"] = {"CapacityReservationTarget": {
+            "CapacityReservationId": group.reservation}}
+        if group.queue.capacity_reservation_type == "capacity-block":
+            data["InstanceMarketOptions"] = {"MarketType": "capacity-block"}
+    data["NetworkInterfaces"] = interfaces(group, subnet, security)
+    signal = "" if group.role == "controller" or not signals else group.group_logical_id
+    data["UserData"] = user_data(org=tenant.org, role=group.role, queue=group.queue.name if group.queue else "",
+                                 signal_resource=signal)
+    data["TagSpecifications"] = [{"ResourceType": kind, "Tags": resource_tags(tenant, group.slug, role_tags)}
+                                 for kind in ("instance", "volume", "network-interface")]
+    return {"Type": "AWS::EC2::LaunchTemplate", "Properties": {
+        "LaunchTemplateName": text("${AWS::StackName}-{slug}", slug=group.slug),
+        "LaunchTemplateData": data,
+        "TagSpecifications": [{"ResourceType": "launch-template", "Tags": resource_tags(tenant, group.slug)}]}}
+
+
+def _auto_scaling_group(tenant: Tenant, group: NodeGroup, role_tags: dict[str, str], signals: bool) -> dict[str, Any]:
+    # Replace in batches of a quarter of the group, terminating before launching: a reservation or
+    # Capacity Block holds exactly `count` instances, so no batch may need extra capacity.
+    batch = max(1, group.count // 4)
+    props: dict[str, Any] = {
+        "MinSize": str(group.count), "MaxSize": str(group.count), "DesiredCapacity": str(group.count),
+        "LaunchTemplate": {"LaunchTemplateId": Ref(f"{group.logical}LaunchTemplate"),
+                           "Version": GetAtt(f"{group.logical}LaunchTemplate", "LatestVersionNumber")},
+        "VPCZoneIdentifier": [Ref("PublicSubnetId" if group.public else "PrivateSubnetId")],
+    }
+    if group.in_placement_group:
+        props["PlacementGroup"] = if_("HasPlacementGroup", Ref("PlacementGroupName"), NO_VALUE)
+    props["Tags"] = resource_tags(tenant, group.slug, role_tags, propagate=True)
+    resource: dict[str, Any] = {"Type": "AWS::AutoScaling::AutoScalingGroup"}
+    if signals:
+        # The stack is complete only when every node's bootstrap has signalled SUCCESS
+        # (FMCLUSTER_SIGNAL_RESOURCE in the user data names this logical id).
+        resource["CreationPolicy"] = {"ResourceSignal": {"Count": group.count, "Timeout": SIGNAL_TIMEOUT},
+                                      "AutoScalingCreationPolicy": {"MinSuccessfulInstancesPercent": 100}}
+    resource["UpdatePolicy"] = {"AutoScalingRollingUpdate": {
+        "MaxBatchSize": batch, "MinInstancesInService": group.count - batch,
+        "MinSuccessfulInstancesPercent": 100, "PauseTime": SIGNAL_TIMEOUT, "WaitOnResourceSignals": signals,
+        "SuspendProcesses": SUSPEND_DURING_UPDATE}}
+    resource["Properties"] = props
+    return resource
+
+
+def _role(tenant: Tenant, name: str, statements: list[dict[str, Any]], description_: str) -> dict[str, Any]:
+    return {"Type": "AWS::IAM::Role", "Properties": {
+        "Description": description_,
+        "AssumeRolePolicyDocument": assume_role(text("ec2.${AWS::URLSuffix}")),
+        "ManagedPolicyArns": [text("arn:${AWS::Partition}:iam::aws:policy/" + policy) for policy in MANAGED_POLICIES],
+        "Policies": [{"PolicyName": "fmcluster-node", "PolicyDocument": {"Version": "2012-10-17",
+                                                                          "Statement": statements}}],
+        "Tags": resource_tags(tenant, name)}}
+
+
+def build(tenant: Tenant, user_data: UserData, role_tags: RoleTags = fmcluster_role_tags, signals: bool = True,
+          summary: str = "self-managed Slurm on EC2") -> dict[str, Any]:
+    """The cluster stack. `role_tags` say what each node is (fmcluster's tags; ParallelCluster's for its
+    local stand-in), `signals` whether CloudFormation waits for each node's bootstrap to signal (a node
+    whose first boot is not ours, such as ParallelCluster's OnNodeConfigured, does not signal)."""
+    groups = node_groups(tenant)
+    login_sg = tenant.network.ssh_ingress_cidr is not None
+    any_efa = any(g.instance.has_efa for g in groups)
+    placement = any(g.in_placement_group for g in groups)
+    public = any(g.public for g in groups)
+
+    parameters: dict[str, Any] = {
+        "PrivateSubnetId": subnet_id("Subnet of the controller and compute nodes (network stack output PrivateSubnetId)."),
+    }
+    if public:
+        parameters["PublicSubnetId"] = subnet_id("Subnet of the login nodes (network stack output PublicSubnetId).")
+    if any_efa:
+        parameters["EfaSecurityGroupId"] = security_group_id(
+            "Security group that admits only itself, on every EFA interface (network stack output).")
+    parameters["NodeSecurityGroupId"] = security_group_id(
+        "Security group of every node (network stack output NodeSecurityGroupId).")
+    if login_sg and tenant.login is not None:
+        parameters["LoginSecurityGroupId"] = security_group_id(
+            "Security group admitting SSH from network.ssh_ingress_cidr (network stack output).")
+    if placement:
+        parameters["PlacementGroupName"] = {
+            "Type": "String", "Default": "", "AllowedPattern": r"^[A-Za-z0-9._-]*$",
+            "Description": "Cluster placement group for EFA queues without a capacity reservation (network stack "
+                           "output PlacementGroupName; empty on the emulator, which does not create placement groups)."}
+    parameters["DataBucketName"] = bucket_name(
+        "The tenant data bucket (storage stack output); the node roles may use their prefixes of it only.")
+    for kind in image_kinds(tenant):
+        name, path = AMI_PARAMETERS[kind]
+        parameters[name] = {"Type": "AWS::EC2::Image::Id", "Description": (
+            f"Image of the {'CPU' if kind == 'none' else kind} nodes: an AMI id that fmcluster resolves once from "
+            f"{path} when the stack is created and keeps on later deploys (`refresh_images` moves it).")}
+
+    resources: dict[str, Any] = {
+        # Least privilege (docs/stacks.md, "Node IAM"): SSM Session Manager, the CloudWatch agent, the
+        # fmcluster prefixes of the tenant bucket, the tenant's own secrets, the creation signal.
+        "NodeRole": _role(tenant, "node-role", [*node_statements(tenant.org, controller=False), {
+            "Sid": "SignalCreationPolicy", "Effect": "Allow", "Action": "cloudformation:SignalResource",
+            "Resource": text("arn:${AWS::Partition}:cloudformation:${AWS::Region}:${AWS::AccountId}:stack/"
+                             "${AWS::StackName}/*")}], f"{tenant.stack_prefix} login and compute nodes"),
+        "NodeInstanceProfile": {"Type": "AWS::IAM::InstanceProfile", "Properties": {"Roles": [Ref("NodeRole")]}},
+        "ControllerRole": _role(tenant, "controller-role",
+                                [*node_statements(tenant.org, controller=True), *controller_statements()],
+                                f"{tenant.stack_prefix} Slurm controller"),
+        "ControllerInstanceProfile": {"Type": "AWS::IAM::InstanceProfile",
+                                      "Properties": {"Roles": [Ref("ControllerRole")]}},
+    }
+    for group in groups:
+        resources[f"{group.logical}LaunchTemplate"] = _launch_template(tenant, group, login_sg, user_data,
+                                                                       role_tags(group), signals)
+        if group.role == "controller":
+            # Created once and then kept: ImageId is the pinned AMI and the launch template is held at
+            # version 1, so neither a new image nor a changed launch template replaces the controller
+            # on a redeploy (a changed instance type stops and starts it). Ansible changes it later.
+            resources["ControllerInstance"] = {"Type": "AWS::EC2::Instance", "Properties": {
+                "ImageId": Ref(group.image_parameter), "InstanceType": group.instance.name,
+                "LaunchTemplate": {"LaunchTemplateId": Ref("ControllerLaunchTemplate"), "Version": "1"}}}
+        else:
+            resources[group.group_logical_id] = _auto_scaling_group(tenant, group, role_tags(group), signals)
+
+    outputs: dict[str, Any] = {
+        "NodeRoleArn": output("IAM role of the login and compute nodes.", GetAtt("NodeRole", "Arn")),
+        "NodeInstanceProfileArn": output("Instance profile of the login and compute nodes.",
+                                         GetAtt("NodeInstanceProfile", "Arn")),
+        "ControllerRoleArn": output("IAM role of the Slurm controller.", GetAtt("ControllerRole", "Arn")),
+        "ControllerInstanceId": output("The Slurm controller instance.", Ref("ControllerInstance")),
+        "ControllerPrivateIp": output("Private address of the Slurm controller (SlurmctldHost).",
+                                      GetAtt("ControllerInstance", "PrivateIp")),
+    }
+    for kind in image_kinds(tenant):
+        name = AMI_PARAMETERS[kind][0]
+        outputs[name] = output(f"The pinned AMI of the {'CPU' if kind == 'none' else kind} nodes.", Ref(name))
+    for group in groups:
+        what = "the controller" if group.role == "controller" else (
+            "the login nodes" if group.role == "login" else f"queue {group.queue.name if group.queue else ''}")
+        outputs[f"{group.logical}LaunchTemplateId"] = output(f"Launch template of {what}",
+                                                             Ref(f"{group.logical}LaunchTemplate"))
+        if group.role != "controller":
+            outputs[f"{group.logical}AutoScalingGroupName"] = output(f"Auto scaling group of {what}",
+                                                                     Ref(group.group_logical_id))
+    template: dict[str, Any] = {
+        "AWSTemplateFormatVersion": TEMPLATE_VERSION,
+        "Description": description(
+            f"fmcluster {tenant.org} cluster ({summary}): node roles and instance profiles, launch "
+            f"templates for the controller, login and {len(tenant.queues)} queue(s), the controller instance and one "
+            f"auto scaling group per login group and queue. Generated by fmcluster from {spec_file(tenant)}."),
+        "Metadata": metadata(),
+        "Parameters": parameters,
+    }
+    if placement:
+        template["Conditions"] = {"HasPlacementGroup": Fn("Not", [Fn("Equals", [Ref("PlacementGroupName"), ""])])}
+    template["Resources"] = resources
+    template["Outputs"] = outputs
+    return template

@@ -1,0 +1,369 @@
+"""The whole flow for real, on one local cluster: `invoke deploy` as an AWS tenant gets it, on the local substrate.
+
+One tenant (org `e2e`, VPC 10.83.0.0/16) is deployed once for the module and then grown, shrunk, broken and
+mended, in order:
+- the cold deploy builds the cluster with no Ansible run from this machine: every node converges itself from
+  its user data and reports; the summary shows each node's report; secrets never reach the repository, the
+  generated inventory or a log;
+- a second deploy changes nothing; a node's own re-converge changes nothing; --check shows nothing to do;
+- Slurm runs jobs across the nodes; a compute node added (3 → 4) joins without the other compute nodes
+  converging again, and one removed (4 → 3) leaves Slurm and Prometheus;
+- a node killed in the middle of its converge comes back with `invoke nodes-up`; a node that cannot read the
+  manifest reports what it could not reach, and the deploy lists it at once instead of waiting;
+- a throttled node fails the acceptance gate, which bisects and drains it;
+- `invoke destroy --yes` leaves no namespace, mount, process or substrate directory behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import ROOT, venv_tool
+
+pytestmark = pytest.mark.e2e
+ORG = "e2e"
+VPC = "10.91.0.0/16"
+SPEC = ROOT / "inventories" / ORG / "group_vars" / "all" / "tenant.yml"
+
+
+def invoke(*args: str, env: dict[str, str] | None = None, timeout: float = 1200) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([venv_tool("invoke"), *args, f"--org={ORG}"], cwd=ROOT, capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, timeout=timeout, env={**os.environ, **(env or {})})
+
+
+def set_compute_count(count: int) -> None:
+    SPEC.write_text(re.sub(r"(\n    - name: cpu\n      instance_type: c5\.2xlarge\n      count: )\d+",
+                           rf"\g<1>{count}", SPEC.read_text()))
+
+
+def descends_from(pid: int, ancestor: int) -> bool:
+    while pid > 1:
+        if pid == ancestor:
+            return True
+        try:
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            return False
+    return False
+
+
+class AnsibleWatch:
+    """Samples the process table while a deploy runs: any ansible-playbook or ansible-pull started by the deploy
+    in this machine's own mount namespace would be the deploy machine pushing configuration (the hosts' run in
+    their own). Processes of anything else on the machine are not the deploy's and are ignored."""
+
+    def __init__(self, deploy_pid: int) -> None:
+        self.deploy_pid = deploy_pid
+        self.own_ns = os.readlink("/proc/self/ns/mnt")
+        self.here: set[str] = set()
+        self.in_hosts = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for proc in Path("/proc").iterdir():
+                if not proc.name.isdigit():
+                    continue
+                try:
+                    cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                    if not re.search(r"ansible-(playbook|pull)\b", cmdline):
+                        continue
+                    ns = os.readlink(proc / "ns" / "mnt")
+                except OSError:
+                    continue
+                if ns == self.own_ns and descends_from(int(proc.name), self.deploy_pid):
+                    self.here.add(cmdline[:200])
+                else:
+                    self.in_hosts += 1
+            time.sleep(0.2)
+
+    def __enter__(self) -> AnsibleWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+@dataclass
+class Cluster:
+    first: subprocess.CompletedProcess[str]
+    ansible_here: set[str]
+    ansible_in_hosts: int
+    notes: list[str] = field(default_factory=list)
+
+
+def leftovers() -> list[str]:
+    found = [ns for ns in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
+             if ns.startswith(f"fmc-{ORG}-")]
+    mounts = Path("/proc/self/mountinfo").read_text()
+    found += [line.split()[4] for line in mounts.splitlines() if f"fmcluster-substrate/{ORG}" in line]
+    if Path(f"/var/lib/fmcluster-substrate/{ORG}").exists():
+        found.append(f"/var/lib/fmcluster-substrate/{ORG}")
+    if subprocess.run(["ip", "link", "show", f"fmcbr-{ORG}"], capture_output=True).returncode == 0:
+        found.append(f"bridge fmcbr-{ORG}")
+    return found
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    if os.geteuid() != 0:
+        pytest.skip("local hosts need root (namespaces, mounts)")
+    SPEC.parent.mkdir(parents=True, exist_ok=True)
+    demo = (ROOT / "inventories" / "demo" / "group_vars" / "all" / "tenant.yml").read_text()
+    spec = demo.replace("org: demo", f"org: {ORG}").replace("10.77.0.0/16", VPC)
+    SPEC.write_text(spec.replace("    grafana: true\n", "    grafana: true\n    alert_receivers:\n      - name: e2e-oncall\n"
+                                 "        type: email\n        target: oncall@example.org\n"))
+    try:
+        deploy = subprocess.Popen([venv_tool("invoke"), "deploy", f"--org={ORG}"], cwd=ROOT, text=True,
+                                  stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        with AnsibleWatch(deploy.pid) as watch:
+            stdout, stderr = deploy.communicate(timeout=1200)
+        first = subprocess.CompletedProcess(deploy.args, deploy.returncode, stdout, stderr)
+        yield Cluster(first, watch.here, watch.in_hosts)
+    finally:
+        invoke("destroy", "--yes")
+        shutil.rmtree(ROOT / "inventories" / ORG, ignore_errors=True)
+
+
+def nodes_of(output: str) -> dict[str, str]:
+    """name → role from the summary's converge lines (`ip-… (compute, cpu, 10.83.128.6): converged …`)."""
+    return dict(re.findall(r"(ip-[\d-]+) \((controller|login|compute)", output))
+
+
+def reports(*_: object) -> dict[str, dict[str, object]]:
+    """Each node's last report, as the bucket holds them (read through the emulator like `invoke status`)."""
+    from fmcluster.inventory import read_nodes
+    from fmcluster.model import load_tenant
+    from fmcluster.providers import provider_for
+    from fmcluster.reports import read_report
+    from fmcluster.stacks import aws
+    from fmcluster.stacks.outputs import read_stack_outputs
+
+    tenant = load_tenant(ORG)
+    endpoint = provider_for(tenant).endpoint(False, print)
+    s3 = aws.client("s3", tenant.region, endpoint)
+    bucket = read_stack_outputs(ORG)["DataBucketName"]
+    return {n.name: read_report(s3, bucket, n.address) or {} for n in read_nodes(ORG)}
+
+
+def slurm(cmd: str) -> subprocess.CompletedProcess[str]:
+    return invoke("slurm", f"--cmd={cmd}", timeout=300)
+
+
+def on_node(name: str, command: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    return invoke("slurm", f"--cmd={command}", f"--node={name}", timeout=timeout)
+
+
+def test_the_first_deploy_builds_the_cluster_with_every_node_converging_itself(cluster: Cluster) -> None:
+    out = cluster.first.stdout
+    assert cluster.first.returncode == 0, out[-8000:] + cluster.first.stderr[-3000:]
+    assert "=== deploy summary: e2e (local, slurm-ec2) ===" in out
+    assert cluster.ansible_here == set(), f"the deploy machine ran Ansible itself: {cluster.ansible_here}"
+    assert cluster.ansible_in_hosts > 0, "no node ran ansible-pull while the deploy waited"
+    roles = nodes_of(out)
+    assert sorted(roles.values()) == ["compute", "compute", "compute", "controller", "login"]
+    assert re.search(r"5/5 nodes converged themselves, 5 during this run", out)
+    assert len(re.findall(r"\): converged [0-9a-f]{12} in [\d.]+s, changed=\d+", out)) == 5
+    assert "Prometheus scrapes exactly the 5 current nodes" in out
+    assert "acceptance passed" in out
+    assert "not created by the AWS emulator" in out and "bound at /fsx on every host" in out
+    assert "2 secret(s) created" in out and "published commit" in out
+
+
+def test_secrets_reach_neither_the_repository_nor_the_inventory_nor_any_log(cluster: Cluster) -> None:
+    from fmcluster.model import load_tenant
+    from fmcluster.providers import provider_for
+    from fmcluster.stacks import aws
+
+    tenant = load_tenant(ORG)
+    endpoint = provider_for(tenant).endpoint(False, print)
+    sm = aws.client("secretsmanager", tenant.region, endpoint)
+    munge = sm.get_secret_value(SecretId=f"fmcluster/{ORG}/munge-key")["SecretString"]
+    assert len(munge) >= 32
+    places = [ROOT / "inventories" / ORG, Path(f"/var/lib/fmcluster-substrate/{ORG}/layers")]
+    hits = subprocess.run(["grep", "-rlF", munge[:48], *map(str, places), "--exclude=munge-key", "--exclude=munge.key"],
+                          capture_output=True, text=True).stdout.split()
+    assert hits == [], f"the munge key appears in {hits}"
+    tracked = subprocess.run(["git", "grep", "-lF", munge[:48]], cwd=ROOT, capture_output=True, text=True).stdout
+    assert tracked == ""
+    assert munge[:48] not in cluster.first.stdout + cluster.first.stderr
+    for report in reports().values():
+        assert munge[:48] not in json.dumps(report)
+
+
+def test_a_second_deploy_changes_nothing(cluster: Cluster) -> None:
+    started = time.monotonic()
+    again = invoke("deploy")
+    seconds = time.monotonic() - started
+    assert again.returncode == 0, again.stdout[-6000:]
+    assert "0 step(s) changed something" in again.stdout, again.stdout[-4000:]
+    assert "0 during this run" in again.stdout and "not re-run: the cluster is unchanged" in again.stdout
+    print(f"warm no-op deploy: {seconds:.1f}s")
+
+
+def controller_api(path: str, data: Any = None, port: int = 9090) -> Any:
+    """Prometheus/Alertmanager HTTP API on the controller, asked from the controller itself (over ssh)."""
+    import base64
+
+    name = next(n for n, r in reports().items() if r.get("role") == "controller")
+    body = "None" if data is None else repr(json.dumps(data).encode())
+    code = (f"import urllib.request,sys\nr = urllib.request.Request('http://127.0.0.1:{port}{path}', data={body}, "
+            "headers={'Content-Type': 'application/json'})\nsys.stdout.write(urllib.request.urlopen(r, timeout=10).read().decode())\n")
+    done = on_node(name, f"echo {base64.b64encode(code.encode()).decode()} | base64 -d | python3", timeout=60)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout) if done.stdout.strip() else None
+
+
+def test_alert_rules_are_loaded_silent_and_alerts_are_routed_to_the_tenant_s_receiver(cluster: Cluster) -> None:
+    groups = controller_api("/api/v1/rules")["data"]["groups"]
+    assert {g["name"] for g in groups} >= {"fmcluster-gpu"}
+    firing = [a["labels"]["alertname"] for a in controller_api("/api/v1/alerts")["data"]["alerts"]
+              if a["state"] == "firing"]
+    assert firing == [], f"alerts firing on a healthy cluster: {firing}"
+    managers = controller_api("/api/v1/alertmanagers")["data"]["activeAlertmanagers"]
+    assert [m["url"] for m in managers] == ["http://127.0.0.1:9093/api/v2/alerts"]
+    controller_api("/api/v2/alerts", [{"labels": {"alertname": "FmcE2eProbe", "severity": "info"},
+                                       "annotations": {"summary": "end-to-end probe"}}], port=9093)
+    routed = [a for a in controller_api("/api/v2/alerts", port=9093) if a["labels"]["alertname"] == "FmcE2eProbe"]
+    assert [r["name"] for r in routed[0]["receivers"]] == ["e2e-oncall"]
+
+
+def test_a_node_s_own_converge_changes_nothing_and_check_mode_finds_nothing_to_do(cluster: Cluster) -> None:
+    name = next(n for n, role in nodes_of(cluster.first.stdout).items() if role == "compute")
+    again = on_node(name, "set -a; . /etc/fmcluster/node.env; PYTHONPATH=/var/lib/fmcluster/agent/src "
+                          "/opt/fmcluster/venv/bin/python -m fmcluster.node converge --trigger idempotence-check")
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    report = reports()[name]
+    assert report["trigger"] == "idempotence-check" and report["ok"] is True and report["changed"] == 0, report
+    check = on_node(name, "cd /var/lib/fmcluster/pull && ANSIBLE_INVENTORY=/var/lib/fmcluster/inventory/hosts.yml "
+                          f"/opt/fmcluster/venv/bin/ansible-playbook -c local -l {name} --check --diff "
+                          "-e ansible_python_interpreter=/opt/fmcluster/venv/bin/python playbooks/site.yml")
+    assert check.returncode == 0, check.stdout[-4000:]
+    assert re.search(rf"{name}\s+: ok=\d+\s+changed=0\s+unreachable=0\s+failed=0", check.stdout), check.stdout[-2000:]
+
+
+def test_jobs_run_across_every_compute_node(cluster: Cluster) -> None:
+    done = slurm("srun -N3 hostname")
+    assert done.returncode == 0, done.stderr
+    compute = sorted(n for n, role in nodes_of(cluster.first.stdout).items() if role == "compute")
+    assert sorted(done.stdout.split()) == compute
+
+
+def test_a_compute_node_added_joins_without_the_others_converging_again(cluster: Cluster) -> None:
+    before = reports()
+    set_compute_count(4)
+    grown = invoke("deploy")
+    assert grown.returncode == 0, grown.stdout[-6000:]
+    assert re.search(r"6 instance\(s\); 1 booted, 0 removed, 5 already running", grown.stdout)
+    after = reports()
+    new = sorted(set(after) - set(before))
+    assert len(new) == 1 and after[new[0]]["trigger"] == "first-boot"
+    for name, report in before.items():
+        if report["role"] == "compute":  # configless slurmd: nothing on the other compute nodes changes
+            assert after[name]["finished"] == report["finished"], name
+    assert "Prometheus scrapes exactly the 6 current nodes" in grown.stdout
+    done = slurm("srun -N4 hostname")
+    assert done.returncode == 0 and new[0] in done.stdout.split(), done.stdout + done.stderr
+
+
+def test_a_compute_node_removed_leaves_slurm_and_prometheus(cluster: Cluster) -> None:
+    set_compute_count(3)
+    shrunk = invoke("deploy")
+    assert shrunk.returncode == 0, shrunk.stdout[-6000:]
+    assert re.search(r"5 instance\(s\); 0 booted, 1 removed", shrunk.stdout)
+    assert "Prometheus scrapes exactly the 5 current nodes" in shrunk.stdout
+    listed = slurm("sinfo -h -N -o %N").stdout.split()
+    assert len(listed) == 3 and set(listed) <= set(reports())
+
+
+def test_a_node_killed_while_converging_comes_back_with_nodes_up(cluster: Cluster) -> None:
+    name = sorted(n for n, r in reports().items() if r.get("role") == "compute")[0]
+    before = {n: r["finished"] for n, r in reports().items() if n != name}
+    on_node(name, "set -a; . /etc/fmcluster/node.env; PYTHONPATH=/var/lib/fmcluster/agent/src nohup "
+                  "/opt/fmcluster/venv/bin/python -m fmcluster.node converge --trigger killed >/dev/null 2>&1 &")
+    time.sleep(3)
+    assert invoke("halt", f"--node={name}").returncode == 0
+    up = invoke("nodes-up")
+    assert up.returncode == 0 and f"host {name} " in up.stdout, up.stdout
+    again = invoke("deploy")
+    assert again.returncode == 0, again.stdout[-6000:]
+    after = reports()
+    assert after[name]["trigger"] == "first-boot" and after[name]["ok"] is True
+    assert {n: r["finished"] for n, r in after.items() if n != name and r.get("role") == "compute"} == \
+        {n: f for n, f in before.items() if after.get(n, {}).get("role") == "compute"}
+
+
+def test_a_node_that_cannot_read_the_manifest_reports_what_it_could_not_reach(cluster: Cluster) -> None:
+    from fmcluster.model import load_tenant
+    from fmcluster.providers import provider_for
+    from fmcluster.stacks import aws
+    from fmcluster.stacks.outputs import read_stack_outputs
+
+    tenant = load_tenant(ORG)
+    s3 = aws.client("s3", tenant.region, provider_for(tenant).endpoint(False, print))
+    bucket = read_stack_outputs(ORG)["DataBucketName"]
+    name = sorted(n for n, r in reports().items() if r.get("role") == "compute")[-1]
+    manifest = s3.get_object(Bucket=bucket, Key="fmcluster/manifest/cluster.json")["Body"].read()
+    s3.delete_object(Bucket=bucket, Key="fmcluster/manifest/cluster.json")
+    since = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    try:
+        assert invoke("halt", f"--node={name}").returncode == 0
+        assert invoke("nodes-up", env={"FMCLUSTER_FETCH_TRIES": "2"}).returncode == 0
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and str(reports()[name].get("started", "")) < since:
+            time.sleep(2)
+        report = reports()[name]
+        assert report["ok"] is False and report["stage"] == "manifest", report
+        assert "fmcluster/manifest/cluster.json" in str(report["error"]) and "after 2 tries" in str(report["error"])
+        status = invoke("status")
+        assert f"{name} (compute" in status.stdout and "FAILED at manifest" in status.stdout, status.stdout
+    finally:
+        s3.put_object(Bucket=bucket, Key="fmcluster/manifest/cluster.json", Body=manifest)
+    started = time.monotonic()
+    listed = invoke("deploy")
+    assert listed.returncode != 0 and "FAILED at manifest" in listed.stdout
+    assert time.monotonic() - started < 120, "the deploy waited for a node that had already failed"
+    assert invoke("halt", f"--node={name}").returncode == 0 and invoke("nodes-up").returncode == 0
+    mended = invoke("deploy")
+    assert mended.returncode == 0, mended.stdout[-6000:]
+
+
+def test_a_throttled_node_fails_the_gate_and_is_bisected_and_drained(cluster: Cluster) -> None:
+    from fmcluster.providers.local.hosts import load_hosts
+
+    name = sorted(n for n, r in reports().items() if r.get("role") == "compute")[1]
+    host = next(h for h in load_hosts(ORG) if h.hostname == name)
+    subprocess.run(["ip", "netns", "exec", host.netns, "tc", "qdisc", "add", "dev", "eth0", "root", "tbf",
+                    "rate", "300mbit", "burst", "32kbit", "latency", "400ms"], check=True)
+    try:
+        gate = invoke("acceptance")
+        assert gate.returncode == 1, gate.stdout[-6000:]
+        assert f"drained {name}" in gate.stdout, gate.stdout[-6000:]
+        state = slurm(f"scontrol -o show node {name}").stdout
+        assert "DRAIN" in state and "fmcluster acceptance" in state
+    finally:
+        subprocess.run(["ip", "netns", "exec", host.netns, "tc", "qdisc", "del", "dev", "eth0", "root"], check=False)
+        slurm(f"scontrol update nodename={name} state=resume")
+
+
+def test_destroy_leaves_nothing_behind(cluster: Cluster) -> None:
+    gone = invoke("destroy", "--yes")
+    assert gone.returncode == 0, gone.stdout[-3000:] + gone.stderr[-2000:]
+    assert leftovers() == []
+    assert sorted(p.name for p in (ROOT / "inventories" / ORG / "generated").iterdir()) == ["acceptance"]

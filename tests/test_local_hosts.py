@@ -1,0 +1,216 @@
+"""Local hosts (fmcluster.providers.local.hosts): the machines of a provider-local tenant, made of namespaces.
+
+A host stands in for one EC2 instance: its own address on the tenant's bridge, its own hostname, its own
+filesystem (an overlay of this machine's root). These tests create real namespaces, veth pairs, a bridge and
+mounts (root only), under a temporary substrate directory, and check that nothing is left afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from fmcluster.providers.local import harness
+from fmcluster.providers.local.hosts import (
+    IFNAMSIZ, Bind, Host, HostSpec, SubstrateError, _veth_names, bridge_name, ensure_network, host_run,
+    load_hosts, reconcile_hosts, remove_all, router_address, substrate_root,
+)
+
+ORG = "t-hosts"
+VPC = "10.93.30.0/24"
+PRIVATE = "10.93.30.128/25"
+root_only = pytest.mark.skipif(os.geteuid() != 0, reason="namespaces, veth and mounts need root")
+
+
+# --- names and addresses (nothing is created) ----------------------------------------------------------------
+
+def test_interface_names_fit_the_kernel_limit_for_the_longest_org() -> None:
+    org = "a-very-long-org-name-x24"
+    names = [bridge_name(org), *_veth_names(org, "10.255.255.254", "10.0.0.0/8")]
+    assert all(len(name) <= IFNAMSIZ for name in names), names
+
+
+def test_orgs_sharing_a_prefix_get_different_interface_names() -> None:
+    assert bridge_name("research-a") != bridge_name("research-b")
+    assert bridge_name("demo") == "fmcbr-demo"
+
+
+def test_the_subnet_s_router_is_its_first_address() -> None:
+    assert router_address(PRIVATE) == "10.93.30.129/25"
+
+
+def test_harness_hosts_take_the_private_subnet_s_addresses_after_the_four_aws_reserves() -> None:
+    assert harness.addresses(VPC, 3) == (["10.93.30.132", "10.93.30.133", "10.93.30.134"], 25)
+    with pytest.raises(SubstrateError, match="do not fit the private subnet 10.93.30.128/25"):
+        harness.addresses(VPC, 124)
+    spec = harness.host_specs(ORG, VPC, 1)[0]
+    assert (spec.key, spec.hostname, spec.address) == ("ip-10-93-30-132", "ip-10-93-30-132", "10.93.30.132")
+
+
+# --- real hosts --------------------------------------------------------------------------------------------
+
+def leftovers(hosts: list[Host], root: Path) -> list[str]:
+    """Every trace the tenant's hosts could leave on this machine."""
+    found = []
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
+    found += [f"netns {h.netns}" for h in hosts if h.netns in netns]
+    links = [line.split()[0].split("@")[0] for line in
+             subprocess.run(["ip", "-br", "link"], capture_output=True, text=True).stdout.splitlines()]
+    found += [f"link {name}" for name in [bridge_name(ORG), *(h.host_veth for h in hosts)] if name in links]
+    found += [f"mount {line.split()[1]}" for line in Path("/proc/mounts").read_text().splitlines()
+              if line.split()[1].startswith(str(root))]
+    if (root / ORG).exists():
+        found.append(f"directory {root / ORG}")
+    return found
+
+
+@pytest.fixture(scope="module")
+def substrate(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    if os.geteuid() != 0:
+        pytest.skip("namespaces, veth and mounts need root")
+    root = tmp_path_factory.mktemp("substrate")
+    previous = os.environ.get("FMCLUSTER_SUBSTRATE_ROOT")
+    os.environ["FMCLUSTER_SUBSTRATE_ROOT"] = str(root)
+    try:
+        yield root
+    finally:
+        remove_all(ORG)
+        if previous is None:
+            del os.environ["FMCLUSTER_SUBSTRATE_ROOT"]
+        else:
+            os.environ["FMCLUSTER_SUBSTRATE_ROOT"] = previous
+
+
+@pytest.fixture(scope="module")
+def dirs(substrate: Path) -> dict[str, Path]:
+    made = {name: substrate / f"machine-{name}" for name in ("shared", "image", "checkout")}
+    for path in made.values():
+        path.mkdir()
+    made["shared"].chmod(0o1777)
+    (made["image"] / "tool").write_text("the image's toolchain\n")
+    (made["checkout"] / "secret-work-tree-file").write_text("not for instances\n")
+    return made
+
+
+@pytest.fixture(scope="module")
+def specs(dirs: dict[str, Path]) -> list[HostSpec]:
+    binds = (Bind(str(dirs["shared"]), "/shared"), Bind(str(dirs["image"]), "/opt/image", read_only=True))
+    return [HostSpec(f"i-{n}", f"ip-10-93-30-{n}", f"10.93.30.{n}", 25, VPC, binds, (str(dirs["checkout"]),))
+            for n in (132, 133)]
+
+
+@pytest.fixture(scope="module")
+def hosts(substrate: Path, specs: list[HostSpec]) -> list[Host]:
+    ensure_network(ORG, VPC, [router_address(PRIVATE)])
+    made, created, removed = reconcile_hosts(ORG, specs, bridge_name(ORG))
+    assert (made, removed) == (created, [])
+    return made
+
+
+def sh(host: Host, script: str) -> subprocess.CompletedProcess[str]:
+    return host_run(host, ["sh", "-c", script], timeout=30)
+
+
+@root_only
+def test_each_host_has_its_own_address_and_hostname(hosts: list[Host]) -> None:
+    for host in hosts:
+        assert sh(host, "hostname").stdout.strip() == host.hostname
+        assert f"{host.address}/25" in sh(host, "ip -4 -br addr show dev eth0").stdout
+    assert sh(hosts[0], "ip -4 -br addr show").stdout.count("10.93.30.") == 1
+
+
+@root_only
+def test_hosts_reach_each_other_and_the_vpc_router_on_the_bridge(hosts: list[Host]) -> None:
+    for target in (hosts[1].address, "10.93.30.129"):
+        ping = sh(hosts[0], f"ping -c1 -W2 {target}")
+        assert ping.returncode == 0, ping.stdout + ping.stderr
+
+
+@root_only
+def test_a_file_written_in_one_host_is_seen_by_no_other_host_nor_this_machine(hosts: list[Host]) -> None:
+    probe = f"/etc/fmcluster-probe-{uuid.uuid4().hex}"
+    assert sh(hosts[0], f"echo mine > {probe} && cat {probe}").stdout == "mine\n"
+    assert sh(hosts[1], f"test -e {probe}").returncode == 1
+    assert not Path(probe).exists()
+    assert sh(hosts[0], "cat /etc/hostname; ls /tmp /run | wc -l").returncode == 0  # /tmp and /run are its own
+
+
+@root_only
+def test_bound_directories_are_shared_read_only_where_asked_and_the_checkout_is_hidden(
+        hosts: list[Host], dirs: dict[str, Path]) -> None:
+    name = uuid.uuid4().hex
+    assert sh(hosts[0], f"echo from-a > /shared/{name}").returncode == 0
+    assert sh(hosts[1], f"cat /shared/{name}").stdout == "from-a\n"
+    assert (dirs["shared"] / name).read_text() == "from-a\n"
+    assert sh(hosts[1], "cat /opt/image/tool").stdout == "the image's toolchain\n"
+    assert sh(hosts[1], "touch /opt/image/x").returncode != 0, "read-only bind"
+    assert sh(hosts[0], f"ls -A {dirs['checkout']}").stdout == "", "the work tree is not on an instance"
+
+
+@root_only
+def test_a_second_reconcile_creates_and_removes_nothing_and_keeps_each_host_s_files(
+        hosts: list[Host], specs: list[HostSpec]) -> None:
+    assert sh(hosts[0], "echo kept > /root/kept").returncode == 0
+    again, created, removed = reconcile_hosts(ORG, specs, bridge_name(ORG))
+    assert (again, created, removed) == (hosts, [], [])
+    assert sh(hosts[0], "cat /root/kept").stdout == "kept\n"
+    assert load_hosts(ORG) == hosts
+
+
+@root_only
+def test_a_vpc_range_overlapping_another_tenant_s_is_refused(hosts: list[Host]) -> None:
+    with pytest.raises(SubstrateError, match="overlaps 10.93.30.129/25 on fmcbr-t-hosts"):
+        ensure_network("t-hosts2", "10.93.30.128/26", ["10.93.30.129/26"])
+
+
+@root_only
+def test_the_harness_makes_hosts_root_reaches_over_ssh_and_changes_nothing_the_second_time(
+        substrate: Path, tmp_path: Path) -> None:
+    org, vpc = "t-harness", "10.93.31.0/24"
+    inventory = tmp_path / "hosts.yml"
+    try:
+        first = harness.up(org, vpc, 1, inventory, ["/shared"])
+        assert (first.created, first.sshd_started, first.inventory_written) == (["ip-10-93-31-132"],) * 2 + (True,)
+        key = harness.ssh_key(org)
+        ssh = subprocess.run(["ssh", "-i", str(key), "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no",
+                              "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", "root@10.93.31.132",
+                              "hostname; test -d /shared && test -x /opt/fmcluster/venv/bin/python && echo ok"],
+                             capture_output=True, text=True, timeout=30)
+        assert ssh.stdout.split() == ["ip-10-93-31-132", "ok"], ssh.stderr
+        assert not harness.up(org, vpc, 1, inventory, ["/shared"]).changed
+        said: list[str] = []
+        assert harness.main(["up", "--org", org, "--vpc", vpc, "--hosts", "1", "--inventory", str(inventory),
+                             "--shared", "/shared"], said.append) == 0
+        assert said[-1] == f"the 1 hosts of {org} are up; nothing changed"
+    finally:
+        remove_all(org)
+    assert not (substrate / org).exists()
+
+
+@root_only
+def test_reconciling_to_fewer_hosts_removes_the_extra_one_entirely(
+        hosts: list[Host], specs: list[HostSpec], substrate: Path) -> None:
+    kept, created, removed = reconcile_hosts(ORG, specs[:1], bridge_name(ORG))
+    assert (kept, created, removed) == (hosts[:1], [], hosts[1:])
+    gone = hosts[1]
+    traces = leftovers([gone], substrate)
+    assert not [t for t in traces if gone.key in t or gone.netns in t or gone.host_veth in t], traces
+    assert not (substrate_root(ORG) / "layers" / gone.key).exists()
+    assert sh(hosts[0], f"ping -c1 -W1 {hosts[1].address}").returncode != 0
+
+
+@root_only
+def test_remove_all_leaves_no_namespace_veth_mount_bridge_process_or_directory(
+        hosts: list[Host], substrate: Path) -> None:
+    sleeper = subprocess.Popen([*hosts[0].nsenter(), "sleep", "300"])
+    assert leftovers(hosts, substrate), "the check sees the hosts while they exist"
+    gone = remove_all(ORG)
+    assert gone[-1] == str(substrate / ORG)
+    assert leftovers(hosts, substrate) == []
+    assert sleeper.wait(timeout=15) != 0, "processes in a host end with it"
+    assert load_hosts(ORG) == []

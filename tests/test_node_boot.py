@@ -1,0 +1,342 @@
+"""The node boot contract: what every node runs at first boot, whatever made it, and what it reports.
+
+- The slurm-ec2 launch templates' UserData and HyperPod's lifecycle (on_create.sh, fmcluster-lifecycle.env) both
+  run scripts/node-user-data.sh with the same settings, which fetches and runs scripts/node-bootstrap.sh.
+- node-bootstrap.sh `--fetch` unpacks the pinned commit the deploy published and writes /etc/fmcluster/node.env.
+- The node agent (python -m fmcluster.node converge) reads the manifest and the secrets, finds itself among the
+  cluster's instances, converges with ansible-pull and files its report in the bucket; each way it can fail
+  names what it could not reach.
+
+The scripts hard-code the node's paths (/etc/fmcluster, /var/lib/fmcluster, /usr/local/sbin), so they run in
+a throw-away local host (fmcluster.providers.local.hosts: own address, hostname and filesystem) against a real
+AWS emulator (moto's server, fmcluster.stacks.emulator) listening on the host's VPC router address, with the
+real AWS CLI of the toolchain — as a node of provider local runs them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import ROOT
+from fmcluster.manifest import digest
+from fmcluster.model import Tenant, load_tenant
+from fmcluster.providers.local.hosts import (
+    Bind, Host, HostSpec, bridge_name, ensure_network, host_run, reconcile_hosts, remove_all, router_address,
+)
+from fmcluster.publish import bootstrap_files, ensure_secrets, pinned_commit, publish
+from fmcluster.schedulers.hyperpod import LIFECYCLE_ENV, HyperPod
+from fmcluster.stacks import aws
+from fmcluster.stacks.emulator import ensure_emulator, stop_emulator
+from fmcluster.stacks.render import USER_DATA_SCRIPT, load_cfn_yaml, render_stacks
+from localtenant import make_root, manifest_for
+
+ORG = "t-boot"
+VPC = "10.93.40.0/24"
+PRIVATE = "10.93.40.128/25"
+ADDRESS = "10.93.40.132"
+HOSTNAME = "ip-10-93-40-132"
+BUCKET = "fmc-t-boot-data"
+PLAYBOOK = "playbooks/node-convergence.yml"
+SETTINGS = ("FMCLUSTER_BUCKET", "FMCLUSTER_REGION", "FMCLUSTER_ORG")
+
+
+def required_settings() -> set[str]:
+    """What node-bootstrap.sh refuses to run without (`${VAR:?…}`)."""
+    return set(re.findall(r"\$\{(FMCLUSTER_[A-Z_]+):\?", (ROOT / "scripts" / "node-bootstrap.sh").read_text()))
+
+
+def launch_templates(tenant: Tenant) -> dict[str, Any]:
+    cluster = next(s for s in render_stacks(tenant) if s.key == "cluster")
+    template: dict[str, Any] = load_cfn_yaml(cluster.body)
+    return template
+
+
+def user_data_script(resource: dict[str, Any], refs: dict[str, str]) -> str:
+    """A launch template's UserData as EC2 hands it to the instance (Fn::Base64 of an Fn::Join, Refs resolved)."""
+    joined = resource["Properties"]["LaunchTemplateData"]["UserData"]["Fn::Base64"]["Fn::Join"]
+    assert joined[0] == "", "joined without a separator"
+    return "".join(part if isinstance(part, str) else refs[part["Ref"]] for part in joined[1])
+
+
+def assignments(script: str) -> dict[str, str]:
+    """The FMCLUSTER_* settings a script makes before its first command, as the shell reads them (unquoted)."""
+    head = script.split("set -euo pipefail", 1)[0]
+    return {name: "".join(shlex.split(value))
+            for name, value in re.findall(r"^(?:export )?(FMCLUSTER_[A-Z_]+)=(.*)$", head, re.MULTILINE)}
+
+
+# --- the rendered contract (no host needed) ------------------------------------------------------------------
+
+@pytest.mark.parametrize("org", ["demo", "stockmark"])
+def test_every_launch_template_runs_node_user_data_after_setting_the_bootstrap_s_settings(org: str) -> None:
+    tenant = load_tenant(org)
+    template = launch_templates(tenant)
+    resources = template["Resources"]
+    assert "DataBucketName" in template["Parameters"]
+    lts = {lid: r for lid, r in resources.items() if r["Type"] == "AWS::EC2::LaunchTemplate"}
+    assert len(lts) == 2 + len(tenant.queues)  # controller, login, one per queue
+    for lid, resource in lts.items():
+        script = user_data_script(resource, {"DataBucketName": "b", "AWS::Region": "r", "AWS::StackName": "s"})
+        assert script.startswith("#!/bin/bash\n") and script.endswith(USER_DATA_SCRIPT.read_text()), lid
+        settings = assignments(script)
+        assert settings["FMCLUSTER_BUCKET"] == "b" and settings["FMCLUSTER_REGION"] == "r", lid
+        assert settings["FMCLUSTER_ORG"] == org and settings["FMCLUSTER_STACK"] == "s", lid
+        assert required_settings() <= set(settings), lid
+        # CloudFormation waits for the node's signal on the group that made it; the controller instance is
+        # pinned and not waited on (it converges after the groups' nodes have started).
+        if not settings["FMCLUSTER_SIGNAL_RESOURCE"]:
+            (maker,) = [r for r in resources.values() if r["Type"] == "AWS::EC2::Instance"
+                        and r["Properties"]["LaunchTemplate"]["LaunchTemplateId"] == {"Ref": lid}]
+            assert "CreationPolicy" not in maker, lid
+            continue
+        signalled = resources[settings["FMCLUSTER_SIGNAL_RESOURCE"]]
+        assert signalled["Type"] == "AWS::AutoScaling::AutoScalingGroup" and "CreationPolicy" in signalled, lid
+        assert signalled["Properties"]["LaunchTemplate"]["LaunchTemplateId"] == {"Ref": lid}
+
+
+def test_the_hyperpod_lifecycle_runs_the_same_user_data_script_with_the_same_settings() -> None:
+    tenant = load_tenant("demo")
+    files = HyperPod(tenant).lifecycle_files("fmc-demo-data")
+    assert files["node-user-data.sh"] == USER_DATA_SCRIPT.read_bytes()
+    settings = assignments(files[LIFECYCLE_ENV].decode())
+    assert {k: settings[k] for k in ("FMCLUSTER_BUCKET", "FMCLUSTER_REGION", "FMCLUSTER_ORG")} == {
+        "FMCLUSTER_BUCKET": "fmc-demo-data", "FMCLUSTER_REGION": tenant.region, "FMCLUSTER_ORG": "demo"}
+    # A HyperPod node learns its group from HyperPod and is not waited on by CloudFormation.
+    assert settings["FMCLUSTER_ROLE"] == settings["FMCLUSTER_QUEUE"] == settings["FMCLUSTER_SIGNAL_RESOURCE"] == ""
+    assert required_settings() == set(SETTINGS) <= set(settings)
+    on_create = files["on_create.sh"].decode()
+    assert on_create == (ROOT / "cfn" / "hyperpod-lifecycle" / "on_create.sh").read_text()
+    assert f'set -a\n# shellcheck source=/dev/null\n. "$here/{LIFECYCLE_ENV}"\nset +a\n' in on_create
+    assert on_create.rstrip().endswith('exec bash "$here/node-user-data.sh"')
+
+
+# --- a node on the local substrate -----------------------------------------------------------------------------
+
+@dataclass
+class Node:
+    """The throw-away host, the emulator it reaches, and the tenant and commit it boots."""
+
+    host: Host
+    endpoint: str
+    tenant: Tenant
+    ref: str
+    manifest: dict[str, Any]
+
+    def client(self, service: str) -> Any:
+        return aws.client(service, self.tenant.region, self.endpoint)
+
+    def env(self, **extra: str) -> dict[str, str]:
+        """What the substrate hands an instance's user data: its AWS endpoint and credentials, the toolchain."""
+        return {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/opt/fmcluster/venv/bin",
+                "AWS_ENDPOINT_URL": self.endpoint, "AWS_ACCESS_KEY_ID": "emulator",
+                "AWS_SECRET_ACCESS_KEY": "emulator", **extra}
+
+    def run(self, script: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        return host_run(self.host, ["bash", "-c", script], env=self.env(**(env or {})), timeout=timeout)
+
+    def put(self, path: str, content: str, mode: str = "0644") -> None:
+        done = host_run(self.host, ["sh", "-c", f"install -d {os.path.dirname(path)} && cat > {path} && chmod {mode} {path}"],
+                        input_text=content)
+        assert done.returncode == 0, done.stderr
+
+    def read(self, path: str) -> str:
+        done = host_run(self.host, ["cat", path])
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    def report(self, bucket: str = BUCKET) -> dict[str, Any]:
+        body = self.client("s3").get_object(Bucket=bucket, Key=f"fmcluster/report/{ADDRESS}.json")["Body"].read()
+        loaded: dict[str, Any] = json.loads(body)
+        return loaded
+
+    def agent(self, **extra: str) -> subprocess.CompletedProcess[str]:
+        """The node agent as node-bootstrap.sh starts it, from this work tree's code (bound into the host)."""
+        settings = dict(line.split("=", 1) for line in self.read("/etc/fmcluster/node.env").splitlines()
+                        if not line.startswith("#"))
+        env = {**settings, "PYTHONPATH": str(ROOT / "src"), "FMCLUSTER_FETCH_TRIES": "1", **extra}
+        return self.run("exec /opt/fmcluster/venv/bin/python -m fmcluster.node converge --trigger test", env, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
+    if os.geteuid() != 0:
+        pytest.skip("local hosts need root (namespaces, veth, mounts)")
+    tmp = tmp_path_factory.mktemp("node-boot")
+    root = make_root(tmp / "root", ORG, VPC, login=0, queues={"cpu": 1})
+    previous = os.environ.get("FMCLUSTER_SUBSTRATE_ROOT")
+    os.environ["FMCLUSTER_SUBSTRATE_ROOT"] = str(tmp / "substrate")
+    try:
+        router = router_address(PRIVATE)
+        ensure_network(ORG, VPC, [router])
+        endpoint = ensure_emulator(ORG, root, host=router.split("/")[0]).endpoint
+        venv = str(ROOT / ".venv")
+        spec = HostSpec("i-boot", HOSTNAME, ADDRESS, 25, VPC,
+                        (Bind(venv, venv, True), Bind(venv, "/opt/fmcluster/venv", True),
+                         Bind(str(ROOT / "src"), str(ROOT / "src"), True)), (str(ROOT),))
+        (host,), _, _ = reconcile_hosts(ORG, [spec], bridge_name(ORG))
+        tenant = load_tenant(ORG, root)
+        ref = pinned_commit()
+        manifest = manifest_for(tenant, {"DataBucketName": BUCKET})
+        manifest["ref"] = ref
+        s3 = aws.client("s3", tenant.region, endpoint)
+        for bucket in (BUCKET, f"{BUCKET}-empty", f"{BUCKET}-contract"):
+            s3.create_bucket(Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": tenant.region})
+        publish(s3, BUCKET, bootstrap_files(ref, PLAYBOOK), manifest, out=lambda _: None)
+        yield Node(host, endpoint, tenant, ref, manifest)
+    finally:
+        remove_all(ORG)
+        stop_emulator(ORG, root)
+        if previous is None:
+            os.environ.pop("FMCLUSTER_SUBSTRATE_ROOT", None)
+        else:
+            os.environ["FMCLUSTER_SUBSTRATE_ROOT"] = previous
+
+
+pytestmark = pytest.mark.slow
+
+
+def test_launch_template_user_data_and_the_hyperpod_lifecycle_hand_the_bootstrap_the_same_settings(node: Node) -> None:
+    """Both first-boot paths, run for real: each fetches the bootstrap from the bucket and runs it; the bootstrap
+    here is a stand-in that records the settings it was given."""
+    bucket = f"{BUCKET}-contract"
+    s3 = node.client("s3")
+    recorder = "#!/bin/sh\nenv | grep '^FMCLUSTER_' | sort > /tmp/bootstrap-settings\n"
+    s3.put_object(Bucket=bucket, Key="fmcluster/bootstrap/node-bootstrap.sh", Body=recorder.encode())
+
+    lt = launch_templates(node.tenant)["Resources"]["ControllerLaunchTemplate"]
+    node.put("/var/lib/cloud/instance/user-data.txt", user_data_script(
+        lt, {"DataBucketName": bucket, "AWS::Region": node.tenant.region, "AWS::StackName": "fmc-t-boot-cluster"}), "0700")
+    ran = node.run("bash /var/lib/cloud/instance/user-data.txt")
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    from_launch_template = dict(line.split("=", 1) for line in node.read("/tmp/bootstrap-settings").splitlines())
+
+    for name, body in HyperPod(node.tenant).lifecycle_files(bucket).items():
+        node.put(f"/tmp/lifecycle/{name}", body.decode(), "0755")
+    ran = node.run("rm /tmp/bootstrap-settings && bash /tmp/lifecycle/on_create.sh")
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    from_hyperpod = dict(line.split("=", 1) for line in node.read("/tmp/bootstrap-settings").splitlines())
+
+    assert {k: from_launch_template[k] for k in SETTINGS} == {k: from_hyperpod[k] for k in SETTINGS} == {
+        "FMCLUSTER_BUCKET": bucket, "FMCLUSTER_REGION": node.tenant.region, "FMCLUSTER_ORG": ORG}
+    assert (from_launch_template["FMCLUSTER_STACK"], from_launch_template["FMCLUSTER_SIGNAL_RESOURCE"]) == (
+        "fmc-t-boot-cluster", "")  # the controller is not waited on
+
+
+def test_first_boot_fetch_unpacks_the_pinned_commit_and_writes_the_node_s_settings(node: Node) -> None:
+    before = Path("/etc/fmcluster/node.env").read_bytes() if Path("/etc/fmcluster/node.env").exists() else None
+    fetched = node.run(f"aws s3 cp --only-show-errors s3://{BUCKET}/fmcluster/bootstrap/node-bootstrap.sh /tmp/nb && "
+                       "bash /tmp/nb --fetch", {k: v for k, v in zip(SETTINGS, (BUCKET, node.tenant.region, ORG))})
+    assert fetched.returncode == 0, fetched.stdout + fetched.stderr
+
+    settings = node.read("/etc/fmcluster/node.env")
+    assert settings.startswith("# written by fmcluster-bootstrap")
+    assert {line.split("=", 1)[0]: line.split("=", 1)[1] for line in settings.splitlines()[1:]} == {
+        "FMCLUSTER_BUCKET": BUCKET, "FMCLUSTER_REGION": node.tenant.region, "FMCLUSTER_ORG": ORG,
+        "AWS_ENDPOINT_URL": node.endpoint, "AWS_ACCESS_KEY_ID": "emulator", "AWS_SECRET_ACCESS_KEY": "emulator",
+        "FMCLUSTER_REF": node.ref, "FMCLUSTER_PLAYBOOK": PLAYBOOK}
+    assert node.run("stat -c %a /etc/fmcluster/node.env").stdout.strip() == "600"
+    assert node.run("git -C /var/lib/fmcluster/repo.git rev-parse refs/heads/fmcluster").stdout.strip() == node.ref
+    assert node.run("git -C /var/lib/fmcluster/agent rev-parse HEAD").stdout.strip() == node.ref
+    assert node.read("/usr/local/sbin/fmcluster-bootstrap") == (ROOT / "scripts" / "node-bootstrap.sh").read_text()
+    after = Path("/etc/fmcluster/node.env").read_bytes() if Path("/etc/fmcluster/node.env").exists() else None
+    assert after == before, "this machine's /etc is not the node's"
+
+
+def test_a_node_that_cannot_fetch_the_bundle_files_a_report_naming_what_it_could_not_reach(node: Node) -> None:
+    empty = f"{BUCKET}-empty"
+    failed = node.run("bash /tmp/nb", {"FMCLUSTER_BUCKET": empty, "FMCLUSTER_REGION": node.tenant.region,
+                                       "FMCLUSTER_ORG": ORG, "FMCLUSTER_FETCH_TRIES": "1"})
+    assert failed.returncode == 1
+    report = node.report(empty)
+    assert (report["address"], report["ok"], report["stage"]) == (ADDRESS, False, "bundle")
+    assert f"cannot fetch s3://{empty}/fmcluster/bootstrap/" in report["error"]
+
+
+def test_the_agent_waits_for_the_manifest_of_its_commit_then_fails_naming_its_s3_key(node: Node) -> None:
+    other = "f" * 40
+    failed = node.agent(FMCLUSTER_REF=other)
+    assert failed.returncode == 1
+    report = node.report()
+    assert (report["ok"], report["stage"], report["ref"]) == (False, "manifest", other)
+    assert f"cannot read s3://{BUCKET}/fmcluster/manifest/cluster.json for commit ffffffffffff after 1 tries" in report["error"]
+
+    # Published while the agent waits (its second try, 2 s later): it takes it and goes on.
+    s3 = node.client("s3")
+    newer = {**node.manifest, "ref": other}
+    later = threading.Timer(0.5, lambda: s3.put_object(Bucket=BUCKET, Key="fmcluster/manifest/cluster.json",
+                                                       Body=json.dumps(newer).encode()))
+    later.start()
+    try:
+        node.agent(FMCLUSTER_REF=other, FMCLUSTER_FETCH_TRIES="2")
+    finally:
+        later.join()
+        s3.put_object(Bucket=BUCKET, Key="fmcluster/manifest/cluster.json", Body=json.dumps(node.manifest).encode())
+    report = node.report()
+    assert report["stage"] != "manifest" and report["manifest_digest"] == digest(newer)
+
+
+def test_a_node_that_is_not_among_the_cluster_s_instances_fails_at_identity_naming_its_address(node: Node) -> None:
+    assert node.agent().returncode == 1
+    report = node.report()
+    assert (report["ok"], report["stage"], report["node"]) == (False, "identity", "")
+    assert f"find this node ({ADDRESS}) among the cluster's instances (tag fmcluster:org={ORG})" in report["error"]
+
+
+@pytest.fixture(scope="module")
+def instance(node: Node) -> str:
+    """The node's instance, as the cluster stack makes the controller: in the private subnet, tagged."""
+    ec2 = node.client("ec2")
+    vpc = ec2.create_vpc(CidrBlock=VPC)["Vpc"]["VpcId"]
+    subnet = ec2.create_subnet(VpcId=vpc, CidrBlock=PRIVATE)["Subnet"]["SubnetId"]
+    image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    tags = [{"Key": "fmcluster:org", "Value": ORG}, {"Key": "fmcluster:role", "Value": "controller"}]
+    made = ec2.run_instances(ImageId=image, MinCount=1, MaxCount=1, InstanceType="m5.xlarge", SubnetId=subnet,
+                             PrivateIpAddress=ADDRESS, TagSpecifications=[{"ResourceType": "instance", "Tags": tags}])
+    instance_id: str = made["Instances"][0]["InstanceId"]
+    return instance_id
+
+
+def test_a_secret_the_node_cannot_read_fails_the_converge_naming_the_secret(node: Node, instance: str) -> None:
+    assert node.agent().returncode == 1
+    report = node.report()
+    assert (report["ok"], report["stage"], report["node"], report["instance_id"]) == (False, "secrets", HOSTNAME, instance)
+    assert f"cannot read secret fmcluster/{ORG}/grafana-admin-password from Secrets Manager after 1 tries" in report["error"]
+
+
+def test_a_node_converges_itself_reports_to_the_bucket_and_never_shows_a_secret(node: Node, instance: str) -> None:
+    ensure_secrets(node.tenant, node.client("secretsmanager"), out=lambda _: None)
+    sm = node.client("secretsmanager")
+    values = [sm.get_secret_value(SecretId=f"fmcluster/{ORG}/{name}")["SecretString"]
+              for name in ("munge-key", "grafana-admin-password")]
+
+    converged = node.agent()
+    assert converged.returncode == 0, converged.stdout[-3000:] + converged.stderr[-3000:]
+    report = node.report()
+    assert (report["ok"], report["stage"], report["node"], report["role"]) == (True, "done", HOSTNAME, "controller")
+    assert (report["ref"], report["manifest_digest"]) == (node.ref, digest(node.manifest))
+    assert report["changed"] and report["changed"] > 0 and report["failed_tasks"] == []
+
+    for name, value in zip(("munge-key", "grafana-admin-password"), values):
+        assert node.read(f"/etc/fmcluster/secrets/{name}") == value
+        assert node.run(f"stat -c %a /etc/fmcluster/secrets/{name}").stdout.strip() == "600"
+    assert node.run("stat -c %a /etc/fmcluster/secrets").stdout.strip() == "700"
+    log = node.client("s3").get_object(Bucket=BUCKET, Key=f"fmcluster/report/{ADDRESS}.log")["Body"].read().decode()
+    inventory = node.read("/var/lib/fmcluster/inventory/hosts.yml")
+    for value in values:
+        for where, text in (("report", json.dumps(report)), ("log", log), ("inventory", inventory),
+                            ("agent output", converged.stdout + converged.stderr)):
+            assert value not in text, f"a secret value is in the {where}"
+    # The node agent it started keeps the node converged from now on.
+    pid = node.read("/var/lib/fmcluster/run/fmcluster-node-agent.pid").strip()
+    assert Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[1:4] == [b"-m", b"fmcluster.node", b"watch"]

@@ -1,0 +1,194 @@
+"""The nodes' reports as the deploy reads them (fmcluster.reports), and when the deploy may reuse an acceptance
+PASS (fmcluster.acceptance.gate.reusable_pass). Both gates fail closed: no evidence, old evidence or unreadable
+evidence is never "converged" or "passed".
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fmcluster.acceptance.gate import LAST_PASS, cluster_state, reusable_pass
+from fmcluster.acceptance.results import acceptance_dir
+from fmcluster.manifest import digest, membership_digest
+from fmcluster.model import load_tenant
+from fmcluster.nodes import Node
+from fmcluster.reports import node_status, read_report, statuses, wait_for_reports
+from fmcluster.stacks import aws
+from fmcluster.stacks.emulator import ensure_emulator, stop_emulator
+from localtenant import make_root
+
+REF, OLD = "a" * 40, "b" * 40
+MANIFEST = digest({"manifest": 1})
+CONTROLLER = Node("ip-10-0-128-10", "10.0.128.10", "controller", None, "i-1", "m5.xlarge")
+COMPUTE = Node("ip-10-0-128-11", "10.0.128.11", "compute", "cpu", "i-2", "c5.2xlarge")
+NODES = [CONTROLLER, COMPUTE]
+MEMBERSHIP = membership_digest(NODES)
+BUCKET = "fmc-t-reports-data"
+
+
+def report(**changes: Any) -> dict[str, Any]:
+    base = {"ok": True, "stage": "done", "ref": REF, "manifest_digest": MANIFEST, "membership_digest": MEMBERSHIP,
+            "seconds": 12.5, "changed": 3}
+    return {**base, **changes}
+
+
+# --- one node's state ------------------------------------------------------------------------------------------
+
+def test_a_node_without_a_report_is_silent() -> None:
+    status = node_status(COMPUTE, None, REF, MANIFEST, MEMBERSHIP)
+    assert (status.state, status.detail) == ("silent", "no report yet")
+    assert status.line() == "ip-10-0-128-11 (compute, cpu, 10.0.128.11): silent: no report yet"
+
+
+def test_a_report_of_what_is_published_now_is_converged() -> None:
+    status = node_status(CONTROLLER, report(), REF, MANIFEST, MEMBERSHIP)
+    assert status.state == "converged"
+    assert status.line() == f"ip-10-0-128-10 (controller, 10.0.128.10): converged {REF[:12]} in 12.5s, changed=3"
+
+
+@pytest.mark.parametrize("changes", [{"ref": OLD}, {"manifest_digest": "0" * 16}, {"ref": None}])
+def test_a_report_of_an_older_commit_or_manifest_is_not_converged(changes: dict[str, Any]) -> None:
+    assert node_status(COMPUTE, report(**changes), REF, MANIFEST, MEMBERSHIP).state == "converging"
+
+
+def test_the_controller_must_have_converged_the_current_membership_a_compute_node_need_not() -> None:
+    joined = membership_digest([*NODES, Node("ip-10-0-128-12", "10.0.128.12", "compute", "cpu", "i-3", "c5.2xlarge")])
+    assert node_status(CONTROLLER, report(), REF, MANIFEST, joined).state == "converging"
+    assert node_status(COMPUTE, report(), REF, MANIFEST, joined).state == "converged"
+
+
+def test_a_failure_of_what_is_published_now_is_final() -> None:
+    status = node_status(COMPUTE, report(ok=False, stage="secrets", error="cannot read secret x"), REF, MANIFEST,
+                         MEMBERSHIP)
+    assert status.state == "failed"
+    assert status.line().endswith("FAILED at secrets: cannot read secret x")
+
+
+def test_a_failure_before_the_node_knew_its_commit_is_final() -> None:
+    early = {"address": "10.0.128.11", "ok": False, "stage": "bundle", "error": "cannot fetch s3://b/fmcluster/bootstrap/"}
+    assert node_status(COMPUTE, early, REF, MANIFEST, MEMBERSHIP).state == "failed"
+
+
+def test_a_failure_of_an_older_commit_may_still_be_superseded() -> None:
+    status = node_status(COMPUTE, report(ok=False, stage="converge", ref=OLD), REF, MANIFEST, MEMBERSHIP)
+    assert (status.state, status.detail) == ("converging", "its last converge (of an older commit or manifest) failed")
+
+
+# --- reading them from the bucket (the tenant's emulator) --------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    root = tmp_path_factory.mktemp("reports")
+    emulator = ensure_emulator("t-reports", root)
+    try:
+        client = aws.client("s3", "ap-northeast-1", emulator.endpoint)
+        client.create_bucket(Bucket=BUCKET, CreateBucketConfiguration={"LocationConstraint": "ap-northeast-1"})
+        yield client
+    finally:
+        stop_emulator("t-reports", root)
+
+
+def put(s3: Any, node: Node, body: bytes) -> None:
+    s3.put_object(Bucket=BUCKET, Key=f"fmcluster/report/{node.address}.json", Body=body)
+
+
+
+@pytest.mark.slow
+def test_an_unreadable_report_is_a_failure_and_an_absent_one_silence(s3: Any) -> None:
+    put(s3, COMPUTE, b"{not json")
+    assert read_report(s3, BUCKET, COMPUTE.address) == {"ok": False, "stage": "report", "error": "unreadable report (9 bytes)"}
+    assert read_report(s3, BUCKET, "10.9.9.9") is None
+    put(s3, COMPUTE, b"[1, 2]")
+    assert read_report(s3, BUCKET, COMPUTE.address) is None
+
+
+@pytest.mark.slow
+def test_waiting_stops_at_the_first_failure_and_names_it(s3: Any) -> None:
+    put(s3, CONTROLLER, json.dumps(report()).encode())
+    put(s3, COMPUTE, json.dumps(report(ok=False, stage="converge", error="ansible-pull exited 2")).encode())
+    said: list[str] = []
+    wait = wait_for_reports(s3, BUCKET, lambda: NODES, REF, MANIFEST, timeout_s=60, out=said.append, poll_s=0.1)
+    assert not wait.ok and not wait.timed_out and [s.node for s in wait.failed] == [COMPUTE]
+    assert said[0].strip().startswith("1/2 nodes converged, 1 failed")
+
+
+@pytest.mark.slow
+def test_waiting_for_a_silent_node_ends_after_the_bound_and_is_not_a_pass(s3: Any) -> None:
+    s3.delete_object(Bucket=BUCKET, Key=f"fmcluster/report/{COMPUTE.address}.json")
+    put(s3, CONTROLLER, json.dumps(report()).encode())
+    wait = wait_for_reports(s3, BUCKET, lambda: NODES, REF, MANIFEST, timeout_s=0.3, out=lambda _: None, poll_s=0.1)
+    assert wait.timed_out and not wait.ok
+    assert [(s.node.name, s.state) for s in wait.failed] == [(COMPUTE.name, "silent")]
+
+
+@pytest.mark.slow
+def test_every_node_converged_is_a_pass_and_no_node_at_all_is_not(s3: Any) -> None:
+    for node in NODES:
+        put(s3, node, json.dumps(report()).encode())
+    assert [s.state for s in statuses(s3, BUCKET, NODES, REF, MANIFEST)] == ["converged", "converged"]
+    assert wait_for_reports(s3, BUCKET, lambda: NODES, REF, MANIFEST, 5, lambda _: None, 0.1).ok
+    assert not wait_for_reports(s3, BUCKET, lambda: [], REF, MANIFEST, 0.2, lambda _: None, 0.1).ok
+
+
+# --- reusing the last acceptance PASS --------------------------------------------------------------------------
+
+@pytest.fixture
+def tenant_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    root = make_root(tmp_path, "t-gate", "10.93.50.0/24")
+    monkeypatch.setenv("FMCLUSTER_ROOT", str(root))
+    return root
+
+
+def record(root: Path, content: str) -> None:
+    path = acceptance_dir("t-gate", root) / LAST_PASS
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(content)
+
+
+STATE = cluster_state({"ref": REF, "x": 1}, NODES)
+
+
+def passed(finished: datetime, **changes: Any) -> str:
+    return json.dumps({**STATE, "run_dir": "/r", "finished": finished.isoformat(), "tests": [], **changes})
+
+
+def test_a_recent_pass_of_the_very_same_cluster_is_reused(tenant_root: Path) -> None:
+    record(tenant_root, passed(datetime.now(timezone.utc) - timedelta(hours=1)))
+    reused = reusable_pass(load_tenant("t-gate"), STATE)
+    assert reused is not None and reused["run_dir"] == "/r"
+
+
+@pytest.mark.parametrize("changes", [{"ref": OLD}, {"manifest_digest": "0"}, {"membership_digest": "0"}])
+def test_a_pass_of_another_commit_manifest_or_membership_is_run_again(tenant_root: Path, changes: dict[str, str]) -> None:
+    record(tenant_root, passed(datetime.now(timezone.utc), **changes))
+    assert reusable_pass(load_tenant("t-gate"), STATE) is None
+
+
+def test_a_pass_older_than_a_day_is_run_again(tenant_root: Path) -> None:
+    record(tenant_root, passed(datetime.now(timezone.utc) - timedelta(hours=25)))
+    assert reusable_pass(load_tenant("t-gate"), STATE) is None
+
+
+@pytest.mark.parametrize("content", [
+    "", "{", "[]", "null", json.dumps({**STATE}), json.dumps({**STATE, "finished": "yesterday"}),
+    json.dumps({**STATE, "finished": 1700000000}),
+    json.dumps({**STATE, "finished": datetime.now().isoformat()}),  # no time zone: when was it?
+])
+def test_an_unreadable_or_incomplete_record_is_run_again(tenant_root: Path, content: str) -> None:
+    record(tenant_root, content)
+    assert reusable_pass(load_tenant("t-gate"), STATE) is None
+
+
+def test_without_a_record_the_gate_runs(tenant_root: Path) -> None:
+    assert reusable_pass(load_tenant("t-gate"), STATE) is None
+
+
+def test_a_pass_from_the_future_is_run_again(tenant_root: Path) -> None:
+    record(tenant_root, passed(datetime.now(timezone.utc) + timedelta(hours=2)))
+    assert reusable_pass(load_tenant("t-gate"), STATE) is None

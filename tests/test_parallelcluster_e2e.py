@@ -1,0 +1,103 @@
+"""Scheduler parallelcluster for real on the local substrate: `invoke deploy` of a parallelcluster tenant renders
+the cluster config from the deployed stacks, checks it with ParallelCluster's own schema, and the stand-in
+cluster's nodes (tagged as ParallelCluster tags its instances) run the same OnNodeConfigured script and node
+bootstrap as on AWS, converge themselves and pass the acceptance gate. What is stood in is said, in the deploy's
+output and in `invoke status`; `invoke destroy --yes` leaves nothing behind.
+
+One tenant (org `pce2e`, VPC 10.92.0.0/16: its own range, so it never meets the other e2e tenant's hosts).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import ROOT, venv_tool
+
+pytestmark = pytest.mark.e2e
+ORG = "pce2e"
+VPC = "10.92.0.0/16"
+SPEC = ROOT / "inventories" / ORG / "group_vars" / "all" / "tenant.yml"
+
+
+def invoke(*args: str, timeout: float = 1200) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([venv_tool("invoke"), *args, f"--org={ORG}"], cwd=ROOT, capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, timeout=timeout)
+
+
+def leftovers() -> list[str]:
+    found = [ns for ns in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
+             if ns.startswith(f"fmc-{ORG}-")]
+    found += [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()
+              if f"fmcluster-substrate/{ORG}" in line]
+    if Path(f"/var/lib/fmcluster-substrate/{ORG}").exists():
+        found.append(f"/var/lib/fmcluster-substrate/{ORG}")
+    return found
+
+
+@pytest.fixture(scope="module")
+def deployed() -> Iterator[subprocess.CompletedProcess[str]]:
+    if os.geteuid() != 0:
+        pytest.skip("local hosts need root (namespaces, mounts)")
+    SPEC.parent.mkdir(parents=True, exist_ok=True)
+    pcdemo = (ROOT / "inventories" / "pcdemo" / "group_vars" / "all" / "tenant.yml").read_text()
+    SPEC.write_text(pcdemo.replace("org: pcdemo", f"org: {ORG}").replace("10.76.0.0/16", VPC))
+    try:
+        yield invoke("deploy")
+    finally:
+        invoke("destroy", "--yes")
+        shutil.rmtree(ROOT / "inventories" / ORG, ignore_errors=True)
+
+
+def test_the_deploy_converges_the_stand_in_cluster_and_passes_acceptance(
+        deployed: subprocess.CompletedProcess[str]) -> None:
+    out = deployed.stdout
+    assert deployed.returncode == 0, out[-8000:] + deployed.stderr[-3000:]
+    assert f"=== deploy summary: {ORG} (local, parallelcluster) ===" in out
+    assert "stood in locally" in out, "what the rehearsal stands in is said"
+    assert re.search(r"4/4 nodes converged themselves", out)
+    assert "acceptance passed" in out
+    config = yaml.safe_load((ROOT / "inventories" / ORG / "generated" / "cluster-config.yaml").read_text())
+    assert config["Scheduling"]["Scheduler"] == "slurm"
+    from fmcluster.stacks.outputs import read_stack_outputs
+
+    bucket = read_stack_outputs(ORG)["DataBucketName"]
+    action = config["HeadNode"]["CustomActions"]["OnNodeConfigured"]
+    assert action["Script"] == f"s3://{bucket}/fmcluster/bootstrap/pcluster-on-node-configured.sh", \
+        "the config the schema checked names the deployed bucket, the one the stand-in's nodes fetched from"
+    assert f"FMCLUSTER_ORG={ORG}" in action["Args"]
+
+
+def test_nodes_are_found_by_parallelcluster_s_own_tags(deployed: subprocess.CompletedProcess[str]) -> None:
+    from fmcluster.model import load_tenant
+    from fmcluster.providers import provider_for
+    from fmcluster.stacks import aws
+
+    tenant = load_tenant(ORG)
+    ec2 = aws.client("ec2", tenant.region, provider_for(tenant).endpoint(False, print))
+    tags = [{t["Key"]: t["Value"] for t in i.get("Tags", [])}
+            for r in ec2.describe_instances()["Reservations"] for i in r["Instances"]
+            if i["State"]["Name"] == "running"]
+    ours = [t for t in tags if t.get("fmcluster:org") == ORG]
+    assert sorted(t.get("parallelcluster:node-type", "") for t in ours) == ["Compute", "Compute", "HeadNode",
+                                                                           "LoginNode"]
+    assert not [t for t in ours if "fmcluster:role" in t], "the stand-in tags its instances as ParallelCluster does"
+
+
+def test_status_says_what_is_stood_in(deployed: subprocess.CompletedProcess[str]) -> None:
+    status = invoke("status", timeout=300)
+    assert status.returncode == 0, status.stdout[-3000:] + status.stderr[-2000:]
+    assert "local stand-in" in status.stdout
+
+
+def test_destroy_leaves_nothing_behind(deployed: subprocess.CompletedProcess[str]) -> None:
+    gone = invoke("destroy", "--yes")
+    assert gone.returncode == 0, gone.stdout[-3000:] + gone.stderr[-2000:]
+    assert leftovers() == []

@@ -1,0 +1,427 @@
+"""What the rendered templates must hold to create reliably and update safely on real AWS (issue 17),
+read from the rendered YAML as CloudFormation reads it. Offline, except where a test says it talks
+to the tenant's emulator (a real moto server process, started and stopped by the test).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import ROOT
+from fmcluster.model import Tenant, load_tenant
+from fmcluster.stacks import aws, cfn
+from fmcluster.stacks.api import emulator_ignored, existing_file_systems, image_resolver
+from fmcluster.stacks.checks import check_stack
+from fmcluster.stacks.emulator import ensure_emulator, stop_emulator
+from fmcluster.stacks.render import (
+    USER_DATA_SCRIPT, ImageRef, RenderedStack, lifecycle_environment, load_cfn_yaml, render_stacks, user_data_text,
+)
+
+
+def rendered(tenant: Tenant, key: str) -> dict[str, Any]:
+    return load_cfn_yaml(next(s for s in render_stacks(tenant) if s.key == key).body)
+
+
+def resources(tenant: Tenant, key: str) -> dict[str, Any]:
+    result: dict[str, Any] = rendered(tenant, key)["Resources"]
+    return result
+
+
+def with_queue(tenant: Tenant, **changes: Any) -> Tenant:
+    return dataclasses.replace(tenant, queues=(dataclasses.replace(tenant.queues[0], **changes),))
+
+
+def statements(role: dict[str, Any]) -> list[dict[str, Any]]:
+    return [st for policy in role["Properties"]["Policies"] for st in policy["PolicyDocument"]["Statement"]]
+
+
+def flat(value: Any) -> str:
+    """A rendered string property with its intrinsics shown as ${Name}."""
+    if isinstance(value, str):
+        return value
+    if "Fn::Sub" in value:
+        return str(value["Fn::Sub"])
+    if "Ref" in value:
+        return "${" + value["Ref"] + "}"
+    delimiter, parts = value["Fn::Join"]
+    return str(delimiter).join(flat(p) for p in parts)
+
+
+def findings(stack: RenderedStack, template: dict[str, Any]) -> list[str]:
+    changed = RenderedStack(stack.key, stack.name, stack.source, cfn.dump(template))
+    return [f.render() for f in check_stack(changed)]
+
+
+STOCKMARK, NEURONLAB, DEMO = (load_tenant(org) for org in ("stockmark", "neuronlab", "demo"))
+
+
+# --- storage --------------------------------------------------------------------------------------
+
+def test_file_systems_wait_for_their_groups_self_ingress_rule_and_outlive_the_stack() -> None:
+    res = resources(STOCKMARK, "storage")
+    for name in ("LustreFileSystem", "OpenZfsFileSystem"):
+        assert res[name]["DependsOn"] == ["FileSystemSelfIngress"], name
+        assert (res[name]["DeletionPolicy"], res[name]["UpdateReplacePolicy"]) == ("Retain", "Retain"), name
+    rule = res["FileSystemSelfIngress"]["Properties"]
+    assert rule["GroupId"] == rule["SourceSecurityGroupId"] == {"Ref": "FileSystemSecurityGroup"}
+    assert (rule["FromPort"], rule["ToPort"]) == (988, 1023)
+    assert (res["DataBucketPolicy"]["DeletionPolicy"], res["DataBucketPolicy"]["UpdateReplacePolicy"]) == (
+        "Retain", "Retain"), "a retained bucket keeps its TLS-only policy"
+
+
+def test_the_bucket_expires_old_versions_and_abandoned_multipart_uploads() -> None:
+    rules = resources(STOCKMARK, "storage")["DataBucket"]["Properties"]["LifecycleConfiguration"]["Rules"]
+    by_id = {r["Id"]: r for r in rules}
+    assert by_id["expire-old-versions"]["NoncurrentVersionExpiration"] == {"NoncurrentDays": 30,
+                                                                          "NewerNoncurrentVersions": 3}
+    assert by_id["abort-incomplete-multipart-uploads"]["AbortIncompleteMultipartUpload"] == {"DaysAfterInitiation": 7}
+    assert {r["Status"] for r in rules} == {"Enabled"}
+
+
+def test_checks_refuse_a_file_system_that_is_not_retained_or_races_its_ingress_rule() -> None:
+    stack = next(s for s in render_stacks(STOCKMARK) if s.key == "storage")
+    template = load_cfn_yaml(stack.body)
+    del template["Resources"]["LustreFileSystem"]["DependsOn"]
+    template["Resources"]["OpenZfsFileSystem"]["DeletionPolicy"] = "Delete"
+    del template["Resources"]["DataBucket"]["Properties"]["LifecycleConfiguration"]
+    problems = findings(stack, template)
+    assert any("LustreFileSystem: created without waiting for its security group's self-ingress rule" in p
+               for p in problems)
+    assert any("OpenZfsFileSystem: file system is not retained" in p for p in problems)
+    assert any("DataBucket: old object versions are kept forever" in p for p in problems)
+
+
+@pytest.mark.slow
+def test_destroy_sees_which_retained_file_systems_still_exist_through_the_fsx_api(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Against the emulator's FSx API (which creates file systems; only its CloudFormation skips them)."""
+    shutil.copytree(ROOT / "inventories" / "demo", tmp_path / "inventories" / "demo",
+                    ignore=shutil.ignore_patterns("generated"))
+    monkeypatch.setenv("FMCLUSTER_ROOT", str(tmp_path))
+    try:
+        fsx = aws.client("fsx", "ap-northeast-1", ensure_emulator("demo", tmp_path).endpoint)
+        fs_id = fsx.create_file_system(FileSystemType="LUSTRE", StorageCapacity=1200, SubnetIds=["subnet-0123456789"],
+                                       LustreConfiguration={"DeploymentType": "PERSISTENT_2"})["FileSystem"]["FileSystemId"]
+        assert existing_file_systems(fsx, [fs_id, "fs-0123456789abcdef0"]) == {fs_id}
+        fsx.delete_file_system(FileSystemId=fs_id)
+        assert existing_file_systems(fsx, [fs_id]) == set()
+    finally:
+        stop_emulator("demo", tmp_path)
+
+
+# --- capacity blocks and placement ------------------------------------------------------------------
+
+def test_a_capacity_block_queue_launches_with_market_type_capacity_block_outside_the_placement_group() -> None:
+    tenant = with_queue(STOCKMARK, capacity_reservation_type="capacity-block")
+    res = resources(tenant, "cluster")
+    data = res["QueueGpuLaunchTemplate"]["Properties"]["LaunchTemplateData"]
+    assert data["InstanceMarketOptions"] == {"MarketType": "capacity-block"}
+    assert data["CapacityReservationSpecification"] == {
+        "CapacityReservationTarget": {"CapacityReservationId": "cr-0123456789abcdef0"}}
+    assert "PlacementGroup" not in res["QueueGpuGroup"]["Properties"]
+    assert "PlacementGroupName" not in rendered(tenant, "cluster")["Parameters"]
+
+
+def test_an_on_demand_reservation_has_no_market_type_and_no_placement_group_but_a_plain_efa_queue_has_one() -> None:
+    reserved = resources(STOCKMARK, "cluster")
+    assert "InstanceMarketOptions" not in reserved["QueueGpuLaunchTemplate"]["Properties"]["LaunchTemplateData"]
+    assert "PlacementGroup" not in reserved["QueueGpuGroup"]["Properties"], \
+        "an existing reservation cannot be moved into the stack's new placement group"
+    plain = resources(with_queue(STOCKMARK, capacity_reservation_id=None), "cluster")
+    assert plain["QueueGpuGroup"]["Properties"]["PlacementGroup"]["Fn::If"][0] == "HasPlacementGroup"
+
+
+def test_the_spec_refuses_a_capacity_block_without_its_reservation_id(tmp_path: Path) -> None:
+    from fmcluster.model import TenantInvalid, load_spec
+
+    spec = tmp_path / "inventories" / "stockmark" / "group_vars" / "all" / "tenant.yml"
+    spec.parent.mkdir(parents=True)
+    text = (ROOT / "inventories/stockmark/group_vars/all/tenant.yml").read_text()
+    spec.write_text(text.replace("      capacity_reservation_id: cr-0123456789abcdef0\n",
+                                 "      capacity_reservation_type: capacity-block\n"))
+    with pytest.raises(TenantInvalid) as refused:
+        load_spec(spec)
+    assert any(p.key == "tenant.queues[0]" and "capacity_reservation_id" in p.message for p in refused.value.problems)
+
+
+# --- updates that keep the controller and roll the groups safely --------------------------------------
+
+def test_images_are_pinned_ami_ids_not_ssm_parameters_that_move_on_every_deploy() -> None:
+    stack = next(s for s in render_stacks(STOCKMARK) if s.key == "cluster")
+    params = load_cfn_yaml(stack.body)["Parameters"]
+    assert {params[name]["Type"] for name in ("GpuImageId", "CpuImageId")} == {"AWS::EC2::Image::Id"}
+    assert stack.parameters["GpuImageId"] == ImageRef(
+        "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id")
+    outputs = load_cfn_yaml(stack.body)["Outputs"]
+    assert outputs["GpuImageId"]["Value"] == {"Ref": "GpuImageId"}, "the pin is recorded in stack_outputs.yml"
+
+
+def test_the_controller_keeps_launch_template_version_1_and_the_pinned_image() -> None:
+    controller = resources(STOCKMARK, "cluster")["ControllerInstance"]["Properties"]
+    assert controller["LaunchTemplate"] == {"LaunchTemplateId": {"Ref": "ControllerLaunchTemplate"}, "Version": "1"}
+    assert controller["ImageId"] == {"Ref": "CpuImageId"}
+    assert controller["InstanceType"] == "m5.8xlarge", "a new instance type stops and starts it, never replaces it"
+
+
+@pytest.mark.slow
+def test_pinning_keeps_the_deployed_ami_and_resolves_only_new_stacks_or_on_refresh(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Against the emulator: its SSM serves the public Amazon Linux parameter, its CloudFormation
+    holds a stack whose CpuImageId was pinned earlier."""
+    shutil.copytree(ROOT / "inventories" / "demo", tmp_path / "inventories" / "demo",
+                    ignore=shutil.ignore_patterns("generated"))
+    monkeypatch.setenv("FMCLUSTER_ROOT", str(tmp_path))
+    tenant = load_tenant("demo")
+    from fmcluster.providers.local import EMULATOR_IMAGE_PARAMETER
+
+    # provider local maps each public image parameter to one the emulator serves
+    stack = next(s for s in render_stacks(tenant, lambda path: EMULATOR_IMAGE_PARAMETER) if s.key == "cluster")
+    ref = stack.parameters["CpuImageId"]
+    assert isinstance(ref, ImageRef)
+    try:
+        endpoint = ensure_emulator("demo", tmp_path).endpoint
+        cf = aws.client("cloudformation", tenant.region, endpoint)
+        latest = aws.client("ssm", tenant.region, endpoint).get_parameter(Name=ref.ssm_path)["Parameter"]["Value"]
+        notes: list[str] = []
+        assert image_resolver(tenant, cf, stack, endpoint, False, notes)("CpuImageId", ref) == latest
+        assert notes == [f"CpuImageId: pinned {latest}, resolved from {ref.ssm_path}"]
+
+        cf.create_stack(StackName=stack.name, TemplateBody=cfn.dump({
+            "Parameters": {"CpuImageId": {"Type": "AWS::EC2::Image::Id"}},
+            "Resources": {"Placeholder": {"Type": "AWS::EC2::VPC", "Properties": {"CidrBlock": "10.9.0.0/16"}}}}),
+            Parameters=[{"ParameterKey": "CpuImageId", "ParameterValue": "ami-0aaaaaaaaaaaaaaa1"}])
+        notes.clear()
+        assert image_resolver(tenant, cf, stack, endpoint, False, notes)("CpuImageId", ref) == "ami-0aaaaaaaaaaaaaaa1"
+        assert notes == ["CpuImageId: keeping the pinned ami-0aaaaaaaaaaaaaaa1"]
+        notes.clear()
+        assert image_resolver(tenant, cf, stack, endpoint, True, notes)("CpuImageId", ref) == latest
+        assert notes == [f"CpuImageId: pinned {latest}, resolved from {ref.ssm_path} (was ami-0aaaaaaaaaaaaaaa1)"]
+    finally:
+        stop_emulator("demo", tmp_path)
+
+
+def test_every_group_waits_for_its_nodes_signals_on_create_and_replaces_in_terminate_first_batches() -> None:
+    res = resources(STOCKMARK, "cluster")
+    gpu, login = res["QueueGpuGroup"], res["LoginGroup"]
+    assert gpu["CreationPolicy"] == {"ResourceSignal": {"Count": 16, "Timeout": "PT60M"},
+                                     "AutoScalingCreationPolicy": {"MinSuccessfulInstancesPercent": 100}}
+    rolling = gpu["UpdatePolicy"]["AutoScalingRollingUpdate"]
+    assert (rolling["MaxBatchSize"], rolling["MinInstancesInService"]) == (4, 12), "16 nodes in 4 batches of 4"
+    assert rolling["WaitOnResourceSignals"] is True and rolling["PauseTime"] == "PT60M"
+    assert {"HealthCheck", "ReplaceUnhealthy", "AZRebalance"} <= set(rolling["SuspendProcesses"])
+    assert login["CreationPolicy"]["ResourceSignal"]["Count"] == 1
+    assert login["UpdatePolicy"]["AutoScalingRollingUpdate"]["MinInstancesInService"] == 0
+    assert "CreationPolicy" not in res["ControllerInstance"]
+
+
+def test_each_node_is_told_which_logical_id_to_signal_and_may_signal_only_its_own_stack() -> None:
+    res = resources(STOCKMARK, "cluster")
+    for template, expected in (("QueueGpuLaunchTemplate", "QueueGpuGroup"), ("LoginLaunchTemplate", "LoginGroup"),
+                               ("ControllerLaunchTemplate", "''")):
+        script = user_data_text(res[template]["Properties"]["LaunchTemplateData"]["UserData"])
+        assert f"export FMCLUSTER_SIGNAL_RESOURCE={expected}\n" in script, template
+        assert expected == "''" or expected in res, "the named group exists"
+    signal = [st for st in statements(res["NodeRole"]) if st["Action"] == "cloudformation:SignalResource"]
+    assert [flat(st["Resource"]) for st in signal] == [
+        "arn:${AWS::Partition}:cloudformation:${AWS::Region}:${AWS::AccountId}:stack/${AWS::StackName}/*"]
+
+
+def test_every_node_boots_with_the_same_environment_on_ec2_and_on_hyperpod() -> None:
+    script = user_data_text(resources(STOCKMARK, "cluster")["QueueGpuLaunchTemplate"]["Properties"][
+        "LaunchTemplateData"]["UserData"])
+    for line in ("export FMCLUSTER_BUCKET=${DataBucketName}", "export FMCLUSTER_REGION=${AWS::Region}",
+                 "export FMCLUSTER_ORG=stockmark", "export FMCLUSTER_STACK=${AWS::StackName}",
+                 "export FMCLUSTER_ROLE=compute", "export FMCLUSTER_QUEUE=gpu"):
+        assert line + "\n" in script
+    assert script.rstrip().endswith(USER_DATA_SCRIPT.read_text().rstrip()), "then the first boot every node runs"
+    env = lifecycle_environment(NEURONLAB, "fmc-neuronlab-storage-databucket-x", "fmc-neuronlab-cluster")
+    assert {line.split("=", 1)[0] for line in env.splitlines() if "=" in line} >= {
+        "FMCLUSTER_BUCKET", "FMCLUSTER_REGION", "FMCLUSTER_ORG", "FMCLUSTER_STACK"}
+    on_create = (ROOT / "cfn" / "hyperpod-lifecycle" / "on_create.sh").read_text()
+    assert 'set -a\n# shellcheck source=/dev/null\n. "$here/fmcluster-lifecycle.env"\nset +a' in on_create, \
+        "exported to the bootstrap"
+
+
+# --- P5 network interfaces -------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("tenant", "template", "cards"), [
+    (STOCKMARK, "QueueGpuLaunchTemplate", 32),
+    (with_queue(STOCKMARK, instance=dataclasses.replace(NEURONLAB.queues[0].instance)), "QueueGpuLaunchTemplate", 8),
+])
+def test_efa_on_card_0_and_efa_only_on_every_other_card(tenant: Tenant, template: str, cards: int) -> None:
+    nics = resources(tenant, "cluster")[template]["Properties"]["LaunchTemplateData"]["NetworkInterfaces"]
+    assert [(n["NetworkCardIndex"], n["DeviceIndex"], n["InterfaceType"]) for n in nics] == [
+        (0, 0, "efa"), *((card, 1, "efa-only") for card in range(1, cards))]
+
+
+# --- HyperPod -------------------------------------------------------------------------------------
+
+def test_every_hyperpod_group_declares_its_slurm_node_type_storage_and_recovery() -> None:
+    cluster = resources(NEURONLAB, "cluster")["Cluster"]["Properties"]
+    groups = {g["InstanceGroupName"]: g for g in cluster["InstanceGroups"]}
+    assert {name: g["SlurmConfig"] for name, g in groups.items()} == {
+        "controller": {"NodeType": "Controller"}, "login": {"NodeType": "Login"},
+        "trn": {"NodeType": "Compute", "PartitionNames": ["trn"]}}
+    assert cluster["NodeRecovery"] == "Automatic"
+    assert groups["trn"]["OnStartDeepHealthChecks"] == ["InstanceStress", "InstanceConnectivity"]
+    assert "OnStartDeepHealthChecks" not in groups["controller"], "deep health checks are for accelerated groups"
+    assert all(g["InstanceStorageConfigs"][0]["EbsVolumeConfig"]["VolumeSizeInGB"] > 0 for g in groups.values())
+    assert groups["controller"]["ExecutionRole"] == {"Fn::GetAtt": ["ControllerExecutionRole", "Arn"]}
+    assert groups["trn"]["ExecutionRole"] == {"Fn::GetAtt": ["ExecutionRole", "Arn"]}
+
+
+@pytest.mark.parametrize("name", ["controller", "login"])
+def test_a_queue_may_not_take_a_reserved_hyperpod_group_name(name: str) -> None:
+    with pytest.raises(ValueError, match="must be unique"):
+        render_stacks(with_queue(NEURONLAB, name=name))
+
+
+def test_a_hyperpod_queue_with_an_ec2_reservation_is_refused_not_dropped() -> None:
+    with pytest.raises(ValueError, match="capacity_reservation_id"):
+        render_stacks(with_queue(NEURONLAB, capacity_reservation_id="cr-0123456789abcdef0"))
+
+
+def test_hyperpod_reads_its_lifecycle_scripts_from_the_tenant_bucket_with_its_own_grant() -> None:
+    """The bucket is not sagemaker-prefixed, so the managed policy's grant does not cover it: the
+    execution roles' own read grant on hyperpod/lifecycle/ does."""
+    res = resources(NEURONLAB, "cluster")
+    source = res["Cluster"]["Properties"]["InstanceGroups"][0]["LifeCycleConfig"]["SourceS3Uri"]
+    assert flat(source) == "s3://${DataBucketName}/hyperpod/lifecycle/"
+    for role in ("ExecutionRole", "ControllerExecutionRole"):
+        reads = [flat(r) for st in statements(res[role]) if st["Action"] == "s3:GetObject" for r in st["Resource"]]
+        assert "arn:${AWS::Partition}:s3:::${DataBucketName}/hyperpod/lifecycle/*" in reads, role
+
+
+# --- IAM ------------------------------------------------------------------------------------------
+
+def test_hyperpod_roles_trust_sagemaker_for_this_account_only_and_scope_interface_actions() -> None:
+    res = resources(NEURONLAB, "cluster")
+    for role in ("ExecutionRole", "ControllerExecutionRole"):
+        (trust,) = res[role]["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+        assert trust["Principal"] == {"Service": "sagemaker.amazonaws.com"}
+        assert trust["Condition"]["StringEquals"] == {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}
+        assert flat(trust["Condition"]["ArnLike"]["aws:SourceArn"]) == \
+            "arn:${AWS::Partition}:sagemaker:${AWS::Region}:${AWS::AccountId}:cluster/*"
+        ec2 = [st for st in statements(res[role]) if any(str(a).startswith("ec2:") for a in cfn_list(st["Action"]))]
+        on_everything = [st for st in ec2 if st["Resource"] == "*"]
+        assert all(a.startswith("ec2:Describe") for st in on_everything for a in cfn_list(st["Action"]))
+        create = next(st for st in ec2 if st["Action"] == "ec2:CreateNetworkInterface")
+        assert [flat(r).rsplit(":", 1)[1] for r in create["Resource"]] == [
+            "network-interface/*", "subnet/${PrivateSubnetId}", "security-group/${EfaSecurityGroupId}",
+            "security-group/${NodeSecurityGroupId}"]
+        tag = next(st for st in ec2 if st["Action"] == "ec2:CreateTags")
+        assert tag["Condition"] == {"StringEquals": {"ec2:CreateAction": "CreateNetworkInterface"}}
+
+
+def cfn_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+@pytest.mark.parametrize(("tenant", "node_role", "controller_role"), [
+    (STOCKMARK, "NodeRole", "ControllerRole"), (NEURONLAB, "ExecutionRole", "ControllerExecutionRole")])
+def test_nodes_read_bootstrap_manifest_and_lifecycle_write_only_their_report_and_read_only_org_secrets(
+        tenant: Tenant, node_role: str, controller_role: str) -> None:
+    res = resources(tenant, "cluster")
+    bucket = "arn:${AWS::Partition}:s3:::${DataBucketName}/"
+    for role, controller in ((node_role, False), (controller_role, True)):
+        s3 = {str(a): [flat(r) for r in cfn_list(st["Resource"])] for st in statements(res[role])
+              for a in cfn_list(st["Action"]) if str(a).startswith("s3:")}
+        reads = [bucket + p for p in ("fmcluster/bootstrap/*", "fmcluster/manifest/*", "hyperpod/lifecycle/*")]
+        assert s3["s3:GetObject"] == reads + ([bucket + "fmcluster/report/*"] if controller else []), role
+        assert s3["s3:PutObject"] == [bucket + "fmcluster/report/*"], role
+        assert set(s3) == {"s3:ListBucket", "s3:GetBucketLocation", "s3:GetObject", "s3:PutObject"}, \
+            f"{role}: no delete, no access to the tenant's data prefix"
+        secret = next(st for st in statements(res[role]) if st["Action"] == "secretsmanager:GetSecretValue")
+        assert flat(secret["Resource"]) == ("arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:"
+                                            f"secret:fmcluster/{tenant.org}/" + ("*" if controller else "munge-key*"))
+    discovery = [st for st in statements(res[controller_role]) if st.get("Sid") == "PrometheusEc2Discovery"]
+    assert discovery and discovery[0]["Resource"] == "*"
+    assert not any(st.get("Sid") == "PrometheusEc2Discovery" for st in statements(res[node_role]))
+
+
+@pytest.mark.parametrize(("action", "resource"), [
+    ("ec2:RunInstances", "*"), ("iam:PassRole", "*"), ("secretsmanager:GetSecretValue", "*"),
+    ("kms:Decrypt", {"Fn::Sub": "arn:${AWS::Partition}:kms:${AWS::Region}:${AWS::AccountId}:*"}),
+    ("s3:GetObject", {"Fn::Sub": "arn:${AWS::Partition}:s3:::*"}),
+])
+def test_checks_flag_a_wildcard_resource_on_any_action_that_can_be_scoped(action: str, resource: Any) -> None:
+    stack = next(s for s in render_stacks(STOCKMARK) if s.key == "cluster")
+    template = load_cfn_yaml(stack.body)
+    policy = template["Resources"]["NodeRole"]["Properties"]["Policies"][0]["PolicyDocument"]
+    policy["Statement"].append({"Effect": "Allow", "Action": action, "Resource": resource})
+    assert any(f"wildcard resource" in p and action in p for p in findings(stack, template))
+
+
+def test_describe_calls_that_have_no_resource_type_may_use_a_wildcard() -> None:
+    assert [f.render() for s in render_stacks(STOCKMARK) for f in check_stack(s)] == []
+    stack = next(s for s in render_stacks(STOCKMARK) if s.key == "cluster")
+    describe = [st for st in statements(load_cfn_yaml(stack.body)["Resources"]["ControllerRole"])
+                if st["Resource"] == "*"]
+    assert describe and all(a.startswith("ec2:Describe") for st in describe for a in cfn_list(st["Action"]))
+
+
+@pytest.mark.parametrize(("key", "injected", "expected"), [
+    ("cluster", {"Type": "AWS::IAM::User", "Properties": {"ManagedPolicyArns": [
+        "arn:aws:iam::aws:policy/AdministratorAccess"]}}, "resource type 'AWS::IAM::User' is not one fmcluster creates"),
+    ("cluster", {"Type": "AWS::IAM::AccessKey", "Properties": {"UserName": "x"}}, "'AWS::IAM::AccessKey'"),
+    ("storage", {"Type": "AWS::Lambda::Function", "Properties": {}}, "'AWS::Lambda::Function'"),
+    ("network", {"Type": "AWS::EC2::Instance", "Properties": {}}, "not one fmcluster creates in the network stack"),
+    ("cluster", {"Type": "AWS::IAM::Role", "Properties": {"AssumeRolePolicyDocument": {"Statement": []}}},
+     "an IAM role fmcluster does not define"),
+])
+def test_plan_refuses_any_resource_type_fmcluster_does_not_create_in_that_stack(
+        key: str, injected: dict[str, Any], expected: str) -> None:
+    stack = next(s for s in render_stacks(STOCKMARK) if s.key == key)
+    template = load_cfn_yaml(stack.body)
+    template["Resources"]["Injected"] = injected
+    assert any(f"Injected: {expected}" in p or expected in p for p in findings(stack, template))
+
+
+def test_checks_refuse_transforms_foreign_managed_policies_and_open_trust() -> None:
+    stack = next(s for s in render_stacks(STOCKMARK) if s.key == "cluster")
+    template = load_cfn_yaml(stack.body)
+    template["Transform"] = "AWS::Serverless-2016-10-31"
+    role = template["Resources"]["NodeRole"]["Properties"]
+    role["ManagedPolicyArns"].append({"Fn::Sub": "arn:${AWS::Partition}:iam::aws:policy/PowerUserAccess"})
+    role["AssumeRolePolicyDocument"]["Statement"][0]["Principal"] = {"AWS": "*"}
+    problems = findings(stack, template)
+    assert any("unexpected top-level section 'Transform'" in p for p in problems)
+    assert any("managed policy arn:${AWS::Partition}:iam::aws:policy/PowerUserAccess" in p for p in problems)
+    assert any("trust policy admits {'AWS': '*'}" in p for p in problems)
+
+
+# --- wiring ---------------------------------------------------------------------------------------
+
+def test_cross_stack_values_arrive_as_typed_parameters_that_cloudformation_checks() -> None:
+    storage = rendered(STOCKMARK, "storage")["Parameters"]
+    cluster = rendered(STOCKMARK, "cluster")["Parameters"]
+    hyper = rendered(NEURONLAB, "cluster")["Parameters"]
+    assert storage["VpcId"]["Type"] == "AWS::EC2::VPC::Id"
+    assert {storage["PrivateSubnetId"]["Type"], cluster["PrivateSubnetId"]["Type"], cluster["PublicSubnetId"]["Type"],
+            hyper["PrivateSubnetId"]["Type"]} == {"AWS::EC2::Subnet::Id"}
+    assert {p["Type"] for params in (storage, cluster, hyper) for name, p in params.items()
+            if name.endswith("SecurityGroupId")} == {"AWS::EC2::SecurityGroup::Id"}
+    assert cluster["DataBucketName"]["AllowedPattern"] == hyper["DataBucketName"]["AllowedPattern"]
+
+
+def test_the_s3_endpoint_is_tagged_like_everything_else() -> None:
+    endpoint = resources(STOCKMARK, "network")["S3GatewayEndpoint"]["Properties"]
+    assert {"Key": "fmcluster:org", "Value": "stockmark"} in endpoint["Tags"]
+
+
+def test_the_emulator_gaps_in_properties_and_policies_are_listed_not_hidden() -> None:
+    storage, cluster = (next(s for s in render_stacks(DEMO) if s.key == k) for k in ("storage", "cluster"))
+    assert emulator_ignored(storage) == ["DataBucket.LifecycleConfiguration (moto drops it)"]
+    assert "QueueCpuGroup CreationPolicy (moto does not wait for signals)" in emulator_ignored(cluster)
+
+
+@pytest.fixture(autouse=True)
+def _no_stray_emulators(tmp_path: Path) -> Iterator[None]:
+    yield
+    stop_emulator("demo", tmp_path)
