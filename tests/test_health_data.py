@@ -92,7 +92,7 @@ def test_a_file_system_the_stacks_did_not_create_is_checked_as_mounted_of_any_ty
     values = manifest_for(load_tenant("demo"))["vars"]
     assert values["node_health_mounts"] == [{"path": "/fsx", "fstype": ""}]
     assert values["node_health_report_requires_mount"] == "/fsx"
-    assert values["slurm_health_check_interval"] == values["node_health_interval"] == 60
+    assert values["slurm_health_check_interval"] == values["node_health_interval"] == 30
 
 
 @pytest.mark.parametrize("org, expected", [

@@ -10,7 +10,7 @@ if TYPE_CHECKING:
     from fmcluster.model import Tenant
 
 #: Seconds between health runs (Slurm's HealthCheckInterval, and the controller's pass).
-INTERVAL = {"aws": 300, "local": 60}
+INTERVAL = {"aws": 300, "local": 30}
 #: Seconds between Slurm metrics rounds.
 METRICS_INTERVAL = {"aws": 30, "local": 15}
 #: Where the health program is installed on every node.
