@@ -442,7 +442,7 @@ def test_broken_nodes_are_drained_with_the_check_that_caught_them_and_return_onc
     started = time.monotonic()
     killed, bad_key, no_fs = compute_nodes()
     before = sacct_jobs()
-    assert {n: s for n, (s, _) in node_states().items()} == {n: "idle" for n in (killed, bad_key, no_fs)}
+    wait_for("every node idle before the faults", lambda: {s for s, _ in node_states().values()} == {"idle"}, 60)
     # Keep what the repairs put back on the nodes themselves: the good key, a second bind of the shared file system.
     assert on_node(bad_key, "cp -p /etc/munge/munge.key /root/munge.key.good").returncode == 0
     assert on_node(no_fs, "mkdir -p /root/fsx-keep && mount --bind /fsx /root/fsx-keep").returncode == 0
