@@ -103,7 +103,9 @@ def test_node_health_converges_idempotently_and_runs_as_slurm_runs_it(tmp_path: 
         # The config the role wrote is the one fmcluster builds for the same node (doctor runs the same checks).
         installed = json.loads((tmp_path / "nodes" / "cpu-7" / "health" / "config.json").read_text())
         built = data.node_config("cpu-7", load_catalog()["c5.2xlarge"].as_vars(), "local", 1024,
-                                 slurm_conf="", munge_socket="", report_dir=str(tmp_path / "reports"),
+                                 # a compute node is configless: scontrol reads the copy slurmd caches
+                                 slurm_conf="/var/spool/slurmd/conf-cache/slurm.conf", munge_socket="",
+                                 report_dir=str(tmp_path / "reports"),
                                  state_dir=str(tmp_path / "nodes" / "%n" / "state"),
                                  textfile_dir=str(tmp_path / "nodes" / "cpu-7" / "textfile"),
                                  disk=[{"path": str(tmp_path), "min_free_percent": 1, "min_free_mib": 1}],
