@@ -78,7 +78,9 @@ fetch_bundle() {
 retry "$tries" fetch_bundle \
   || report_failure bundle "cannot fetch $s3/bootstrap/ (converge.env, repo.bundle): $(tail -n 2 "$state/fetch.err" 2>/dev/null)"
 rm -rf "$bundle" && mv "$bundle.new" "$bundle"
-install -m 0755 "$bundle/node-bootstrap.sh" /usr/local/sbin/fmcluster-bootstrap
+# A new file renamed into place: bash is reading the running copy of this script as it goes.
+install -m 0755 "$bundle/node-bootstrap.sh" /usr/local/sbin/fmcluster-bootstrap.new
+mv -f /usr/local/sbin/fmcluster-bootstrap.new /usr/local/sbin/fmcluster-bootstrap
 # shellcheck source=/dev/null
 . "$bundle/converge.env"
 

@@ -75,6 +75,13 @@ def test_a_failure_before_the_node_knew_its_commit_is_final() -> None:
     assert node_status(COMPUTE, early, REF, MANIFEST, MEMBERSHIP).state == "failed"
 
 
+def test_a_node_of_the_published_commit_that_could_not_read_the_manifest_has_failed() -> None:
+    status = node_status(COMPUTE, report(ok=False, stage="manifest", manifest_digest="",
+                                         error="cannot read s3://b/fmcluster/manifest/cluster.json after 2 tries"),
+                         REF, MANIFEST, MEMBERSHIP)
+    assert status.state == "failed" and "FAILED at manifest" in status.line()
+
+
 def test_a_failure_of_an_older_commit_may_still_be_superseded() -> None:
     status = node_status(COMPUTE, report(ok=False, stage="converge", ref=OLD), REF, MANIFEST, MEMBERSHIP)
     assert (status.state, status.detail) == ("converging", "its last converge (of an older commit or manifest) failed")

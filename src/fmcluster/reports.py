@@ -86,7 +86,9 @@ def node_status(node: Node, report: dict[str, Any] | None, ref: str, manifest: s
         current = current and report.get("membership_digest") == membership
     if not report.get("ok"):
         # A failure for what is published now is final; an older failure may be superseded by a re-converge.
-        if current or report.get("ref") in ("", None) or report.get("stage") in ("bundle", "toolchain"):
+        # A node of the published commit that could not read the manifest has no manifest digest: final too.
+        before_manifest = report.get("ref") == ref and not report.get("manifest_digest")
+        if current or before_manifest or report.get("ref") in ("", None) or report.get("stage") in ("bundle", "toolchain"):
             return NodeStatus(node, report, "failed")
         return NodeStatus(node, report, "converging", "its last converge (of an older commit or manifest) failed")
     if current:

@@ -46,6 +46,8 @@ BOOTSTRAP_PREFIX = "fmcluster/bootstrap/"
 REPORT_PREFIX = "fmcluster/report/"
 CONVERGE_TIMEOUT_S = 3600
 LOG_TAIL_LINES = 40
+#: What the user data installed: fetches a published bundle (`--fetch`) or boots the node.
+BOOTSTRAP = "/usr/local/sbin/fmcluster-bootstrap"
 
 T = TypeVar("T")
 
@@ -293,6 +295,26 @@ class Agent:
             self.signal(report)
         return report
 
+    def fetch_commit(self, ref: str) -> bool:
+        """fmcluster-bootstrap --fetch of a newly published commit. A failure is reported (stage `bundle`, with
+        what the bootstrap could not do): the deploy waiting for this commit hears it instead of timing out."""
+        started = time.monotonic()
+        # Who this node is, from its last report (the bootstrap's own failure report would overwrite it).
+        last = json.loads((self.state_dir / "report.json").read_text()) if (self.state_dir / "report.json").is_file() else {}
+        done = subprocess.run([BOOTSTRAP, "--fetch"], capture_output=True, text=True, check=False)
+        print(done.stdout + done.stderr, end="", file=sys.stderr, flush=True)
+        if done.returncode == 0:
+            return True
+        tail = (done.stdout + done.stderr).strip().splitlines()[-LOG_TAIL_LINES:]
+        report = Report(address=my_address(), trigger=f"new commit {ref[:12]}", started=now(), stage="bundle",
+                        error=f"cannot fetch the bundle of commit {ref[:12]}: {BOOTSTRAP} --fetch exited "
+                              f"{done.returncode}: {tail[-1] if tail else 'no output'}",
+                        node=last.get("node", ""), role=last.get("role", ""), queue=last.get("queue"),
+                        instance_id=last.get("instance_id", ""), ref=ref, log_tail=tail,
+                        seconds=round(time.monotonic() - started, 1), finished=now())
+        self.file_report(report)
+        return False
+
     def record_converged(self, report: Report) -> None:
         state = {"ref": report.ref, "manifest_digest": report.manifest_digest,
                  "membership_digest": report.membership_digest, "finished": now()}
@@ -397,12 +419,15 @@ def watch_main(interval: float) -> int:
                 if (STATE_DIR / "report.json").is_file() else ""
             wanted = agent.wanted(role)
             stale = [k for k, v in wanted.items() if agent.converged().get(k) != v]
-            if stale and wanted["ref"] != settings.ref:
+            if stale and wanted["ref"] != settings.ref and (wanted != failed_for or time.monotonic() >= next_try):
                 # A new commit: fetch its bundle, then become the new commit's agent (it converges next round).
-                subprocess.run(["/usr/local/sbin/fmcluster-bootstrap", "--fetch"], check=True)
-                env = {**os.environ, **read_env_file(ETC_DIR / "node.env")}
-                os.execve(sys.executable, [sys.executable, "-m", "fmcluster.node", "watch", "--interval",
-                                           str(interval)], env)
+                if agent.fetch_commit(wanted["ref"]):
+                    env = {**os.environ, **read_env_file(ETC_DIR / "node.env")}
+                    os.execve(sys.executable, [sys.executable, "-m", "fmcluster.node", "watch", "--interval",
+                                               str(interval)], env)
+                backoff = backoff * 2 if wanted == failed_for else interval * 2
+                failed_for, next_try = wanted, time.monotonic() + min(backoff, 600.0)
+                continue
             if stale and (wanted != failed_for or time.monotonic() >= next_try):
                 with converge_lock():
                     # Another converge (first boot, an operator) may have finished while this one waited.

@@ -9,7 +9,7 @@
   authorized_keys, runs sshd, and runs the instance's decoded user data with the AWS endpoint pointed at the
   emulator — what EC2 and cloud-init do on AWS.
 - The image is this machine's root filesystem, with the toolchain scripts/bootstrap.sh installed
-  (/opt/fmcluster/venv) and the deploy checkout hidden.
+  (/opt/fmcluster/venv, its AWS CLI as /usr/local/bin/aws) and the deploy checkout hidden.
 - Shared file systems the emulator does not create (FSx for Lustre, OpenZFS) are directories of this
   machine bound at the same mount points on every host.
 """
@@ -146,6 +146,12 @@ class LocalProvider:
 
     def _first_boot(self, host: Host, instance: dict[str, Any], ec2: Any, endpoint: str | None) -> None:
         """What EC2 and cloud-init do for a new instance: its key pair, sshd, then its user data, detached."""
+        # The image's AWS CLI on the system PATH, where the DLAMI and the HyperPod images have theirs: the node
+        # agent and its services run with a plain PATH.
+        done = host_run(host, ["sh", "-c", "cat > /usr/local/bin/aws && chmod 0755 /usr/local/bin/aws"],
+                        input_text=f'#!/bin/sh\nexec {IMAGE_VENV}/bin/aws "$@"\n')
+        if done.returncode != 0:
+            raise SubstrateError(f"cannot install the AWS CLI on host {host.hostname}: {done.stderr.strip()}")
         key_name = instance.get("KeyName")
         if key_name:
             pair = ec2.describe_key_pairs(KeyNames=[key_name], IncludePublicKey=True)["KeyPairs"][0]
