@@ -70,13 +70,7 @@ def user_data(*, org: str, role: str, queue: str, signal_resource: str) -> cfn.F
     for name, value in settings:
         parts += [f" {name}=", value] if not isinstance(value, str) else [" " + shlex.quote(f"{name}={value}")]
     parts.append("\n")
-    merged: list[Any] = []
-    for part in parts:
-        if isinstance(part, str) and merged and isinstance(merged[-1], str):
-            merged[-1] += part
-        else:
-            merged.append(part)
-    return cfn.base64(cfn.join(merged))
+    return cfn.user_data(parts)
 
 
 def build(tenant: Tenant) -> dict[str, Any]:

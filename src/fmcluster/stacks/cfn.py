@@ -63,6 +63,17 @@ def base64(value: Any) -> Fn:
     return Fn("Base64", value)
 
 
+def user_data(parts: list[Any]) -> Fn:
+    """EC2 user data from literal text and references: one Fn::Base64 of one Fn::Join, adjacent texts merged."""
+    merged: list[Any] = []
+    for part in parts:
+        if isinstance(part, str) and merged and isinstance(merged[-1], str):
+            merged[-1] += part
+        else:
+            merged.append(part)
+    return base64(join(merged))
+
+
 def if_(condition: str, then: Any, otherwise: Any) -> Fn:
     return Fn("If", [condition, then, otherwise])
 

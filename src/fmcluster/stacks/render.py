@@ -175,13 +175,7 @@ def node_user_data(*, org: str, role: str, queue: str, signal_resource: str) -> 
     for name, value in env.items():
         parts += [f"export {name}=", shlex.quote(value) if isinstance(value, str) else value, "\n"]
     parts.append(USER_DATA_SCRIPT.read_text(encoding="utf-8"))
-    merged: list[Any] = []
-    for part in parts:
-        if isinstance(part, str) and merged and isinstance(merged[-1], str):
-            merged[-1] += part
-        else:
-            merged.append(part)
-    return cfn.base64(cfn.join(merged))
+    return cfn.user_data(parts)
 
 
 def user_data_text(user_data: Any) -> str:
