@@ -6,6 +6,7 @@ cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(
   slurmctld slurmd slurm-client munge            # the real local Slurm cluster
+  slurmdbd mariadb-server                        # job accounting: slurmdbd on a real MariaDB (sacct)
   prometheus prometheus-node-exporter            # the real local monitoring stack (promtool included)
   prometheus-alertmanager                        # alert routing to the tenant's receivers (amtool included)
   openssh-server openssh-client                  # Ansible reaches namespace nodes over ssh
@@ -59,4 +60,4 @@ if [[ ! -f $tool_stamp || $(cat "$tool_stamp") != "$PCLUSTER_SPEC" ]]; then
   "$tool/bin/pip" install -q "$PCLUSTER_SPEC"
   echo "$PCLUSTER_SPEC" >"$tool_stamp"
 fi
-echo "bootstrap: ready (.venv, $tool, Slurm, munge, Prometheus)"
+echo "bootstrap: ready (.venv, $tool, Slurm, slurmdbd, MariaDB, munge, Prometheus)"

@@ -11,6 +11,9 @@ mended, in order:
 - a node killed in the middle of its converge comes back with `invoke nodes-up`; a node that cannot read the
   manifest reports what it could not reach, and the deploy lists it at once instead of waiting;
 - a throttled node fails the acceptance gate, which bisects and drains it;
+- sacct lists the acceptance jobs; a killed slurmd, a wrong munge key and a lost shared file system each drain
+  their node with the reason of the health check that caught it, the Slurm panels answer from Prometheus, and
+  the repaired nodes return by themselves with no job lost from accounting (docs/health.md);
 - `invoke destroy --yes` leaves no namespace, mount, process or substrate directory behind.
 """
 
@@ -366,6 +369,127 @@ def test_a_throttled_node_fails_the_gate_and_is_bisected_and_drained(cluster: Cl
     finally:
         subprocess.run(["ip", "netns", "exec", host.netns, "tc", "qdisc", "del", "dev", "eth0", "root"], check=False)
         slurm(f"scontrol update nodename={name} state=resume")
+
+
+# --- node health, accounting and Slurm metrics (docs/health.md) --------------------------------------------
+#: Plain-process supervision on the local hosts (the supervised_service role): pidfile and recorded start argv.
+RUN_DIR = "/var/lib/fmcluster/run"
+#: Seconds a drain or a return may take: one HealthCheckInterval (30 s locally, from the manifest) twice, with
+#: slack for a loaded 2-core machine.
+HEALTH_DEADLINE = 150
+MEASURED: dict[str, float] = {}
+
+
+def compute_nodes() -> list[str]:
+    return sorted(slurm("sinfo --noheader --Node --format=%N").stdout.split())
+
+
+def node_states() -> dict[str, tuple[str, str]]:
+    """{node: (state, reason)} as `sinfo -N` shows them (the reason in full)."""
+    done = slurm("sinfo --noheader --Node '--format=%N|%T|%E'")
+    assert done.returncode == 0, done.stderr
+    return {n: (s, r) for n, s, r in (line.split("|", 2) for line in done.stdout.splitlines())}
+
+
+def sacct_jobs() -> dict[str, str]:
+    done = slurm("sacct --allusers --allocations --noheader --parsable2 --starttime=2020-01-01 "
+                 "--format=JobID,JobName,State")
+    assert done.returncode == 0, done.stderr
+    return {job: f"{name} {state}" for job, name, state in (line.split("|") for line in done.stdout.splitlines())}
+
+
+def wait_for(what: str, test: Any, timeout: float) -> Any:
+    started = time.monotonic()
+    while True:
+        got = test()
+        if got:
+            MEASURED[what] = round(time.monotonic() - started, 1)
+            return got
+        assert time.monotonic() - started < timeout, f"{what}: not within {timeout:.0f} s"
+        time.sleep(2)
+
+
+def start_again(name: str, service: str) -> None:
+    """Start a supervised daemon on node `name` as its role does (the recorded argv; no converge)."""
+    done = on_node(name, "python3 -c 'import json, subprocess, sys; subprocess.run(json.load(open(sys.argv[1])), "
+                         f"check=True)' {RUN_DIR}/{service}.start.json", timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def stop(name: str, service: str, executable: str, signal: str = "TERM") -> None:
+    done = on_node(name, f"start-stop-daemon --stop --quiet --retry={signal}/10/KILL/5 --remove-pidfile "
+                         f"--pidfile={RUN_DIR}/{service}.pid --exec={executable}", timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def prometheus_query(expr: str) -> list[dict[str, Any]]:
+    import urllib.parse
+
+    result: list[dict[str, Any]] = controller_api("/api/v1/query?" + urllib.parse.urlencode({"query": expr}))["data"]["result"]
+    return result
+
+
+def test_accounting_lists_the_acceptance_jobs_and_a_job_just_run(cluster: Cluster) -> None:
+    done = slurm("sbatch --parsable --wait -N3 --job-name=before-faults --output=/fsx/job-%j.out --wrap 'srun hostname'")
+    assert done.returncode == 0, done.stdout + done.stderr
+    job = done.stdout.strip().splitlines()[-1]
+    jobs = wait_for("sacct shows the job", lambda: (lambda j: j if j.get(job) else {})(sacct_jobs()), 60)
+    assert jobs[job] == "before-faults COMPLETED"
+    assert any(v.startswith("fmc-accept-") for v in jobs.values()), jobs
+
+
+def test_broken_nodes_are_drained_with_the_check_that_caught_them_and_return_once_repaired(cluster: Cluster) -> None:
+    """Three faults at once: a slurmd killed, a munge key the controller does not have, the shared file system
+    gone. Each node is drained with the reason of the check that caught it (by itself, or by the controller's
+    pass for a node that cannot drain itself); the Slurm panels show it from Prometheus; repaired, each returns
+    to service by itself; accounting keeps every job."""
+    from fmcluster import dashboards
+
+    started = time.monotonic()
+    killed, bad_key, no_fs = compute_nodes()
+    before = sacct_jobs()
+    wait_for("every node idle before the faults", lambda: {s for s, _ in node_states().values()} == {"idle"}, 60)
+    # Keep what the repairs put back on the nodes themselves: the good key, a second bind of the shared file system.
+    assert on_node(bad_key, "cp -p /etc/munge/munge.key /root/munge.key.good").returncode == 0
+    assert on_node(no_fs, "mkdir -p /root/fsx-keep && mount --bind /fsx /root/fsx-keep").returncode == 0
+    t0 = time.monotonic()
+    try:
+        assert on_node(killed, f"kill -KILL $(cat {RUN_DIR}/fmcluster-slurmd.pid)").returncode == 0
+        assert on_node(bad_key, "head -c 1024 /dev/urandom > /etc/munge/munge.key").returncode == 0
+        stop(bad_key, "fmcluster-munged", "/usr/sbin/munged")
+        start_again(bad_key, "fmcluster-munged")
+        assert on_node(no_fs, "umount -l /fsx").returncode == 0
+        expected = {killed: "fmcluster-health: slurmd: nothing answers on ", bad_key: "fmcluster-health: munge: ",
+                    no_fs: "fmcluster-health: mounts: /fsx is not mounted"}
+        for name, prefix in expected.items():
+            wait_for(f"{name} drained", lambda: (lambda s: s[0].startswith(("drain", "down")) and s[1].startswith(prefix))(
+                node_states().get(name, ("", ""))), HEALTH_DEADLINE - (time.monotonic() - t0))
+        MEASURED["three nodes drained after (s)"] = round(time.monotonic() - t0, 1)
+        assert node_states()[bad_key][1].endswith("the munge key here differs from the controller's")
+
+        # The Slurm metrics carry the drained nodes and their reasons; every Slurm panel's query answers.
+        wait_for("Prometheus shows the drained nodes", lambda: {
+            r["metric"]["slurm_node"] for r in prometheus_query("slurm_node_unavailable_info == 1")} >= set(expected), 90)
+        empty = [title for _, title, expr in dashboards.expressions()
+                 if title.startswith("Slurm") and not prometheus_query(expr.replace("$node", ".*"))]
+        assert empty == [], f"Slurm panels without data: {empty}"
+    finally:
+        t1 = time.monotonic()
+        on_node(no_fs, "mountpoint -q /fsx || mount --bind /root/fsx-keep /fsx; umount /root/fsx-keep")
+        on_node(bad_key, "cp -p /root/munge.key.good /etc/munge/munge.key")
+        stop(bad_key, "fmcluster-munged", "/usr/sbin/munged")
+        start_again(bad_key, "fmcluster-munged")
+        start_again(killed, "fmcluster-slurmd")
+    wait_for("all nodes back in service", lambda: {s for s, _ in node_states().values()} == {"idle"}, HEALTH_DEADLINE)
+    MEASURED["all back after repair (s)"] = round(time.monotonic() - t1, 1)
+    after = slurm("sbatch --parsable --wait -N3 --job-name=after-repair --output=/fsx/job-%j.out --wrap 'srun hostname'")
+    assert after.returncode == 0, after.stdout + after.stderr
+    job = after.stdout.strip().splitlines()[-1]
+    jobs = wait_for("sacct shows the job after the repair", lambda: (lambda j: j if j.get(job) else {})(sacct_jobs()), 60)
+    assert jobs[job] == "after-repair COMPLETED"
+    assert {k: v for k, v in jobs.items() if k in before} == before, "accounting lost a job"
+    MEASURED["health faults total (s)"] = round(time.monotonic() - started, 1)
+    print("measured:", json.dumps(MEASURED))
 
 
 def test_destroy_leaves_nothing_behind(cluster: Cluster) -> None:

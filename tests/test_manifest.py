@@ -92,7 +92,8 @@ def test_all_vars_hold_the_manifest_s_role_variables_and_the_membership(demo: Te
 def test_the_local_image_carries_the_packages_and_aws_nodes_install_them(demo: Tenant, stockmark: Tenant) -> None:
     local = manifest_for(demo)["vars"]
     assert all(local[k] is False for k in ("common_install_packages", "munge_install_packages", "slurm_install_packages",
-                                           "node_exporter_install", "prometheus_install", "alertmanager_install"))
+                                           "node_exporter_install", "prometheus_install", "alertmanager_install",
+                                           "slurm_accounting_install_packages"))
     aws = manifest_for(stockmark)["vars"]
     assert not {"common_install_packages", "slurm_install_packages", "prometheus_install"} & set(aws)
     assert aws["grafana_install"] is True

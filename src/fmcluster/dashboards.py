@@ -124,6 +124,9 @@ EFA_NETWORK = Dashboard(
     ),
 )
 
+SLURM_SOURCE = ("fmcluster's Slurm metrics: a node_exporter textfile the controller writes from scontrol and "
+                "squeue (roles/slurm_metrics).")
+
 CLUSTER = Dashboard(
     uid="fmcluster-cluster-overview",
     title="fmcluster / Cluster and Slurm overview",
@@ -149,12 +152,17 @@ CLUSTER = Dashboard(
         Panel("Expected mounts missing",
               ((f"fmcluster_node_expected_mount{{{SEL}}} == 1 unless on (node, mountpoint, fstype) node_filesystem_size_bytes",
                 "{{node}} {{mountpoint}}"),), kind="table"),
-        Panel("Slurm nodes by state",
-              (('slurm_nodes_alloc', "allocated"), ('slurm_nodes_idle', "idle"), ('slurm_nodes_mix', "mixed"),
-               ('slurm_nodes_down', "down"), ('slurm_nodes_drain', "drain")),
-              description="Needs a Slurm exporter (prometheus-slurm-exporter, port 9341) in the `slurm` file_sd job."),
-        Panel("Slurm jobs", (('slurm_queue_running', "running"), ('slurm_queue_pending', "pending")),
-              description="Needs a Slurm exporter (prometheus-slurm-exporter, port 9341) in the `slurm` file_sd job."),
+        Panel("Slurm nodes by state", (("sum by (state) (slurm_nodes)", "{{state}}"),),
+              description=SLURM_SOURCE),
+        Panel("Slurm jobs", (('sum by (state) (slurm_jobs{state=~"running|pending"})', "{{state}}"),),
+              description=SLURM_SOURCE),
+        Panel("Slurm queue depth (pending jobs) per partition",
+              (('sum by (partition) (slurm_jobs{state="pending"})', "{{partition}}"),), description=SLURM_SOURCE),
+        Panel("Slurm nodes out of service, with reasons", (("slurm_node_unavailable_info == 1", "{{slurm_node}}"),),
+              kind="table", description=SLURM_SOURCE + " Drain reasons of the health checks: docs/health.md."),
+        Panel("Health checks failing", (('fmcluster_health_check_failed{context="interval"} == 1', "{{node}} {{check}}"),),
+              kind="table", width=24,
+              description="The nodes' own health runs (Slurm's HealthCheckProgram; docs/health.md)."),
     ),
 )
 

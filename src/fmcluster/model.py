@@ -101,6 +101,15 @@ class Acceptance:
 
 
 @dataclass(frozen=True)
+class SlurmAccounting:
+    """The `accounting` section: slurmdbd for fmcluster's own Slurm (ParallelCluster's is `parallelcluster.accounting`)."""
+
+    enabled: bool
+    database_endpoint: str | None  # host[:port] of the tenant's own MySQL/MariaDB (RDS); None: MariaDB on the controller
+    database_user: str
+
+
+@dataclass(frozen=True)
 class Network:
     vpc_cidr: str
     ssh_ingress_cidr: str | None
@@ -142,6 +151,7 @@ class Tenant:
     storage: Storage
     monitoring: Monitoring
     acceptance: Acceptance
+    slurm_accounting: SlurmAccounting = SlurmAccounting(True, None, "slurm")
     parallelcluster: ParallelClusterSettings | None = None  # scheduler parallelcluster only
 
     @property
@@ -176,6 +186,7 @@ def _build(spec_path: Path, raw: dict[str, Any]) -> Tenant:
     zfs = storage.get("openzfs")
     login = doc.get("login")
     monitoring, acceptance, network = doc["monitoring"], doc["acceptance"], doc["network"]
+    slurm_acct = doc["accounting"]
     is_scratch = lustre["deployment_type"].startswith("SCRATCH")
     pcluster, accounting = doc["parallelcluster"], doc["parallelcluster"].get("accounting")
     return Tenant(
@@ -220,6 +231,8 @@ def _build(spec_path: Path, raw: dict[str, Any]) -> Tenant:
             drain_on_failure=acceptance["drain_on_failure"],
             tests=tuple(acceptance["tests"]),
         ),
+        slurm_accounting=SlurmAccounting(slurm_acct["enabled"], slurm_acct.get("database_endpoint"),
+                                         slurm_acct["database_user"]),
         parallelcluster=ParallelClusterSettings(
             os=pcluster["os"],
             ssh_key_name=pcluster.get("ssh_key_name"),

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fmcluster import monitoring, nccl, versions
+from fmcluster import accounting, monitoring, nccl, versions
+from fmcluster.health import inventory as health
 from fmcluster.manifest import FORMAT, NODE_SECRETS_DIR, SECRET_NAMES, SECRET_ROLES, secret_id
 from fmcluster.model import Tenant
 from fmcluster.paths import PACKAGE_DIR
@@ -118,6 +119,8 @@ def build_manifest(tenant: Tenant, ref: str, stack_outputs: Mapping[str, str],
         **acceptance_vars(tenant),
         **monitoring.inventory_vars(tenant),
         **nccl.cluster_vars([q.instance.name for q in tenant.queues]),
+        **accounting.manifest_vars(tenant),
+        **health.manifest_vars(tenant, storage),
         **scheduler_vars,
         **provider_vars,
     }
@@ -130,7 +133,7 @@ def build_manifest(tenant: Tenant, ref: str, stack_outputs: Mapping[str, str],
         "ref": ref,
         "discovery": dict(discovery),
         "secrets": {name: {"id": secret_id(tenant.org, name), "roles": list(roles)}
-                    for name, roles in SECRET_ROLES.items()},
+                    for name, roles in {**SECRET_ROLES, **accounting.manifest_secrets(tenant)}.items()},
         "groups": groups,
         "vars": variables,
         "stack_outputs": dict(sorted(stack_outputs.items())),

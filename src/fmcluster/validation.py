@@ -468,6 +468,7 @@ def _semantic_problems(loaded: LoadedYaml, out: _Collector) -> None:
     _check_network(out, tenant, t, controller, logins, compute)
     _check_storage(out, tenant, t)
     _check_monitoring(out, tenant, t)
+    _check_accounting(out, tenant, t)
 
 
 def _check_queue_name(out: _Collector, q: KeyPath, i: int, name: str, seen: dict[str, int],
@@ -738,6 +739,13 @@ def _check_monitoring(out: _Collector, tenant: dict[str, Any], t: KeyPath) -> No
             elif arn.group(1) not in KNOWN_REGIONS:
                 out.add((*r, "target"), f"'{arn.group(1)}' in the topic ARN is not a known AWS region"
                         f"{did_you_mean(arn.group(1), KNOWN_REGIONS)}", f"use one of: {', '.join(KNOWN_REGIONS)}")
+
+
+def _check_accounting(out: _Collector, tenant: dict[str, Any], t: KeyPath) -> None:
+    endpoint = _get(tenant, "accounting", "database_endpoint")
+    if isinstance(endpoint, str) and tenant.get("provider") == "local":
+        out.add((*t, "accounting", "database_endpoint"), "provider local cannot reach a database endpoint: its "
+                "accounting database is MariaDB on the controller node", "remove database_endpoint for a local tenant")
 
 
 def problems_in(loaded: LoadedYaml) -> list[Problem]:

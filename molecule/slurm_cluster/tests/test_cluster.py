@@ -35,7 +35,9 @@ def test_srun_runs_one_task_on_every_compute_node_each_its_own_host(host: testin
 def test_a_batch_job_over_every_node_completes_with_its_output_on_shared_storage(host: testinfra.host.Host) -> None:
     out = host.check_output("sbatch --wait --nodes=2 --output=/fsx/job-%j.out --wrap 'srun printenv SLURMD_NODENAME'")
     job = out.split()[-1]
-    assert host.file("/var/log/slurm/jobcomp.log").contains(f"JobId={job} .*JobState=COMPLETED")
+    # Accounting is on by default: slurmdbd (on the controller's MariaDB) records the job.
+    assert host.check_output(f"sacct --noheader --allocations --parsable2 --format=State --jobs={job}").strip() \
+        == "COMPLETED"
     assert set(host.file(f"/fsx/job-{job}.out").content_string.split()) == set(COMPUTE)
 
 

@@ -195,7 +195,8 @@ class LocalProvider:
         # several hosts running apt at once would queue on one dpkg lock.
         # Polling is cheap here: the agent checks often, so a node joining shows up within seconds.
         return {**{name: False for name in ("common_install_packages", "munge_install_packages", "slurm_install_packages",
-                                            "node_exporter_install", "prometheus_install", "alertmanager_install")},
+                                            "node_exporter_install", "prometheus_install", "alertmanager_install",
+                                            "slurm_accounting_install_packages")},
                 "node_convergence_interval": 5, "prometheus_sd_refresh_interval": "10s"}
 
     def client_argv(self, node: Node) -> list[str]:

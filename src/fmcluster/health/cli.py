@@ -1,0 +1,140 @@
+"""`fmcluster-health`: the node health program's command line (python3 -m fmcluster.health).
+
+    check         run the checks of a context on this node (interval: as Slurm's HealthCheckProgram;
+                  prolog: as the Prolog, only for jobs given GPUs; manual: by hand, drains only with --drain)
+    diag          DCGM's level 2 or 3 diagnostic on demand (takes minutes: drain the node first)
+    show          which checks apply to this node and why the others are skipped
+    cluster       the controller's pass (once, or --every N seconds)
+    slurm-metrics Slurm's state into a node_exporter textfile (once, or --every N seconds)
+    triage        unhealthy nodes and what each needs, from slurmctld and the nodes' reports
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import List, Optional, Sequence
+
+from fmcluster.health import engine, facts, node
+
+
+def _checks_arg(value: str) -> List[str]:
+    return [v for v in value.split(",") if v]
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="fmcluster-health", description=__doc__.splitlines()[0] if __doc__ else "")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    check = sub.add_parser("check", help="run the health checks on this node")
+    check.add_argument("--config", required=True, help="node config (JSON); %%n is the node name")
+    check.add_argument("--context", default="manual", choices=["interval", "prolog", "manual"])
+    check.add_argument("--node", default="", help="node name (default: $SLURMD_NODENAME, else the config's)")
+    check.add_argument("--only", type=_checks_arg, default=[], help="comma-separated check names")
+    check.add_argument("--json", action="store_true", help="print the report as JSON")
+    drain = check.add_mutually_exclusive_group()
+    drain.add_argument("--drain", dest="drain", action="store_true", default=None,
+                       help="drain or resume the node by the result (default: only in interval/prolog)")
+    drain.add_argument("--no-drain", dest="drain", action="store_false")
+
+    diag = sub.add_parser("diag", help="DCGM level 2 or 3 diagnostic (minutes; run on an idle, drained node)")
+    diag.add_argument("--config", required=True)
+    diag.add_argument("--node", default="")
+    diag.add_argument("--level", type=int, choices=[2, 3], default=2)
+    diag.add_argument("--drain", action="store_true", help="drain the node when the diagnostic fails")
+    diag.add_argument("--json", action="store_true")
+
+    show = sub.add_parser("show", help="which checks apply here, and why the others are skipped")
+    show.add_argument("--config", required=True)
+    show.add_argument("--node", default="")
+
+    cluster = sub.add_parser("cluster", help="the controller's pass over every node")
+    cluster.add_argument("--config", required=True, help="cluster config (JSON)")
+    cluster.add_argument("--every", type=float, default=0.0, help="repeat every N seconds (0: once)")
+
+    metrics = sub.add_parser("slurm-metrics", help="Slurm state into a node_exporter textfile")
+    metrics.add_argument("--textfile", required=True, help="e.g. <textfile dir>/fmcluster_slurm.prom")
+    metrics.add_argument("--slurm-conf", default="", help="SLURM_CONF for scontrol and squeue")
+    metrics.add_argument("--every", type=float, default=0.0, help="repeat every N seconds (0: once)")
+
+    triage = sub.add_parser("triage", help="unhealthy nodes and what each needs")
+    triage.add_argument("--config", required=True, help="cluster config (JSON: checks, XID table, reports)")
+    triage.add_argument("--json", action="store_true")
+
+    args = parser.parse_args(argv)
+    try:
+        return _dispatch(args)
+    except (OSError, ValueError) as err:
+        print(f"fmcluster-health {args.command}: {err}", file=sys.stderr)
+        return 2
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    if args.command == "check":
+        return node.run(args.config, args.context, args.node, args.drain, args.only, args.json)
+    if args.command == "diag":
+        return node.run(args.config, "diag", args.node, True if args.drain else False, ["dcgm-deep"], args.json,
+                        diag_level=args.level)
+    if args.command == "show":
+        config = node.load_config(args.config, args.node)
+        node_facts = facts.derive(config)
+        for spec in engine.specs(config):
+            if spec.scope != "node":
+                continue
+            missing = facts.unmet(node_facts, list(spec.when))
+            where = ",".join(spec.contexts)
+            print(f"{'skip' if missing else 'runs':4}  {spec.name:<13} [{where}]  "
+                  + ("; ".join(missing) if missing else spec.title))
+        return 0
+    if args.command == "cluster":
+        from fmcluster.health import cluster
+
+        if args.every > 0:
+            return cluster.run_forever(args.config, args.every)
+        with open(args.config, encoding="utf-8") as handle:
+            cluster.cluster_pass(json.load(handle))
+        return 0
+    if args.command == "slurm-metrics":
+        from fmcluster.health import metrics
+
+        return metrics.run_forever(args.textfile, args.every, args.slurm_conf, rounds=None if args.every > 0 else 1)
+    if args.command == "triage":
+        return _triage(args.config, args.json)
+    return 2
+
+
+def _triage(config_path: str, as_json: bool) -> int:
+    from dataclasses import asdict
+
+    from fmcluster.health import cluster, triage
+    from fmcluster.health.probe import Probe
+
+    with open(config_path, encoding="utf-8") as handle:
+        config = json.load(handle)
+    probe = Probe({"SLURM_CONF": str(config["slurm_conf"])} if config.get("slurm_conf") else None)
+    shown = probe.run([*(config.get("commands", {}).get("scontrol") or ["scontrol"]), "show", "node"], timeout=30)
+    if not shown.ok:
+        print(f"fmcluster-health triage: {shown.why()}", file=sys.stderr)
+        return 2
+    report_dir = str(config.get("report_dir", ""))
+    reports = {}
+    if report_dir and os.path.isdir(report_dir):
+        for name in os.listdir(report_dir):
+            if name.endswith(".json") and name.count(".") == 1:
+                loaded = cluster.load_report(report_dir, name[:-5])
+                if loaded:
+                    reports[name[:-5]] = loaded
+    rules = triage.Rules({"checks": config.get("checks", []), "external_reasons": config.get("external_reasons", [])},
+                         config.get("xids", {}))
+    findings = triage.unhealthy_nodes(shown.stdout, rules, reports)
+    if as_json:
+        print(json.dumps([asdict(f) for f in findings], indent=1))
+    else:
+        sys.stdout.write(triage.table(findings))
+    return 0 if not findings else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,48 @@
+"""The health part of the manifest: tenant → role variables of node_health and slurm_metrics and the slurm
+role's health-check settings, computed once here (never on nodes: this module needs the tenant model)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fmcluster.model import Tenant
+
+#: Seconds between health runs (Slurm's HealthCheckInterval, and the controller's pass).
+INTERVAL = {"aws": 300, "local": 30}
+#: Seconds between Slurm metrics rounds.
+METRICS_INTERVAL = {"aws": 30, "local": 15}
+#: Where the health program is installed on every node.
+INSTALL_DIR = "/opt/fmcluster/health"
+#: /proc/self/mountinfo's file system type of each kind of shared storage (fmcluster.publish.shared_storage).
+FSTYPES = {"lustre": "lustre", "nfs": "nfs4"}
+
+
+def mounts(storage: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
+    """Shared file systems every node must have mounted. A file system the stacks did not create (empty
+    `source`: the local substrate binds a shared directory at its mount point) is checked as mounted, of any type."""
+    return [{"path": str(fs["mount_point"]), "fstype": FSTYPES.get(str(fs["type"]), "") if fs["source"] else ""}
+            for fs in storage]
+
+
+def manifest_vars(tenant: Tenant, storage: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Role variables for the manifest's `vars`; `storage` is the manifest's fmcluster_shared_storage."""
+    local = tenant.provider == "local"
+    interval = INTERVAL["local" if local else "aws"]
+    lustre = tenant.storage.lustre.mount_point.rstrip("/")
+    return {
+        "node_health_install_dir": INSTALL_DIR,
+        # On Lustre, so the controller reads what a node could not act on; written only while it is mounted.
+        "node_health_report_dir": f"{lustre}/.fmcluster/health/reports",
+        "node_health_report_requires_mount": lustre,
+        "node_health_mounts": mounts(storage),
+        "node_health_reports_shared": True,
+        "node_health_interval": interval,
+        "slurm_metrics_install_dir": INSTALL_DIR,
+        "slurm_metrics_interval": METRICS_INTERVAL["local" if local else "aws"],
+        "slurm_health_check_program": f"{INSTALL_DIR}/bin/fmcluster-health-slurmd",
+        "slurm_health_check_interval": interval,
+        "slurm_health_check_node_state": "ANY",
+        "slurm_prolog": f"{INSTALL_DIR}/bin/fmcluster-health-slurmd",
+    }
