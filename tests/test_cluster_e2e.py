@@ -398,14 +398,22 @@ def sacct_jobs() -> dict[str, str]:
     return {job: f"{name} {state}" for job, name, state in (line.split("|") for line in done.stdout.splitlines())}
 
 
-def wait_for(what: str, test: Any, timeout: float) -> Any:
+def health_diagnosis() -> str:
+    """What a failed health wait saw: Slurm's node states and the controller's pass log (for the failure text)."""
+    controller = next((n for n, r in reports().items() if r.get("role") == "controller"), "")
+    log = on_node(controller, f"tail -n 30 /var/lib/fmcluster/health/run/fmcluster-health-cluster.log", timeout=60) if controller else None
+    return f"\nnode states: {node_states()}\ncontroller's pass log:\n{log.stdout + log.stderr if log else '-'}"
+
+
+def wait_for(what: str, test: Any, timeout: float, diagnose: Any = None) -> Any:
     started = time.monotonic()
     while True:
         got = test()
         if got:
             MEASURED[what] = round(time.monotonic() - started, 1)
             return got
-        assert time.monotonic() - started < timeout, f"{what}: not within {timeout:.0f} s"
+        if time.monotonic() - started >= timeout:
+            raise AssertionError(f"{what}: not within {timeout:.0f} s" + (diagnose() if diagnose else ""))
         time.sleep(2)
 
 
@@ -463,7 +471,7 @@ def test_broken_nodes_are_drained_with_the_check_that_caught_them_and_return_onc
                     no_fs: "fmcluster-health: mounts: /fsx is not mounted"}
         for name, prefix in expected.items():
             wait_for(f"{name} drained", lambda: (lambda s: s[0].startswith(("drain", "down")) and s[1].startswith(prefix))(
-                node_states().get(name, ("", ""))), HEALTH_DEADLINE - (time.monotonic() - t0))
+                node_states().get(name, ("", ""))), HEALTH_DEADLINE - (time.monotonic() - t0), health_diagnosis)
         MEASURED["three nodes drained after (s)"] = round(time.monotonic() - t0, 1)
         assert node_states()[bad_key][1].endswith("the munge key here differs from the controller's")
 
@@ -480,7 +488,8 @@ def test_broken_nodes_are_drained_with_the_check_that_caught_them_and_return_onc
         stop(bad_key, "fmcluster-munged", "/usr/sbin/munged")
         start_again(bad_key, "fmcluster-munged")
         start_again(killed, "fmcluster-slurmd")
-    wait_for("all nodes back in service", lambda: {s for s, _ in node_states().values()} == {"idle"}, HEALTH_DEADLINE)
+    wait_for("all nodes back in service", lambda: {s for s, _ in node_states().values()} == {"idle"}, HEALTH_DEADLINE,
+             health_diagnosis)
     MEASURED["all back after repair (s)"] = round(time.monotonic() - t1, 1)
     after = slurm("sbatch --parsable --wait -N3 --job-name=after-repair --output=/fsx/job-%j.out --wrap 'srun hostname'")
     assert after.returncode == 0, after.stdout + after.stderr

@@ -110,6 +110,16 @@ def test_not_responding_with_slurmd_listening_and_no_report_names_munge_as_the_s
                       "(munge key or Slurm version different from the controller's?)")
 
 
+def test_a_guess_the_pass_drained_with_gives_way_to_the_node_s_own_report(tmp_path: Path) -> None:
+    guess = ("fmcluster-health: slurmd: 10.79.61.4:6818 accepts connections but does not answer slurmctld "
+             "(munge key or Slurm version different from the controller's?)")
+    text = show_node(node_block("cpu-2", "IDLE+DRAIN+NOT_RESPONDING", guess, address="10.79.61.4"))
+    assert decide(tmp_path / "none", text, {}) == []  # no report yet: the guess stands, not re-drained
+    reason = "fmcluster-health: munge: slurmctld rejects this node's credentials: the munge key here differs"
+    report(tmp_path, "cpu-2", False, reason)
+    assert decide(tmp_path, text, {}) == [("cpu-2", reason)]
+
+
 def test_a_node_whose_reports_stopped_is_drained_fail_closed(tmp_path: Path) -> None:
     report(tmp_path, "cpu-3", True, age=3600)
     long_ago = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 7200))

@@ -12,6 +12,8 @@ and, for each node slurmctld has not already taken out itself (DOWN, UNKNOWN, FU
                  whose slurmd has run longer than `stale_after` → drain (its health program is not running)
 
 A node already drained by a health run keeps its (more precise) reason; only a dead slurmd is reported over it.
+The one guess this pass drains with (slurmd listens but does not answer) gives way to the node's own failing
+report when that arrives: after a munge key changes, the two race, and the report names the check.
 It never resumes a node: the node's own next healthy run does, for reasons this program wrote, and only those.
 """
 
@@ -29,6 +31,9 @@ from fmcluster.health import REASON_PREFIX, slurm
 from fmcluster.health.probe import Probe
 
 SKIP_STATES = ("DOWN", "UNKNOWN", "FUTURE")
+#: The one drain reason this pass writes on a guess (slurmd listens but does not answer): the node's own report,
+#: when it arrives, names the check that failed and replaces it (the two race after a munge key changes).
+GUESS = "accepts connections but does not answer slurmctld"
 SKIP_FLAGS = ("POWERED_DOWN", "POWERING_DOWN", "POWER_DOWN", "REBOOT_REQUESTED", "REBOOT_ISSUED")
 
 
@@ -92,7 +97,7 @@ def decide(nodes: List[slurm.Node], config: Mapping[str, Any], now: float,
             decisions.append(Decision(node.name, "slurmd", f"{REASON_PREFIX} slurmd: nothing answers on "
                                       f"{node.address}:{port} ({error})"))
             continue
-        if node.drained:
+        if node.drained and not (node.ours and GUESS in node.reason):
             continue  # drained by a health run already: its reason is the precise one, the rules below are weaker
         report = load_report(report_dir, node.name) if shared else None
         fresh = report is not None and now - float(report.get("started", 0)) <= stale_after
@@ -100,9 +105,8 @@ def decide(nodes: List[slurm.Node], config: Mapping[str, Any], now: float,
             decisions.append(Decision(node.name, "health-report", str(report["reason"])))
             continue
         if not node.responding:
-            decisions.append(Decision(node.name, "slurmd", f"{REASON_PREFIX} slurmd: {node.address}:{port} accepts "
-                                      "connections but does not answer slurmctld (munge key or Slurm version "
-                                      "different from the controller's?)"))
+            decisions.append(Decision(node.name, "slurmd", f"{REASON_PREFIX} slurmd: {node.address}:{port} {GUESS} "
+                                      "(munge key or Slurm version different from the controller's?)"))
             continue
         started = _epoch(node.slurmd_start)
         if shared and not fresh and started is not None and now - started > stale_after:
