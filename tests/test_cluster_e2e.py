@@ -467,13 +467,16 @@ def test_broken_nodes_are_drained_with_the_check_that_caught_them_and_return_onc
         stop(bad_key, "fmcluster-munged", "/usr/sbin/munged")
         start_again(bad_key, "fmcluster-munged")
         assert on_node(no_fs, "umount -l /fsx").returncode == 0
-        expected = {killed: "fmcluster-health: slurmd: nothing answers on ", bad_key: "fmcluster-health: munge: ",
+        # slurmctld starts HealthCheckProgram by an RPC that a node with another munge key cannot authenticate, so
+        # that node never reports; the controller's pass drains it with munge as the suspect (docs/health.md).
+        expected = {killed: "fmcluster-health: slurmd: nothing answers on ",
+                    bad_key: "fmcluster-health: slurmd: ",
                     no_fs: "fmcluster-health: mounts: /fsx is not mounted"}
         for name, prefix in expected.items():
             wait_for(f"{name} drained", lambda: (lambda s: s[0].startswith(("drain", "down")) and s[1].startswith(prefix))(
                 node_states().get(name, ("", ""))), HEALTH_DEADLINE - (time.monotonic() - t0), health_diagnosis)
         MEASURED["three nodes drained after (s)"] = round(time.monotonic() - t0, 1)
-        assert node_states()[bad_key][1].endswith("the munge key here differs from the controller's")
+        assert "does not answer slurmctld (munge key" in node_states()[bad_key][1]
 
         # The Slurm metrics carry the drained nodes and their reasons; every Slurm panel's query answers.
         wait_for("Prometheus shows the drained nodes", lambda: {
