@@ -95,7 +95,7 @@ def detect(entry: Entry, ev: Evidence) -> list[Hit]:
         for target in ev.targets or []:
             labels = target.get("labels", {}) or {}
             if target.get("health") != "up" and pattern.search(str(labels.get("job", ""))):
-                where = str(labels.get("instance") or target.get("scrapeUrl", "?"))
+                where = str(labels.get("node") or labels.get("instance") or target.get("scrapeUrl", "?"))
                 hits.append(Hit(where, _short(f"job {labels.get('job', '?')}: {target.get('health', '?')} "
                                               f"{target.get('lastError', '')}")))
     elif entry.kind == "fact":
