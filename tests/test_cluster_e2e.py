@@ -583,6 +583,7 @@ def test_doctor_names_each_fault_with_its_entry_and_is_clean_once_repaired(clust
     MEASURED["doctor clean after repair (s)"] = round(time.monotonic() - t1, 1)
     fleet = subprocess.run([venv_tool("invoke"), "fleet"], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert re.search(rf"^{ORG} .*healthy$", fleet.stdout, re.M), fleet.stdout
+    print(fleet.stdout)
     MEASURED["doctor faults total (s)"] = round(time.monotonic() - started, 1)
     print("measured:", json.dumps(MEASURED), "doctor runs (s):", DOCTOR_RUNS)
 
