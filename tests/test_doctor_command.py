@@ -139,3 +139,31 @@ def test_evidence_facts_are_the_registered_ones() -> None:
     ev = Evidence()
     ev.add_fact("node_unreachable", "n1", "ssh failed")
     assert ev.facts == {"node_unreachable": [("n1", "ssh failed")]}
+
+
+def compute_node(name: str = "n1") -> Node:
+    return Node.from_dict({"name": name, "address": "10.0.0.5", "role": "compute", "instance_id": "i-1",
+                           "instance_type": "t3.large", "queue": "cpu"})
+
+
+def test_a_node_that_cannot_be_reached_is_a_finding() -> None:
+    """The provider's client argv stands in as a local shell: one that fails is an ssh failure."""
+    from fmcluster.doctor.gather import read_node
+
+    ev = Evidence()
+    read_node(compute_node(), ["sh", "-c", "echo 'ssh: connect to host 10.0.0.5 port 22: No route to host' >&2; exit 255"],
+              ev)
+    assert ev.facts["node_unreachable"] == [("n1", "ssh failed: ssh: connect to host 10.0.0.5 port 22: No route to host")]
+    assert ev.reports == {}
+
+
+def test_a_node_whose_health_program_gives_no_report_is_a_finding_not_a_pass() -> None:
+    """The script really runs (here, in a local shell): this machine has no installed health program."""
+    from fmcluster.doctor.gather import HEALTH_PROGRAM, read_node
+
+    if Path(HEALTH_PROGRAM).exists():
+        pytest.skip("this machine has the node health program installed")
+    ev = Evidence()
+    read_node(compute_node(), ["sh", "-c"], ev)
+    (where, why), = ev.facts["node_unreachable"]
+    assert where == "n1" and why.startswith("its health checks gave no report (exit 127)")
