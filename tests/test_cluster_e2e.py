@@ -496,6 +496,8 @@ def test_broken_nodes_are_drained_with_the_check_that_caught_them_and_return_onc
 
 # --- invoke doctor and invoke fleet (docs/doctor.md) ---------------------------------------------------------
 NCCL_ENV = "/etc/profile.d/fmcluster-nccl.sh"
+#: node_exporter's supervision files (roles/node_exporter: node_exporter_run_dir, one per node).
+EXPORTER = "$(echo /var/lib/fmcluster/*/node_exporter)/fmcluster-node-exporter"
 DOCTOR_RUNS: list[float] = []
 
 
@@ -555,7 +557,8 @@ def test_doctor_names_each_fault_with_its_entry_and_is_clean_once_repaired(clust
     t0 = time.monotonic()
     try:
         stop(no_munge, "fmcluster-munged", "/usr/sbin/munged")
-        stop(no_exporter, "fmcluster-node-exporter", "/usr/bin/prometheus-node-exporter")
+        assert on_node(no_exporter, f"start-stop-daemon --stop --quiet --retry=TERM/10/KILL/5 --remove-pidfile "
+                                    f"--pidfile={EXPORTER}.pid --exec=/usr/bin/prometheus-node-exporter").returncode == 0
         assert on_node(bad_env, f"(test -e {NCCL_ENV} && cp -p {NCCL_ENV} /root/nccl-env.keep || true) && "
                                 f"mkdir -p /etc/profile.d && echo 'export NCCL_PROTO=simple' >> {NCCL_ENV}").returncode == 0
         expected = {no_munge: "munged-down", no_exporter: "node-exporter-down", bad_env: "nccl-proto-override"}
@@ -573,7 +576,8 @@ def test_doctor_names_each_fault_with_its_entry_and_is_clean_once_repaired(clust
         assert re.search(rf"^{ORG} .*degraded$", fleet.stdout, re.M), fleet.stdout
     finally:
         start_again(no_munge, "fmcluster-munged")
-        start_again(no_exporter, "fmcluster-node-exporter")
+        on_node(no_exporter, "python3 -c 'import json, subprocess, sys; subprocess.run(json.load(open(sys.argv[1])), "
+                             f"check=True)' {EXPORTER}.start.json", timeout=60)
         on_node(bad_env, f"if test -e /root/nccl-env.keep; then mv /root/nccl-env.keep {NCCL_ENV}; else rm -f {NCCL_ENV}; fi")
     t1 = time.monotonic()
     try:
