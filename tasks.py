@@ -188,3 +188,24 @@ def dashboards(c: Context) -> None:
 
     for path in write_all():
         print(path.relative_to(ROOT))
+
+
+# --- troubleshooting knowledge (docs/doctor.md) ----------------------------------------------------------
+@task(help={"org": "tenant name (with --log: judge the log against this tenant's queue)",
+            "node": "only this node (name or address)", "log": "a job log (nccl-tests or CPU bench): no cluster needed",
+            "json": "print the diagnosis as JSON", "instance_type": "with --log: judge it as this instance type"})
+def doctor(c: Context, org: str = "", node: str = "", log: str = "", json: bool = False, instance_type: str = "") -> None:
+    """Run the knowledge base's detections (node health checks, Slurm, Prometheus, stacks, logs): per finding
+    what is wrong, the evidence, the fix and its source. Exit 0 only on positive evidence of health."""
+    from fmcluster.doctor.report import doctor as run_doctor
+
+    _exit(run_doctor(org, node, log, json, instance_type=instance_type))
+
+
+@task(help={"json": "print the rows as JSON"})
+def fleet(c: Context, json: bool = False) -> None:
+    """Every tenant in inventories/: provider, scheduler, stacks, nodes, last acceptance, alerts, doctor
+    findings; a table here and a static page in inventories/fleet.html."""
+    from fmcluster.doctor.fleet import fleet as run_fleet
+
+    _exit(run_fleet(as_json=json))

@@ -366,6 +366,7 @@ def test_a_throttled_node_fails_the_gate_and_is_bisected_and_drained(cluster: Cl
         assert f"drained {name}" in gate.stdout, gate.stdout[-6000:]
         state = slurm(f"scontrol -o show node {name}").stdout
         assert "DRAIN" in state and "fmcluster acceptance" in state
+        doctor_judges_the_failed_run_s_log()  # docs/doctor.md
     finally:
         subprocess.run(["ip", "netns", "exec", host.netns, "tc", "qdisc", "del", "dev", "eth0", "root"], check=False)
         slurm(f"scontrol update nodename={name} state=resume")
@@ -477,6 +478,7 @@ def test_broken_nodes_are_drained_with_the_check_that_caught_them_and_return_onc
                 node_states().get(name, ("", ""))), HEALTH_DEADLINE - (time.monotonic() - t0), health_diagnosis)
         MEASURED["three nodes drained after (s)"] = round(time.monotonic() - t0, 1)
         assert "does not answer slurmctld (munge key" in node_states()[bad_key][1]
+        doctor_names({killed: "slurmd-not-responding", bad_key: "munge-key-mismatch", no_fs: "fsx-not-mounted"})
 
         # The Slurm metrics carry the drained nodes and their reasons; every Slurm panel's query answers.
         wait_for("Prometheus shows the drained nodes", lambda: {
@@ -502,6 +504,104 @@ def test_broken_nodes_are_drained_with_the_check_that_caught_them_and_return_onc
     assert {k: v for k, v in jobs.items() if k in before} == before, "accounting lost a job"
     MEASURED["health faults total (s)"] = round(time.monotonic() - started, 1)
     print("measured:", json.dumps(MEASURED))
+
+
+# --- invoke doctor and invoke fleet (docs/doctor.md) ---------------------------------------------------------
+NCCL_ENV = "/etc/profile.d/fmcluster-nccl.sh"
+#: node_exporter's supervision files (roles/node_exporter: node_exporter_run_dir, one per node).
+EXPORTER = "$(echo /var/lib/fmcluster/*/node_exporter)/fmcluster-node-exporter"
+DOCTOR_RUNS: list[float] = []
+
+
+def doctor(*args: str) -> tuple[int, dict[str, Any]]:
+    started = time.monotonic()
+    done = invoke("doctor", "--json", *args, timeout=300)
+    DOCTOR_RUNS.append(round(time.monotonic() - started, 1))
+    assert done.stdout.strip(), done.stderr[-3000:]
+    diagnosis: dict[str, Any] = json.loads(done.stdout)
+    assert (done.returncode == 0) == diagnosis["healthy"], done.stdout[-3000:]
+    return done.returncode, diagnosis
+
+
+def found(diagnosis: dict[str, Any]) -> dict[str, set[str]]:
+    """entry id → where it fired (node names for node-level evidence)."""
+    return {f["id"]: {e["where"].split(":")[0] for e in f["evidence"]} for f in diagnosis["findings"]}
+
+
+def doctor_names(expected: dict[str, str]) -> None:
+    """`invoke doctor` names each node's fault with its entry (node → entry id)."""
+    _, diagnosis = doctor()
+    ids = found(diagnosis)
+    missing = {node: entry for node, entry in expected.items() if node not in ids.get(entry, set())}
+    assert not missing, f"doctor did not name {missing}: {json.dumps(diagnosis['findings'], indent=1)[-4000:]}"
+
+
+def doctor_judges_the_failed_run_s_log() -> None:
+    """`invoke doctor --log` on the gate's failed job log gives the gate's own diagnosis."""
+    base = ROOT / "inventories" / ORG / "generated" / "acceptance"
+    run_dir = sorted(p for p in base.iterdir() if (p / "result.json").is_file())[-1]
+    result = json.loads((run_dir / "result.json").read_text())
+    failed = next(t for t in result["tests"] if not t["passed"])
+    code, diagnosis = doctor(f"--log={run_dir / Path(failed['log']).name}")
+    assert code == 1 and diagnosis["acceptance"]["status"] == "fail", diagnosis
+    if "below_floor" in {f["code"] for f in result["verdicts"][failed["name"]]["findings"]}:
+        assert "acceptance-below-floor" in found(diagnosis), diagnosis
+
+
+def test_doctor_names_each_fault_with_its_entry_and_is_clean_once_repaired(cluster: Cluster) -> None:
+    """munged stopped on one node, node_exporter on another, a harmful NCCL override in a third node's NCCL
+    environment: doctor names each with the right entry (the health faults above are named in their own test,
+    the throttle by --log on the gate's log); repaired, doctor and fleet are clean. Clock skew is not reproducible
+    here: the namespaces share this machine's clock."""
+    started = time.monotonic()
+    wait_for("every node idle before doctor's faults", lambda: {s for s, _ in node_states().values()} == {"idle"},
+             HEALTH_DEADLINE)
+    last: dict[str, Any] = {}
+
+    def clean() -> bool:
+        code, last["diagnosis"] = doctor()
+        return code == 0
+    try:
+        wait_for("doctor clean before the faults", clean, 90)
+    except AssertionError:
+        raise AssertionError(json.dumps(last["diagnosis"], indent=1)[-4000:]) from None
+    no_munge, no_exporter, bad_env = compute_nodes()
+    t0 = time.monotonic()
+    try:
+        stop(no_munge, "fmcluster-munged", "/usr/sbin/munged")
+        assert on_node(no_exporter, f"start-stop-daemon --stop --quiet --retry=TERM/10/KILL/5 --remove-pidfile "
+                                    f"--pidfile={EXPORTER}.pid --exec=/usr/bin/prometheus-node-exporter").returncode == 0
+        assert on_node(bad_env, f"(test -e {NCCL_ENV} && cp -p {NCCL_ENV} /root/nccl-env.keep || true) && "
+                                f"mkdir -p /etc/profile.d && echo 'export NCCL_PROTO=simple' >> {NCCL_ENV}").returncode == 0
+        expected = {no_munge: "munged-down", no_exporter: "node-exporter-down", bad_env: "nccl-proto-override"}
+
+        def named() -> bool:
+            _, last["diagnosis"] = doctor()
+            ids = found(last["diagnosis"])
+            return all(node in ids.get(entry, set()) for node, entry in expected.items())
+        try:
+            wait_for("doctor names munged, node_exporter and the NCCL override", named, 120)
+        except AssertionError:
+            raise AssertionError(json.dumps(last["diagnosis"], indent=1)[-4000:]) from None
+        MEASURED["doctor faults named after (s)"] = round(time.monotonic() - t0, 1)
+        fleet = subprocess.run([venv_tool("invoke"), "fleet"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+        assert re.search(rf"^{ORG} .*degraded$", fleet.stdout, re.M), fleet.stdout
+    finally:
+        start_again(no_munge, "fmcluster-munged")
+        on_node(no_exporter, "python3 -c 'import json, subprocess, sys; subprocess.run(json.load(open(sys.argv[1])), "
+                             f"check=True)' {EXPORTER}.start.json", timeout=60)
+        on_node(bad_env, f"if test -e /root/nccl-env.keep; then mv /root/nccl-env.keep {NCCL_ENV}; else rm -f {NCCL_ENV}; fi")
+    t1 = time.monotonic()
+    try:
+        wait_for("doctor clean after the repair", clean, HEALTH_DEADLINE)
+    except AssertionError:
+        raise AssertionError(json.dumps(last["diagnosis"], indent=1)[-4000:]) from None
+    MEASURED["doctor clean after repair (s)"] = round(time.monotonic() - t1, 1)
+    fleet = subprocess.run([venv_tool("invoke"), "fleet"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert re.search(rf"^{ORG} .*healthy$", fleet.stdout, re.M), fleet.stdout
+    print(fleet.stdout)
+    MEASURED["doctor faults total (s)"] = round(time.monotonic() - started, 1)
+    print("measured:", json.dumps(MEASURED), "doctor runs (s):", DOCTOR_RUNS)
 
 
 def test_destroy_leaves_nothing_behind(cluster: Cluster) -> None:

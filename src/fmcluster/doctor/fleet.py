@@ -1,0 +1,174 @@
+"""`invoke fleet`: every tenant under inventories/ in one table (terminal and a static HTML page).
+
+Nothing is faked: a local tenant is asked only when its emulator runs (otherwise it is 'not deployed'); an AWS
+tenant without credentials is 'planned' and its live columns stay unknown. Acceptance figures come from the
+records the gate wrote (generated/acceptance/<run>/result.json); the doctor columns from `invoke doctor`'s own
+diagnosis of the tenant.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from fmcluster.doctor.report import Diagnosis, clean
+
+Out = Callable[[str], object]
+Diagnose = Callable[[str], Diagnosis]
+COLUMNS = ("tenant", "provider", "scheduler", "stack", "nodes", "acceptance", "vs floor", "alerts", "findings", "state")
+
+
+@dataclass
+class Row:
+    org: str
+    provider: str = "-"
+    scheduler: str = "-"
+    stack: str = "-"
+    expected: int | None = None
+    up: int | None = None
+    drained: int | None = None
+    acceptance: str = "none recorded"
+    ratio: float | None = None
+    alerts: int | None = None
+    findings: int | None = None
+    state: str = "-"
+    """healthy | degraded | not deployed | planned | invalid"""
+    finding_ids: tuple[str, ...] = ()
+
+    def cells(self) -> tuple[str, ...]:
+        nodes = (f"{_n(self.up)}/{_n(self.expected)} up, {_n(self.drained)} drained" if self.expected is not None
+                 else "-")
+        return (self.org, self.provider, self.scheduler, self.stack, nodes, self.acceptance,
+                f"{self.ratio:.2f}×" if self.ratio is not None else "-", _n(self.alerts), _n(self.findings),
+                self.state)
+
+
+def _n(value: int | None) -> str:
+    return "?" if value is None else str(value)
+
+
+def tenants(root: Path | None = None) -> list[str]:
+    from fmcluster.paths import inventories_dir
+
+    base = inventories_dir(root)
+    return sorted(p.name for p in base.iterdir() if not p.name.startswith(".")
+                  and (p / "group_vars" / "all" / "tenant.yml").is_file()) if base.is_dir() else []
+
+
+def last_acceptance(org: str, root: Path | None = None) -> tuple[str, float | None]:
+    """('PASS 2026-12-03T10:00Z, 3.1 GB/s', busbw / catalog floor) of the newest recorded run."""
+    from fmcluster.acceptance.results import acceptance_dir
+
+    base = acceptance_dir(org, root)
+    runs = sorted(p for p in base.iterdir() if (p / "result.json").is_file()) if base.is_dir() else []
+    if not runs:
+        return "none recorded", None
+    try:
+        data: dict[str, Any] = json.loads((runs[-1] / "result.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return f"unreadable ({runs[-1].name})", None
+    verdict = "PASS" if data.get("passed") is True else "SKIPPED" if data.get("skipped") else "FAIL"
+    tests = [t for t in data.get("tests", []) if isinstance(t, dict)]
+    first = tests[0] if tests else {}
+    bw = first.get("busbw_gbps")
+    expectation = (data.get("verdicts", {}).get(first.get("name"), {}) or {}).get("expectation") or {}
+    floor = expectation.get("catalog_floor_gbps")
+    ratio = bw / floor if isinstance(bw, (int, float)) and isinstance(floor, (int, float)) and floor > 0 else None
+    figure = f", {bw:.3g} GB/s" if isinstance(bw, (int, float)) else ""
+    return f"{verdict} {runs[-1].name}{figure}", ratio
+
+
+def row(org: str, diagnose: Diagnose, root: Path | None = None) -> Row:
+    from fmcluster.model import TenantInvalid, load_tenant
+
+    try:
+        tenant = load_tenant(org, root) if root else load_tenant(org)
+    except TenantInvalid:
+        return Row(org, state="invalid", stack="invalid spec (invoke validate)")
+    r = Row(org, tenant.provider, tenant.scheduler, expected=sum(q.count for q in tenant.queues))
+    r.acceptance, r.ratio = last_acceptance(org, root)
+    if tenant.provider == "local":
+        from fmcluster.stacks.emulator import running_emulator
+
+        if running_emulator(org, root) is None:
+            r.stack, r.state = "not deployed", "not deployed"
+            return r
+    else:
+        from fmcluster.stacks import aws
+
+        if not aws.has_credentials(tenant.region):
+            r.stack, r.state = "planned (no AWS credentials: unknown)", "planned"
+            return r
+    d = diagnose(org)
+    statuses = sorted({value for _, value in d.facts.get("stack_status", [])})
+    r.stack = ", ".join(statuses) or "unknown"
+    if d.nodes:
+        r.up, r.drained = d.nodes["up"], d.nodes["drained"]
+    r.alerts, r.findings = d.alerts_firing, len(d.findings)
+    r.finding_ids = tuple(f.entry.id for f in d.findings)
+    r.state = "healthy" if d.healthy else "degraded"
+    return r
+
+
+def table(rows: list[Row]) -> str:
+    cells = [COLUMNS] + [tuple(clean(c) for c in r.cells()) for r in rows]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(COLUMNS))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    for r in rows:
+        if r.finding_ids:
+            lines.append(f"{clean(r.org)}: {', '.join(clean(i) for i in r.finding_ids)} (invoke doctor --org={clean(r.org)})")
+    return "\n".join(lines) + "\n"
+
+
+def html_page(rows: list[Row], generated: str) -> str:
+    e = html.escape
+    head = "".join(f"<th>{e(c)}</th>" for c in COLUMNS)
+    body = "\n".join(
+        f'<tr class="{e(r.state.replace(" ", "-"))}">' + "".join(f"<td>{e(c)}</td>" for c in r.cells())
+        + "</tr>" for r in rows)
+    details = "\n".join(f"<li><b>{e(r.org)}</b>: {e(', '.join(r.finding_ids))}</li>" for r in rows if r.finding_ids)
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>fmcluster fleet</title>
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'">
+<style>body{{font-family:sans-serif}} table{{border-collapse:collapse}} td,th{{border:1px solid #999;padding:4px 8px}}
+tr.degraded{{background:#fdd}} tr.healthy{{background:#dfd}} tr.planned,tr.not-deployed{{color:#555}}
+tr.invalid{{background:#fee}}</style></head>
+<body><h1>fmcluster fleet</h1>
+<p>Generated by <code>invoke fleet</code> at {e(generated)}. Live columns are read from each deployed tenant
+(local: only while its emulator runs; AWS: only with credentials); "?" is unknown, never assumed.</p>
+<table><thead><tr>{head}</tr></thead>
+<tbody>
+{body}
+</tbody></table>
+<h2>Findings</h2><ul>
+{details or "<li>none</li>"}
+</ul></body></html>
+"""
+
+
+def fleet(out: Out = print, html_path: Path | None = None, root: Path | None = None,
+          diagnose: Diagnose | None = None, as_json: bool = False) -> int:
+    """Print the table and write the HTML page; exit 0 when no deployed tenant is degraded or invalid."""
+    from datetime import datetime, timezone
+
+    from fmcluster.paths import inventories_dir
+
+    if diagnose is None:
+        from fmcluster.doctor.report import diagnose_cluster
+
+        def diagnose(org: str) -> Diagnosis:
+            return diagnose_cluster(org, out=lambda _l: None)
+
+    rows = [row(org, diagnose, root) for org in tenants(root)]
+    path = html_path or inventories_dir(root) / "fleet.html"
+    path.write_text(html_page(rows, datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")), encoding="utf-8")
+    if as_json:
+        out(json.dumps([asdict(r) for r in rows], indent=1))
+    else:
+        out(table(rows).rstrip("\n"))
+        out(f"report: {path}")
+    return 1 if any(r.state in ("degraded", "invalid") for r in rows) else 0

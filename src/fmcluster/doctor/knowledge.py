@@ -1,0 +1,159 @@
+"""The knowledge base (src/fmcluster/data/knowledge.yml): entries, their schema, and the references every
+detection makes to a check that exists (a health check, an acceptance code, a fact doctor gathers)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Mapping
+
+import jsonschema
+import yaml
+
+from fmcluster.paths import DATA_DIR
+
+KNOWLEDGE_PATH = DATA_DIR / "knowledge.yml"
+KINDS = ("health", "acceptance", "log", "slurm", "prometheus", "fact")
+PROVIDERS = ("aws", "local")
+SCHEDULERS = ("slurm-ec2", "hyperpod", "parallelcluster")
+
+_TEXT: dict[str, Any] = {"type": "string", "minLength": 1}
+_DETECT: dict[str, dict[str, Any]] = {
+    "health": {"check": _TEXT, "match": _TEXT},
+    "acceptance": {"code": _TEXT, "severity": {"enum": ["fail"]}},
+    "log": {"pattern": _TEXT},
+    "slurm": {"match": _TEXT},
+    "prometheus": {"job": _TEXT},
+    "fact": {"fact": _TEXT, "match": _TEXT},
+}
+_REQUIRED = {"health": ["check"], "acceptance": ["code"], "log": ["pattern"], "slurm": ["match"],
+             "prometheus": ["job"], "fact": ["fact"]}
+SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["schema_version", "sources", "entries"],
+    "additionalProperties": False,
+    "properties": {
+        "schema_version": {"const": 1},
+        "sources": {"type": "object", "minProperties": 1,
+                    "additionalProperties": {"type": "string", "pattern": r"https://\S+"}},
+        "entries": {"type": "array", "minItems": 20, "items": {
+            "type": "object",
+            "required": ["id", "title", "symptom", "detect", "fix", "source"],
+            "additionalProperties": False,
+            "properties": {
+                "id": {"type": "string", "pattern": "^[a-z0-9]+(?:-[a-z0-9]+)*$"},
+                "title": _TEXT, "symptom": _TEXT, "fix": _TEXT, "source": _TEXT,
+                "applies": {"type": "object", "additionalProperties": False, "properties": {
+                    "providers": {"type": "array", "minItems": 1, "items": {"enum": list(PROVIDERS)}},
+                    "schedulers": {"type": "array", "minItems": 1, "items": {"enum": list(SCHEDULERS)}}}},
+                "detect": {"oneOf": [
+                    {"type": "object", "required": ["kind", *_REQUIRED[kind]], "additionalProperties": False,
+                     "properties": {"kind": {"const": kind}, **props}}
+                    for kind, props in _DETECT.items()]},
+            },
+        }},
+    },
+}
+
+
+@dataclass(frozen=True)
+class Entry:
+    id: str
+    title: str
+    symptom: str
+    fix: str
+    source: str
+    """The source's text as `sources` gives it (title, URL)."""
+    kind: str
+    detect: Mapping[str, str]
+    providers: tuple[str, ...]
+    schedulers: tuple[str, ...]
+
+    @property
+    def url(self) -> str:
+        return next((w.rstrip(".,;") for w in self.source.split() if w.startswith("https://")), "")
+
+    @property
+    def reference(self) -> str:
+        """The check it refers to, in one phrase (docs and findings)."""
+        d = self.detect
+        if self.kind == "health":
+            return f"health check `{d['check']}`" + (f" /{d['match']}/" if "match" in d else "")
+        if self.kind == "acceptance":
+            return f"acceptance finding `{d['code']}`" + (" (fail)" if d.get("severity") == "fail" else "")
+        if self.kind == "log":
+            return f"log line /{d['pattern']}/"
+        if self.kind == "slurm":
+            return f"sinfo node|state|reason /{d['match']}/"
+        if self.kind == "prometheus":
+            return f"Prometheus target of job /{d['job']}/ not up"
+        return f"fact `{d['fact']}`" + (f" /{d['match']}/" if "match" in d else "")
+
+    def applies_to(self, provider: str, scheduler: str) -> bool:
+        return provider in self.providers and scheduler in self.schedulers
+
+
+class KnowledgeInvalid(ValueError):
+    """knowledge.yml breaks its schema or refers to a check that does not exist."""
+
+
+def problems(raw: Mapping[str, Any]) -> list[str]:
+    """Every schema or reference problem of a knowledge document (empty: valid)."""
+    from fmcluster.acceptance.verdict import CODES
+    from fmcluster.doctor.detect import FACTS
+    from fmcluster.health.data import checks_doc
+
+    validator = jsonschema.Draft202012Validator(SCHEMA)
+    found = [f"{'/'.join(str(p) for p in e.absolute_path) or '(top)'}: {e.message}"
+             for e in sorted(validator.iter_errors(raw), key=lambda e: list(e.absolute_path))]
+    if found:
+        return found
+    checks = {c["name"] for c in checks_doc()["checks"]}
+    seen: set[str] = set()
+    for i, entry in enumerate(raw["entries"]):
+        where = f"entries/{i} ({entry['id']})"
+        if entry["id"] in seen:
+            found.append(f"{where}: duplicate id")
+        seen.add(entry["id"])
+        if entry["source"] not in raw["sources"]:
+            found.append(f"{where}: source {entry['source']!r} is not in `sources`")
+        d = entry["detect"]
+        if d["kind"] == "health" and d["check"] not in checks:
+            found.append(f"{where}: no health check {d['check']!r} in health_checks.yml")
+        if d["kind"] == "acceptance" and d["code"] not in CODES:
+            found.append(f"{where}: no acceptance finding {d['code']!r} in fmcluster.acceptance.verdict.CODES")
+        if d["kind"] == "fact" and d["fact"] not in FACTS:
+            found.append(f"{where}: doctor gathers no fact {d['fact']!r} (fmcluster.doctor.detect.FACTS)")
+        for key in ("match", "pattern", "job"):
+            if key in d:
+                try:
+                    re.compile(d[key])
+                except re.error as err:
+                    found.append(f"{where}: detect.{key} is not a regular expression: {err}")
+    return found
+
+
+def load_raw(path: Path = KNOWLEDGE_PATH) -> dict[str, Any]:
+    raw: dict[str, Any] = yaml.safe_load(path.read_text(encoding="utf-8"))
+    return raw
+
+
+@lru_cache(maxsize=2)
+def load(path: Path = KNOWLEDGE_PATH) -> tuple[Entry, ...]:
+    raw = load_raw(path)
+    found = problems(raw)
+    if found:
+        raise KnowledgeInvalid(f"{path}:\n  " + "\n  ".join(found))
+    return tuple(
+        Entry(id=e["id"], title=e["title"], symptom=e["symptom"], fix=" ".join(e["fix"].split()),
+              source=str(raw["sources"][e["source"]]), kind=e["detect"]["kind"],
+              detect={k: str(v) for k, v in e["detect"].items() if k != "kind"},
+              providers=tuple(e.get("applies", {}).get("providers", PROVIDERS)),
+              schedulers=tuple(e.get("applies", {}).get("schedulers", SCHEDULERS)))
+        for e in raw["entries"])
+
+
+def by_id() -> dict[str, Entry]:
+    return {e.id: e for e in load()}

@@ -1,0 +1,151 @@
+"""`invoke doctor`: the knowledge base's detections over a cluster's evidence (or one job log), per finding what
+is wrong, the evidence, the fix and the source; healthy only on positive evidence."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from fmcluster.doctor import knowledge
+from fmcluster.doctor.detect import Evidence, Finding, findings
+
+Out = Callable[[str], object]
+EXIT_HEALTHY = 0
+EXIT_UNHEALTHY = 1
+EXIT_UNREADABLE = 2
+#: Bytes of a log scanned for log-pattern entries (the acceptance parser itself streams the whole file).
+LOG_SCAN_BYTES = 16 * 1024 * 1024
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\x80-\x9f]")
+
+
+def clean(text: str) -> str:
+    """Text from nodes and logs, safe for a terminal: control characters (escape sequences) shown, not sent."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group(0)):02x}", text)
+
+
+@dataclass
+class Diagnosis:
+    subject: str
+    """`org demo (local, slurm-ec2)` or the log's path"""
+    findings: list[Finding]
+    checked: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    acceptance: dict[str, Any] | None = None
+    """Log mode: the acceptance verdict, as `fmcluster acceptance parse --json` gives status, codes and cause."""
+    nodes: dict[str, int] | None = None
+    alerts_firing: int | None = None
+    facts: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
+
+    @property
+    def healthy(self) -> bool:
+        """Positive evidence only: something was read, nothing fired, and a judged log passed."""
+        if self.findings or not self.checked:
+            return False
+        return self.acceptance is None or self.acceptance.get("status") == "pass"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"subject": self.subject, "healthy": self.healthy, "findings": [f.to_dict() for f in self.findings],
+                "checked": self.checked, "notes": self.notes, "acceptance": self.acceptance, "nodes": self.nodes,
+                "alerts_firing": self.alerts_firing}
+
+
+def render(d: Diagnosis) -> str:
+    lines = [f"doctor: {clean(d.subject)}"]
+    if d.acceptance is not None:
+        a = d.acceptance
+        lines.append(f"acceptance verdict: {str(a['status']).upper()} ({clean(str(a['cause']))}); codes: "
+                     f"{', '.join(a['codes']) or '-'}")
+    for f in d.findings:
+        e = f.entry
+        lines += [f"", f"[{e.id}] {e.title}", f"  detected by: {clean(e.reference)}"]
+        lines += [f"  evidence: {clean(h.where)}: {clean(h.evidence)}" for h in f.hits]
+        lines += [f"  fix: {e.fix}", f"  source: {e.url}"]
+    if d.notes:
+        lines += ["", "notes:"] + [f"  {clean(n)}" for n in d.notes]
+    lines += ["", f"checked: {clean('; '.join(d.checked)) or 'nothing could be read'}"]
+    if d.healthy:
+        lines.append("verdict: healthy")
+    else:
+        why = f"{len(d.findings)} finding(s)" if d.findings else (
+            "nothing could be read" if not d.checked else f"acceptance {d.acceptance and d.acceptance.get('status')}")
+        lines.append(f"verdict: UNHEALTHY ({why})")
+    return "\n".join(lines) + "\n"
+
+
+def judge_log(path: Path, org: str | None = None, instance_type: str | None = None) -> tuple[Any, Any]:
+    """(parsed log, verdict) exactly as `fmcluster acceptance parse [--org]` judges it (the same calls)."""
+    from fmcluster.acceptance.cli import _queues
+    from fmcluster.acceptance.expectation import resolve_expectation
+    from fmcluster.acceptance.parser import parse_file
+    from fmcluster.acceptance.verdict import judge
+    from fmcluster.catalog import load_catalog
+
+    log = parse_file(path)
+    queues, override = _queues(org) if org and not instance_type else (None, None)
+    resolution = resolve_expectation(log, load_catalog(), instance_type=instance_type, queues=queues, queue=None, nodes=None,
+                                     override_gbps=override, collective=None, require_data_check=False)
+    return log, judge(log, resolution.expectation, not_judged_reason=resolution.reason)
+
+
+def diagnose_log(path: Path, org: str | None = None, instance_type: str | None = None) -> Diagnosis:
+    """One job log: the acceptance verdict's findings and the log-pattern entries. Raises OSError if unreadable."""
+    _, verdict = judge_log(path, org, instance_type)
+    with open(path, "rb") as handle:
+        text = handle.read(LOG_SCAN_BYTES).decode("utf-8", "replace")
+    ev = Evidence(verdicts={str(path): verdict}, logs={str(path): text})
+    entries = [e for e in knowledge.load() if e.kind in ("acceptance", "log")]
+    return Diagnosis(str(path), findings(entries, ev), checked=[f"log {path} ({verdict.status})"],
+                     acceptance={"status": verdict.status, "codes": list(verdict.codes), "cause": verdict.cause})
+
+
+def diagnose_cluster(org: str, node: str = "", out: Out = print) -> Diagnosis:
+    from fmcluster.commands import require_tenant
+    from fmcluster.doctor.gather import gather
+
+    tenant = require_tenant(org)
+    got = gather(tenant, node, out)
+    entries = [e for e in knowledge.load() if e.applies_to(tenant.provider, tenant.scheduler)]
+    found = findings(entries, got.evidence)
+    return Diagnosis(f"{org} ({tenant.provider}, {tenant.scheduler})" + (f", node {node}" if node else ""),
+                     found, got.checked, got.notes, nodes=node_counts(tenant, got.evidence),
+                     alerts_firing=got.alerts_firing, facts=got.evidence.facts)
+
+
+def node_counts(tenant: Any, ev: Evidence) -> dict[str, int] | None:
+    """Compute nodes expected (the spec), up and drained (Slurm's view); None when Slurm was not read."""
+    if ev.sinfo is None:
+        return None
+    states = [line.split("|")[1] for line in ev.sinfo.splitlines() if line.count("|") >= 2]
+    return {"expected": sum(q.count for q in tenant.queues),
+            "up": sum(1 for s in states if not s.endswith("*") and not s.startswith(("down", "fail"))),
+            "drained": sum(1 for s in states if s.startswith("drain"))}
+
+
+def doctor(org: str = "", node: str = "", log: str = "", as_json: bool = False, out: Out = print,
+           instance_type: str = "") -> int:
+    """The command: exit 0 healthy, 1 unhealthy (or nothing could be read), 2 bad input."""
+    if log:
+        from fmcluster.catalog import load_catalog
+
+        if instance_type and instance_type not in load_catalog():
+            out(f"doctor: unknown instance type {instance_type!r}; known: {', '.join(sorted(load_catalog()))}")
+            return EXIT_UNREADABLE
+        try:
+            diagnosis = diagnose_log(Path(log), org or None, instance_type or None)
+        except OSError as err:
+            message = f"cannot read {log}: {err.strerror or err}"
+            out(json.dumps({"healthy": False, "error": message}) if as_json else f"doctor: {message}")
+            return EXIT_UNREADABLE
+    elif instance_type:
+        out("doctor: --instance-type judges a --log; a cluster is judged by its tenant (--org)")
+        return EXIT_UNREADABLE
+    elif not org:
+        out("doctor: give --org=NAME (a tenant), or --log=FILE (a job log)")
+        return EXIT_UNREADABLE
+    else:
+        diagnosis = diagnose_cluster(org, node, out=(lambda _l: None) if as_json else out)
+    out(json.dumps(diagnosis.to_dict(), indent=1) if as_json else render(diagnosis).rstrip("\n"))
+    return EXIT_HEALTHY if diagnosis.healthy else EXIT_UNHEALTHY
