@@ -511,6 +511,8 @@ def test_a_drained_node_is_listed_with_its_check_and_replaced_by_a_new_one_that_
     assert row[1:5] == ["compute", row[2], "drain", "slurmd"] and row[2].startswith(("drain", "down")), listed.stdout
     as_json = {n["node"]: n for n in json.loads(invoke("nodes", "--json", timeout=120).stdout)}
     assert (as_json[victim]["check"], as_json[victim]["unhealthy"]) == ("slurmd", True)
+    auto = invoke("nodes", "--replace", timeout=120)  # the e2e tenant has not opted in: nothing is replaced
+    assert auto.returncode == 1 and "has not opted in (health.auto_replace: true" in auto.stdout, auto.stdout
     controller = next(n for n, r in as_json.items() if r["role"] == "controller")
     refused = invoke("replace", f"--node={controller}", timeout=120)
     assert refused.returncode == 2 and "compute nodes only" in refused.stdout, refused.stdout
