@@ -523,6 +523,7 @@ def test_a_drained_node_is_listed_with_its_check_and_replaced_by_a_new_one_that_
     replaced = invoke("replace", f"--node={victim}", timeout=900)
     MEASURED["replace (s)"] = round(time.monotonic() - started, 1)
     assert replaced.returncode == 0, replaced.stdout[-6000:] + replaced.stderr[-2000:]
+    print(replaced.stdout[replaced.stdout.find("=== replace summary"):])
     assert "terminated in Auto Scaling group" in replaced.stdout and "=== replace summary" in replaced.stdout
     new = re.search(r"new node\s+(ip-[\d-]+) ", replaced.stdout)
     assert new, replaced.stdout[-3000:]
