@@ -133,6 +133,8 @@ def test_parallelcluster_nodes_are_replaced_by_parallelcluster_itself() -> None:
     with pytest.raises(LifecycleError, match="clustermgtd") as err:
         replacer("parallelcluster").replace(gpu(1).name)
     assert err.value.code == 2 and f"nodename={gpu(1).name} state=down" in str(err.value)
+    with pytest.raises(LifecycleError, match="nodename=<node> state=down"):
+        replacer("parallelcluster").replace("x'; reboot; '")
 
 
 def test_hyperpod_is_asked_through_slurm_with_the_node_name_as_one_quoted_word() -> None:

@@ -25,6 +25,7 @@ quoted.
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import subprocess
 import time
@@ -53,6 +54,13 @@ PARALLELCLUSTER_REFUSAL = (
     "slurm_plugin) terminates a node Slurm marks DOWN, or DRAINED once idle, and launches a new one "
     "(terminate_down_nodes / terminate_drain_nodes, on by default). Trigger it with "
     "`invoke slurm --org={org} --cmd='scontrol update nodename={node} state=down reason=replace'`.")
+
+
+def parallelcluster_refusal(org: str, node: str) -> str:
+    """The refusal, with the command that triggers ParallelCluster's own replacement (a name that is not a plain
+    host name is not echoed into a command line)."""
+    plain = node if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}", node) else "<node>"
+    return PARALLELCLUSTER_REFUSAL.format(org=org, node=plain)
 
 
 class LifecycleError(RuntimeError):
@@ -268,7 +276,7 @@ class Replacer:
 
     def replace(self, wanted: str) -> Replacement:
         if self.tenant.scheduler == "parallelcluster":
-            raise LifecycleError(PARALLELCLUSTER_REFUSAL.format(org=self.tenant.org, node=wanted), 2)
+            raise LifecycleError(parallelcluster_refusal(self.tenant.org, wanted), 2)
         nodes = self.live_nodes()
         old = self.pick(wanted, nodes)
         controller = controller_of(nodes)
