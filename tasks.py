@@ -209,3 +209,20 @@ def fleet(c: Context, json: bool = False) -> None:
     from fmcluster.doctor.fleet import fleet as run_fleet
 
     _exit(run_fleet(as_json=json))
+
+
+# --- node lifecycle (docs/health.md) ---------------------------------------------------------------------
+@task(help={"org": "tenant name", "json": "print JSON for machines",
+            "replace": "automatic mode: replace the nodes whose triage says replace (tenant health.auto_replace)"})
+def nodes(c: Context, org: str, json: bool = False, replace: bool = False) -> None:
+    """Every node with its Slurm state; unhealthy ones with the drain reason, the check that drained them and
+    the action they need (none/drain/reboot/replace). Exits 1 when a node is unhealthy."""
+    _exit(commands.nodes(org, as_json=json, replace=replace))
+
+
+@task(name="replace", help={"org": "tenant name", "node": "compute node name, address or instance id"})
+def replace_node(c: Context, org: str, node: str) -> None:
+    """Replace one compute node the scheduler's way (slurm-ec2: its Auto Scaling group launches a new instance
+    through the boot path) and wait until the new node has reported, is idle in Slurm, scraped, healthy and
+    runs a job; the old one gone."""
+    _exit(commands.replace(org, node))

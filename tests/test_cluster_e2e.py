@@ -14,6 +14,8 @@ mended, in order:
 - sacct lists the acceptance jobs; a killed slurmd, a wrong munge key and a lost shared file system each drain
   their node with the reason of the health check that caught it, the Slurm panels answer from Prometheus, and
   the repaired nodes return by themselves with no job lost from accounting (docs/health.md);
+- a drained node is listed by `invoke nodes` and replaced by `invoke replace`: its Auto Scaling group's new
+  instance joins through the boot path and passes health and a job;
 - `invoke destroy --yes` leaves no namespace, mount, process or substrate directory behind.
 """
 
@@ -602,6 +604,48 @@ def test_doctor_names_each_fault_with_its_entry_and_is_clean_once_repaired(clust
     print(fleet.stdout)
     MEASURED["doctor faults total (s)"] = round(time.monotonic() - started, 1)
     print("measured:", json.dumps(MEASURED), "doctor runs (s):", DOCTOR_RUNS)
+
+
+def test_a_drained_node_is_listed_with_its_check_and_replaced_by_a_new_one_that_joins(cluster: Cluster) -> None:
+    """drain → `invoke nodes` → `invoke replace` → rejoin (docs/health.md): a compute node whose slurmd is killed is
+    drained by the controller's pass; `invoke nodes` lists it with the check and the action; `invoke replace`
+    terminates it in its Auto Scaling group, whose new instance boots through the boot path and joins: idle in
+    Slurm, scraped, healthy, running a job; the old node gone from Slurm; no job lost from accounting."""
+    victim = compute_nodes()[0]
+    jobs_before = sacct_jobs()
+    wait_for("every node idle before the replace", lambda: {s for s, _ in node_states().values()} == {"idle"}, 90)
+    assert on_node(victim, f"kill -KILL $(cat {RUN_DIR}/fmcluster-slurmd.pid)").returncode == 0
+    wait_for(f"{victim} drained for replace", lambda: node_states().get(victim, ("", ""))[1].startswith(
+        "fmcluster-health: slurmd: "), HEALTH_DEADLINE)
+    listed = invoke("nodes", timeout=120)
+    assert listed.returncode == 1, listed.stdout + listed.stderr
+    row = next(line.split() for line in listed.stdout.splitlines() if line.startswith(victim + " "))
+    assert row[1:5] == ["compute", row[2], "drain", "slurmd"] and row[2].startswith(("drain", "down")), listed.stdout
+    as_json = {n["node"]: n for n in json.loads(invoke("nodes", "--json", timeout=120).stdout)}
+    assert (as_json[victim]["check"], as_json[victim]["unhealthy"]) == ("slurmd", True)
+    auto = invoke("nodes", "--replace", timeout=120)  # the e2e tenant has not opted in: nothing is replaced
+    assert auto.returncode == 1 and "has not opted in (health.auto_replace: true" in auto.stdout, auto.stdout
+    controller = next(n for n, r in as_json.items() if r["role"] == "controller")
+    refused = invoke("replace", f"--node={controller}", timeout=120)
+    assert refused.returncode == 2 and "compute nodes only" in refused.stdout, refused.stdout
+    hostile = invoke("replace", f"--node={victim}; touch /tmp/fmc-e2e-pwned", timeout=120)
+    assert hostile.returncode == 2 and "no live node" in hostile.stdout and not Path("/tmp/fmc-e2e-pwned").exists()
+
+    started = time.monotonic()
+    replaced = invoke("replace", f"--node={victim}", timeout=900)
+    MEASURED["replace (s)"] = round(time.monotonic() - started, 1)
+    assert replaced.returncode == 0, replaced.stdout[-6000:] + replaced.stderr[-2000:]
+    print(replaced.stdout[replaced.stdout.find("=== replace summary"):])
+    assert "terminated in Auto Scaling group" in replaced.stdout and "=== replace summary" in replaced.stdout
+    new = re.search(r"new node\s+(ip-[\d-]+) ", replaced.stdout)
+    assert new, replaced.stdout[-3000:]
+    assert victim not in compute_nodes() and new.group(1) in compute_nodes()
+    assert node_states()[new.group(1)][0] == "idle"
+    assert invoke("nodes", timeout=120).returncode == 0
+    assert reports()[new.group(1)]["trigger"] == "first-boot"
+    jobs = sacct_jobs()
+    assert {k: v for k, v in jobs.items() if k in jobs_before} == jobs_before, "accounting lost a job"
+    print("measured:", json.dumps(MEASURED))
 
 
 def test_destroy_leaves_nothing_behind(cluster: Cluster) -> None:

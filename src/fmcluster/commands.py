@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from fmcluster.model import Tenant, TenantInvalid, load_tenant
 from fmcluster.paths import repo_root
 from fmcluster.providers import NoEndpoint as NoEndpointType
+
+if TYPE_CHECKING:
+    from fmcluster.lifecycle import Replacer
 
 EXIT_FAILED = 1
 EXIT_INVALID_SPEC = 2
@@ -231,3 +235,94 @@ def acceptance(org: str) -> int:
         if manifest:
             record_pass(tenant, cluster_state(manifest, nodes), result)
     return result.exit_code
+
+
+# --- node lifecycle (docs/health.md): which nodes are unhealthy, and replacing one ---------------------------
+def _replacer(tenant: Tenant, what: str) -> Replacer | int:
+    """The tenant's Replacer (provider, endpoint, published manifest), or the exit code after saying why not."""
+    from fmcluster.inventory import read_manifest
+    from fmcluster.lifecycle import Replacer
+    from fmcluster.providers import provider_for
+
+    endpoint, unreachable = _endpoint(tenant, start=False)
+    if unreachable is not None:
+        print(f"{what}: {unreachable}")
+        return EXIT_NOT_READY
+    manifest = read_manifest(tenant.org)
+    if not manifest:
+        print(f"{what}: nothing published for '{tenant.org}'; run `invoke deploy --org={tenant.org}` first")
+        return EXIT_NOT_READY
+    return Replacer(tenant, provider_for(tenant), endpoint, manifest)
+
+
+def nodes(org: str, as_json: bool = False, replace: bool = False) -> int:
+    """Every node with its Slurm state; unhealthy ones with reason, check and action. Exit 1 when any node is
+    unhealthy. `replace`: the automatic mode (tenant health.auto_replace), replacing the nodes whose action is
+    replace."""
+    import json
+
+    from fmcluster.lifecycle import LifecycleError, auto_replacements, controller_of, line_dicts
+    from fmcluster.lifecycle import node_lines, read_view, render_lines
+
+    tenant = require_tenant(org)
+    replacer = _replacer(tenant, "nodes")
+    if isinstance(replacer, int):
+        return replacer
+    try:
+        live = replacer.live_nodes()
+        lines = node_lines(live, read_view(replacer.provider, controller_of(live)))
+    except LifecycleError as err:
+        print(f"nodes: {err}")
+        return err.code
+    unhealthy = [ln for ln in lines if ln.unhealthy]
+    if as_json:
+        print(json.dumps(line_dicts(lines), indent=1))
+    else:
+        print(render_lines(lines), end="")
+        to_replace = [ln.node for ln in unhealthy if ln.action == "replace"]
+        print(f"{len(unhealthy)} of {len(lines)} node(s) unhealthy"
+              + (f"; to replace: {', '.join(to_replace)} (`invoke replace --org={org} --node=N`)" if to_replace else ""))
+    if not replace:
+        return EXIT_FAILED if unhealthy else 0
+    if not tenant.health.auto_replace:
+        print(f"nodes --replace: tenant '{org}' has not opted in (health.auto_replace: true in its tenant.yml); "
+              f"nothing replaced. Replace one node with `invoke replace --org={org} --node=N`.")
+        return EXIT_FAILED if unhealthy else 0
+    wanted, why_not = auto_replacements(lines, tenant.compute_nodes)
+    if why_not:
+        print(f"nodes --replace: {why_not}")
+        return EXIT_FAILED
+    code = 0
+    for name in wanted:
+        print(f"\nnodes --replace: replacing {name} (health.auto_replace)")
+        code = max(code, _replace(tenant, replacer, name))
+    return code if wanted else (EXIT_FAILED if unhealthy else 0)
+
+
+def replace(org: str, node: str) -> int:
+    """Replace one compute node the scheduler's way and wait for positive evidence that its successor serves."""
+    from fmcluster.lifecycle import parallelcluster_refusal
+
+    tenant = require_tenant(org)
+    if tenant.scheduler == "parallelcluster":
+        print(f"replace: {parallelcluster_refusal(org, node)}")
+        return EXIT_INVALID_SPEC
+    replacer = _replacer(tenant, "replace")
+    if isinstance(replacer, int):
+        return replacer
+    return _replace(tenant, replacer, node)
+
+
+def _replace(tenant: Tenant, replacer: Replacer, node: str) -> int:
+    from fmcluster.inventory import write_inventory
+    from fmcluster.lifecycle import LifecycleError
+
+    try:
+        result = replacer.replace(node)
+    except LifecycleError as err:
+        print(f"replace: {err}")
+        return err.code
+    print(result.summary())
+    # generated/hosts.yml follows the live nodes (acceptance and `invoke slurm` read it).
+    write_inventory(tenant, replacer.manifest, replacer.live_nodes())
+    return EXIT_FAILED if result.failed else 0

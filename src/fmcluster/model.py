@@ -110,6 +110,13 @@ class SlurmAccounting:
 
 
 @dataclass(frozen=True)
+class Health:
+    """The `health` section: what fmcluster may do about unhealthy nodes without asking (docs/health.md)."""
+
+    auto_replace: bool = False
+
+
+@dataclass(frozen=True)
 class Network:
     vpc_cidr: str
     ssh_ingress_cidr: str | None
@@ -153,6 +160,7 @@ class Tenant:
     acceptance: Acceptance
     slurm_accounting: SlurmAccounting = SlurmAccounting(True, None, "slurm")
     parallelcluster: ParallelClusterSettings | None = None  # scheduler parallelcluster only
+    health: Health = Health()
 
     @property
     def stack_prefix(self) -> str:
@@ -239,6 +247,7 @@ def _build(spec_path: Path, raw: dict[str, Any]) -> Tenant:
             accounting=Accounting(accounting["uri"], accounting["user_name"], accounting["password_secret_arn"],
                                   accounting.get("database_name")) if accounting else None,
         ) if doc["scheduler"] == "parallelcluster" else None,
+        health=Health(auto_replace=doc["health"]["auto_replace"]),
     )
 
 
