@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any, List, Mapping
+from typing import Any, Callable, List, Mapping
 
 from fmcluster.health.data import checks_doc, xid_doc
 
@@ -53,22 +53,32 @@ def page_path() -> Path:
     return Path(__file__).resolve().parents[3] / "docs" / "health.md"
 
 
+def splice(text: str, generated: str, begin: str, end: str, page: Path) -> str:
+    """`text` with its generated section (from the line `begin` through `end`; `generated` starts with `begin`
+    and ends with `end`) replaced by `generated`. docs/doctor.md's entry list is kept the same way."""
+    head, sep, rest = text.partition(begin)
+    if not sep:
+        raise ValueError(f"{page} has no generated section (line {begin!r})")
+    _, sep2, tail = rest.partition(end)
+    if not sep2:
+        raise ValueError(f"{page}: the generated section has no end marker {end!r}")
+    return head + generated.rstrip("\n") + tail
+
+
+def rewrite(page: Path, render: Callable[[str], str]) -> int:
+    """Write `page` again with its generated section current (the `python -m` entry of both generated pages)."""
+    page.write_text(render(page.read_text()))
+    print(page)
+    return 0
+
+
 def render_page(text: str) -> str:
     """`text` with the generated part replaced (the part between BEGIN and END)."""
-    head, sep, rest = text.partition(BEGIN)
-    if not sep:
-        raise ValueError(f"{page_path()} has no generated section (line {BEGIN!r})")
-    _, sep2, tail = rest.partition(END)
-    if not sep2:
-        raise ValueError(f"{page_path()}: the generated section has no end marker {END!r}")
-    return head + tables().rstrip("\n") + tail
+    return splice(text, tables(), BEGIN, END, page_path())
 
 
 def main() -> int:
-    path = page_path()
-    path.write_text(render_page(path.read_text()))
-    print(path)
-    return 0
+    return rewrite(page_path(), render_page)
 
 
 if __name__ == "__main__":
