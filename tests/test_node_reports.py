@@ -199,3 +199,23 @@ def test_without_a_record_the_gate_runs(tenant_root: Path) -> None:
 def test_a_pass_from_the_future_is_run_again(tenant_root: Path) -> None:
     record(tenant_root, passed(datetime.now(timezone.utc) + timedelta(hours=2)))
     assert reusable_pass(load_tenant("t-gate"), STATE) is None
+
+
+@pytest.mark.slow
+def test_the_repository_bundle_is_current_when_its_commit_is_whatever_its_bytes(s3: Any) -> None:
+    """A `git bundle` of one commit is not byte-stable in a checkout with loose objects: a deploy that publishes
+    the same commit again must find it current (else a no-op deploy reports a change), and a new commit is written."""
+    from fmcluster.publish import publish
+
+    manifest = {"ref": REF}
+    first = publish(s3, BUCKET, {"repo.bundle": b"pack one"}, manifest, out=lambda _: None,
+                    identities={"repo.bundle": f"git:{REF}"})
+    assert first.written == ["fmcluster/bootstrap/repo.bundle", "fmcluster/manifest/cluster.json"]
+    again = publish(s3, BUCKET, {"repo.bundle": b"pack two, same commit"}, manifest, out=lambda _: None,
+                    identities={"repo.bundle": f"git:{REF}"})
+    assert again.written == [] and len(again.unchanged) == 2
+    newer = publish(s3, BUCKET, {"repo.bundle": b"pack three"}, manifest, out=lambda _: None,
+                    identities={"repo.bundle": "git:" + "b" * 40})
+    assert newer.written == ["fmcluster/bootstrap/repo.bundle"]
+    body = s3.get_object(Bucket=BUCKET, Key="fmcluster/bootstrap/repo.bundle")["Body"].read()
+    assert body == b"pack three"

@@ -105,7 +105,7 @@ class Deploy:
         s3 = self.client("s3")
         lines: list[str] = []
         done = publish(s3, bucket, bootstrap_files(self.ref, self.scheduler.playbook), self.manifest,
-                       lambda line: lines.append(line.strip()))
+                       lambda line: lines.append(line.strip()), identities={"repo.bundle": f"git:{self.ref}"})
         self.scheduler.before_cluster(s3, bucket, lambda line: lines.append(line.strip()))
         for line in lines:
             self.out(f"  {line}")

@@ -220,25 +220,35 @@ def bootstrap_files(ref: str, playbook: str, root: Path = SOURCE_ROOT) -> dict[s
     }
 
 
-def _put_if_changed(s3: Any, bucket: str, key: str, body: bytes, done: Published) -> None:
-    """Upload unless the object already has this content (a single-part upload's ETag is its MD5)."""
+#: Object metadata naming what an object is when its bytes are not a function of it: a `git bundle` of one
+#: commit packs its objects differently from run to run in a checkout with loose objects (measured), so the
+#: bundle is the same when its commit is, not when its bytes are.
+IDENTITY_METADATA = "fmcluster-identity"
+
+
+def _put_if_changed(s3: Any, bucket: str, key: str, body: bytes, done: Published, identity: str = "") -> None:
+    """Upload unless the object already holds this content: the same `identity` when one is given, else the same
+    bytes (a single-part upload's ETag is its MD5)."""
     md5 = hashlib.md5(body, usedforsecurity=False).hexdigest()
     try:
-        current = s3.head_object(Bucket=bucket, Key=key)["ETag"].strip('"')
+        head = s3.head_object(Bucket=bucket, Key=key)
+        current = head.get("Metadata", {}).get(IDENTITY_METADATA, "") if identity else head["ETag"].strip('"')
     except Exception:  # noqa: BLE001 - absent (or unreadable): write it
         current = ""
-    if current == md5:
+    if current == (identity or md5):
         done.unchanged.append(key)
         return
-    s3.put_object(Bucket=bucket, Key=key, Body=body)
+    s3.put_object(Bucket=bucket, Key=key, Body=body, **({"Metadata": {IDENTITY_METADATA: identity}} if identity else {}))
     done.written.append(key)
 
 
-def publish(s3: Any, bucket: str, files: Mapping[str, bytes], manifest: Mapping[str, Any], out: Out = print) -> Published:
-    """Upload the bootstrap bundle first, then the manifest that names its commit (nodes wait for both to agree)."""
+def publish(s3: Any, bucket: str, files: Mapping[str, bytes], manifest: Mapping[str, Any], out: Out = print,
+            identities: Mapping[str, str] | None = None) -> Published:
+    """Upload the bootstrap bundle first, then the manifest that names its commit (nodes wait for both to agree).
+    `identities`: file name → what the file is (the repository bundle: its commit), compared instead of bytes."""
     done = Published()
     for name, body in files.items():
-        _put_if_changed(s3, bucket, f"{BOOTSTRAP_PREFIX}{name}", body, done)
+        _put_if_changed(s3, bucket, f"{BOOTSTRAP_PREFIX}{name}", body, done, (identities or {}).get(name, ""))
     _put_if_changed(s3, bucket, MANIFEST_KEY, json.dumps(manifest, indent=1, sort_keys=True).encode(), done)
     if done.written:
         out(f"  published to s3://{bucket}/: {', '.join(k.removeprefix('fmcluster/') for k in done.written)}")
