@@ -303,11 +303,17 @@ def test_a_node_killed_while_converging_comes_back_with_nodes_up(cluster: Cluste
     on_node(name, "set -a; . /etc/fmcluster/node.env; PYTHONPATH=/var/lib/fmcluster/agent/src nohup "
                   "/opt/fmcluster/venv/bin/python -m fmcluster.node converge --trigger killed >/dev/null 2>&1 &")
     time.sleep(3)
+    halted = datetime.now(timezone.utc).isoformat(timespec="seconds")
     assert invoke("halt", f"--node={name}").returncode == 0
     up = invoke("nodes-up")
     assert up.returncode == 0 and f"host {name} " in up.stdout, up.stdout
     again = invoke("deploy")
     assert again.returncode == 0, again.stdout[-6000:]
+    # The node's report from before the halt is of the same commit and manifest, so the deploy may be done before
+    # the new host's first boot has filed its own: wait for that one.
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and str(reports()[name].get("started", "")) < halted:
+        time.sleep(2)
     after = reports()
     assert after[name]["trigger"] == "first-boot" and after[name]["ok"] is True
     assert {n: r["finished"] for n, r in after.items() if n != name and r.get("role") == "compute"} == \
