@@ -99,7 +99,7 @@ def test_the_automatic_mode_replaces_at_most_a_quarter_of_the_compute_nodes_in_o
 
 # --- which node: a live compute node, named exactly ----------------------------------------------------------
 class Tenantish:
-    org, region, scheduler = "acme", REGION, "slurm-ec2"
+    org, region, scheduler, provider = "acme", REGION, "slurm-ec2", "aws"
 
 
 def replacer(scheduler: str = "slurm-ec2") -> Replacer:

@@ -301,11 +301,12 @@ def nodes(org: str, as_json: bool = False, replace: bool = False) -> int:
 
 def replace(org: str, node: str) -> int:
     """Replace one compute node the scheduler's way and wait for positive evidence that its successor serves."""
-    from fmcluster.lifecycle import parallelcluster_refusal
+    from fmcluster.schedulers import scheduler_for
 
     tenant = require_tenant(org)
-    if tenant.scheduler == "parallelcluster":
-        print(f"replace: {parallelcluster_refusal(org, node)}")
+    refusal = scheduler_for(tenant).replacement_refusal(node)
+    if refusal:
+        print(f"replace: {refusal}")
         return EXIT_INVALID_SPEC
     replacer = _replacer(tenant, "replace")
     if isinstance(replacer, int):

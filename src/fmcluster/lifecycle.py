@@ -275,8 +275,11 @@ class Replacer:
         self.out(f"    {name}: {detail} ({time.monotonic() - began:.1f}s)")
 
     def replace(self, wanted: str) -> Replacement:
-        if self.tenant.scheduler == "parallelcluster":
-            raise LifecycleError(parallelcluster_refusal(self.tenant.org, wanted), 2)
+        from fmcluster.schedulers import scheduler_for
+
+        refusal = scheduler_for(self.tenant).replacement_refusal(wanted)
+        if refusal:
+            raise LifecycleError(refusal, 2)
         nodes = self.live_nodes()
         old = self.pick(wanted, nodes)
         controller = controller_of(nodes)
@@ -304,17 +307,15 @@ class Replacer:
 
         began = time.monotonic()
         self.out("==> asking the scheduler for a new node")
-        if self.tenant.scheduler == "hyperpod":
-            done = remote(self.provider, controller, hyperpod_replace_command(old.name))
-            if done.returncode != 0:
-                raise LifecycleError(f"HyperPod replacement request failed: {(done.stderr or done.stdout).strip()}")
-            result.notes.append("HyperPod: asked through Slurm (state=fail reason=Action:Replace, HyperPod's "
-                                "documented path); BatchReplaceClusterNodes is not in the pinned botocore")
-            self._stage(result, "request", began, f"{old.name} set FAIL with reason {HYPERPOD_REPLACE_REASON}")
-        else:
-            group = asg_replace(self.client("autoscaling"), old.instance_id)
-            self._stage(result, "request", began, f"{old.instance_id} terminated in Auto Scaling group {group} "
-                                                  "(desired capacity kept)")
+        from fmcluster.schedulers import scheduler_for
+
+        try:
+            asked, notes = scheduler_for(self.tenant).request_replacement(
+                old, lambda: self.client("autoscaling"), lambda command: remote(self.provider, controller, command))
+        except RuntimeError as err:
+            raise LifecycleError(str(err)) from err
+        result.notes += notes
+        self._stage(result, "request", began, asked)
 
         began = time.monotonic()
         booted = self.provider.boot(self.endpoint, lambda line: self.out(f"  {line}"))

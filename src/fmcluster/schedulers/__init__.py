@@ -13,11 +13,13 @@ Every scheduler's nodes run the same first-boot script (scripts/node-user-data.s
 
 from __future__ import annotations
 
+import subprocess
+
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from fmcluster.model import Tenant
-from fmcluster.nodes import discover
+from fmcluster.nodes import Node, discover
 from fmcluster.stacks.api import DeleteFirst
 from fmcluster.steps import StepOutcome
 
@@ -54,6 +56,14 @@ class Scheduler(Protocol):
 
     def status_lines(self) -> list[str]:
         """For `invoke status`: what the cluster's own service says about it."""
+
+    def replacement_refusal(self, node: str) -> str | None:
+        """Why `invoke replace` leaves `node` to the cluster's own service (ParallelCluster); None: it does not."""
+
+    def request_replacement(self, node: Node, autoscaling: Callable[[], Any],
+                            on_controller: Callable[[str], subprocess.CompletedProcess[str]]) -> tuple[str, list[str]]:
+        """Ask for a new node in place of `node`, the scheduler's way: what was asked (for the summary) and notes.
+        Raises RuntimeError when the request is refused."""
 
 
 def scheduler_for(tenant: Tenant) -> Scheduler:

@@ -4,10 +4,12 @@ first-boot script as every other node; the nodes are found through SageMaker's L
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import subprocess
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from fmcluster.model import Tenant
+from fmcluster.nodes import Node
 from fmcluster.schedulers import SITE_PLAYBOOK, Out
 from fmcluster.stacks.api import DeleteFirst
 from fmcluster.steps import StepOutcome
@@ -64,3 +66,17 @@ class HyperPod:
 
     def status_lines(self) -> list[str]:
         return []
+
+    def replacement_refusal(self, node: str) -> str | None:
+        return None
+
+    def request_replacement(self, node: Node, autoscaling: Callable[[], Any],
+                            on_controller: Callable[[str], subprocess.CompletedProcess[str]]) -> tuple[str, list[str]]:
+        from fmcluster.lifecycle import HYPERPOD_REPLACE_REASON, hyperpod_replace_command
+
+        done = on_controller(hyperpod_replace_command(node.name))
+        if done.returncode != 0:
+            raise RuntimeError(f"HyperPod replacement request failed: {(done.stderr or done.stdout).strip()}")
+        return (f"{node.name} set FAIL with reason {HYPERPOD_REPLACE_REASON}",
+                ["HyperPod: asked through Slurm (state=fail reason=Action:Replace, HyperPod's documented path); "
+                 "BatchReplaceClusterNodes is not in the pinned botocore"])

@@ -10,10 +10,12 @@ ParallelCluster's own schema; only `pcluster create-cluster` itself does not run
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import subprocess
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from fmcluster.model import Tenant
+from fmcluster.nodes import Node
 from fmcluster.schedulers import SITE_PLAYBOOK, Out
 from fmcluster.stacks.api import DeleteFirst
 from fmcluster.stacks.render import has_parallelcluster_stand_in
@@ -121,3 +123,12 @@ class ParallelCluster:
             return operations.status_lines(operations.describe(cluster_name(self.tenant), self.tenant.region))
         except operations.PclusterError as err:
             return [f"{cluster_name(self.tenant)}: describe-cluster failed: {err}", *err.lines]
+
+    def replacement_refusal(self, node: str) -> str | None:
+        from fmcluster.lifecycle import parallelcluster_refusal
+
+        return parallelcluster_refusal(self.tenant.org, node)
+
+    def request_replacement(self, node: Node, autoscaling: Callable[[], Any],
+                            on_controller: Callable[[str], subprocess.CompletedProcess[str]]) -> tuple[str, list[str]]:
+        raise RuntimeError(self.replacement_refusal(node.name) or "")

@@ -3,10 +3,12 @@ login role and queue (cfn/cluster-slurm-ec2.yaml), every node converged by its o
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import subprocess
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from fmcluster.model import Tenant
+from fmcluster.nodes import Node
 from fmcluster.schedulers import SITE_PLAYBOOK, Out
 from fmcluster.stacks.api import DeleteFirst
 from fmcluster.steps import StepOutcome
@@ -44,3 +46,13 @@ class SlurmEc2:
 
     def status_lines(self) -> list[str]:
         return []
+
+    def replacement_refusal(self, node: str) -> str | None:
+        return None
+
+    def request_replacement(self, node: Node, autoscaling: Callable[[], Any],
+                            on_controller: Callable[[str], subprocess.CompletedProcess[str]]) -> tuple[str, list[str]]:
+        from fmcluster.lifecycle import asg_replace
+
+        group = asg_replace(autoscaling(), node.instance_id)
+        return f"{node.instance_id} terminated in Auto Scaling group {group} (desired capacity kept)", []
