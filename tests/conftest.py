@@ -23,3 +23,13 @@ def venv_tool(name: str) -> str:
     """Path of a tool installed in the project's venv (falls back to PATH)."""
     candidate = VENV_BIN / name
     return str(candidate) if candidate.exists() else name
+
+
+@pytest.fixture
+def no_aws(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No AWS credentials of any kind reach boto3 (an AWS tenant on this machine, as CI has it)."""
+    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")

@@ -123,12 +123,7 @@ def test_an_undeployed_local_tenant_is_a_finding_not_a_pass() -> None:
     assert "no AWS emulator is running" in diagnosis["findings"][0]["evidence"][0]["evidence"]
 
 
-def test_an_aws_tenant_without_credentials_is_a_finding_not_a_pass(monkeypatch: pytest.MonkeyPatch) -> None:
-    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
-    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+def test_an_aws_tenant_without_credentials_is_a_finding_not_a_pass(no_aws: None) -> None:
     code, out = run_doctor("stockmark", as_json=True)
     diagnosis = json.loads(out)
     assert code == 1 and [f["id"] for f in diagnosis["findings"]] == ["cluster-unreachable"]

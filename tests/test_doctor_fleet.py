@@ -20,15 +20,6 @@ from fmcluster.doctor.report import Diagnosis
 HOSTILE = "<img src=x onerror=alert(1)>\"'&\x1b[31m"
 
 
-@pytest.fixture
-def no_aws(monkeypatch: pytest.MonkeyPatch) -> None:
-    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
-    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-
-
 def fleet_root(tmp_path: Path, *orgs: str) -> Path:
     for org in orgs:
         shutil.copytree(ROOT / "inventories" / org / "group_vars", tmp_path / "inventories" / org / "group_vars")
