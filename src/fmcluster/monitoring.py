@@ -65,7 +65,7 @@ def scrape_jobs(tenant: Tenant) -> list[dict[str, Any]]:
     return jobs
 
 
-def _targets(client_argv: Sequence[str]) -> tuple[list[dict[str, Any]], str]:
+def read_targets(client_argv: Sequence[str]) -> tuple[list[dict[str, Any]], str]:
     try:
         done = subprocess.run([*client_argv, TARGETS_QUERY], capture_output=True, text=True, timeout=30)
     except subprocess.TimeoutExpired:
@@ -91,7 +91,7 @@ def scrape_targets(client_argv: Sequence[str], nodes: Sequence[Node], out: Out, 
     deadline = time.monotonic() + wait_s
     last = ""
     while True:
-        targets, error = _targets(client_argv)
+        targets, error = read_targets(client_argv)
         up = {target_host(t) for t in targets if t.get("health") == "up"}
         missing = [name for address, name in addresses.items() if address not in up]
         down = [t for t in targets if t.get("health") != "up"]

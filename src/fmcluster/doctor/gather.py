@@ -237,9 +237,9 @@ def gather(tenant: Tenant, node_filter: str = "", out: Out = print) -> Gathered:
     if controller is None:
         ev.add_fact("unreachable", "Prometheus", "the cluster has no controller node")
         return got
-    from fmcluster.monitoring import _targets, target_host
+    from fmcluster.monitoring import read_targets, target_host
 
-    targets, error = _targets(provider.client_argv(controller))
+    targets, error = read_targets(provider.client_argv(controller))
     if error or not targets:
         ev.add_fact("unreachable", f"Prometheus on {controller.name}", error or "no active targets")
     else:
