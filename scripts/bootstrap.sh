@@ -12,6 +12,8 @@ APT_PACKAGES=(
   openssh-server openssh-client                  # Ansible reaches namespace nodes over ssh
   iproute2 iputils-ping procps psmisc            # network namespaces, veth, bridge; process checks
   git rsync sudo                                 # ansible-pull from a local git server; become
+  mmdebstrap                                     # the local nodes' pristine Debian 12 image
+  apt-cacher-ng                                  # the local VPC's package source (a caching proxy of Debian's archive)
 )
 
 missing=()

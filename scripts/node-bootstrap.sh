@@ -9,12 +9,16 @@
 # and the AWS endpoint/credentials of wherever it runs (instance profile on AWS; on provider local the
 # substrate's environment names the tenant's emulator: AWS_ENDPOINT_URL and its credentials).
 #
-# It fetches the bundle the deploy published (this script, converge.env with the pinned commit, repo.bundle),
-# makes sure the node's toolchain is there (/opt/fmcluster/venv: the image's, or built from the bundle's
-# wheelhouse), unpacks the pinned commit, and hands over to the node agent (python -m fmcluster.node), which
-# reads the manifest and the secrets, finds the cluster's nodes in the AWS APIs, runs ansible-pull for this
-# node and reports to s3://$FMCLUSTER_BUCKET/fmcluster/report/. Every fetch retries with backoff; a failure
-# is reported (what could not be reached) before the script exits non-zero.
+# It fetches the bundle the deploy published (this script, converge.env with the pinned commit, repo.bundle,
+# the wheelhouse) with fmcluster-s3 (the first boot's stdlib S3 client: not every image has the AWS CLI),
+# installs what the image lacks for the toolchain through the image's own package manager (git; apt waits for
+# the dpkg lock another boot-time job holds), builds the node's toolchain from the bundle's wheelhouse
+# (/opt/fmcluster/venv: pinned, --no-index; kept when it already holds the pins), unpacks the pinned commit,
+# and hands over to the node agent (python -m fmcluster.node), which reads the manifest and the secrets, finds
+# the cluster's nodes in the AWS APIs, runs ansible-pull for this node and reports to
+# s3://$FMCLUSTER_BUCKET/fmcluster/report/. Every fetch retries with backoff; a failure is reported (what could
+# not be reached) before the script exits non-zero. Each stage's time goes into the node's report
+# (/var/lib/fmcluster/boot-stages.json: fetch, packages, toolchain, commit; the agent adds converge).
 #
 #   node-bootstrap.sh           fetch, then converge once (first boot)
 #   node-bootstrap.sh --fetch   fetch only (the node agent runs this when the deploy publishes a new commit)
@@ -27,11 +31,23 @@ state=/var/lib/fmcluster
 bundle=/opt/fmcluster/bootstrap
 venv=${FMCLUSTER_VENV:-/opt/fmcluster/venv}
 tries=${FMCLUSTER_FETCH_TRIES:-8}
+s3client=${FMCLUSTER_S3_CLIENT:-/usr/local/sbin/fmcluster-s3}
+started=${FMCLUSTER_BOOT_STARTED:-$(date +%s)}
+declare -A stage_seconds=()
 s3="s3://$FMCLUSTER_BUCKET/fmcluster"
 install -d -m 0755 "$etc" "$state" "$bundle" /var/log/fmcluster
 install -d -m 0700 "$etc/secrets"
 
 say() { echo "fmcluster-bootstrap: $*" >&2; }
+
+# stage_done NAME: the time since the last stage ended (the first: since the user data started).
+stage_done() {
+  local now
+  now=$(date +%s.%N)
+  stage_seconds[$1]=$(awk -v a="$started" -v b="$now" 'BEGIN { printf "%.1f", b - a }')
+  say "stage $1: ${stage_seconds[$1]}s"
+  started=$now
+}
 
 # The address this node reaches AWS from (its primary private address): what its report is filed under
 # until the agent knows its name.
@@ -50,7 +66,7 @@ report_failure() {
   printf '{"address": "%s", "ok": false, "stage": "%s", "error": %s, "finished": "%s"}\n' \
     "${address:-unknown}" "$stage" "$(printf '%s' "$message" | python3 -c 'import json,sys; print(json.dumps(sys.stdin.read()))')" \
     "$(date -u +%FT%TZ)" >"$state/report.json"
-  aws s3 cp --only-show-errors --region "$FMCLUSTER_REGION" "$state/report.json" "$s3/report/${address:-unknown}.json" || true
+  "$s3client" put "$state/report.json" "$s3/report/${address:-unknown}.json" || true
   exit 1
 }
 
@@ -69,9 +85,11 @@ retry() {
 }
 
 # Into a fresh directory: a copy of an emptied prefix succeeds, and must not pass for the bundle fetched before.
+# The wheels fetched before are linked in first: the sync keeps those whose MD5 matches and fetches the rest.
 fetch_bundle() {
   rm -rf "$bundle.new" && install -d -m 0755 "$bundle.new" \
-    && aws s3 cp --recursive --only-show-errors --region "$FMCLUSTER_REGION" "$s3/bootstrap/" "$bundle.new/" 2>"$state/fetch.err" \
+    && { [[ ! -d $bundle/wheelhouse ]] || cp -al "$bundle/wheelhouse" "$bundle.new/wheelhouse"; } \
+    && "$s3client" sync "$s3/bootstrap/" "$bundle.new/" 2>"$state/fetch.err" \
     && [[ -s $bundle.new/converge.env && -s $bundle.new/repo.bundle ]]
 }
 
@@ -81,6 +99,9 @@ rm -rf "$bundle" && mv "$bundle.new" "$bundle"
 # A new file renamed into place: bash is reading the running copy of this script as it goes.
 install -m 0755 "$bundle/node-bootstrap.sh" /usr/local/sbin/fmcluster-bootstrap.new
 mv -f /usr/local/sbin/fmcluster-bootstrap.new /usr/local/sbin/fmcluster-bootstrap
+if [[ -s $bundle/fmcluster-s3 ]]; then
+  install -m 0755 "$bundle/fmcluster-s3" "$s3client.new" && mv -f "$s3client.new" "$s3client"
+fi
 # shellcheck source=/dev/null
 . "$bundle/converge.env"
 
@@ -97,15 +118,52 @@ mv -f /usr/local/sbin/fmcluster-bootstrap.new /usr/local/sbin/fmcluster-bootstra
 chmod 0600 "$etc/node.env.tmp"
 mv "$etc/node.env.tmp" "$etc/node.env"
 
-# The toolchain: the image's when it has the pinned packages, else built from the bundle's wheelhouse.
-toolchain_ok() { "$venv/bin/python" -c 'import ansible_runner, boto3, yaml, ansible' 2>/dev/null; }
-if ! toolchain_ok; then
-  [[ -d $bundle/wheelhouse ]] || report_failure toolchain "no toolchain in $venv and no wheelhouse in the bundle"
-  python3 -m venv "$venv"
-  # shellcheck disable=SC2086 # the requirements are a space-separated list
-  "$venv/bin/pip" install -q --no-index --find-links "$bundle/wheelhouse" $FMCLUSTER_NODE_REQUIREMENTS \
-    || report_failure toolchain "pip could not install $FMCLUSTER_NODE_REQUIREMENTS from the bundle's wheelhouse"
+[[ ${1:-} == --fetch ]] || stage_done fetch
+
+# What the image lacks for the toolchain, from the image's own package source (on AWS the distribution's
+# archive through the NAT, or the tenant's mirror; on the local substrate the VPC's package source). apt waits
+# for the dpkg lock a boot-time job (unattended-upgrades, apt-daily) may hold, and those jobs are stopped first.
+apt_get() { DEBIAN_FRONTEND=noninteractive apt-get -q -o DPkg::Lock::Timeout=600 "$@"; }
+missing=()
+command -v git >/dev/null || missing+=(git)
+python3 -c 'import venv' 2>/dev/null || missing+=(python3-venv)
+if ((${#missing[@]})); then
+  if [[ -d /run/systemd/system ]]; then
+    systemctl stop apt-daily.timer apt-daily-upgrade.timer apt-daily.service apt-daily-upgrade.service \
+      unattended-upgrades.service 2>/dev/null || true
+  fi
+  say "installing from the image's package source: ${missing[*]}"
+  retry 3 apt_get update >"$state/packages.log" 2>&1 \
+    && apt_get install -y --no-install-recommends "${missing[@]}" >>"$state/packages.log" 2>&1 \
+    || report_failure packages "apt-get could not install ${missing[*]}: $(tail -n 2 "$state/packages.log")"
 fi
+[[ ${1:-} == --fetch ]] || stage_done packages
+
+# The toolchain: kept when it holds exactly the pinned packages, else built from the bundle's wheelhouse with
+# no index (the image's python3; pip itself comes from the wheelhouse). Each build goes to its own folder and
+# /opt/fmcluster/venv is switched to it at once: the running agent keeps the one it started from.
+toolchain_ok() {
+  # shellcheck disable=SC2086 # the requirements are a space-separated list
+  "$venv/bin/python" - $FMCLUSTER_NODE_REQUIREMENTS 2>/dev/null <<'PY'
+import sys
+from importlib.metadata import version
+sys.exit(0 if all(version(r.split("==")[0]) == r.split("==")[1] for r in sys.argv[1:]) else 1)
+PY
+}
+if ! toolchain_ok; then
+  pip_wheel=$(compgen -G "$bundle/wheelhouse/pip-*.whl" | head -n 1) \
+    || report_failure toolchain "no toolchain in $venv and no pip wheel in the bundle's wheelhouse"
+  build="$venv-$(printf '%s %s' "$(python3 -V 2>&1)" "$FMCLUSTER_NODE_REQUIREMENTS" | sha256sum | cut -c1-12)"
+  rm -rf "$build"
+  python3 -m venv --without-pip "$build" || report_failure toolchain "python3 -m venv failed ($(python3 -V 2>&1))"
+  # shellcheck disable=SC2086 # the requirements are a space-separated list
+  "$build/bin/python" "$pip_wheel/pip" install -q --no-index --no-cache-dir --disable-pip-version-check \
+    --find-links "$bundle/wheelhouse" $FMCLUSTER_NODE_REQUIREMENTS >"$state/toolchain.log" 2>&1 \
+    || report_failure toolchain "pip could not install $FMCLUSTER_NODE_REQUIREMENTS from the bundle's wheelhouse for $(python3 -V 2>&1): $(tail -n 2 "$state/toolchain.log")"
+  [[ -L $venv || ! -e $venv ]] || rm -rf "$venv"  # a toolchain folder of an older layout
+  ln -sfn "$build" "$venv.new" && mv -T -f "$venv.new" "$venv"
+fi
+[[ ${1:-} == --fetch ]] || stage_done toolchain
 
 # The pinned commit: a bare repository ansible-pull pulls from, and the agent's own checkout of it.
 [[ -d $state/repo.git ]] || git init -q --bare "$state/repo.git"
@@ -118,6 +176,16 @@ git -C "$state/agent" fetch -q origin
 git -C "$state/agent" checkout -q --force --detach "$FMCLUSTER_REF"
 
 [[ ${1:-} == --fetch ]] && exit 0
+stage_done commit
+{
+  printf '{'
+  sep=
+  for name in fetch packages toolchain commit; do
+    printf '%s"%s": %s' "$sep" "$name" "${stage_seconds[$name]}"
+    sep=', '
+  done
+  printf '}\n'
+} >"$state/boot-stages.json"
 set -a
 # shellcheck source=/dev/null
 . "$etc/node.env"

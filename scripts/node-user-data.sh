@@ -1,14 +1,21 @@
 # fmcluster first boot (EC2 user data, HyperPod on_create.sh and ParallelCluster OnNodeConfigured run exactly
 # this, after setting FMCLUSTER_BUCKET, FMCLUSTER_REGION, FMCLUSTER_ORG and, where CloudFormation waits for the
-# node, FMCLUSTER_STACK and FMCLUSTER_SIGNAL_RESOURCE): fetch the node bootstrap the deploy published to the
-# tenant bucket, retrying while the network comes up, and run it (scripts/node-bootstrap.sh).
+# node, FMCLUSTER_STACK and FMCLUSTER_SIGNAL_RESOURCE): write the S3 client every image can run (fmcluster-s3,
+# Python's standard library alone: not every image has the AWS CLI), fetch the node bootstrap the deploy
+# published to the tenant bucket, retrying while the network comes up, and run it (scripts/node-bootstrap.sh).
 set -euo pipefail
 export FMCLUSTER_BUCKET FMCLUSTER_REGION FMCLUSTER_ORG
+FMCLUSTER_BOOT_STARTED=${FMCLUSTER_BOOT_STARTED:-$(date +%s)}
+export FMCLUSTER_BOOT_STARTED
 bin_dir=${FMCLUSTER_BIN_DIR:-/usr/local/sbin}  # another directory only where a test runs this off a node
 install -d -m 0755 "$bin_dir"
+cat >"$bin_dir/fmcluster-s3.new" <<'FMCLUSTER_S3_CLIENT'
+@FMCLUSTER_S3_CLIENT@
+FMCLUSTER_S3_CLIENT
+chmod 0755 "$bin_dir/fmcluster-s3.new"
+mv -f "$bin_dir/fmcluster-s3.new" "$bin_dir/fmcluster-s3"
 for try in 1 2 3 4 5 6 7 8 9 10; do
-  if aws s3 cp --only-show-errors --region "$FMCLUSTER_REGION" \
-      "s3://$FMCLUSTER_BUCKET/fmcluster/bootstrap/node-bootstrap.sh" "$bin_dir/fmcluster-bootstrap"; then
+  if "$bin_dir/fmcluster-s3" get "s3://$FMCLUSTER_BUCKET/fmcluster/bootstrap/node-bootstrap.sh" "$bin_dir/fmcluster-bootstrap"; then
     chmod 0755 "$bin_dir/fmcluster-bootstrap"
     exec "$bin_dir/fmcluster-bootstrap"
   fi

@@ -20,9 +20,10 @@ from typing import Any
 import pytest
 
 from conftest import ROOT
+from fmcluster.stacks.render import first_boot_script
 
 pytestmark = pytest.mark.slow
-USER_DATA_SCRIPT = (ROOT / "scripts" / "node-user-data.sh").read_text()
+USER_DATA_SCRIPT = first_boot_script()
 
 
 class EmulatedAws:

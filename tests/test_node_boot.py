@@ -38,7 +38,7 @@ from fmcluster.publish import bootstrap_files, ensure_secrets, pinned_commit, pu
 from fmcluster.schedulers.hyperpod import LIFECYCLE_ENV, HyperPod
 from fmcluster.stacks import aws
 from fmcluster.stacks.emulator import ensure_emulator, stop_emulator
-from fmcluster.stacks.render import USER_DATA_SCRIPT, load_cfn_yaml, render_stacks
+from fmcluster.stacks.render import first_boot_script, load_cfn_yaml, render_stacks
 from localtenant import make_root, manifest_for
 
 ORG = "t-boot"
@@ -88,7 +88,7 @@ def test_every_launch_template_runs_node_user_data_after_setting_the_bootstrap_s
     assert len(lts) == 2 + len(tenant.queues)  # controller, login, one per queue
     for lid, resource in lts.items():
         script = user_data_script(resource, {"DataBucketName": "b", "AWS::Region": "r", "AWS::StackName": "s"})
-        assert script.startswith("#!/bin/bash\n") and script.endswith(USER_DATA_SCRIPT.read_text()), lid
+        assert script.startswith("#!/bin/bash\n") and script.endswith(first_boot_script()), lid
         settings = assignments(script)
         assert settings["FMCLUSTER_BUCKET"] == "b" and settings["FMCLUSTER_REGION"] == "r", lid
         assert settings["FMCLUSTER_ORG"] == org and settings["FMCLUSTER_STACK"] == "s", lid
@@ -108,7 +108,7 @@ def test_every_launch_template_runs_node_user_data_after_setting_the_bootstrap_s
 def test_the_hyperpod_lifecycle_runs_the_same_user_data_script_with_the_same_settings() -> None:
     tenant = load_tenant("demo")
     files = HyperPod(tenant).lifecycle_files("fmc-demo-data")
-    assert files["node-user-data.sh"] == USER_DATA_SCRIPT.read_bytes()
+    assert files["node-user-data.sh"] == first_boot_script().encode()
     settings = assignments(files[LIFECYCLE_ENV].decode())
     assert {k: settings[k] for k in ("FMCLUSTER_BUCKET", "FMCLUSTER_REGION", "FMCLUSTER_ORG")} == {
         "FMCLUSTER_BUCKET": "fmc-demo-data", "FMCLUSTER_REGION": tenant.region, "FMCLUSTER_ORG": "demo"}

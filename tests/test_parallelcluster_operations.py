@@ -214,11 +214,11 @@ def test_on_node_configured_runs_the_first_boot_of_every_node_with_the_tenant_se
            "AWS_SECRET_ACCESS_KEY": "emulator", "FMCLUSTER_BIN_DIR": str(tmp_path / "sbin"),
            "RECORD": str(tmp_path / "bootstrap-ran-with")}
     from fmcluster.parallelcluster.operations import upload_custom_action
-    from fmcluster.stacks.render import USER_DATA_SCRIPT
+    from fmcluster.stacks.render import first_boot_script
 
     upload_custom_action(s3, bucket, print)
     uploaded = s3.get_object(Bucket=bucket, Key=CUSTOM_ACTION_KEY)["Body"].read()
-    assert uploaded.startswith(CUSTOM_ACTION_SOURCE.read_bytes()) and uploaded.endswith(USER_DATA_SCRIPT.read_bytes()), \
+    assert uploaded.startswith(CUSTOM_ACTION_SOURCE.read_bytes()) and uploaded.endswith(first_boot_script().encode()), \
         "the argument check, then the first boot every node runs"
     # The node bootstrap itself is specified elsewhere (test_node_boot); here a stand-in records its settings.
     s3.put_object(Bucket=bucket, Key="fmcluster/bootstrap/node-bootstrap.sh",

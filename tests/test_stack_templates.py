@@ -20,7 +20,7 @@ from fmcluster.stacks.api import emulator_ignored, existing_file_systems, image_
 from fmcluster.stacks.checks import check_stack
 from fmcluster.stacks.emulator import ensure_emulator, stop_emulator
 from fmcluster.stacks.render import (
-    USER_DATA_SCRIPT, ImageRef, RenderedStack, lifecycle_environment, load_cfn_yaml, render_stacks, user_data_text,
+    first_boot_script, ImageRef, RenderedStack, lifecycle_environment, load_cfn_yaml, render_stacks, user_data_text,
 )
 
 
@@ -239,7 +239,7 @@ def test_every_node_boots_with_the_same_environment_on_ec2_and_on_hyperpod() -> 
                  "export FMCLUSTER_ORG=stockmark", "export FMCLUSTER_STACK=${AWS::StackName}",
                  "export FMCLUSTER_ROLE=compute", "export FMCLUSTER_QUEUE=gpu"):
         assert line + "\n" in script
-    assert script.rstrip().endswith(USER_DATA_SCRIPT.read_text().rstrip()), "then the first boot every node runs"
+    assert script.rstrip().endswith(first_boot_script().rstrip()), "then the first boot every node runs"
     env = lifecycle_environment(NEURONLAB, "fmc-neuronlab-storage-databucket-x", "fmc-neuronlab-cluster")
     assert {line.split("=", 1)[0] for line in env.splitlines() if "=" in line} >= {
         "FMCLUSTER_BUCKET", "FMCLUSTER_REGION", "FMCLUSTER_ORG", "FMCLUSTER_STACK"}

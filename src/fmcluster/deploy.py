@@ -104,7 +104,8 @@ class Deploy:
         write_manifest(self.tenant.org, self.manifest)
         s3 = self.client("s3")
         lines: list[str] = []
-        done = publish(s3, bucket, bootstrap_files(self.ref, self.scheduler.playbook), self.manifest,
+        done = publish(s3, bucket, bootstrap_files(self.ref, self.scheduler.playbook,
+                                                   out=lambda line: lines.append(line.strip())), self.manifest,
                        lambda line: lines.append(line.strip()), identities={"repo.bundle": f"git:{self.ref}"})
         self.scheduler.before_cluster(s3, bucket, lambda line: lines.append(line.strip()))
         for line in lines:

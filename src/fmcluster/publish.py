@@ -34,6 +34,8 @@ BOOTSTRAP_PREFIX = "fmcluster/bootstrap/"
 MANIFEST_KEY = "fmcluster/manifest/cluster.json"
 REPORT_PREFIX = "fmcluster/report/"
 BOOTSTRAP_SCRIPT = "node-bootstrap.sh"
+S3_CLIENT = "fmcluster-s3"
+WHEELHOUSE = "wheelhouse/"
 #: Munge needs at least 32 bytes of key; Secrets Manager generates the characters.
 SECRET_LENGTHS = {"munge-key": 512, "grafana-admin-password": 32}
 
@@ -211,13 +213,20 @@ def converge_env(ref: str, playbook: str) -> str:
     )
 
 
-def bootstrap_files(ref: str, playbook: str, root: Path = SOURCE_ROOT) -> dict[str, bytes]:
-    """File name → content of everything under s3://<bucket>/fmcluster/bootstrap/."""
-    return {
+def bootstrap_files(ref: str, playbook: str, root: Path = SOURCE_ROOT, out: Out = print) -> dict[str, bytes]:
+    """File name → content of everything under s3://<bucket>/fmcluster/bootstrap/: the node bootstrap and its
+    S3 client, the pinned commit, and the wheelhouse the node builds its toolchain from (fmcluster.wheelhouse)."""
+    from fmcluster import wheelhouse
+
+    files = {
         BOOTSTRAP_SCRIPT: (root / "scripts" / BOOTSTRAP_SCRIPT).read_bytes(),
+        S3_CLIENT: (root / "scripts" / S3_CLIENT).read_bytes(),
         "converge.env": converge_env(ref, playbook).encode(),
         "repo.bundle": repository_bundle(ref, root),
     }
+    for name, path in wheelhouse.bundle_files(wheelhouse.ensure(out=out)).items():
+        files[name] = path.read_bytes()
+    return files
 
 
 #: Object metadata naming what an object is when its bytes are not a function of it: a `git bundle` of one
@@ -249,9 +258,28 @@ def publish(s3: Any, bucket: str, files: Mapping[str, bytes], manifest: Mapping[
     done = Published()
     for name, body in files.items():
         _put_if_changed(s3, bucket, f"{BOOTSTRAP_PREFIX}{name}", body, done, (identities or {}).get(name, ""))
+    _prune(s3, bucket, f"{BOOTSTRAP_PREFIX}{WHEELHOUSE}", {f"{BOOTSTRAP_PREFIX}{n}" for n in files}, done)
     _put_if_changed(s3, bucket, MANIFEST_KEY, json.dumps(manifest, indent=1, sort_keys=True).encode(), done)
     if done.written:
-        out(f"  published to s3://{bucket}/: {', '.join(k.removeprefix('fmcluster/') for k in done.written)}")
+        out(f"  published to s3://{bucket}/: {_summary(done.written)}")
     if done.unchanged:
-        out(f"  already current in s3://{bucket}/: {', '.join(k.removeprefix('fmcluster/') for k in done.unchanged)}")
+        out(f"  already current in s3://{bucket}/: {_summary(done.unchanged)}")
     return done
+
+
+def _prune(s3: Any, bucket: str, prefix: str, keep: set[str], done: Published) -> None:
+    """Remove what an earlier publish left under `prefix` (wheels of older pins): nodes mirror the prefix."""
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        for item in page.get("Contents", []):
+            if item["Key"] not in keep:
+                s3.delete_object(Bucket=bucket, Key=item["Key"])
+                done.written.append(item["Key"])
+
+
+def _summary(keys: list[str]) -> str:
+    """The keys as a person reads them: the wheelhouse as one entry with its count."""
+    wheels = [k for k in keys if k.startswith(f"{BOOTSTRAP_PREFIX}{WHEELHOUSE}")]
+    named = [k.removeprefix("fmcluster/") for k in keys if k not in wheels]
+    if wheels:
+        named.append(f"{(BOOTSTRAP_PREFIX + WHEELHOUSE).removeprefix('fmcluster/')} ({len(wheels)} files)")
+    return ", ".join(named)

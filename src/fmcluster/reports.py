@@ -35,7 +35,11 @@ class NodeStatus:
         r = self.report or {}
         where = f"{self.node.name} ({self.node.role}{', ' + self.node.queue if self.node.queue else ''}, {self.node.address})"
         if self.state == "converged":
-            return f"{where}: converged {r.get('ref', '')[:12]} in {r.get('seconds', '?')}s, changed={r.get('changed')}"
+            stages = r.get("boot_stages") or {}
+            boot = (f"; first boot {sum(stages.values()):.0f}s: " + ", ".join(f"{k} {v:.1f}s" for k, v in stages.items())
+                    if isinstance(stages, dict) and stages else "")
+            return (f"{where}: converged {r.get('ref', '')[:12]} in {r.get('seconds', '?')}s, "
+                    f"changed={r.get('changed')}{boot}")
         if self.state == "failed":
             return f"{where}: FAILED at {r.get('stage')}: {r.get('error', '')}"
         return f"{where}: {self.state}{': ' + self.detail if self.detail else ''}"

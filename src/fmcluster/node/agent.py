@@ -108,6 +108,8 @@ class Report:
     log: str = ""
     log_tail: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: First boot only: seconds of each stage (the bootstrap's fetch, packages, toolchain, commit; then converge).
+    boot_stages: dict[str, float] = field(default_factory=dict)
 
 
 def now() -> str:
@@ -290,6 +292,8 @@ class Agent:
             report.log_tail = traceback.format_exc().splitlines()[-LOG_TAIL_LINES:]
         report.seconds = round(time.monotonic() - started, 1)
         report.finished = now()
+        if trigger == "first-boot":
+            report.boot_stages = {**self.bootstrap_stages(), "converge": report.seconds}
         self.file_report(report)
         if trigger == "first-boot":
             self.signal(report)
@@ -314,6 +318,14 @@ class Agent:
                         seconds=round(time.monotonic() - started, 1), finished=now())
         self.file_report(report)
         return False
+
+    def bootstrap_stages(self) -> dict[str, float]:
+        """The stage times node-bootstrap.sh recorded for this boot (none when it could not)."""
+        try:
+            raw = json.loads((self.state_dir / "boot-stages.json").read_text())
+        except (OSError, ValueError):
+            return {}
+        return {str(k): float(v) for k, v in raw.items() if isinstance(v, (int, float))} if isinstance(raw, dict) else {}
 
     def record_converged(self, report: Report) -> None:
         state = {"ref": report.ref, "manifest_digest": report.manifest_digest,

@@ -57,9 +57,9 @@ def secret_prefix(org: str) -> str:
 def custom_action_script() -> bytes:
     """What ParallelCluster downloads and runs as OnNodeConfigured: the argument check, then the same first
     boot as every other fmcluster node."""
-    from fmcluster.stacks.render import USER_DATA_SCRIPT
+    from fmcluster.stacks.render import first_boot_script
 
-    return CUSTOM_ACTION_SOURCE.read_bytes() + b"\n" + USER_DATA_SCRIPT.read_bytes()
+    return CUSTOM_ACTION_SOURCE.read_bytes() + b"\n" + first_boot_script().encode()
 
 
 def on_node_configured_settings(*, bucket: Any, region: Any, org: str, role: str,

@@ -13,7 +13,7 @@ from fmcluster.nodes import Node
 from fmcluster.schedulers import SITE_PLAYBOOK, Out
 from fmcluster.stacks.api import DeleteFirst
 from fmcluster.steps import StepOutcome
-from fmcluster.stacks.render import LIFECYCLE_DIR, LIFECYCLE_PREFIX, USER_DATA_SCRIPT, lifecycle_environment
+from fmcluster.stacks.render import LIFECYCLE_DIR, LIFECYCLE_PREFIX, USER_DATA_SCRIPT, first_boot_script, lifecycle_environment
 
 LIFECYCLE_ENV = "fmcluster-lifecycle.env"
 
@@ -42,7 +42,7 @@ class HyperPod:
 
     def lifecycle_files(self, bucket: str) -> dict[str, bytes]:
         files = {script.name: script.read_bytes() for script in sorted(LIFECYCLE_DIR.glob("*.sh"))}
-        files[USER_DATA_SCRIPT.name] = USER_DATA_SCRIPT.read_bytes()
+        files[USER_DATA_SCRIPT.name] = first_boot_script().encode()
         # The same FMCLUSTER_* variables as the EC2 user data (shell-quoted: on_create.sh sources the file).
         files[LIFECYCLE_ENV] = lifecycle_environment(self.tenant, bucket, f"{self.tenant.stack_prefix}-cluster").encode()
         return files

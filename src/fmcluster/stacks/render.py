@@ -35,7 +35,7 @@ from fmcluster.stacks.templates.slurm_ec2 import AMI_PARAMETERS
 __all__ = ["AMI_PARAMETERS", "BOOTSTRAP_PREFIX", "EMULATOR_AMI_PARAMETER", "ImageRef", "LIFECYCLE_DIR",
            "LIFECYCLE_PREFIX", "MANIFEST_PREFIX", "NODE_READ_PREFIXES", "OutputRef", "REPORT_PREFIX", "RenderedStack",
            "STACK_KEYS", "boot_environment", "lifecycle_environment", "load_cfn_yaml", "logical_name",
-           "node_user_data", "render_stacks", "user_data_text"]
+           "first_boot_script", "node_user_data", "render_stacks", "user_data_text"]
 
 SOURCE_ROOT = PACKAGE_DIR.parent.parent
 CFN_DIR = SOURCE_ROOT / "cfn"
@@ -161,6 +161,18 @@ _USER_DATA_HEAD = """#!/bin/bash
 #: The rest of every node's first boot: fetch node-bootstrap.sh and run it. The same file is HyperPod's
 #: lifecycle script's tail (on_create.sh runs it) and ParallelCluster's OnNodeConfigured's.
 USER_DATA_SCRIPT = SOURCE_ROOT / "scripts" / "node-user-data.sh"
+#: The first boot's S3 client (Python's standard library alone), written out by the first-boot script.
+S3_CLIENT = SOURCE_ROOT / "scripts" / "fmcluster-s3"
+S3_CLIENT_PLACEHOLDER = "@FMCLUSTER_S3_CLIENT@"
+
+
+def first_boot_script() -> str:
+    """scripts/node-user-data.sh with the S3 client inlined: what every node runs at first boot, whatever made
+    it (EC2 user data, HyperPod's on_create.sh, ParallelCluster's OnNodeConfigured)."""
+    script = USER_DATA_SCRIPT.read_text(encoding="utf-8")
+    if script.count(S3_CLIENT_PLACEHOLDER) != 1:
+        raise RuntimeError(f"{USER_DATA_SCRIPT} must hold {S3_CLIENT_PLACEHOLDER} exactly once")
+    return script.replace(S3_CLIENT_PLACEHOLDER, S3_CLIENT.read_text(encoding="utf-8").rstrip("\n"))
 
 
 def node_user_data(*, org: str, role: str, queue: str, signal_resource: str) -> cfn.Fn:
@@ -174,7 +186,7 @@ def node_user_data(*, org: str, role: str, queue: str, signal_resource: str) -> 
     parts: list[Any] = [_USER_DATA_HEAD]
     for name, value in env.items():
         parts += [f"export {name}=", shlex.quote(value) if isinstance(value, str) else value, "\n"]
-    parts.append(USER_DATA_SCRIPT.read_text(encoding="utf-8"))
+    parts.append(first_boot_script())
     return cfn.user_data(parts)
 
 

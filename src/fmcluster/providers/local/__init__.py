@@ -8,8 +8,13 @@
   private address and hostname; at first boot the host gets the instance's key pair in root's
   authorized_keys, runs sshd, and runs the instance's decoded user data with the AWS endpoint pointed at the
   emulator — what EC2 and cloud-init do on AWS.
-- The image is this machine's root filesystem, with the toolchain scripts/bootstrap.sh installed
-  (/opt/fmcluster/venv, its AWS CLI as /usr/local/bin/aws) and the deploy checkout hidden.
+- The image is a pristine Debian 12 root file system built from Debian's packages
+  (fmcluster.providers.local.image): python3, ssh, curl and nothing of fmcluster's or of this machine's — no
+  toolchain, no AWS CLI, no checkout. Everything else arrives through the boot path an AWS node takes: the user
+  data's stdlib S3 client, the bundle's wheelhouse, apt from the VPC's package source.
+- The VPC's package source is a caching proxy of Debian's archive on the router address
+  (fmcluster.providers.local.packages); at first boot each host's apt is pointed at it, as cloud-init's
+  `apt: proxy:` does.
 - Shared file systems the emulator does not create (FSx for Lustre, OpenZFS) are directories of this
   machine bound at the same mount points on every host.
 """
@@ -31,6 +36,9 @@ from fmcluster.providers.local.hosts import (
     Bind, Host, HostSpec, SubstrateError, bridge_name, ensure_network, host_run, host_spawn, load_hosts,
     reconcile_hosts, remove_all, remove_host, router_address, substrate_root,
 )
+from fmcluster.providers.local import image, packages
+from fmcluster.providers.local.image import ensure_image
+from fmcluster.providers.local.packages import APT_CONF_PATH, PackageSource, ensure_package_source, stop_package_source
 from fmcluster.stacks import aws
 
 #: Share of this machine's memory each local node offers Slurm (slurmd drains a node whose configured
@@ -38,7 +46,6 @@ from fmcluster.stacks import aws
 MEMORY_SHARE = 0.9
 USER_DATA_PATH = "/var/lib/cloud/instance/user-data.txt"
 CONSOLE_LOG = "/var/log/cloud-init-output.log"
-IMAGE_VENV = "/opt/fmcluster/venv"
 #: The emulator ships no DLAMI or Ubuntu parameters, only Amazon Linux's: every image parameter names that one
 #: here (the hosts boot this machine's root filesystem whatever the image id says).
 EMULATOR_IMAGE_PARAMETER = "/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-default-x86_64"
@@ -78,20 +85,9 @@ class LocalProvider:
         return emulator.endpoint
 
     # --- instances → hosts ---------------------------------------------------------------------------------
-    def _hidden(self) -> tuple[str, ...]:
-        """What of this machine a host must not see: the deploy checkout, and root's home (this machine's
-        dotfiles and caches are not the image's: a shell init that runs `pyenv rehash` would hang ssh)."""
-        return (str(repo_root()), "/root")
-
     def _binds(self) -> tuple[Bind, ...]:
-        venv = repo_root() / ".venv"
-        binds = [Bind(str(venv), str(venv), read_only=True), Bind(str(venv), IMAGE_VENV, read_only=True)]
-        # The toolchain's interpreter, where it lives under a hidden directory (e.g. pyenv's under /root).
-        home = next((line.split("=", 1)[1].strip() for line in (venv / "pyvenv.cfg").read_text().splitlines()
-                     if line.startswith("home")), "")
-        base = str(Path(home).parent) if home else ""
-        if base and any(base == h or base.startswith(h + "/") for h in self._hidden()):
-            binds.append(Bind(base, base, read_only=True))
+        """Only the shared file systems the emulator does not create: nothing else of this machine's."""
+        binds = []
         storage = [("lustre", self.tenant.storage.lustre.mount_point)]
         if self.tenant.storage.openzfs is not None:
             storage.append(("home", self.tenant.storage.openzfs.mount_point))
@@ -122,7 +118,13 @@ class LocalProvider:
         vpc = ipaddress.IPv4Network(self.tenant.network.vpc_cidr)
         result = BootResult()
         specs, by_key = [], {}
-        binds, hidden = self._binds(), self._hidden()
+        binds = self._binds()
+        rootfs = ensure_image(out)
+        if rootfs.built:
+            out(f"  {rootfs.note}")
+        source = ensure_package_source(self.tenant.org, self.router)
+        if source.started:
+            out(f"  {source.note}")
         for instance in instances:
             address = instance.get("PrivateIpAddress", "")
             if not address or ipaddress.IPv4Address(address) not in vpc:
@@ -131,27 +133,27 @@ class LocalProvider:
                 continue
             specs.append(HostSpec(instance["InstanceId"], hostname_for(address, instance.get("PrivateDnsName", "")),
                                   address, prefixes.get(instance.get("SubnetId", ""), vpc.prefixlen), str(vpc),
-                                  binds, hidden))
+                                  binds, image=str(rootfs.rootfs)))
             by_key[instance["InstanceId"]] = instance
         hosts, created, removed = reconcile_hosts(self.tenant.org, specs, bridge_name(self.tenant.org))
         for host in removed:
             out(f"  host {host.hostname} ({host.address}, {host.key}) removed: its instance is gone")
             result.removed.append(host.hostname)
         for host in created:
-            self._first_boot(host, by_key[host.key], ec2, endpoint)
+            self._first_boot(host, by_key[host.key], ec2, endpoint, source)
             out(f"  host {host.hostname} ({host.address}, {host.key}) booted: running its user data")
             result.started.append(host.hostname)
         result.kept = [h.hostname for h in hosts if h not in created]
         return result
 
-    def _first_boot(self, host: Host, instance: dict[str, Any], ec2: Any, endpoint: str | None) -> None:
-        """What EC2 and cloud-init do for a new instance: its key pair, sshd, then its user data, detached."""
-        # The image's AWS CLI on the system PATH, where the DLAMI and the HyperPod images have theirs: the node
-        # agent and its services run with a plain PATH.
-        done = host_run(host, ["sh", "-c", "cat > /usr/local/bin/aws && chmod 0755 /usr/local/bin/aws"],
-                        input_text=f'#!/bin/sh\nexec {IMAGE_VENV}/bin/aws "$@"\n')
+    def _first_boot(self, host: Host, instance: dict[str, Any], ec2: Any, endpoint: str | None,
+                    source: PackageSource) -> None:
+        """What EC2 and cloud-init do for a new instance: its own ssh host keys, its key pair, the VPC's package
+        source for apt, sshd, then its user data, detached. Nothing else is put on the host."""
+        done = host_run(host, ["ssh-keygen", "-A"])
         if done.returncode != 0:
-            raise SubstrateError(f"cannot install the AWS CLI on host {host.hostname}: {done.stderr.strip()}")
+            raise SubstrateError(f"cannot make the ssh host keys of host {host.hostname}: {done.stderr.strip()}")
+        self._write(host, APT_CONF_PATH, source.apt_conf(), "0644")
         key_name = instance.get("KeyName")
         if key_name:
             pair = ec2.describe_key_pairs(KeyNames=[key_name], IncludePublicKey=True)["KeyPairs"][0]
@@ -164,7 +166,7 @@ class LocalProvider:
         if not user_data:
             return
         self._write(host, USER_DATA_PATH, user_data, "0700")
-        env = {"PATH": f"/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:{IMAGE_VENV}/bin",
+        env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
                "HOME": "/root", "LANG": "C.UTF-8", "AWS_ENDPOINT_URL": str(endpoint),
                **{k.upper(): v for k, v in aws.EMULATOR_CREDENTIALS.items()}}
         # Fault tests shorten the nodes' retries (node-bootstrap.sh and the agent honour it); unset normally.
@@ -191,13 +193,8 @@ class LocalProvider:
         return {"cpus": os.cpu_count() or 1, "real_memory_mb": int(mem_kib // 1024 * MEMORY_SHARE)}
 
     def manifest_vars(self) -> dict[str, Any]:
-        # The image already carries the packages (scripts/bootstrap.sh installed them on this machine), and
-        # several hosts running apt at once would queue on one dpkg lock.
         # Polling is cheap here: the agent checks often, so a node joining shows up within seconds.
-        return {**{name: False for name in ("common_install_packages", "munge_install_packages", "slurm_install_packages",
-                                            "node_exporter_install", "prometheus_install", "alertmanager_install",
-                                            "slurm_accounting_install_packages")},
-                "node_convergence_interval": 5, "prometheus_sd_refresh_interval": "10s"}
+        return {"node_convergence_interval": 5, "prometheus_sd_refresh_interval": "10s"}
 
     def client_argv(self, node: Node) -> list[str]:
         return ssh_argv(str(secrets_dir(self.tenant.org) / "ssh" / "id_ed25519"), node.address, "root")
@@ -212,7 +209,11 @@ class LocalProvider:
     def substrate_notes(self) -> list[str]:
         notes = [f"AWS APIs: moto emulator on {self.router} (the VPC router address of {self.subnets['private']})",
                  f"instances: namespace hosts on bridge {bridge_name(self.tenant.org)} (own network, hostname and "
-                 "overlay filesystem of this machine's root; the deploy checkout hidden)"]
+                 "overlay file system of the pristine image below; nothing of this machine's is mounted in them)",
+                 f"image: {image.NAME}, a pristine Debian 12 root file system built by mmdebstrap from Debian's packages "
+                 f"({image.image_dir()}): {', '.join(image.PACKAGES)}; first boot adds the rest",
+                 f"package source: apt-cacher-ng (Debian's archive) on {self.router}:{packages.PORT}, "
+                 "the VPC router address (on AWS: the archive through the NAT)"]
         storage = [("FSx for Lustre", "lustre", self.tenant.storage.lustre.mount_point)]
         if self.tenant.storage.openzfs is not None:
             storage.append(("FSx for OpenZFS", "home", self.tenant.storage.openzfs.mount_point))
@@ -234,6 +235,8 @@ class LocalProvider:
     def teardown(self, out: Out) -> None:
         from fmcluster.stacks.emulator import stop_emulator
 
+        if stop_package_source(self.tenant.org):
+            out(f"  stopped the package source of '{self.tenant.org}' (its cache is kept)")
         for line in remove_all(self.tenant.org):
             out(f"  removed {line}")
         if stop_emulator(self.tenant.org):

@@ -5,10 +5,9 @@ A host stands in for one EC2 instance. It has
   bridge) carries the instance's private address; the whole VPC range is on-link, so hosts reach each other
   and the bridge (which holds each subnet's router address, `.1`, as the VPC router does) without routing;
 - its own hostname: a UTS namespace set to the instance's private DNS name (`ip-10-77-128-4`);
-- its own filesystem: a mount namespace whose root is an overlay of this machine's root filesystem (the
-  "image": the Debian packages and the toolchain scripts/bootstrap.sh installed, as an AMI carries them)
-  with a private writable layer, fresh /run and /tmp, and the fmcluster checkout hidden (an instance has no
-  copy of the deploy machine's work tree) except the toolchain at the same path.
+- its own filesystem: a mount namespace whose root is an overlay of its image (provider local: the pristine
+  Debian 12 root file system of fmcluster.providers.local.image, which holds nothing of this machine's) with a
+  private writable layer, and fresh /run and /tmp.
 So every role uses the same paths as on AWS (/etc/slurm, /etc/munge, /etc/fmcluster, /opt/fmcluster) and no
 host sees another's files. Processes share this machine's kernel and process table; the clock is shared too.
 
@@ -60,7 +59,8 @@ class HostSpec:
     prefixlen: int  # of the instance's subnet
     vpc_cidr: str  # on-link from the host
     binds: tuple[Bind, ...] = ()
-    hidden: tuple[str, ...] = ()  # directories of this machine the host must not see (empty tmpfs over them)
+    hidden: tuple[str, ...] = ()  # directories of the image the host must not see (empty tmpfs over them)
+    image: str = "/"  # the root file system the host's root is an overlay of
 
 
 @dataclass(frozen=True)
@@ -221,7 +221,7 @@ def _root_script(spec: HostSpec, upper: Path, work: Path, merged: Path) -> str:
     lines = [
         "set -eu",
         f"mkdir -p {merged}",
-        f"mount -t overlay overlay -o lowerdir=/,upperdir={upper},workdir={work} {merged}",
+        f"mount -t overlay overlay -o lowerdir={spec.image},upperdir={upper},workdir={work} {merged}",
         f"for d in proc sys dev; do mount --rbind /$d {merged}/$d; done",
         f"mount -t tmpfs -o mode=0755 tmpfs {merged}/run",
         f"mount -t tmpfs -o mode=1777 tmpfs {merged}/tmp",
@@ -243,7 +243,7 @@ def ensure_host(org: str, spec: HostSpec, bridge: str) -> tuple[Host, bool]:
     """Create the host (or check the one there); returns it and whether anything was created."""
     host_veth, peer = _veth_names(org, spec.address, spec.vpc_cidr)
     host = Host(org, spec.key, spec.hostname, spec.address, f"fmc-{org}-{spec.key}"[:64], host_veth,
-                {"binds": [asdict(b) for b in spec.binds]})
+                {"binds": [asdict(b) for b in spec.binds], "image": spec.image})
     changed = False
     if not Path(host.netns_path).exists():
         _run(["ip", "netns", "add", host.netns])

@@ -1,0 +1,144 @@
+"""The local VPC's package source: a caching proxy of Debian's archive (apt-cacher-ng) on the VPC router address.
+
+On AWS a node's apt reaches the distribution's archive through the VPC's NAT gateway (or the tenant's own
+mirror). Here the tenant's VPC is a bridge with no route out, so the substrate puts a package source where a
+VPC-local mirror would be: apt-cacher-ng, from Debian's packages, listening on the private subnet's router
+address. A node's apt is pointed at it at first boot the way cloud-init's `apt: proxy:` does it (a file in
+/etc/apt/apt.conf.d/), the packages themselves and their signatures are Debian's, unchanged (apt checks the
+archive's signed InRelease as it would anywhere). The cache lives under /var/cache/fmcluster/apt/<org>/ and
+is kept across deploys, so a second cluster's nodes install from the cache.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from fmcluster.providers.local.hosts import SubstrateError, substrate_root
+
+PORT = 3142
+START_TIMEOUT_S = 20.0
+#: Where a node's apt is told to find the package source (cloud-init writes the same kind of file).
+APT_CONF_PATH = "/etc/apt/apt.conf.d/90fmcluster-vpc-package-source"
+
+
+@dataclass(frozen=True)
+class PackageSource:
+    address: str
+    port: int
+    pid: int
+    started: bool
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.address}:{self.port}/"
+
+    def apt_conf(self) -> str:
+        return ("// written at first boot by the fmcluster local substrate (as cloud-init's `apt: proxy:` does): the\n"
+                "// VPC's package source, a caching proxy of Debian's archive on the VPC router address\n"
+                f'Acquire::http::Proxy "{self.url}";\n')
+
+    @property
+    def note(self) -> str:
+        how = "started" if self.started else "running"
+        return (f"package source: apt-cacher-ng (Debian's archive, cached in {cache_dir_note()}) {how} on "
+                f"{self.address}:{self.port}, the VPC router address (on AWS: the archive through the NAT)")
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("FMCLUSTER_APT_CACHE", "/var/cache/fmcluster/apt"))
+
+
+def cache_dir_note() -> str:
+    return str(cache_root())
+
+
+def _state_path(org: str) -> Path:
+    return substrate_root(org) / "package-source.json"
+
+
+def _is_ours(pid: int, address: str) -> bool:
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return bool(cmdline) and cmdline[0].endswith(b"apt-cacher-ng") and f"BindAddress={address}".encode() in cmdline
+
+
+def _answers(address: str, port: int) -> bool:
+    try:
+        with socket.create_connection((address, port), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+def ensure_package_source(org: str, address: str) -> PackageSource:
+    """The tenant's package source on `address` (the VPC router address), started unless it runs."""
+    state = _state_path(org)
+    try:
+        known = json.loads(state.read_text())
+    except (OSError, ValueError):
+        known = {}
+    pid = int(known.get("pid", 0))
+    if pid and known.get("address") == address and _is_ours(pid, address) and _answers(address, PORT):
+        return PackageSource(address, PORT, pid, False)
+    if pid and _is_ours(pid, str(known.get("address", ""))):
+        stop_package_source(org)
+    cache = cache_root() / org
+    logs = substrate_root(org) / "package-source"
+    for folder in (cache, logs):
+        folder.mkdir(parents=True, exist_ok=True)
+    argv = ["apt-cacher-ng", "-c", "/etc/apt-cacher-ng", "ForeGround=1", f"BindAddress={address}", f"Port={PORT}",
+            f"CacheDir={cache}", f"LogDir={logs}", f"PidFile={logs}/pid", f"SocketPath={logs}/socket",
+            "ExThreshold=4", "ReportPage=", "UserDataCleanup=0"]
+    with (logs / "console.log").open("ab") as sink:
+        try:
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT,
+                                    start_new_session=True)  # outlives this task; stopped by stop_package_source
+        except FileNotFoundError:
+            raise SubstrateError("apt-cacher-ng is missing; run scripts/bootstrap.sh (it installs Debian's "
+                                 "apt-cacher-ng, the local VPC's package source)") from None
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while not _answers(address, PORT):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise SubstrateError(f"the package source (apt-cacher-ng on {address}:{PORT}) did not start; see "
+                                 f"{logs}/console.log")
+        time.sleep(0.1)
+    state.write_text(json.dumps({"pid": proc.pid, "address": address, "port": PORT}) + "\n")
+    return PackageSource(address, PORT, proc.pid, True)
+
+
+def stop_package_source(org: str, timeout_s: float = 10.0) -> bool:
+    """Stop the tenant's package source if it runs (its cache is kept). True if one was stopped."""
+    state = _state_path(org)
+    try:
+        known = json.loads(state.read_text())
+    except (OSError, ValueError):
+        return False
+    state.unlink(missing_ok=True)
+    pid = int(known.get("pid", 0))
+    if not (pid and _is_ours(pid, str(known.get("address", "")))):
+        return False
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        try:
+            if os.waitpid(pid, os.WNOHANG)[0]:
+                break
+        except ChildProcessError:
+            pass
+        time.sleep(0.05)
+    if Path(f"/proc/{pid}").exists():
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return True
