@@ -9,7 +9,9 @@ FMCLUSTER_BOOT_STARTED=${FMCLUSTER_BOOT_STARTED:-$(date +%s)}
 export FMCLUSTER_BOOT_STARTED
 bin_dir=${FMCLUSTER_BIN_DIR:-/usr/local/sbin}  # another directory only where a test runs this off a node
 install -d -m 0755 "$bin_dir"
-cat >"$bin_dir/fmcluster-s3.new" <<'FMCLUSTER_S3_CLIENT'
+# scripts/fmcluster-s3, packed (gzip, base64) by fmcluster.stacks.render.first_boot_script.
+python3 -c 'import base64, gzip, sys; sys.stdout.buffer.write(gzip.decompress(base64.b64decode(sys.stdin.read())))' \
+  >"$bin_dir/fmcluster-s3.new" <<'FMCLUSTER_S3_CLIENT'
 @FMCLUSTER_S3_CLIENT@
 FMCLUSTER_S3_CLIENT
 chmod 0755 "$bin_dir/fmcluster-s3.new"
