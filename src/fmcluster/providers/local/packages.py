@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fmcluster.providers.local.hosts import SubstrateError, substrate_root
+from fmcluster.providers.local.image import MIRROR
 
 PORT = 3142
 START_TIMEOUT_S = 20.0
@@ -97,7 +98,10 @@ def ensure_package_source(org: str, address: str) -> PackageSource:
         folder.mkdir(parents=True, exist_ok=True)
     argv = ["apt-cacher-ng", "-c", "/etc/apt-cacher-ng", "ForeGround=1", f"BindAddress={address}", f"Port={PORT}",
             f"CacheDir={cache}", f"LogDir={logs}", f"PidFile={logs}/pid", f"SocketPath={logs}/socket",
-            "ExThreshold=4", "ReportPage=", "UserDataCleanup=0"]
+            "ExThreshold=4",
+            # Debian's archive as the one backend: the package's own list is empty until debconf fills it in,
+            # and apt-cacher-ng then answers every request "503 Host not found".
+            f"Remap-debrep=file:deb_mirror*.gz /debian ; {MIRROR}/"]
     with (logs / "console.log").open("ab") as sink:
         try:
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT,
