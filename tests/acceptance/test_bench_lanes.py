@@ -11,8 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fmcluster.acceptance.bench import (LANE_BYTES, MAX_RANKS, VALUE_BITS, Collectives, add_lanes, bounds,
-                                        lane_mask, lanes, recv_exactly, wrong_lanes)
+from fmcluster.acceptance.bench import (C_ADD, LANE_BYTES, MAX_RANKS, VALUE_BITS, Collectives, add_lanes,
+                                        bounds, lane_mask, lanes, recv_exactly, wrong_lanes)
+
+ADDERS = [pytest.param(False, id="python-integers"),
+          pytest.param(True, id="audioop", marks=pytest.mark.skipif(C_ADD is None, reason="no audioop here"))]
 
 
 def as_ints(data: bytes | bytearray | memoryview) -> list[int]:
@@ -26,21 +29,23 @@ def pack(values: list[int]) -> bytes:
 
 @settings(max_examples=50, deadline=None)
 @given(st.lists(st.lists(st.integers(0, (1 << VALUE_BITS) - 1), min_size=7, max_size=7), min_size=1, max_size=8))
-def test_adding_whole_buffers_as_integers_is_a_lane_wise_sum(rows: list[list[int]]) -> None:
-    total = pack(rows[0])
-    for row in rows[1:]:
-        total = add_lanes(total, pack(row))
-    assert as_ints(total) == [sum(col) for col in zip(*rows)]
+def test_adding_whole_buffers_is_a_lane_wise_sum_on_both_paths(rows: list[list[int]]) -> None:
+    for add in [add_lanes] + ([C_ADD] if C_ADD else []):
+        total = pack(rows[0])
+        for row in rows[1:]:
+            total = add(total, pack(row))
+        assert as_ints(total) == [sum(col) for col in zip(*rows)]
 
 
 def test_the_headroom_holds_for_the_most_ranks_allowed() -> None:
     """MAX_RANKS values at the top of their range still sum inside a lane: no carry into the next lane."""
     top = pack([(1 << VALUE_BITS) - 1, 0, (1 << VALUE_BITS) - 1])
-    total = top
-    for _ in range(MAX_RANKS - 1):
-        total = add_lanes(total, top)
-    assert as_ints(total) == [MAX_RANKS * ((1 << VALUE_BITS) - 1), 0, MAX_RANKS * ((1 << VALUE_BITS) - 1)]
-    assert MAX_RANKS * ((1 << VALUE_BITS) - 1) < 1 << (8 * LANE_BYTES)
+    for add in [add_lanes] + ([C_ADD] if C_ADD else []):
+        total = top
+        for _ in range(MAX_RANKS - 1):
+            total = add(total, top)
+        assert as_ints(total) == [MAX_RANKS * ((1 << VALUE_BITS) - 1), 0, MAX_RANKS * ((1 << VALUE_BITS) - 1)]
+    assert MAX_RANKS == 256 and MAX_RANKS * ((1 << VALUE_BITS) - 1) < 1 << (8 * LANE_BYTES - 1)
 
 
 def test_the_mask_keeps_each_lane_below_the_value_bound() -> None:
@@ -72,7 +77,7 @@ class PairLink:
         sender.join()
 
 
-def on_ring(n: int, body: Callable[[Collectives, int], object]) -> list[object]:
+def on_ring(n: int, body: Callable[[Collectives, int], object], use_c: bool = False) -> list[object]:
     pairs = [socket.socketpair() for _ in range(n)]  # pairs[r]: r -> r+1
     results: list[object] = [None] * n
     errors: list[BaseException] = []
@@ -80,7 +85,7 @@ def on_ring(n: int, body: Callable[[Collectives, int], object]) -> list[object]:
     def rank(r: int) -> None:
         try:
             link = PairLink(pairs[r][0], pairs[(r - 1) % n][1]) if n > 1 else None
-            results[r] = body(Collectives(link, r, n), r)
+            results[r] = body(Collectives(link, r, n, use_c=use_c), r)
         except BaseException as err:  # noqa: BLE001 - reraised below, in the test's thread
             errors.append(err)
 
@@ -97,15 +102,16 @@ def on_ring(n: int, body: Callable[[Collectives, int], object]) -> list[object]:
     return results
 
 
+@pytest.mark.parametrize("use_c", ADDERS)
 @pytest.mark.parametrize("n", [1, 2, 3, 5])
 @pytest.mark.parametrize("count", [1, 7, 300])
-def test_the_ring_collectives_give_the_exact_results(n: int, count: int) -> None:
+def test_the_ring_collectives_give_the_exact_results(n: int, count: int, use_c: bool) -> None:
     def all_reduce(c: Collectives, r: int) -> list[int]:
         buf = bytearray(pack([r * 1000 + i for i in range(count)]))
         c.all_reduce(buf)
         return as_ints(buf)
 
-    assert on_ring(n, all_reduce) == [[sum(r * 1000 + i for r in range(n)) for i in range(count)]] * n
+    assert on_ring(n, all_reduce, use_c) == [[sum(r * 1000 + i for r in range(n)) for i in range(count)]] * n
 
     def all_gather(c: Collectives, r: int) -> list[int]:
         buf = bytearray(count * LANE_BYTES * n)
@@ -121,7 +127,7 @@ def test_the_ring_collectives_give_the_exact_results(n: int, count: int) -> None
         c.reduce_scatter(src, bounds(len(src), n), memoryview(out))
         return as_ints(out)
 
-    assert on_ring(n, reduce_scatter) == [[sum(q + 3 * (r * count + i) for q in range(n)) for i in range(count)]
+    assert on_ring(n, reduce_scatter, use_c) == [[sum(q + 3 * (r * count + i) for q in range(n)) for i in range(count)]
                                           for r in range(n)]
 
     def alltoall(c: Collectives, r: int) -> list[int]:
@@ -133,14 +139,16 @@ def test_the_ring_collectives_give_the_exact_results(n: int, count: int) -> None
     assert on_ring(n, alltoall) == [[100 * j + r for j in range(n) for _ in range(count)] for r in range(n)]
 
 
-def test_repeated_in_place_all_reduce_stays_within_the_lanes() -> None:
-    """Timed runs reduce the same buffer again and again: results are kept modulo 2**24, never overflowing."""
+@pytest.mark.parametrize("use_c", ADDERS)
+def test_repeated_in_place_all_reduce_stays_within_the_lanes(use_c: bool) -> None:
+    """Timed runs reduce the same buffer again and again: kept modulo 2**23 or saturated, never overflowing."""
     def many(c: Collectives, r: int) -> list[int]:
         buf = bytearray(lanes((1 << VALUE_BITS) - 1 - r, 12))
         for _ in range(20):
             c.all_reduce(buf)
         return as_ints(buf)
 
-    results = on_ring(4, many)
+    results = on_ring(4, many, use_c)
     first = results[0]
-    assert isinstance(first, list) and results == [first] * 4 and all(v < 1 << VALUE_BITS for v in first)
+    assert isinstance(first, list) and results == [first] * 4
+    assert all(v < (1 << 31 if use_c else 1 << VALUE_BITS) for v in first)
