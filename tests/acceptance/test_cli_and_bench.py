@@ -121,10 +121,10 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def run_bench(op: str, ranks: int = 2, sizes: tuple[str, str] = ("1M", "4M")) -> str:
+def run_bench(op: str, ranks: int = 2, sizes: tuple[str, str] = ("1M", "4M"), **extra: str) -> str:
     """`ranks` real processes of the bench on 127.0.0.1, as srun starts them (Slurm's variables, no Slurm)."""
     env = {**os.environ, "PYTHONPATH": str(SRC), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()),
-           "SLURM_NTASKS": str(ranks)}
+           "SLURM_NTASKS": str(ranks), **extra}
     argv = [sys.executable, "-m", "fmcluster.acceptance.bench", "--op", op, "-b", sizes[0], "-e", sizes[1],
             "-n", "2", "-w", "1", "-T", "60"]
     peers = [subprocess.Popen(argv, env={**env, "SLURM_PROCID": str(r)}, stdout=subprocess.PIPE, text=True)
@@ -165,6 +165,11 @@ def test_cpu_bench_checks_every_collective_on_three_ranks(op: str, redop: str) -
                           require_data_check=True)
     verdict = judge(log, replace(exp, message_bytes=1 << 20))
     assert verdict.passed, (verdict.cause, [f.code for f in verdict.failures])
+
+
+def test_the_socket_interface_setting_names_the_interface_the_ring_uses() -> None:
+    log = parse_text(run_bench("all_gather", ranks=2, sizes=("64K", "64K"), FMC_BENCH_SOCKET_IFNAME="lo"))
+    assert log.completed and log.wrong == 0 and log.network.socket_interfaces == ("lo",)
 
 
 def test_a_wrong_socket_interface_setting_fails_fast_with_its_cause() -> None:
