@@ -38,10 +38,10 @@ import os
 import re
 import socket
 import struct
-import warnings
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
@@ -428,7 +428,7 @@ class Bench:
                 inp[:] = lanes(r + 1, count * n)
                 coll.reduce_scatter(inp, chunks, memoryview(out))
                 return wrong_lanes(out, lanes(n * (n + 1) // 2, count))
-        else:  # alltoall: in place too writes a separate buffer, as torch's all_to_all_single did
+        else:  # alltoall: in place too writes a separate buffer, as the gloo bench did
             inp, out = bytearray(nbytes * n), bytearray(nbytes * n)
 
             def fill() -> None:
