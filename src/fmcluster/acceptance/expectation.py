@@ -64,7 +64,7 @@ def transport_for(instance: InstanceType, nodes: int) -> Transport:
         if nodes <= 1:
             return "nvlink"
         return "efa" if instance.has_efa else "socket"
-    return "socket"  # the CPU stand-in runs gloo over TCP, also on CPU instances that have EFA
+    return "socket"  # the CPU stand-in runs its own TCP ring, also on CPU instances that have EFA
 
 
 def expectation_for(instance: InstanceType, nodes: int, override_gbps: float | None = None,

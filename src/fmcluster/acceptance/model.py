@@ -139,7 +139,7 @@ class ParsedLog:
     benchmark_printed: str | None = None
     """The name exactly as the log printed it (`# Collective test starting: all_reduce_perf_mpi`)."""
     library: str | None = None
-    """`NCCL 2.18.5+cuda12.2` or, for the CPU stand-in, `gloo (torch 2.13.0+cpu)`."""
+    """`NCCL 2.18.5+cuda12.2` or, for the CPU stand-in, `fmcluster TCP ring (Python 3.11.2)`."""
     tests_version: str | None = None
     header: dict[str, str] = field(default_factory=dict)
     """`# nThread 1 nGpus 1 minBytes 8 ...` as key/value pairs."""

@@ -45,11 +45,12 @@ _LEADING = re.compile(
 )
 # Rank tags spliced into a row (Intel MPI prefixes each chunk it forwards, Open MPI each line).
 _INNER_TAG = re.compile(r"\[\d+(?:,\d+)?\](?:<(?:stdout|stderr)>:)?")
-_LIB_LINE = re.compile(r"\b(?P<lib>NCCL|GLOO) (?P<level>INFO|WARN) (?P<msg>.*)$")
+# FMCTCP: fmcluster's CPU bench (its own TCP ring); GLOO: the same bench's logs from before, when it ran gloo.
+_LIB_LINE = re.compile(r"\b(?P<lib>NCCL|GLOO|FMCTCP) (?P<level>INFO|WARN) (?P<msg>.*)$")
 _HOST_PREFIX = re.compile(r"^\s*(?:\S+:\d+:\d+ )?\[\d+\](?: \S+:\d+)? ?$")
 
 _NCCL_VERSION = re.compile(r"NCCL version (\S+)")
-_GLOO_VERSION = re.compile(r"^# Using (gloo \(torch [^)]+\))")
+_GLOO_VERSION = re.compile(r"^# Using (gloo \(torch [^)]+\)|fmcluster TCP ring \(Python [^)]+\))")
 _TESTS_VERSION = re.compile(r"^# nccl-tests version (\S+)")
 _BENCH_VERSION = re.compile(r"^# fmcluster cpu-bench version (\S+)")
 _TEST_START = re.compile(r"^# (?:Collective test starting|fmcluster acceptance job): (\S+)")

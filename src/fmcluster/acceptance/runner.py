@@ -41,7 +41,7 @@ PROBE_ARGS: dict[Backend, tuple[str, ...]] = {"cpu": ("-n", "3", "-w", "1"), "nc
 
 
 def backend_for(instance: InstanceType) -> Backend | None:
-    """nccl-tests on CUDA instances, the gloo bench on CPU ones; None for Neuron (nccom-test, not here)."""
+    """nccl-tests on CUDA instances, fmcluster's TCP-ring bench on CPU ones; None for Neuron (nccom-test, not here)."""
     return {"cuda": "nccl", "none": "cpu"}.get(instance.accelerator)  # type: ignore[return-value]
 
 
