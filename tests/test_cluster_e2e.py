@@ -191,6 +191,60 @@ def test_the_first_deploy_builds_the_cluster_with_every_node_converging_itself(c
     assert "2 secret(s) created" in out and "published commit" in out
 
 
+def in_host(host: Any, command: str) -> str:
+    from fmcluster.providers.local.hosts import host_run
+
+    done = host_run(host, ["bash", "-c", command], timeout=120)
+    assert done.returncode == 0, f"{host.hostname}: {command}: {done.stderr}"
+    return done.stdout
+
+
+def test_every_node_booted_the_pristine_image_and_brought_itself_everything_else(cluster: Cluster) -> None:
+    """Lend nothing: each node's root is an overlay of the pristine image alone, no path of this machine is
+    mounted in it (but the FSx stand-in), its toolchain was built from the bundle's wheelhouse and its Slurm,
+    munge and Prometheus came from its own apt run through the VPC's package source."""
+    from fmcluster import versions
+    from fmcluster.providers.local.hosts import load_hosts
+    from fmcluster.providers.local.image import image_dir
+
+    assert cluster.first.returncode == 0
+    rootfs = image_dir() / "rootfs"
+    for absent in ("usr/sbin/slurmd", "usr/sbin/slurmctld", "usr/sbin/munged", "usr/bin/prometheus", "usr/bin/git",
+                   "usr/local/bin/aws", "usr/bin/aws", "opt/fmcluster"):
+        assert not (rootfs / absent).exists(), f"the image carries {absent}"
+    wanted = {"controller": ("slurmctld", "munge", "prometheus", "slurmdbd"), "login": ("slurm-client", "munge"),
+              "compute": ("slurmd", "munge")}
+    roles = {n: r for n, r in nodes_of(cluster.first.stdout).items()}
+    pins = versions.load()["node_toolchain"]
+    for host in load_hosts(ORG):
+        mounts = in_host(host, "cat /proc/self/mountinfo")
+        root = next(line for line in mounts.splitlines() if line.split()[4] == "/")
+        assert f"lowerdir={rootfs}" in root, root
+        targets = {line.split()[4] for line in mounts.splitlines()}
+        for path in (str(ROOT), str(ROOT / ".venv"), "/root/.pyenv", "/opt/fmcluster/venv"):
+            assert path not in targets, f"{host.hostname}: {path} of this machine is mounted in the node"
+        assert in_host(host, "command -v aws || echo none").strip() == "none"
+        venv = in_host(host, "readlink /opt/fmcluster/venv").strip()
+        assert venv.startswith("/opt/fmcluster/venv-"), venv
+        wheels = set(in_host(host, "ls /opt/fmcluster/bootstrap/wheelhouse").split())
+        installed = in_host(host, f"ls {venv}/lib/python3*/site-packages | grep dist-info$").split()
+        for dist in installed:  # every distribution in the venv is a wheel of the bundle's wheelhouse
+            name, version = dist.removesuffix(".dist-info").rsplit("-", 1)
+            assert any(w.lower().startswith(f"{name.lower()}-{version}-") for w in wheels), f"{host.hostname}: {dist}"
+        assert f"ansible_core-{pins['ansible-core']}.dist-info" in installed
+        history = in_host(host, "cat /var/log/apt/history.log")
+        for package in wanted[roles[host.hostname]]:
+            assert in_host(host, f"dpkg-query -W -f='${{Status}}' {package}") == "install ok installed", package
+            assert re.search(rf"Install: .*\b{re.escape(package)}:amd64", history), f"{host.hostname}: {package}"
+        proxy = in_host(host, "cat /etc/apt/apt.conf.d/90fmcluster-vpc-package-source")
+        assert re.search(r'Acquire::http::Proxy "http://10\.91\.128\.1:3142/";', proxy)
+    # Every report carries the first boot's stage times, and the summary prints them.
+    for name, report in reports().items():
+        stages = report.get("boot_stages") or {}
+        assert set(stages) >= {"fetch", "packages", "toolchain", "commit", "converge"}, (name, stages)
+    assert len(re.findall(r"first boot \d+s: fetch [\d.]+s, packages [\d.]+s, toolchain [\d.]+s", cluster.first.stdout)) == 5
+
+
 def test_secrets_reach_neither_the_repository_nor_the_inventory_nor_any_log(cluster: Cluster) -> None:
     from fmcluster.model import load_tenant
     from fmcluster.providers import provider_for

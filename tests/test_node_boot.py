@@ -29,6 +29,7 @@ from typing import Any
 import pytest
 
 from conftest import ROOT
+from fmcluster import versions
 from fmcluster.manifest import digest
 from fmcluster.model import Tenant, load_tenant
 from fmcluster.providers.local.hosts import (
@@ -49,6 +50,7 @@ HOSTNAME = "ip-10-93-40-132"
 BUCKET = "fmc-t-boot-data"
 PLAYBOOK = "playbooks/node-convergence.yml"
 SETTINGS = ("FMCLUSTER_BUCKET", "FMCLUSTER_REGION", "FMCLUSTER_ORG")
+BUILT_VENV = "/opt/fmcluster/venv-from-wheelhouse"
 
 
 def required_settings() -> set[str]:
@@ -235,9 +237,18 @@ def test_launch_template_user_data_and_the_hyperpod_lifecycle_hand_the_bootstrap
 
 def test_first_boot_fetch_unpacks_the_pinned_commit_and_writes_the_node_s_settings(node: Node) -> None:
     before = Path("/etc/fmcluster/node.env").read_bytes() if Path("/etc/fmcluster/node.env").exists() else None
-    fetched = node.run(f"aws s3 cp --only-show-errors s3://{BUCKET}/fmcluster/bootstrap/node-bootstrap.sh /tmp/nb && "
-                       "bash /tmp/nb --fetch", {k: v for k, v in zip(SETTINGS, (BUCKET, node.tenant.region, ORG))})
+    # The first boot's own S3 client (the user data writes it; the image has no AWS CLI), and a toolchain folder
+    # of the node's own: /opt/fmcluster/venv is this work tree's, bound read-only, in this throw-away host.
+    node.put("/usr/local/sbin/fmcluster-s3", (ROOT / "scripts" / "fmcluster-s3").read_text(), "0755")
+    fetched = node.run(f"fmcluster-s3 get s3://{BUCKET}/fmcluster/bootstrap/node-bootstrap.sh /tmp/nb && "
+                       "bash /tmp/nb --fetch", {**dict(zip(SETTINGS, (BUCKET, node.tenant.region, ORG))),
+                                                 "FMCLUSTER_VENV": BUILT_VENV}, timeout=600)
     assert fetched.returncode == 0, fetched.stdout + fetched.stderr
+    # The toolchain was built from the bundle's wheelhouse with no index, at the node pins.
+    pins = node.run(f"{BUILT_VENV}/bin/python -c 'import ansible, boto3; print(ansible.__version__, boto3.__version__)'")
+    assert pins.stdout.split() == [versions.load()["node_toolchain"]["ansible-core"],
+                                   versions.load()["node_toolchain"]["boto3"]], pins.stderr
+    assert node.run(f"readlink {BUILT_VENV}").stdout.strip().startswith(f"{BUILT_VENV}-")
 
     settings = node.read("/etc/fmcluster/node.env")
     assert settings.startswith("# written by fmcluster-bootstrap")

@@ -31,8 +31,9 @@ from pathlib import Path
 
 #: Parent of every tenant's substrate directory; $FMCLUSTER_SUBSTRATE_ROOT overrides it (tests).
 DEFAULT_SUBSTRATE_ROOT = Path("/var/lib/fmcluster-substrate")
-#: Size cap of the tmpfs that holds every host's writable layer (configuration, logs, spool).
-LAYERS_SIZE = "4g"
+#: Size cap of the tmpfs that holds every host's writable layer (configuration, logs, spool, and everything first boot
+#: installs: about 0.5 GiB a node). Only what is written takes memory.
+LAYERS_SIZE = "16g"
 IFNAMSIZ = 15
 
 
