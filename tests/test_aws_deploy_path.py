@@ -124,8 +124,12 @@ def test_sixteen_p5_nodes_would_boot_the_same_bootstrap_with_the_tenant_s_bucket
             assert user_data.startswith("#!/bin/bash\n") and user_data.endswith(USER_DATA_SCRIPT)
     s3 = deploy.client("s3")
     listed = sorted(o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="fmcluster/")["Contents"])
-    assert listed == ["fmcluster/bootstrap/converge.env", "fmcluster/bootstrap/node-bootstrap.sh",
-                      "fmcluster/bootstrap/repo.bundle", "fmcluster/manifest/cluster.json"]
+    wheels = [k for k in listed if k.startswith("fmcluster/bootstrap/wheelhouse/")]
+    assert [k for k in listed if k not in wheels] == [
+        "fmcluster/bootstrap/converge.env", "fmcluster/bootstrap/fmcluster-s3", "fmcluster/bootstrap/node-bootstrap.sh",
+        "fmcluster/bootstrap/repo.bundle", "fmcluster/manifest/cluster.json"]
+    # The toolchain the nodes build at first boot travels with the bundle: pip and every pin, as wheels.
+    assert any("/pip-" in k for k in wheels) and any("/ansible_core-" in k for k in wheels)
     env = s3.get_object(Bucket=bucket, Key="fmcluster/bootstrap/converge.env")["Body"].read().decode()
     assert f"FMCLUSTER_REF={pinned_commit()}\n" in env and "FMCLUSTER_PLAYBOOK=playbooks/site.yml\n" in env
     manifest = _manifest(deploy)

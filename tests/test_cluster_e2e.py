@@ -138,7 +138,7 @@ def cluster() -> Iterator[Cluster]:
         deploy = subprocess.Popen([venv_tool("invoke"), "deploy", f"--org={ORG}"], cwd=ROOT, text=True,
                                   stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         with AnsibleWatch(deploy.pid) as watch:
-            stdout, stderr = deploy.communicate(timeout=1200)
+            stdout, stderr = deploy.communicate(timeout=2400)
         first = subprocess.CompletedProcess(deploy.args, deploy.returncode, stdout, stderr)
         yield Cluster(first, watch.here, watch.in_hosts)
     finally:

@@ -219,3 +219,24 @@ def test_the_repository_bundle_is_current_when_its_commit_is_whatever_its_bytes(
     assert newer.written == ["fmcluster/bootstrap/repo.bundle"]
     body = s3.get_object(Bucket=BUCKET, Key="fmcluster/bootstrap/repo.bundle")["Body"].read()
     assert body == b"pack three"
+
+
+def test_a_first_boot_near_the_scheduler_s_window_is_warned_about_naming_its_largest_stage() -> None:
+    from fmcluster.reports import NodeStatus, first_boot_warnings
+    from fmcluster.schedulers.hyperpod import HyperPod
+    from fmcluster.schedulers.parallelcluster import ParallelCluster
+    from fmcluster.schedulers.slurm_ec2 import SlurmEc2
+
+    def booted(node: Node, **stages: float) -> NodeStatus:
+        return NodeStatus(node, {"boot_stages": stages}, "converged")
+
+    quick = booted(CONTROLLER, fetch=2.0, packages=20.0, toolchain=15.0, commit=1.0, converge=300.0)
+    slow = booted(COMPUTE, fetch=2.0, packages=700.0, toolchain=15.0, commit=1.0, converge=300.0)
+    assert SlurmEc2.first_boot_window == ("the cluster stack's CreationPolicy signal timeout (PT60M)", 3600.0)
+    assert first_boot_warnings([quick, slow], SlurmEc2.first_boot_window) == []
+    assert first_boot_warnings([quick, slow], ParallelCluster.first_boot_window) == [
+        "warning: ip-10-0-128-11's first boot took 1018s (packages 700s the largest stage): it uses more than half "
+        "of ParallelCluster's ComputeNodeBootstrapTimeout (default), 1800s"]
+    assert "would not fit" in first_boot_warnings([booted(COMPUTE, packages=2000.0)], ParallelCluster.first_boot_window)[0]
+    assert first_boot_warnings([slow], HyperPod.first_boot_window) == []
+    assert first_boot_warnings([NodeStatus(COMPUTE, {}, "converged")], ParallelCluster.first_boot_window) == []

@@ -137,7 +137,7 @@ class Deploy:
 
     def converge(self) -> StepOutcome:
         from fmcluster.manifest import digest
-        from fmcluster.reports import read_log, wait_for_reports
+        from fmcluster.reports import first_boot_warnings, read_log, wait_for_reports
 
         bucket = self.outputs["DataBucketName"]
         s3 = self.client("s3")
@@ -146,6 +146,7 @@ class Deploy:
         self.nodes = [s.node for s in wait.statuses]
         self.write_inventory()
         details = [s.line() for s in wait.statuses]
+        details += first_boot_warnings(wait.statuses, self.scheduler.first_boot_window)
         if wait.ok:
             # Converges that happened during this run (ISO timestamps compare as text) and changed something.
             fresh = [s.report or {} for s in wait.statuses if str((s.report or {}).get("finished", "")) >= self.started_at]

@@ -60,6 +60,30 @@ class Wait:
         return [s for s in self.statuses if s.state in ("failed", "silent", "converging")]
 
 
+#: A first boot measured above this share of the scheduler's window is warned about: the local substrate's network
+#: and an image that lacks more (or a slower archive) can take longer on AWS.
+BOOT_WINDOW_SHARE = 0.5
+
+
+def first_boot_warnings(statuses: Sequence[NodeStatus], window: tuple[str, float] | None) -> list[str]:
+    """Warnings for first boots that took more than half of the window they must fit (or all of it)."""
+    if window is None:
+        return []
+    what, seconds = window
+    warnings = []
+    for status in statuses:
+        stages = (status.report or {}).get("boot_stages") or {}
+        if not isinstance(stages, dict) or not stages:
+            continue
+        total = sum(float(v) for v in stages.values())
+        if total > seconds * BOOT_WINDOW_SHARE:
+            largest = max(stages, key=lambda k: float(stages[k]))
+            verdict = "would not fit" if total > seconds else "uses more than half of"
+            warnings.append(f"warning: {status.node.name}'s first boot took {total:.0f}s ({largest} "
+                            f"{float(stages[largest]):.0f}s the largest stage): it {verdict} {what}, {seconds:.0f}s")
+    return warnings
+
+
 def read_report(s3: Any, bucket: str, address: str) -> dict[str, Any] | None:
     try:
         body = s3.get_object(Bucket=bucket, Key=f"{REPORT_PREFIX}{address}.json")["Body"].read()

@@ -32,6 +32,9 @@ SITE_PLAYBOOK = "playbooks/site.yml"
 class Scheduler(Protocol):
     name: str
     playbook: str
+    #: How long a node's first boot may take before the service that made it gives up: (what, seconds), or None
+    #: where the service documents none. The deploy warns when a node's measured first boot comes near it.
+    first_boot_window: tuple[str, float] | None
 
     def discovery(self, outputs: Mapping[str, str]) -> dict[str, Any]:
         """How nodes (and the deploy) list the cluster's nodes: the manifest's `discovery` entry."""

@@ -21,6 +21,8 @@ LIFECYCLE_ENV = "fmcluster-lifecycle.env"
 class HyperPod:
     name = "hyperpod"
     playbook = SITE_PLAYBOOK
+    # HyperPod documents no time limit of its own for a lifecycle script (on_create.sh).
+    first_boot_window: tuple[str, float] | None = None
 
     def __init__(self, tenant: Tenant) -> None:
         self.tenant = tenant

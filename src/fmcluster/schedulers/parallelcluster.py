@@ -25,6 +25,9 @@ from fmcluster.steps import StepOutcome
 class ParallelCluster:
     name = "parallelcluster"
     playbook = SITE_PLAYBOOK
+    # DevSettings/Timeouts: ComputeNodeBootstrapTimeout and HeadNodeBootstrapTimeout, 1800 s by default
+    # (https://docs.aws.amazon.com/parallelcluster/latest/ug/DevSettings-v3.html).
+    first_boot_window: tuple[str, float] | None = ("ParallelCluster's ComputeNodeBootstrapTimeout (default)", 1800.0)
 
     def __init__(self, tenant: Tenant) -> None:
         self.tenant = tenant

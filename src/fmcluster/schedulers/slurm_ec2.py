@@ -11,12 +11,15 @@ from fmcluster.model import Tenant
 from fmcluster.nodes import Node
 from fmcluster.schedulers import SITE_PLAYBOOK, Out
 from fmcluster.stacks.api import DeleteFirst
+from fmcluster.stacks.templates.slurm_ec2 import SIGNAL_TIMEOUT
 from fmcluster.steps import StepOutcome
 
 
 class SlurmEc2:
     name = "slurm-ec2"
     playbook = SITE_PLAYBOOK
+    first_boot_window: tuple[str, float] | None = (f"the cluster stack's CreationPolicy signal timeout ({SIGNAL_TIMEOUT})",
+                         float(int(SIGNAL_TIMEOUT.removeprefix("PT").removesuffix("M")) * 60))
 
     def __init__(self, tenant: Tenant) -> None:
         self.tenant = tenant

@@ -52,7 +52,8 @@ EMULATOR_IMAGE_PARAMETER = "/aws/service/ami-amazon-linux-latest/al2023-ami-kern
 
 
 class LocalProvider:
-    boot_timeout_s = 600.0
+    # A pristine host installs its toolchain and packages at first boot: minutes on 2 loaded cores.
+    boot_timeout_s = 1500.0
     name = "local"
 
     def __init__(self, tenant: Tenant) -> None:
