@@ -240,13 +240,13 @@ def build(tenant: Tenant, user_data: UserData, role_tags: RoleTags = fmcluster_r
     resources: dict[str, Any] = {
         # Least privilege (docs/stacks.md, "Node IAM"): SSM Session Manager, the CloudWatch agent, the
         # fmcluster prefixes of the tenant bucket, the tenant's own secrets, the creation signal.
-        "NodeRole": _role(tenant, "node-role", [*node_statements(tenant.org, controller=False), {
+        "NodeRole": _role(tenant, "node-role", [*node_statements(tenant, controller=False), {
             "Sid": "SignalCreationPolicy", "Effect": "Allow", "Action": "cloudformation:SignalResource",
             "Resource": text("arn:${AWS::Partition}:cloudformation:${AWS::Region}:${AWS::AccountId}:stack/"
                              "${AWS::StackName}/*")}], f"{tenant.stack_prefix} login and compute nodes"),
         "NodeInstanceProfile": {"Type": "AWS::IAM::InstanceProfile", "Properties": {"Roles": [Ref("NodeRole")]}},
         "ControllerRole": _role(tenant, "controller-role",
-                                [*node_statements(tenant.org, controller=True), *controller_statements()],
+                                [*node_statements(tenant, controller=True), *controller_statements()],
                                 f"{tenant.stack_prefix} Slurm controller"),
         "ControllerInstanceProfile": {"Type": "AWS::IAM::InstanceProfile",
                                       "Properties": {"Roles": [Ref("ControllerRole")]}},
