@@ -41,6 +41,9 @@ class ParallelCluster:
             # Who installs Slurm, munge and the shared-storage mounts (playbooks/slurm-cluster.yml and
             # shared-storage.yml): ParallelCluster on AWS; fmcluster's roles for the local stand-in.
             "fmcluster_slurm_from": "fmcluster" if self.stand_in else "parallelcluster",
+            # ParallelCluster's own daemons (clustermgtd, computemgtd ...) run as pcluster-admin and use the
+            # instance role: the IMDS rule (roles/imds_guard) lets that account through.
+            "imds_guard_scheduler_users": [] if self.stand_in else ["pcluster-admin"],
         }
 
     def before_cluster(self, s3: Any, bucket: str, out: Out) -> None:
