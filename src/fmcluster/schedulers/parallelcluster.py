@@ -34,6 +34,11 @@ class ParallelCluster:
         # ParallelCluster tags its instances with what they are; the config's Tags add fmcluster:org.
         return {"kind": "ec2", "tag": "fmcluster:org", "node_tags": "parallelcluster"}
 
+    def image(self, accelerator: str) -> str:
+        # ParallelCluster's official AMI of the configured OS (Image/Os), on every node.
+        settings = self.tenant.parallelcluster
+        return f"parallelcluster-{settings.os if settings else 'ubuntu2204'}"
+
     def manifest_vars(self) -> dict[str, Any]:
         return {
             "prometheus_node_discovery": {"kind": "ec2", "region": self.tenant.region, "tag": "fmcluster:org",
