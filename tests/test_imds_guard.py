@@ -92,9 +92,3 @@ def test_a_second_run_changes_nothing_and_a_changed_list_is_rewritten_once(tmp_p
     assert out == "changed" and len(state["iptables"]["FMCLUSTER-IMDS"]) == 3
     assert run_guard(tmp_path, ["nobody"])[0] == "unchanged"
 
-
-def test_every_role_variable_is_documented_in_defaults_and_argument_specs() -> None:
-    for role in ("imds_guard", "common"):
-        defaults = set(yaml.safe_load((ROOT / "roles" / role / "defaults" / "main.yml").read_text()))
-        specs = yaml.safe_load((ROOT / "roles" / role / "meta" / "argument_specs.yml").read_text())
-        assert defaults == set(specs["argument_specs"]["main"]["options"]), role
