@@ -223,4 +223,4 @@ def test_parallelcluster_nodes_would_fetch_the_same_first_boot_through_on_node_c
     assert action["Args"] == [f"FMCLUSTER_BUCKET={bucket}", "FMCLUSTER_REGION=us-east-1", "FMCLUSTER_ORG=pclab",
                               "FMCLUSTER_ROLE=compute", "FMCLUSTER_QUEUE=gpu"]
     assert config["HeadNode"]["Ssh"]["KeyName"] == "fmcluster-pclab", "the key the deploy imported"
-    assert config["HeadNode"]["Iam"]["AdditionalIamPolicies"][0]["Policy"] == deploy.outputs["NodeBootstrapPolicyArn"]
+    assert config["HeadNode"]["Iam"]["AdditionalIamPolicies"][0]["Policy"] == deploy.outputs["HeadNodeBootstrapPolicyArn"]

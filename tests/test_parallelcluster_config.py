@@ -129,7 +129,7 @@ def test_unknown_outputs_are_marked_placeholders_listed_in_the_header() -> None:
     cfg = p5()
     assert set(cfg.placeholders) == {"PrivateSubnetId", "PublicSubnetId", "EfaSecurityGroupId", "NodeSecurityGroupId",
                                      "PlacementGroupName", "DataBucketName", "LustreFileSystemId", "HomeVolumeId",
-                                     "NodeBootstrapPolicyArn"}
+                                     "NodeBootstrapPolicyArn", "HeadNodeBootstrapPolicyArn"}
     text = to_yaml(cfg)
     assert "# PLACEHOLDERS" in text
     for name, value in cfg.placeholders.items():
@@ -199,24 +199,39 @@ def test_parallelcluster_tenant_has_network_and_storage_stacks_and_no_cluster_st
     assert [s.key for s in render_stacks(load_tenant("pclab", ROOT))] == ["network", "storage"]
 
 
-def test_storage_stack_holds_the_node_policy_scoped_to_the_bootstrap_prefixes_and_tenant_secrets() -> None:
+def test_storage_stack_holds_the_node_policies_scoped_to_the_bootstrap_prefixes_own_report_and_own_secrets() -> None:
     storage = next(s for s in render_stacks(load_tenant("pclab", ROOT)) if s.key == "storage")
     body = load_cfn_yaml(storage.body)
-    statements = {s["Sid"]: s for s in body["Resources"]["NodeBootstrapPolicy"]["Properties"]["PolicyDocument"]["Statement"]}
-    assert statements["ReadBootstrap"]["Action"] == "s3:GetObject"
-    assert [r["Fn::Sub"] for r in statements["ReadBootstrap"]["Resource"]] == [
-        "${DataBucket.Arn}/fmcluster/bootstrap/*", "${DataBucket.Arn}/fmcluster/manifest/*"]
-    assert statements["WriteReports"]["Action"] == "s3:PutObject"
-    secrets = statements["ReadTenantSecrets"]["Resource"]["Fn::Join"][1]  # the org is tenant data: a Join part
-    assert secrets == [{"Fn::Sub": "arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:"
-                                   "fmcluster/"}, "pclab", "/*"]
-    assert statements["FindClusterNodes"]["Action"] == [
-        "ec2:DescribeAvailabilityZones", "ec2:DescribeInstances", "ec2:DescribeTags"], "Describe calls only"
-    assert all("*" not in str(s["Action"]) for s in statements.values())
-    assert {"NodeBootstrapPolicyArn", "HomeVolumeId"} <= set(body["Outputs"])
+    secret = "arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:fmcluster/"
+    for name, secrets, describe in (
+            ("NodeBootstrapPolicy", ["munge-key"], "ec2:DescribeInstances"),
+            ("HeadNodeBootstrapPolicy", ["grafana-admin-password", "munge-key"],
+             ["ec2:DescribeAvailabilityZones", "ec2:DescribeInstances", "ec2:DescribeTags"])):
+        statements = {s["Sid"]: s for s in body["Resources"][name]["Properties"]["PolicyDocument"]["Statement"]}
+        assert statements["ReadBootstrap"]["Action"] == "s3:GetObject"
+        assert [r["Fn::Sub"] for r in statements["ReadBootstrap"]["Resource"]] == [
+            "${DataBucket.Arn}/fmcluster/bootstrap/*", "${DataBucket.Arn}/fmcluster/manifest/*"]
+        assert statements["WriteOwnReport"]["Action"] == "s3:PutObject"
+        assert [r["Fn::Join"][1] for r in statements["WriteOwnReport"]["Resource"]] == [
+            [{"Fn::Sub": "${DataBucket.Arn}/fmcluster/report/"}, "${aws:userid}" + suffix] for suffix in (".json", ".log")]
+        # the org is tenant data: a Join part
+        assert [r["Fn::Join"][1] for r in statements["ReadOwnSecrets"]["Resource"]] == [
+            [{"Fn::Sub": secret}, "pclab", f"/{n}-??????"] for n in secrets], name
+        assert statements["FindClusterNodes"]["Action"] == describe, "Describe calls only"
+        assert all("*" not in str(s["Action"]) for s in statements.values())
+        assert f"{name}Arn" in body["Outputs"]
+    assert "HomeVolumeId" in body["Outputs"]
     assert not check_stacks(render_stacks(load_tenant("pclab", ROOT)))
     other = next(s for s in render_stacks(load_tenant("stockmark", ROOT)) if s.key == "storage")
-    assert "NodeBootstrapPolicy" not in load_cfn_yaml(other.body)["Resources"], "other schedulers: unchanged"
+    assert not {"NodeBootstrapPolicy", "HeadNodeBootstrapPolicy"} & set(load_cfn_yaml(other.body)["Resources"]), \
+        "other schedulers: unchanged"
+
+
+def test_the_head_node_gets_the_head_node_policy_and_every_other_node_the_node_policy() -> None:
+    cfg = trn1()
+    assert cfg.data["HeadNode"]["Iam"]["AdditionalIamPolicies"][0]["Policy"] == TRN1_OUTPUTS["HeadNodeBootstrapPolicyArn"]
+    for queue in cfg.data["Scheduling"]["SlurmQueues"]:
+        assert queue["Iam"]["AdditionalIamPolicies"][0]["Policy"] == TRN1_OUTPUTS["NodeBootstrapPolicyArn"]
 
 
 @pytest.mark.slow

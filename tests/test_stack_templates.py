@@ -325,24 +325,37 @@ def cfn_list(value: Any) -> list[Any]:
 
 @pytest.mark.parametrize(("tenant", "node_role", "controller_role"), [
     (STOCKMARK, "NodeRole", "ControllerRole"), (NEURONLAB, "ExecutionRole", "ControllerExecutionRole")])
-def test_nodes_read_bootstrap_manifest_and_lifecycle_write_only_their_report_and_read_only_org_secrets(
+def test_nodes_read_bootstrap_manifest_and_lifecycle_write_only_their_own_report_and_read_only_their_secrets(
         tenant: Tenant, node_role: str, controller_role: str) -> None:
     res = resources(tenant, "cluster")
     bucket = "arn:${AWS::Partition}:s3:::${DataBucketName}/"
+    secret = f"arn:${{AWS::Partition}}:secretsmanager:${{AWS::Region}}:${{AWS::AccountId}}:secret:fmcluster/{tenant.org}/"
     for role, controller in ((node_role, False), (controller_role, True)):
         s3 = {str(a): [flat(r) for r in cfn_list(st["Resource"])] for st in statements(res[role])
               for a in cfn_list(st["Action"]) if str(a).startswith("s3:")}
         reads = [bucket + p for p in ("fmcluster/bootstrap/*", "fmcluster/manifest/*", "hyperpod/lifecycle/*")]
-        assert s3["s3:GetObject"] == reads + ([bucket + "fmcluster/report/*"] if controller else []), role
-        assert s3["s3:PutObject"] == [bucket + "fmcluster/report/*"], role
+        assert s3["s3:GetObject"] == reads, f"{role}: no node reads another node's report"
+        # ${aws:userid} is "<role id>:<instance id>" for an instance role: each node its own two objects.
+        assert s3["s3:PutObject"] == [bucket + "fmcluster/report/${aws:userid}.json",
+                                      bucket + "fmcluster/report/${aws:userid}.log"], role
         assert set(s3) == {"s3:ListBucket", "s3:GetBucketLocation", "s3:GetObject", "s3:PutObject"}, \
             f"{role}: no delete, no access to the tenant's data prefix"
-        secret = next(st for st in statements(res[role]) if st["Action"] == "secretsmanager:GetSecretValue")
-        assert flat(secret["Resource"]) == ("arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:"
-                                            f"secret:fmcluster/{tenant.org}/" + ("*" if controller else "munge-key*"))
+        read = next(st for st in statements(res[role]) if st["Action"] == "secretsmanager:GetSecretValue")
+        names = ["grafana-admin-password", "munge-key"] if controller else ["munge-key"]
+        assert [flat(r) for r in read["Resource"]] == [f"{secret}{name}-??????" for name in names], role
     discovery = [st for st in statements(res[controller_role]) if st.get("Sid") == "PrometheusEc2Discovery"]
     assert discovery and discovery[0]["Resource"] == "*"
     assert not any(st.get("Sid") == "PrometheusEc2Discovery" for st in statements(res[node_role]))
+
+
+def test_hyperpod_nodes_may_list_and_describe_the_nodes_of_their_own_tenants_clusters_only() -> None:
+    res = resources(NEURONLAB, "cluster")
+    for role in ("ExecutionRole", "ControllerExecutionRole"):
+        (found,) = [st for st in statements(res[role]) if st.get("Sid") == "DiscoverClusterNodes"]
+        assert found["Action"] == ["sagemaker:DescribeClusterNode", "sagemaker:ListClusterNodes"]
+        assert flat(found["Resource"]) == "arn:${AWS::Partition}:sagemaker:${AWS::Region}:${AWS::AccountId}:cluster/*"
+        assert found["Condition"] == {"StringEquals": {"aws:ResourceTag/fmcluster:org": NEURONLAB.org}}
+    assert res["Cluster"]["Properties"]["Tags"][0] == {"Key": "fmcluster:org", "Value": NEURONLAB.org}
 
 
 @pytest.mark.parametrize(("action", "resource"), [

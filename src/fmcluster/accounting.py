@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from fmcluster.manifest import NODE_SECRETS_DIR, secret_id
+from fmcluster.manifest import NODE_SECRETS_DIR, SECRET_ROLES, secret_id
 
 if TYPE_CHECKING:
     from fmcluster.model import Tenant
@@ -39,3 +39,9 @@ def manifest_secrets(tenant: Tenant) -> dict[str, tuple[str, ...]]:
     """Secrets the node agent reads for accounting (name → roles): the external database's password only."""
     accounting = tenant.slurm_accounting
     return {SECRET: ("controller",)} if accounting.enabled and accounting.database_endpoint else {}
+
+
+def secret_roles(tenant: Tenant) -> dict[str, tuple[str, ...]]:
+    """Every secret the tenant's nodes read (name → roles of the nodes that read it): the manifest lists these,
+    and each node role's IAM policy grants exactly its own."""
+    return {**SECRET_ROLES, **manifest_secrets(tenant)}

@@ -74,6 +74,9 @@ def plan(org: str, show_templates: bool = False) -> int:
 
     result = plan_stacks(tenant, endpoint, offline=unreachable is not None, show_templates=show_templates,
                          image_parameter=provider_for(tenant).image_parameter)
+    from fmcluster.images import image_lines
+
+    print("\n".join(image_lines(tenant)))
     code = 0 if result.ok and not result.notes else EXIT_FAILED  # notes: security findings
     return scheduler_for(tenant).plan(print) or code
 

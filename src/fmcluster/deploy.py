@@ -237,6 +237,9 @@ def render_summary(tenant: Tenant, reports: list[StepReport], total_steps: int) 
         changed = sum(1 for r in reports if r.outcome.status == "changed")
         lines.append(f"  done in {total:.1f}s: {changed} step(s) changed something, "
                      f"{len(reports) - changed} had nothing to do.")
+    from fmcluster.images import image_lines
+
+    lines += [f"  {line}" for line in image_lines(tenant)]
     return "\n".join(lines)
 
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from fmcluster import accounting, monitoring, nccl, versions
 from fmcluster.health import inventory as health
-from fmcluster.manifest import FORMAT, NODE_SECRETS_DIR, SECRET_NAMES, SECRET_ROLES, secret_id
+from fmcluster.manifest import FORMAT, NODE_SECRETS_DIR, SECRET_NAMES, secret_id
 from fmcluster.model import Tenant
 from fmcluster.paths import PACKAGE_DIR
 
@@ -135,7 +135,7 @@ def build_manifest(tenant: Tenant, ref: str, stack_outputs: Mapping[str, str],
         "ref": ref,
         "discovery": dict(discovery),
         "secrets": {name: {"id": secret_id(tenant.org, name), "roles": list(roles)}
-                    for name, roles in {**SECRET_ROLES, **accounting.manifest_secrets(tenant)}.items()},
+                    for name, roles in accounting.secret_roles(tenant).items()},
         "groups": groups,
         "vars": variables,
         "stack_outputs": dict(sorted(stack_outputs.items())),

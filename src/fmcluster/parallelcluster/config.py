@@ -20,8 +20,8 @@ What the config holds (docs/parallelcluster.md):
 - SharedStorage: fmcluster's own FSx for Lustre (FileSystemId) and OpenZFS home (VolumeId);
 - SlurmSettings: Slurm accounting (Database) when `parallelcluster.accounting` is set; QueueUpdateStrategy
   DRAIN so an update never kills running jobs;
-- Tags, the node policy of the storage stack (bootstrap bundle, reports, tenant secrets) and SSM on every
-  node, and CustomActions/OnNodeConfigured on head, login and compute nodes that run the fmcluster node
+- Tags, the node policies of the storage stack (bootstrap bundle, own report, own secrets: one for the head
+  node, one for login and compute nodes) and SSM on every node, and CustomActions/OnNodeConfigured on head, login and compute nodes that run the fmcluster node
   bootstrap (cfn/parallelcluster/on-node-configured.sh), so Ansible still lays NCCL, exporters and the
   acceptance jobs over what ParallelCluster installs.
 """
@@ -105,6 +105,8 @@ def placeholder_outputs(tenant: Tenant) -> dict[str, str]:
         "LustreFileSystemId": _padded("fs-", "planlustre", 17),
         "HomeVolumeId": _padded("fsvol-", "", 17),  # hex only: zeros
         "NodeBootstrapPolicyArn": f"arn:aws:iam::000000000000:policy/{tenant.stack_prefix}-storage-NodeBootstrapPolicy-PLACEHOLDER",
+        "HeadNodeBootstrapPolicyArn":
+            f"arn:aws:iam::000000000000:policy/{tenant.stack_prefix}-storage-HeadNodeBootstrapPolicy-PLACEHOLDER",
     }
 
 
@@ -157,8 +159,10 @@ class _Render:
             bucket=bucket, region=self.tenant.region, org=self.tenant.org, role=role, queue=queue)]
         return {"OnNodeConfigured": {"Script": f"s3://{bucket}/{CUSTOM_ACTION_KEY}", "Args": args}}
 
-    def iam(self, at: ConfigPath) -> dict[str, Any]:
-        policy = self.output("NodeBootstrapPolicyArn", (*at, "AdditionalIamPolicies", 0))
+    def iam(self, at: ConfigPath, head: bool = False) -> dict[str, Any]:
+        # The head node is fmcluster's controller (its secrets, Prometheus's discovery); the others get less.
+        name = "HeadNodeBootstrapPolicyArn" if head else "NodeBootstrapPolicyArn"
+        policy = self.output(name, (*at, "AdditionalIamPolicies", 0))
         return {"AdditionalIamPolicies": [{"Policy": policy}, {"Policy": SSM_POLICY}]}
 
     def render(self) -> ClusterConfig:
@@ -202,7 +206,7 @@ class _Render:
             "Ssh": ssh,
             "LocalStorage": {"RootVolume": {"Size": HEAD_ROOT_GIB, "Encrypted": True, "VolumeType": "gp3"}},
             "Imds": {"Secured": True},
-            "Iam": self.iam((*h, "Iam")),
+            "Iam": self.iam((*h, "Iam"), head=True),
             "CustomActions": self.custom_actions((*h, "CustomActions"), "controller"),
         }
 

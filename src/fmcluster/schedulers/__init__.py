@@ -7,7 +7,8 @@ A scheduler supplies what differs between them, and nothing else branches on it:
   ParallelCluster's `pcluster create-cluster`; `delete_cluster`, `status_lines` for the other commands);
 - how the cluster's nodes are found in the AWS APIs (`discovery`: EC2 tags, or HyperPod's node list) and
   how Prometheus finds them (`manifest_vars`);
-- which playbook every node converges with (`playbook`), and checks of its own (`validate`, `plan`).
+- which playbook every node converges with (`playbook`), which image its nodes boot (`image`), and checks
+  of its own (`validate`, `plan`).
 Every scheduler's nodes run the same first-boot script (scripts/node-user-data.sh → node-bootstrap.sh).
 """
 
@@ -41,6 +42,9 @@ class Scheduler(Protocol):
 
     def manifest_vars(self) -> dict[str, Any]:
         """Role variables this scheduler needs (how Prometheus discovers the nodes)."""
+
+    def image(self, accelerator: str) -> str:
+        """The image (a key of data/images.yml) a node with this accelerator boots on AWS."""
 
     def before_cluster(self, s3: Any, bucket: str, out: Out) -> None:
         """Uploads the cluster stack needs before it is created."""

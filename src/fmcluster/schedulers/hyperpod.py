@@ -37,6 +37,10 @@ class HyperPod:
         return {"kind": "hyperpod", "cluster_name": outputs.get("ClusterName", f"{self.tenant.stack_prefix}-cluster"),
                 "groups": self.groups()}
 
+    def image(self, accelerator: str) -> str:
+        # HyperPod boots its own AMI on every instance group (no image in its cluster API of ours).
+        return "hyperpod-default"
+
     def manifest_vars(self) -> dict[str, Any]:
         # HyperPod's instances live in a service account, not in the tenant's EC2: Prometheus scrapes the
         # nodes the controller's inventory lists (it re-converges when nodes join or leave).

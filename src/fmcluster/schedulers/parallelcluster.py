@@ -37,6 +37,11 @@ class ParallelCluster:
         # ParallelCluster tags its instances with what they are; the config's Tags add fmcluster:org.
         return {"kind": "ec2", "tag": "fmcluster:org", "node_tags": "parallelcluster"}
 
+    def image(self, accelerator: str) -> str:
+        # ParallelCluster's official AMI of the configured OS (Image/Os), on every node.
+        settings = self.tenant.parallelcluster
+        return f"parallelcluster-{settings.os if settings else 'ubuntu2204'}"
+
     def manifest_vars(self) -> dict[str, Any]:
         return {
             "prometheus_node_discovery": {"kind": "ec2", "region": self.tenant.region, "tag": "fmcluster:org",
@@ -44,6 +49,9 @@ class ParallelCluster:
             # Who installs Slurm, munge and the shared-storage mounts (playbooks/slurm-cluster.yml and
             # shared-storage.yml): ParallelCluster on AWS; fmcluster's roles for the local stand-in.
             "fmcluster_slurm_from": "fmcluster" if self.stand_in else "parallelcluster",
+            # ParallelCluster's own daemons (clustermgtd, computemgtd ...) run as pcluster-admin and use the
+            # instance role: the IMDS rule (roles/imds_guard) lets that account through.
+            "imds_guard_scheduler_users": [] if self.stand_in else ["pcluster-admin"],
         }
 
     def before_cluster(self, s3: Any, bucket: str, out: Out) -> None:

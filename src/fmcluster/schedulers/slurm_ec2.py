@@ -27,6 +27,12 @@ class SlurmEc2:
     def discovery(self, outputs: Mapping[str, str]) -> dict[str, Any]:
         return {"kind": "ec2", "tag": "fmcluster:org"}
 
+    def image(self, accelerator: str) -> str:
+        # The launch templates' image by the instance's accelerator (data/images.yml, ec2_images).
+        from fmcluster.images import load_images
+
+        return load_images().ec2_images[accelerator]
+
     def manifest_vars(self) -> dict[str, Any]:
         # The nodes are EC2 instances tagged with the tenant: Prometheus lists them from EC2 itself.
         return {"prometheus_node_discovery": {"kind": "ec2", "region": self.tenant.region,

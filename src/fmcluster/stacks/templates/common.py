@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Any
 
+from fmcluster.accounting import secret_roles
 from fmcluster.model import Tenant
-from fmcluster.stacks.cfn import Fn, Ref, Sub, tags, text
+from fmcluster.stacks.cfn import Fn, Ref, Sub, join, tags, text
 
 TEMPLATE_VERSION = "2010-09-09"
 
@@ -14,7 +16,7 @@ TEMPLATE_VERSION = "2010-09-09"
 BOOTSTRAP_PREFIX = "fmcluster/bootstrap/"  # deploy writes, nodes read
 MANIFEST_PREFIX = "fmcluster/manifest/"  # deploy writes, nodes read
 LIFECYCLE_PREFIX = "hyperpod/lifecycle/"  # deploy writes, HyperPod (execution role) reads
-REPORT_PREFIX = "fmcluster/report/"  # each node writes its own convergence report; the controller reads
+REPORT_PREFIX = "fmcluster/report/"  # each node writes its own convergence report (NODE_IDENTITY); the deploy reads
 NODE_READ_PREFIXES = (BOOTSTRAP_PREFIX, MANIFEST_PREFIX, LIFECYCLE_PREFIX)
 
 # Describe calls cannot be scoped to resources (the EC2 service authorization reference lists no
@@ -110,23 +112,54 @@ def assume_role(service: str, source_account: bool = False, source_arn: Any = No
     return {"Version": "2012-10-17", "Statement": [statement]}
 
 
-def node_statements(org: str, *, controller: bool) -> list[dict[str, Any]]:
+#: The IAM policy variable naming the calling node. For an EC2 instance role's session, aws:userid is
+#: "<role id>:<instance id>" (IAM User Guide, "Request information that you can use for policy variables"), so a
+#: grant on a key holding it is a grant to that one instance. It resolves for every role session (HyperPod's too,
+#: as "<role id>:<session name>"), where ec2:SourceInstanceARN exists only for EC2-delivered credentials: a
+#: statement whose variable cannot be resolved grants nothing. Written into Fn::Join parts, never a Sub
+#: (CloudFormation would read it as a parameter).
+NODE_IDENTITY = "${aws:userid}"
+#: What a node files under REPORT_PREFIX: its report and the log beside it, named by NODE_IDENTITY.
+REPORT_SUFFIXES = (".json", ".log")
+
+
+def own_report_keys(bucket: Sub) -> list[Any]:
+    """The only report objects a node may write: fmcluster/report/<aws:userid>.json and .log (`bucket`: the
+    bucket's ARN as a Sub, e.g. bucket_arn())."""
+    return [join([Sub(bucket.template + "/" + REPORT_PREFIX), NODE_IDENTITY + suffix]) for suffix in REPORT_SUFFIXES]
+
+
+def report_key(user_id: str, suffix: str = ".json") -> str:
+    """The key a node's report has under the policy: its STS caller identity's UserId (aws:userid)."""
+    return f"{REPORT_PREFIX}{user_id}{suffix}"
+
+
+def secret_arns(org: str, names: Sequence[str]) -> list[Any]:
+    """The ARNs of the named secrets of the org. Secrets Manager appends '-' and six random characters."""
+    return [text("arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:fmcluster/{org}/"
+                 + name + "-??????", org=org) for name in names]
+
+
+def secrets_of(tenant: Tenant, roles: Sequence[str]) -> list[str]:
+    """The secrets the node agent reads on nodes of these roles (the manifest's list, fmcluster.accounting)."""
+    return sorted(name for name, readers in secret_roles(tenant).items() if set(readers) & set(roles))
+
+
+def node_statements(tenant: Tenant, *, controller: bool) -> list[dict[str, Any]]:
     """What a node's role may do in S3 and Secrets Manager: read the bootstrap, the manifest and the
-    HyperPod lifecycle prefixes, write its own report, read the tenant's secrets. The controller
-    also reads the reports and every secret of the org; the others only the munge key."""
-    read = [f"{prefix}*" for prefix in NODE_READ_PREFIXES] + ([f"{REPORT_PREFIX}*"] if controller else [])
-    secrets = "*" if controller else "munge-key*"
+    HyperPod lifecycle prefixes, write its own report (by NODE_IDENTITY), read the secrets its role's
+    nodes read (the controller: every secret the manifest gives it; login and compute: the munge key)."""
+    read = [f"{prefix}*" for prefix in NODE_READ_PREFIXES]
+    secrets = secrets_of(tenant, ["controller"] if controller else ["login", "compute"])
     return [
         {"Sid": "ListFmclusterPrefixes", "Effect": "Allow", "Action": "s3:ListBucket", "Resource": bucket_arn(),
          "Condition": {"StringLike": {"s3:prefix": read}}},
         {"Sid": "LocateBucket", "Effect": "Allow", "Action": "s3:GetBucketLocation", "Resource": bucket_arn()},
         {"Sid": "ReadBootstrapManifestLifecycle", "Effect": "Allow", "Action": "s3:GetObject",
          "Resource": [bucket_arn("/" + prefix) for prefix in read]},
-        {"Sid": "WriteOwnReport", "Effect": "Allow", "Action": "s3:PutObject",
-         "Resource": bucket_arn("/" + REPORT_PREFIX + "*")},
-        {"Sid": "ReadTenantSecrets", "Effect": "Allow", "Action": "secretsmanager:GetSecretValue",
-         "Resource": text("arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:"
-                          "fmcluster/{org}/{name}", org=org, name=secrets)},
+        {"Sid": "WriteOwnReport", "Effect": "Allow", "Action": "s3:PutObject", "Resource": own_report_keys(bucket_arn())},
+        {"Sid": "ReadOwnSecrets", "Effect": "Allow", "Action": "secretsmanager:GetSecretValue",
+         "Resource": secret_arns(tenant.org, secrets)},
         # Every node finds itself and the cluster's other nodes among the tenant's instances (its node agent;
         # Describe* cannot be resource-scoped).
         {"Sid": "FindClusterNodes", "Effect": "Allow", "Action": "ec2:DescribeInstances", "Resource": "*"},

@@ -48,6 +48,17 @@ def network_statements() -> list[dict[str, Any]]:
     ]
 
 
+def discovery_statements(tenant: Tenant) -> list[dict[str, Any]]:
+    """How a HyperPod node finds itself and the cluster's other nodes (fmcluster.nodes.hyperpod_nodes): the
+    cluster's ARN ends in an id SageMaker assigns when it creates the cluster, after these roles exist, and the
+    nodes need the grant while it is being created (their lifecycle scripts run then). So: the SageMaker
+    clusters of this account and region that carry the tenant's org tag, which only this stack puts there."""
+    return [{"Sid": "DiscoverClusterNodes", "Effect": "Allow",
+             "Action": ["sagemaker:DescribeClusterNode", "sagemaker:ListClusterNodes"],
+             "Resource": Sub("arn:${AWS::Partition}:sagemaker:${AWS::Region}:${AWS::AccountId}:cluster/*"),
+             "Condition": {"StringEquals": {"aws:ResourceTag/fmcluster:org": tenant.org}}}]
+
+
 def _role(tenant: Tenant, name: str, statements: list[dict[str, Any]], description_: str) -> dict[str, Any]:
     return {"Type": "AWS::IAM::Role", "Properties": {
         "Description": description_,
@@ -102,14 +113,14 @@ def build(tenant: Tenant) -> dict[str, Any]:
     prefix = tenant.stack_prefix
     resources: dict[str, Any] = {
         # Least privilege (docs/stacks.md, "Node IAM"): HyperPod's managed instance policy, the fmcluster
-        # prefixes of the tenant bucket (the lifecycle scripts among them), the tenant's own secrets
-        # and the VPC interfaces HyperPod attaches.
-        "ExecutionRole": _role(tenant, "hyperpod-role", [*node_statements(tenant.org, controller=False),
-                                                          *network_statements()],
+        # prefixes of the tenant bucket (the lifecycle scripts among them), each role's own secrets, the
+        # cluster's node list and the VPC interfaces HyperPod attaches.
+        "ExecutionRole": _role(tenant, "hyperpod-role", [*node_statements(tenant, controller=False),
+                                                          *discovery_statements(tenant), *network_statements()],
                                f"{prefix} HyperPod login and compute instances"),
         "ControllerExecutionRole": _role(tenant, "hyperpod-controller-role",
-                                         [*node_statements(tenant.org, controller=True), *controller_statements(),
-                                          *network_statements()], f"{prefix} HyperPod controller"),
+                                         [*node_statements(tenant, controller=True), *controller_statements(),
+                                          *discovery_statements(tenant), *network_statements()], f"{prefix} HyperPod controller"),
         "Cluster": {"Type": "AWS::SageMaker::Cluster", "Properties": {
             "ClusterName": prefix,
             "InstanceGroups": instance_groups(tenant),

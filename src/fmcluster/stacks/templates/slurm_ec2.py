@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fmcluster.catalog import InstanceType
+from fmcluster.images import load_images
 from fmcluster.model import Queue, Tenant
 from fmcluster.stacks.cfn import NO_VALUE, Fn, GetAtt, Ref, if_, text
 from fmcluster.stacks.templates.common import (
@@ -16,13 +17,12 @@ from fmcluster.stacks.templates.common import (
     output, resource_tags, security_group_id, spec_file, subnet_id,
 )
 
-# Public SSM parameters of the images each accelerator kind boots from. fmcluster resolves the path
-# once, when the stack is created, and passes the AMI id (AWS::EC2::Image::Id): a redeploy keeps it.
+# The image parameter of each accelerator kind and the public SSM parameter of the image it boots (the image
+# catalog, data/images.yml: ec2_images). fmcluster resolves the path once, when the stack is created, and passes
+# the AMI id (AWS::EC2::Image::Id): a redeploy keeps it.
+IMAGE_PARAMETER_NAMES = {"cuda": "GpuImageId", "neuron": "NeuronImageId", "none": "CpuImageId"}
 AMI_PARAMETERS: dict[str, tuple[str, str]] = {
-    "cuda": ("GpuImageId", "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"),
-    "neuron": ("NeuronImageId", "/aws/service/neuron/dlami/multi-framework/ubuntu-22.04/latest/image_id"),
-    "none": ("CpuImageId", "/aws/service/canonical/ubuntu/server/22.04/stable/current/amd64/hvm/ebs-gp2/ami-id"),
-}
+    kind: (name, str(load_images().ec2_image(kind).ssm_parameter)) for kind, name in IMAGE_PARAMETER_NAMES.items()}
 MANAGED_POLICIES = ("AmazonSSMManagedInstanceCore", "CloudWatchAgentServerPolicy")
 # How long CloudFormation waits for a group's nodes to signal that their bootstrap worked (creation,
 # and each batch of a rolling replacement). A GPU node's first converge takes tens of minutes.
@@ -240,13 +240,13 @@ def build(tenant: Tenant, user_data: UserData, role_tags: RoleTags = fmcluster_r
     resources: dict[str, Any] = {
         # Least privilege (docs/stacks.md, "Node IAM"): SSM Session Manager, the CloudWatch agent, the
         # fmcluster prefixes of the tenant bucket, the tenant's own secrets, the creation signal.
-        "NodeRole": _role(tenant, "node-role", [*node_statements(tenant.org, controller=False), {
+        "NodeRole": _role(tenant, "node-role", [*node_statements(tenant, controller=False), {
             "Sid": "SignalCreationPolicy", "Effect": "Allow", "Action": "cloudformation:SignalResource",
             "Resource": text("arn:${AWS::Partition}:cloudformation:${AWS::Region}:${AWS::AccountId}:stack/"
                              "${AWS::StackName}/*")}], f"{tenant.stack_prefix} login and compute nodes"),
         "NodeInstanceProfile": {"Type": "AWS::IAM::InstanceProfile", "Properties": {"Roles": [Ref("NodeRole")]}},
         "ControllerRole": _role(tenant, "controller-role",
-                                [*node_statements(tenant.org, controller=True), *controller_statements()],
+                                [*node_statements(tenant, controller=True), *controller_statements()],
                                 f"{tenant.stack_prefix} Slurm controller"),
         "ControllerInstanceProfile": {"Type": "AWS::IAM::InstanceProfile",
                                       "Properties": {"Roles": [Ref("ControllerRole")]}},

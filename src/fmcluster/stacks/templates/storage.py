@@ -8,8 +8,8 @@ from typing import Any
 from fmcluster.model import Tenant
 from fmcluster.stacks.cfn import GetAtt, Ref, Sub, text
 from fmcluster.stacks.templates.common import (
-    BOOTSTRAP_PREFIX, MANIFEST_PREFIX, REPORT_PREFIX, ON_AWS, PROVIDER_PARAMETER, TEMPLATE_VERSION, description, metadata, output, resource_tags, security_group_id, spec_file,
-    subnet_id, vpc_id,
+    BOOTSTRAP_PREFIX, MANIFEST_PREFIX, ON_AWS, PROVIDER_PARAMETER, TEMPLATE_VERSION, description, metadata, output,
+    own_report_keys, resource_tags, secret_arns, secrets_of, security_group_id, spec_file, subnet_id, vpc_id,
 )
 
 FILE_SYSTEM_PORTS = (
@@ -157,9 +157,11 @@ def build(tenant: Tenant) -> dict[str, Any]:
                                   GetAtt("OpenZfsFileSystem", "DNSName"), "OnAws"),
         })
     if tenant.scheduler == "parallelcluster":
-        resources["NodeBootstrapPolicy"] = parallelcluster_node_policy(tenant)
-        outputs["NodeBootstrapPolicyArn"] = output(
-            "Managed policy the ParallelCluster nodes get (Iam/AdditionalIamPolicies).", Ref("NodeBootstrapPolicy"))
+        for name, roles in PARALLELCLUSTER_POLICIES.items():
+            resources[name] = parallelcluster_node_policy(tenant, roles)
+            outputs[f"{name}Arn"] = output(
+                f"Managed policy the ParallelCluster {'head node' if 'controller' in roles else 'login and compute nodes'}"
+                " get (Iam/AdditionalIamPolicies).", Ref(name))
         if zfs is not None:
             outputs["HomeVolumeId"] = output(
                 "Root volume of the OpenZFS shared home (aws only); ParallelCluster mounts OpenZFS by volume id.",
@@ -190,32 +192,36 @@ def build(tenant: Tenant) -> dict[str, Any]:
     }
 
 
-#: What a ParallelCluster node's fmcluster bootstrap reads from the bucket, and the one prefix it writes.
+#: What a ParallelCluster node's fmcluster bootstrap reads from the bucket.
 PARALLELCLUSTER_NODE_READ = (BOOTSTRAP_PREFIX, MANIFEST_PREFIX)
+#: The managed policies of the ParallelCluster nodes (logical id → the fmcluster roles it serves): the head node
+#: is fmcluster's controller; login and compute nodes, where users run code, get less.
+PARALLELCLUSTER_POLICIES = {"HeadNodeBootstrapPolicy": ("controller",), "NodeBootstrapPolicy": ("login", "compute")}
 
 
-def parallelcluster_node_policy(tenant: Tenant) -> dict[str, Any]:
-    """AWS ParallelCluster nodes (head, login, compute) get this through Iam/AdditionalIamPolicies of the
-    cluster config fmcluster renders: the fmcluster node bootstrap's needs from the bucket, the tenant's own
-    secrets and finding the cluster's instances; nothing else (ParallelCluster adds what its own agents need). The stack of our own that
-    ParallelCluster's cluster sits beside holds it, since there is no cluster stack of ours."""
-    bucket = GetAtt("DataBucket", "Arn")
+def parallelcluster_node_policy(tenant: Tenant, roles: tuple[str, ...]) -> dict[str, Any]:
+    """AWS ParallelCluster nodes get this through Iam/AdditionalIamPolicies of the cluster config fmcluster
+    renders: the fmcluster node bootstrap's needs from the bucket, its own report, the secrets the node agent
+    reads on nodes of these roles and finding the cluster's instances; nothing else (ParallelCluster adds what
+    its own agents need). The stack of our own that ParallelCluster's cluster sits beside holds it, since there
+    is no cluster stack of ours."""
+    bucket = Sub("${DataBucket.Arn}")
+    head = "controller" in roles
+    # The node agent finds itself and the cluster's nodes by their tags; Prometheus's EC2 discovery on the head
+    # node lists them too (Describe* cannot be resource-scoped).
+    describe = ["ec2:DescribeAvailabilityZones", "ec2:DescribeInstances", "ec2:DescribeTags"] if head \
+        else "ec2:DescribeInstances"
     return {"Type": "AWS::IAM::ManagedPolicy", "Properties": {
-        "Description": f"{tenant.stack_prefix} ParallelCluster nodes: fmcluster bootstrap (read), reports (write), "
-                       "tenant secrets",
+        "Description": f"{tenant.stack_prefix} ParallelCluster {'head node' if head else 'login and compute nodes'}: "
+                       "fmcluster bootstrap (read), its own report (write), its own secrets",
         "PolicyDocument": {"Version": "2012-10-17", "Statement": [
-            {"Sid": "ListBootstrapPrefixes", "Effect": "Allow", "Action": "s3:ListBucket", "Resource": bucket,
+            {"Sid": "ListBootstrapPrefixes", "Effect": "Allow", "Action": "s3:ListBucket", "Resource": GetAtt("DataBucket", "Arn"),
              "Condition": {"StringLike": {"s3:prefix": [f"{p}*" for p in PARALLELCLUSTER_NODE_READ]}}},
             {"Sid": "ReadBootstrap", "Effect": "Allow", "Action": "s3:GetObject",
              "Resource": [Sub(f"${{DataBucket.Arn}}/{p}*") for p in PARALLELCLUSTER_NODE_READ]},
-            {"Sid": "WriteReports", "Effect": "Allow", "Action": "s3:PutObject",
-             "Resource": Sub(f"${{DataBucket.Arn}}/{REPORT_PREFIX}*")},
-            {"Sid": "ReadTenantSecrets", "Effect": "Allow", "Action": "secretsmanager:GetSecretValue",
-             "Resource": text("arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:"
-                              "fmcluster/{org}/*", org=tenant.org)},
-            # The node agent finds itself and the cluster's nodes by their tags; Prometheus's EC2 discovery
-            # on the head node lists them too (Describe* cannot be resource-scoped).
-            {"Sid": "FindClusterNodes", "Effect": "Allow",
-             "Action": ["ec2:DescribeAvailabilityZones", "ec2:DescribeInstances", "ec2:DescribeTags"], "Resource": "*"},
+            {"Sid": "WriteOwnReport", "Effect": "Allow", "Action": "s3:PutObject", "Resource": own_report_keys(bucket)},
+            {"Sid": "ReadOwnSecrets", "Effect": "Allow", "Action": "secretsmanager:GetSecretValue",
+             "Resource": secret_arns(tenant.org, secrets_of(tenant, roles))},
+            {"Sid": "FindClusterNodes", "Effect": "Allow", "Action": describe, "Resource": "*"},
         ]},
     }}

@@ -1,0 +1,80 @@
+"""The image catalog (src/fmcluster/data/images.yml): its rules, the schedulers' choices, and the stacks agreeing."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+import yaml
+
+from conftest import ROOT
+from fmcluster.images import ACCELERATORS, COMPONENTS, IMAGES_PATH, ImageCatalogError, image_lines, load_images, parse_catalog
+from fmcluster.model import load_tenant
+from fmcluster.schedulers import scheduler_for
+from fmcluster.stacks.render import ImageRef, render_stacks
+from fmcluster.stacks.templates.slurm_ec2 import AMI_PARAMETERS
+
+ORGS = sorted(p.name for p in (ROOT / "inventories").iterdir() if (p / "group_vars" / "all" / "tenant.yml").is_file())
+
+
+def raw() -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load(IMAGES_PATH.read_text())
+    return loaded
+
+
+def test_every_image_says_what_it_ships_with_a_public_source_per_fact() -> None:
+    catalog = load_images()
+    assert {"dlami-base-gpu-ubuntu-22.04", "dlami-base-gpu-ubuntu-24.04", "neuron-dlami-ubuntu-22.04",
+            "hyperpod-default", "parallelcluster-ubuntu2204", "debian-12-local"} <= set(catalog.images)
+    for image in catalog.images.values():
+        assert set(image.ships) == set(COMPONENTS), image.key
+        assert all(c.source.startswith("https://") for c in image.ships.values()), image.key
+        assert image.ships["python"].present and image.ships["python"].version in ("3.10", "3.11", "3.12"), image.key
+        assert image.first_boot_adds, image.key
+    local = catalog["debian-12-local"]
+    assert local.ships["python"].version == "3.11" and not local.ships["aws_cli"].present
+
+
+def test_every_image_slurm_ec2_launches_has_an_ssm_parameter_and_the_aws_cli_the_first_fetch_uses() -> None:
+    catalog = load_images()
+    for accelerator in ACCELERATORS:
+        image = catalog.ec2_image(accelerator)
+        assert image.ssm_parameter and image.ssm_parameter.startswith("/aws/service/"), accelerator
+        assert image.ships["aws_cli"].present, f"{accelerator}: {image.key} has no AWS CLI; node-user-data.sh needs one"
+
+
+def test_the_launch_templates_image_parameters_are_the_catalogs() -> None:
+    catalog = load_images()
+    assert {kind: path for kind, (_, path) in AMI_PARAMETERS.items()} == {
+        kind: catalog.ec2_image(kind).ssm_parameter for kind in ACCELERATORS}
+    stack = next(s for s in render_stacks(load_tenant("stockmark", ROOT)) if s.key == "cluster")
+    refs = {name: value.ssm_path for name, value in stack.parameters.items() if isinstance(value, ImageRef)}
+    assert refs and all(path in {p for _, p in AMI_PARAMETERS.values()} for path in refs.values()), refs
+
+
+@pytest.mark.parametrize("org", ORGS)
+def test_each_scheduler_names_a_catalogued_image_for_every_node_kind(org: str) -> None:
+    tenant = load_tenant(org, ROOT)
+    scheduler = scheduler_for(tenant)
+    for accelerator in ACCELERATORS:
+        assert load_images()[scheduler.image(accelerator)].key
+    lines = image_lines(tenant)
+    assert lines[0].startswith("Node images") and any("first boot adds:" in line for line in lines)
+    assert len(lines) <= 8, "a few lines in plan and the deploy summary"
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (lambda d: d["images"]["hyperpod-default"].update(source="somewhere"), "images.hyperpod-default.source"),
+    (lambda d: d["images"]["dlami-base-gpu-ubuntu-22.04"].update(ssm_parameter=None), "ssm_parameter"),
+    (lambda d: d["images"]["debian-12-local"]["ships"].pop("slurm"), "images.debian-12-local.ships"),
+    (lambda d: d["images"]["debian-12-local"]["ships"]["python"].update(source="a blog"), "ships.python.source"),
+    (lambda d: d["images"]["debian-12-local"]["ships"]["slurm"].update(version="24.11"), "ships.slurm.version"),
+    (lambda d: d["ec2_images"].update(none="hyperpod-default"), "ec2_images.none"),
+])
+def test_a_broken_catalog_is_refused_naming_the_key_and_the_fix(edit: Any, message: str) -> None:
+    document = copy.deepcopy(raw())
+    edit(document)
+    with pytest.raises(ImageCatalogError, match="fix:") as refused:
+        parse_catalog(document)
+    assert message in str(refused.value) and "images.yml" in str(refused.value)
