@@ -64,6 +64,12 @@ SYSTEM_DIRS = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/li
 SYSTEM_EXACT = ("/", "/opt", "/root", "/tmp", "/srv", "/mnt", "/media", "/lost+found")
 PATH_PATTERN = re.compile(r"(?:/[A-Za-z0-9._-]+)+")
 S3_PREFIX_PATTERN = re.compile(r"(?:[A-Za-z0-9._-]+/)*")
+#: Prefixes of the tenant bucket holding what nodes execute or trust: the bootstrap bundle and scripts, the
+#: manifest and node reports (fmcluster/...: publish.py, stacks/templates/common.py, parallelcluster/config.py)
+#: and HyperPod's lifecycle scripts. A data repository linked over any of them would let whatever is written
+#: under the Lustre path be exported over node-bootstrap.sh or on_create.sh, which every node runs as root.
+#: tests/test_tenant_validation.py checks every prefix the code publishes to lies inside one of these.
+CONTROL_PREFIXES = ("fmcluster/", "hyperpod/")
 EMAIL_PATTERN = re.compile(r"[A-Za-z0-9._%+-]{1,64}@(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]{2,63}")
 SNS_ARN_PATTERN = re.compile(r"arn:aws:sns:([a-z0-9-]+):([0-9]{12}):([A-Za-z0-9_-]{1,256})")
 AMP_URL_PATTERN = re.compile(
@@ -653,7 +659,15 @@ def _check_storage(out: _Collector, tenant: dict[str, Any], t: KeyPath) -> None:
                                         any(part in (".", "..") for part in prefix.split("/"))):
             out.add((*s, "data_repository", "s3_prefix"), f"{show(prefix)} is not a usable S3 prefix",
                     "write folder names of letters, digits, '.', '_' or '-', each followed by '/', e.g. data/ "
-                    "or datasets/v1/ (empty for the whole bucket); no '..', no leading '/'")
+                    "or datasets/v1/; no '..', no leading '/'")
+        elif isinstance(prefix, str) and (control := control_prefix_overlap(prefix)) is not None:
+            where = ("the whole bucket, which holds" if prefix == "" else "" if prefix == control else
+                     "inside" if prefix.startswith(control) else "a folder that holds")
+            out.add((*s, "data_repository", "s3_prefix"),
+                    f"{show(prefix)} is {where + ' ' if where else ''}fmcluster's control prefix '{control}' (the node bootstrap, manifest, "
+                    "reports and HyperPod lifecycle scripts nodes run as root): the file system would export over them",
+                    "link a data folder of its own, e.g. data/ or datasets/v1/ (not under "
+                    + " or ".join(CONTROL_PREFIXES) + ")")
         lustre_mount = _check_mount(out, (*s, "mount_point"), lustre.get("mount_point", "/fsx"))
     zfs = _get(tenant, "storage", "openzfs")
     if isinstance(zfs, dict):
@@ -670,6 +684,11 @@ def _check_storage(out: _Collector, tenant: dict[str, Any], t: KeyPath) -> None:
             elif zfs_mount.startswith(lustre_mount + "/") or lustre_mount.startswith(zfs_mount + "/"):
                 out.add((*z, "mount_point"), f"'{zfs_mount}' and the Lustre mount point '{lustre_mount}' are nested",
                         "mount them side by side (e.g. /fsx and /home): nested mounts depend on mount order")
+
+
+def control_prefix_overlap(prefix: str) -> str | None:
+    """The control prefix an S3 prefix equals, contains or lies inside ('' contains them all), else None."""
+    return next((c for c in CONTROL_PREFIXES if c.startswith(prefix) or prefix.startswith(c)), None)
 
 
 def https_url_problem(url: str) -> str | None:
