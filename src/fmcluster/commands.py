@@ -66,14 +66,21 @@ def _endpoint(tenant: Tenant, start: bool) -> tuple[str | None, NoEndpointType |
 def plan(org: str, show_templates: bool = False) -> int:
     from fmcluster.stacks.api import plan_stacks
 
-    tenant = require_tenant(org)
-    endpoint, unreachable = _endpoint(tenant, start=True)
+    from fmcluster.paths import UnsafePath
     from fmcluster.providers import provider_for
-
     from fmcluster.schedulers import scheduler_for
 
-    result = plan_stacks(tenant, endpoint, offline=unreachable is not None, show_templates=show_templates,
-                         image_parameter=provider_for(tenant).image_parameter)
+    tenant = require_tenant(org)
+    provider = provider_for(tenant)
+    # A plan changes nothing: it reads a running endpoint when there is one and never starts one (a local
+    # tenant's emulator needs root and would outlive the plan); otherwise it renders offline.
+    endpoint, unreachable = _endpoint(tenant, start=provider.plan_starts_endpoint)
+    try:
+        result = plan_stacks(tenant, endpoint, offline=unreachable is not None, show_templates=show_templates,
+                             image_parameter=provider.image_parameter)
+    except UnsafePath as err:
+        print(f"plan: {err}", file=sys.stderr)
+        return EXIT_FAILED
     code = 0 if result.ok and not result.notes else EXIT_FAILED  # notes: security findings
     return scheduler_for(tenant).plan(print) or code
 

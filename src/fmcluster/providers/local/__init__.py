@@ -46,6 +46,7 @@ EMULATOR_IMAGE_PARAMETER = "/aws/service/ami-amazon-linux-latest/al2023-ami-kern
 
 class LocalProvider:
     boot_timeout_s = 600.0
+    plan_starts_endpoint = False  # the emulator needs root and outlives the plan: plan renders offline
     name = "local"
 
     def __init__(self, tenant: Tenant) -> None:
