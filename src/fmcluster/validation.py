@@ -24,6 +24,7 @@ import jsonschema
 import jsonschema.validators
 
 from fmcluster.catalog import InstanceType, load_catalog
+from fmcluster.escape import escaped, neutral
 from fmcluster.parallelcluster import rules as parallelcluster_rules
 from fmcluster.paths import SCHEMA_PATH
 from fmcluster.yamlpos import KeyPath, LoadedYaml
@@ -128,14 +129,15 @@ class Problem:
             except ValueError:
                 pass
         where = f"{shown}:{self.line}" if self.line else f"{shown}"
-        key = f" {self.key}:" if self.key else ""
-        return f"{where}:{key} {self.message}\n    fix: {self.fix}"
+        key = f" {neutral(self.key)}:" if self.key else ""
+        # Each part one line, escaped: a value that slipped into a message unquoted still cannot forge a line.
+        return f"{neutral(str(where))}:{key} {neutral(self.message)}\n    fix: {neutral(self.fix)}"
 
 
 def show(value: object, limit: int = 60) -> str:
-    """A value as it may appear in a message: quoted, escaped (no raw newline can fake a line), shortened."""
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 5] + "…" + text[-4:]
+    """A value as it may appear in a message: quoted, escaped (no raw newline can fake a line, no control or
+    bidirectional character reaches the terminal), shortened. The one helper every validator message uses."""
+    return escaped(value, limit)
 
 
 def dotted(path: Iterable[str | int]) -> str:
@@ -506,7 +508,8 @@ def _check_queue_name(out: _Collector, q: KeyPath, i: int, name: str, seen: dict
 
 
 def _tenant_folder(spec: Path) -> str | None:
-    parts = spec.resolve().parts
+    # The path as given, never resolved: a tenant is the folder it is named by (model._linked refuses links).
+    parts = spec.absolute().parts
     if len(parts) >= 5 and parts[-5] == "inventories" and parts[-3:-1] == ("group_vars", "all"):
         return parts[-4]
     return None
