@@ -58,11 +58,15 @@ MAX_STRING = 2048
 REFUSED_CATEGORIES = {"Cc": "a control character", "Cf": "an invisible format character",
                       "Cs": "a lone surrogate", "Zl": "a line separator", "Zp": "a paragraph separator"}
 
-# System directories a shared file system must not be mounted over (or inside): the OS, its state, and
-# where the DLAMI installs the accelerator stack (/opt/amazon/efa, /opt/nvidia, /opt/aws).
+# System directories a shared file system must not be mounted over (or inside): the OS, its state, root's home
+# (/root/.ssh: a shared file system there hands root's keys to whoever writes it), where the DLAMI installs the
+# accelerator stack (/opt/amazon/efa, /opt/nvidia, /opt/aws), where Slurm, ParallelCluster, SageMaker HyperPod
+# and fmcluster itself install and keep their configuration (/opt/slurm/etc, /opt/parallelcluster, /opt/ml,
+# /opt/sagemaker, /opt/fmcluster).
 SYSTEM_DIRS = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/run", "/sbin",
-               "/sys", "/usr", "/var", "/opt/amazon", "/opt/aws", "/opt/nvidia", "/opt/aws-neuronx", "/snap")
-SYSTEM_EXACT = ("/", "/opt", "/root", "/tmp", "/srv", "/mnt", "/media", "/lost+found")
+               "/sys", "/usr", "/var", "/root", "/opt/amazon", "/opt/aws", "/opt/nvidia", "/opt/aws-neuronx", "/snap",
+               "/opt/slurm", "/opt/parallelcluster", "/opt/intel", "/opt/ml", "/opt/sagemaker", "/opt/fmcluster")
+SYSTEM_EXACT = ("/", "/opt", "/tmp", "/srv", "/mnt", "/media", "/lost+found")
 PATH_PATTERN = re.compile(r"(?:/[A-Za-z0-9._-]+)+")
 S3_PREFIX_PATTERN = re.compile(r"(?:[A-Za-z0-9._-]+/)*")
 #: Prefixes of the tenant bucket holding what nodes execute or trust: the bootstrap bundle and scripts, the
@@ -628,6 +632,7 @@ def _check_storage(out: _Collector, tenant: dict[str, Any], t: KeyPath) -> None:
     lustre_mount = None
     if isinstance(lustre, dict):
         kind = lustre.get("deployment_type", "PERSISTENT_2")
+        kind = kind if isinstance(kind, str) else "?"  # a list or mapping here is the schema's to report
         capacity = lustre.get("storage_capacity_gib")
         if kind in LUSTRE_STEP_GIB and _whole(capacity):
             step = LUSTRE_STEP_GIB[kind]

@@ -150,11 +150,13 @@ class _Builder:
         if node.tag in (_INT, _FLOAT) and len(re.sub(r"[^0-9]", "", text)) > MAX_DIGITS:
             raise _Refused(_line(node), f"the number {_shown(text)} has more than {MAX_DIGITS} digits",
                            f"no spec number needs more than {MAX_DIGITS} digits: check for a typo", here)
-        if node.tag == _INT and not DECIMAL_INT.fullmatch(text):
+        # Text YAML itself reads as a number (`!!int abc` is not: its constructor fails below, with the line).
+        numeric = self.loader.resolve(yaml.ScalarNode, text, (True, False)) in (_INT, _FLOAT)  # type: ignore[no-untyped-call]
+        if node.tag == _INT and numeric and not DECIMAL_INT.fullmatch(text):
             raise _Refused(_line(node), f"{_shown(text)} is not a decimal number: YAML 1.1 reads it as "
                            f"{_number_form(text)}", "write the number in plain decimal digits (e.g. 8, 16, 90), "
                            "or quote it if you meant text", here)
-        if node.tag == _FLOAT and ("_" in text or ":" in text):
+        if node.tag == _FLOAT and numeric and ("_" in text or ":" in text):
             raise _Refused(_line(node), f"{_shown(text)} is not a decimal number: YAML 1.1 reads it as "
                            f"{_number_form(text)}", "write it in plain decimal form (e.g. 1.5), or quote it if you "
                            "meant text", here)

@@ -34,6 +34,12 @@ RESERVED_MOUNT_DIRS = (
     "/opt/parallelcluster/shared", "/opt/parallelcluster/shared_login_nodes", "/opt/slurm", "/opt/intel",
     "/proc", "/root", "/run", "/sbin", "/srv", "/sys", "/tmp", "/usr", "/var",
 )
+#: pcluster.constants.DEFAULT_EPHEMERAL_DIR: where ParallelCluster mounts instance-store volumes.
+EPHEMERAL_DIR = "/scratch"
+#: Every region fmcluster knows (fmcluster.validation.KNOWN_REGIONS) is in the commercial partition.
+SECRET_PARTITION = "aws"
+#: The secrets fmcluster itself creates under fmcluster/<org>/ (fmcluster.manifest.SECRET_NAMES).
+MANAGED_SECRETS = ("munge-key", "grafana-admin-password")
 #: AWS tag values (ParallelCluster puts `programme` and `org` on every resource as tags; at most 256).
 TAG_VALUE = re.compile(r"^[\w .:/=+\-@]{0,256}$")
 #: Instance types of the catalog that EC2 sells as Capacity Blocks for ML (EC2 user guide, "Capacity
@@ -71,16 +77,40 @@ def check_tenant(tenant: dict[str, Any], add: Add) -> None:
             if isinstance(mount, str) and "/" + mount.strip("/") in RESERVED_MOUNT_DIRS:
                 add((*t, "storage", fs, "mount_point"), f"'{mount}' is reserved by AWS ParallelCluster",
                     f"use a directory of its own, e.g. {default}")
+        if isinstance(section, dict):
+            mount = section.get("mount_point", default)
+            if isinstance(mount, str) and "/" + mount.strip("/") == EPHEMERAL_DIR:
+                add((*t, "storage", fs, "mount_point"), f"'{mount}' is where AWS ParallelCluster mounts the "
+                    "instance store", f"use a directory of its own, e.g. {default}")
     accounting = tenant.get("parallelcluster", {}).get("accounting") \
         if isinstance(tenant.get("parallelcluster"), dict) else None
-    region = tenant.get("region")
-    if isinstance(accounting, dict) and isinstance(region, str):
-        arn = accounting.get("password_secret_arn")
-        parts = arn.split(":") if isinstance(arn, str) else []
-        if len(parts) > 3 and parts[2] == "secretsmanager" and parts[3] != region:
-            add((*t, "parallelcluster", "accounting", "password_secret_arn"),
-                f"the secret is in {parts[3]}, the cluster in {region}",
-                f"store the database password as a secret in {region} and name its ARN here")
+    if isinstance(accounting, dict):
+        _check_secret_arn(tenant, accounting.get("password_secret_arn"), add)
+
+
+def _check_secret_arn(tenant: dict[str, Any], arn: Any, add: Add) -> None:
+    """The database password secret is the tenant's own: ParallelCluster grants the head node read access to
+    the ARN named here, so another tenant's secret (its munge key) or another account's must not be nameable."""
+    region, org = tenant.get("region"), tenant.get("org")
+    parts = arn.split(":", 6) if isinstance(arn, str) else []
+    if len(parts) != 7 or parts[2] != "secretsmanager" or parts[5] != "secret":
+        return  # the schema's pattern reports the form
+    k: KeyPath = ("tenant", "parallelcluster", "accounting", "password_secret_arn")
+    name = parts[6]
+    if parts[1] != SECRET_PARTITION:
+        add(k, f"the secret is in partition {parts[1]!r}, the tenant's region in {SECRET_PARTITION!r}",
+            f"name a secret of the tenant's own account: arn:{SECRET_PARTITION}:secretsmanager:REGION:ACCOUNT:secret:...")
+    if isinstance(region, str) and parts[3] != region:
+        add(k, f"the secret is in {parts[3]}, the cluster in {region}",
+            f"store the database password as a secret in {region} and name its ARN here")
+    if isinstance(org, str):
+        own = f"fmcluster/{org}/"
+        if not name.startswith(own):
+            add(k, f"the secret {name[:80]!r} is not under the tenant's own prefix {own!r}: the head node would "
+                "be granted read access to it", f"store the database password as {own}slurmdbd-password and name its ARN")
+        elif re.sub(r"-[A-Za-z0-9]{6}$", "", name.removeprefix(own)) in MANAGED_SECRETS:
+            add(k, f"{name[:80]!r} is a secret fmcluster manages for the nodes, not a database password",
+                f"store the database password as {own}slurmdbd-password and name its ARN")
 
 
 def _check_queue(queue: dict[str, Any], q: KeyPath, add: Add) -> None:
