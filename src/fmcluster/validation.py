@@ -128,10 +128,11 @@ class Problem:
     def render(self, root: Path | None = None) -> str:
         shown = self.file
         if root is not None:
-            try:
-                shown = self.file.resolve().relative_to(root.resolve())
-            except ValueError:
-                pass
+            # The path as named (a link is shown as the link, never where it points), relative to the checkout.
+            for mine, theirs in ((self.file.absolute(), root.absolute()), (self.file.absolute(), root.resolve())):
+                if mine.is_relative_to(theirs):
+                    shown = mine.relative_to(theirs)
+                    break
         where = f"{shown}:{self.line}" if self.line else f"{shown}"
         key = f" {neutral(self.key)}:" if self.key else ""
         # Each part one line, escaped: a value that slipped into a message unquoted still cannot forge a line.

@@ -151,18 +151,19 @@ class _Builder:
             raise _Refused(_line(node), f"the number {_shown(text)} has more than {MAX_DIGITS} digits",
                            f"no spec number needs more than {MAX_DIGITS} digits: check for a typo", here)
         # Text YAML itself reads as a number (`!!int abc` is not: its constructor fails below, with the line).
-        numeric = self.loader.resolve(yaml.ScalarNode, text, (True, False)) in (_INT, _FLOAT)  # type: ignore[no-untyped-call]
-        if node.tag == _INT and numeric and not DECIMAL_INT.fullmatch(text):
+        implicit = self.loader.resolve(yaml.ScalarNode, text, (True, False))  # type: ignore[no-untyped-call]
+        if node.tag == _INT and implicit == _INT and not DECIMAL_INT.fullmatch(text):
             raise _Refused(_line(node), f"{_shown(text)} is not a decimal number: YAML 1.1 reads it as "
                            f"{_number_form(text)}", "write the number in plain decimal digits (e.g. 8, 16, 90), "
                            "or quote it if you meant text", here)
-        if node.tag == _FLOAT and numeric and ("_" in text or ":" in text):
+        if node.tag == _FLOAT and implicit in (_INT, _FLOAT) and ("_" in text or ":" in text):
             raise _Refused(_line(node), f"{_shown(text)} is not a decimal number: YAML 1.1 reads it as "
                            f"{_number_form(text)}", "write it in plain decimal form (e.g. 1.5), or quote it if you "
                            "meant text", here)
         try:
             return self.loader.construct_object(node, deep=True)
-        except (ValueError, TypeError, OverflowError, yaml.YAMLError) as err:
+        except Exception as err:  # noqa: BLE001 - PyYAML's constructors raise ValueError, KeyError (`!!bool maybe`),
+            # IndexError (`!!int ''`), AttributeError (`!!timestamp nope`)...: each is this value's refusal
             tag = node.tag.removeprefix("tag:yaml.org,2002:")
             raise _Refused(_line(node), f"{_shown(text)} cannot be read as {_shown(tag)}: {_shown(str(err), 80)}",
                            "write a plain value (quote text; write dates as YYYY-MM-DD that exist), without a "
