@@ -59,6 +59,7 @@ def real_dir(folder: Path, base: Path) -> Path:
     """`folder` (inside `base`) as real directories, created where missing. A component below `base` that is a
     symbolic link or not a directory is refused: a generated file is written where its path says, never where a
     link points (`generated -> /elsewhere`)."""
+    base.mkdir(parents=True, exist_ok=True)  # the tenant's folder: load_tenant refuses it as a link
     here = base
     for part in folder.relative_to(base).parts:
         here = here / part
