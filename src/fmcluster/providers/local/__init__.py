@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from fmcluster.catalog import InstanceType
+from fmcluster.escape import escaped, neutral
 from fmcluster.model import Tenant
 from fmcluster.nodes import LIVE_STATES, Node, hostname_for
 from fmcluster.paths import repo_root, secrets_dir
@@ -224,7 +225,8 @@ class LocalProvider:
     def halt(self, node: str, out: Out) -> None:
         host = next((h for h in load_hosts(self.tenant.org) if node in (h.hostname, h.address, h.key)), None)
         if host is None:
-            raise KeyError(f"no local host {node!r}; hosts: {', '.join(h.hostname for h in load_hosts(self.tenant.org))}")
+            raise KeyError(f"no local host {escaped(node)}; hosts: "
+                           f"{neutral(', '.join(h.hostname for h in load_hosts(self.tenant.org)))}")
         remove_host(host)
         from fmcluster.providers.local.hosts import forget_host
 
