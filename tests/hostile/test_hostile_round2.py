@@ -672,3 +672,15 @@ def test_host_names_are_printed_escaped(tmp_path: Path, monkeypatch: pytest.Monk
     out = capsys.readouterr().out
     assert out.startswith("slurm: no node ") and out.count("\n") == 1, out
     assert out.rstrip("\n").isprintable(), out
+
+
+@pytest.mark.parametrize(("arn", "account", "problem"), [
+    (PC_ARN, "123456789012", None),
+    (PC_ARN, "210987654321", "is in account '123456789012', the deploy in '210987654321'"),
+    ("arn:aws:secretsmanager:us-east-1", "123456789012", "is in account '?'"),
+])
+def test_the_deploy_refuses_a_secret_of_another_account(arn: str, account: str, problem: str | None) -> None:
+    from fmcluster.parallelcluster.rules import secret_account_problem
+
+    found = secret_account_problem(arn, account)
+    assert (found is None) if problem is None else (found is not None and problem in found)

@@ -113,6 +113,17 @@ def _check_secret_arn(tenant: dict[str, Any], arn: Any, add: Add) -> None:
                 f"store the database password as {own}slurmdbd-password and name its ARN")
 
 
+def secret_account_problem(password_secret_arn: str, account: str) -> str | None:
+    """Why the database password secret is not in the deploying account (None when it is). The spec names no
+    account, so this runs at deploy, with the caller's account, before `pcluster create-cluster`."""
+    parts = password_secret_arn.split(":")
+    if len(parts) < 5 or parts[4] != account:
+        shown = parts[4] if len(parts) >= 5 else "?"
+        return (f"parallelcluster.accounting.password_secret_arn is in account {shown!r}, the deploy in {account!r}: "
+                "store the database password as a secret of the tenant's own account, under fmcluster/<org>/")
+    return None
+
+
 def _check_queue(queue: dict[str, Any], q: KeyPath, add: Add) -> None:
     name = queue.get("name")
     if isinstance(name, str):
