@@ -76,8 +76,10 @@ def plan(org: str, show_templates: bool = False) -> int:
     # tenant's emulator needs root and would outlive the plan); otherwise it renders offline.
     endpoint, unreachable = _endpoint(tenant, start=provider.plan_starts_endpoint)
     try:
+        note = (f"{unreachable}. Above is what the stacks would hold; plan started nothing."
+                if unreachable is not None and unreachable.nothing_deployed else None)
         result = plan_stacks(tenant, endpoint, offline=unreachable is not None, show_templates=show_templates,
-                             image_parameter=provider.image_parameter)
+                             image_parameter=provider.image_parameter, offline_note=note)
     except UnsafePath as err:
         print(f"plan: {err}", file=sys.stderr)
         return EXIT_FAILED

@@ -178,7 +178,8 @@ def deploy_stacks(tenant: Tenant, endpoint: str | None, *, before_cluster: Befor
 
 def plan_stacks(tenant: Tenant, endpoint: str | None, *, offline: bool = False,
                 image_parameter: Callable[[str], str] = lambda path: path, out: Out = print,
-                root: Path | None = None, show_templates: bool = False, refresh_images: bool = False) -> StacksResult:
+                root: Path | None = None, show_templates: bool = False, refresh_images: bool = False,
+                offline_note: str | None = None) -> StacksResult:
     """Render everything, run the checks, and show each stack's change set without executing it.
 
     `offline` (no AWS credentials): rendered templates and parameters only, saying that the change sets
@@ -205,7 +206,9 @@ def plan_stacks(tenant: Tenant, endpoint: str | None, *, offline: bool = False,
             out(f"    note: {note}")
         if show_templates:
             out(stack.body)
-    if offline:
+    if offline and offline_note:
+        out(offline_note)
+    elif offline:
         out("no AWS credentials found (boto3's usual chain): the change sets need AWS. Above is what the "
             "stacks would hold; with credentials, `invoke plan` shows CloudFormation's own change sets.")
     return result
