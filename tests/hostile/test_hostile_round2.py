@@ -636,7 +636,7 @@ def test_plan_of_a_local_tenant_starts_no_emulator_and_fleet_says_not_deployed(
     commands.plan("acme")
     out = capsys.readouterr().out
     assert "security check: clean" in out, out
-    assert "nothing is deployed locally" in out and "plan started nothing" in out and "credentials" not in out
+    assert "nothing is deployed locally" in out and "plan started nothing" in out and "no AWS credentials found" not in out
     assert emulator.read_state("acme", tmp_path) is None
     assert (tmp_path / "inventories/acme/generated/cfn").is_dir()
     lines: list[str] = []
