@@ -655,7 +655,7 @@ def _check_storage(out: _Collector, tenant: dict[str, Any], t: KeyPath) -> None:
                 out.add((*s, "throughput_per_unit"), f"{kind} file systems have a fixed throughput",
                         "remove throughput_per_unit, or use a PERSISTENT deployment type")
         if "data_repository" in lustre and kind not in LUSTRE_DRA_TYPES:
-            out.add((*s, "data_repository"), f"a data repository association needs {' or '.join(LUSTRE_DRA_TYPES)}, not {kind}",
+            out.add((*s, "data_repository"), f"a data repository association needs {' or '.join(LUSTRE_DRA_TYPES)}, not {neutral(kind)}",
                     "set deployment_type: PERSISTENT_2 or remove data_repository")
         fs_path = _get(lustre, "data_repository", "file_system_path")
         if fs_path == "/":

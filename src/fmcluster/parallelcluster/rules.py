@@ -19,6 +19,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from fmcluster.escape import escaped, neutral
+
 KeyPath = tuple[str | int, ...]
 Add = Callable[[KeyPath, str, str], None]
 
@@ -98,18 +100,18 @@ def _check_secret_arn(tenant: dict[str, Any], arn: Any, add: Add) -> None:
     k: KeyPath = ("tenant", "parallelcluster", "accounting", "password_secret_arn")
     name = parts[6]
     if parts[1] != SECRET_PARTITION:
-        add(k, f"the secret is in partition {parts[1]!r}, the tenant's region in {SECRET_PARTITION!r}",
+        add(k, f"the secret is in partition {escaped(parts[1])}, the tenant's region in {SECRET_PARTITION!r}",
             f"name a secret of the tenant's own account: arn:{SECRET_PARTITION}:secretsmanager:REGION:ACCOUNT:secret:...")
     if isinstance(region, str) and parts[3] != region:
-        add(k, f"the secret is in {parts[3]}, the cluster in {region}",
+        add(k, f"the secret is in {neutral(parts[3])}, the cluster in {neutral(region)}",
             f"store the database password as a secret in {region} and name its ARN here")
     if isinstance(org, str):
         own = f"fmcluster/{org}/"
         if not name.startswith(own):
-            add(k, f"the secret {name[:80]!r} is not under the tenant's own prefix {own!r}: the head node would "
+            add(k, f"the secret {escaped(name, 80)} is not under the tenant's own prefix {own!r}: the head node would "
                 "be granted read access to it", f"store the database password as {own}slurmdbd-password and name its ARN")
         elif re.sub(r"-[A-Za-z0-9]{6}$", "", name.removeprefix(own)) in MANAGED_SECRETS:
-            add(k, f"{name[:80]!r} is a secret fmcluster manages for the nodes, not a database password",
+            add(k, f"{escaped(name, 80)} is a secret fmcluster manages for the nodes, not a database password",
                 f"store the database password as {own}slurmdbd-password and name its ARN")
 
 
@@ -128,7 +130,7 @@ def _check_queue(queue: dict[str, Any], q: KeyPath, add: Add) -> None:
     name = queue.get("name")
     if isinstance(name, str):
         if len(name) > NAME_MAX_LENGTH:
-            add((*q, "name"), f"'{name}' has {len(name)} characters; AWS ParallelCluster queue names have at most "
+            add((*q, "name"), f"{escaped(name)} has {len(name)} characters; AWS ParallelCluster queue names have at most "
                 f"{NAME_MAX_LENGTH}", f"shorten it to {NAME_MAX_LENGTH} characters or fewer")
         if name == "default":
             add((*q, "name"), "AWS ParallelCluster forbids the queue name 'default'",
@@ -137,7 +139,7 @@ def _check_queue(queue: dict[str, Any], q: KeyPath, add: Add) -> None:
     if kind == CAPACITY_BLOCK:
         itype = queue.get("instance_type")
         if isinstance(itype, str) and itype not in CAPACITY_BLOCK_TYPES:
-            add((*q, "capacity_reservation_type"), f"{itype} is not sold as EC2 Capacity Blocks for ML",
+            add((*q, "capacity_reservation_type"), f"{neutral(itype)} is not sold as EC2 Capacity Blocks for ML",
                 f"use a capacity block of one of: {', '.join(sorted(CAPACITY_BLOCK_TYPES))}; or an On-Demand "
                 "Capacity Reservation (capacity_reservation_type: default)")
         if not queue.get("capacity_reservation_id"):
