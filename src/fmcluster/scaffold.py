@@ -218,5 +218,5 @@ def _move_into_place(rendered: Path, final: Path, target_root: Path) -> None:
     except OSError:
         backup.rename(final)
         raise
-    if (backup / "generated").is_dir():
+    if (backup / "generated").is_dir() and not (backup / "generated").is_symlink():  # never copy a link's target
         shutil.copytree(backup / "generated", final / "generated", symlinks=True)

@@ -685,3 +685,34 @@ def test_the_deploy_refuses_a_secret_of_another_account(arn: str, account: str, 
 
     found = secret_account_problem(arn, account)
     assert (found is None) if problem is None else (found is not None and problem in found)
+
+
+def test_new_tenant_force_refuses_a_backup_file(tmp_path: Path) -> None:
+    new_tenant("acme", {}, output_dir=tmp_path)
+    (tmp_path / BACKUP_DIR).write_text("not a folder\n")
+    with pytest.raises(UnsafePath, match="is not a directory"):
+        new_tenant("acme", {}, output_dir=tmp_path, force=True)
+    assert (tmp_path / BACKUP_DIR).read_text() == "not a folder\n"
+
+
+def test_new_tenant_force_does_not_carry_a_linked_generated_folder_s_target(tmp_path: Path) -> None:
+    new_tenant("acme", {}, output_dir=tmp_path)
+    elsewhere = tmp_path.parent / f"{tmp_path.name}-other"
+    elsewhere.mkdir()
+    (elsewhere / "secret.txt").write_text("x")
+    (tmp_path / "acme" / "generated").symlink_to(elsewhere)
+    new_tenant("acme", {}, output_dir=tmp_path, force=True)
+    assert not (tmp_path / "acme" / "generated").exists()
+
+
+def test_the_new_tenant_task_reports_a_hostile_output_dir_without_a_traceback(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    (tmp_path / "loop").symlink_to("loop")
+    for output_dir in (tmp_path / "loop", tmp_path / "loop" / "x", Path("/dev/null"), Path("/proc/1/nope")):
+        run = subprocess.run([sys.executable, "-m", "invoke", "new-tenant", "--org=acme", f"--output-dir={output_dir}"],
+                             cwd=ROOT, capture_output=True, text=True, timeout=60,
+                             env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+        assert run.returncode == 2, run.stdout + run.stderr
+        assert "Traceback" not in run.stderr and "--output-dir" in run.stderr, run.stderr
