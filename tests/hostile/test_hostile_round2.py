@@ -716,3 +716,26 @@ def test_the_new_tenant_task_reports_a_hostile_output_dir_without_a_traceback(tm
                              env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
         assert run.returncode == 2, run.stdout + run.stderr
         assert "Traceback" not in run.stderr and "--output-dir" in run.stderr, run.stderr
+
+
+@pytest.mark.parametrize("linked", ["org-folder", "ssh-folder", "key"])
+def test_the_operator_key_is_never_made_through_a_link(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       linked: str) -> None:
+    from fmcluster.access import operator_key
+
+    monkeypatch.setenv("FMCLUSTER_ROOT", str(tmp_path))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    secrets = tmp_path / ".secrets"
+    if linked == "org-folder":
+        secrets.mkdir()
+        (secrets / "acme").symlink_to(elsewhere)
+    elif linked == "ssh-folder":
+        (secrets / "acme").mkdir(parents=True)
+        (secrets / "acme" / "ssh").symlink_to(elsewhere)
+    else:
+        (secrets / "acme" / "ssh").mkdir(parents=True)
+        (secrets / "acme" / "ssh" / "id_ed25519").symlink_to(elsewhere / "key")
+    with pytest.raises(UnsafePath, match="is a symbolic link"):
+        operator_key("acme")
+    assert list(elsewhere.iterdir()) == [] and oct(elsewhere.stat().st_mode & 0o777) != "0o700"
