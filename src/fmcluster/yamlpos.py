@@ -16,6 +16,8 @@ from typing import Any
 
 import yaml
 
+from fmcluster.escape import escaped
+
 KeyPath = tuple[str | int, ...]
 
 #: A tenant spec is a few kilobytes; the biggest sensible one (16 queues, 20 receivers) stays under 10 KiB.
@@ -193,10 +195,7 @@ class _Builder:
 
 
 def _shown(text: str, limit: int = 60) -> str:
-    """Input as a message may echo it: repr (controls escaped), bidirectional and invisible format characters
-    escaped too, shortened. fmcluster.validation.show is the same function for every validator message."""
-    from fmcluster.escape import escaped
-
+    """Input as a message may echo it (fmcluster.escape.escaped, which fmcluster.validation.show is too)."""
     return escaped(text, limit)
 
 
