@@ -40,6 +40,15 @@ def test_orgs_sharing_a_prefix_get_different_interface_names() -> None:
     assert bridge_name("demo") == "fmcbr-demo"
 
 
+@pytest.mark.parametrize(("short", "long"), [("neu38fd", "neuronlab"), ("sto0000", "stockmark"), ("ab", "ab-long-org")])
+def test_a_hashed_tag_never_equals_a_short_org_s_name(short: str, long: str) -> None:
+    """A tenant name of 7 characters or fewer is its own tag; a longer one's tag holds '_', which no tenant name
+    does: the two kinds never collide (issue 25: `neu38fd` and `neuronlab` did)."""
+    assert bridge_name(short) == f"fmcbr-{short}"
+    assert "_" in bridge_name(long) and bridge_name(long) != bridge_name(short)
+    assert len(bridge_name(long)) <= IFNAMSIZ and bridge_name(long).startswith("fmcbr-")
+
+
 def test_the_subnet_s_router_is_its_first_address() -> None:
     assert router_address(PRIVATE) == "10.93.30.129/25"
 

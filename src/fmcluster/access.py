@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from fmcluster.model import Tenant
-from fmcluster.paths import secrets_dir
+from fmcluster.paths import UnsafePath, real_dir, secrets_dir
 
 Out = Callable[[str], object]
 
@@ -34,7 +34,12 @@ def key_pair_name(org: str) -> str:
 def operator_key(org: str) -> Path:
     """The tenant's private ssh key on this machine (made on first use; the public half beside it)."""
     key = secrets_dir(org) / "ssh" / "id_ed25519"
-    key.parent.mkdir(parents=True, exist_ok=True)
+    # Real folders and no link at the key: a `.secrets/<org> -> elsewhere` link would move the key (and the
+    # chmod below) to wherever it points.
+    real_dir(key.parent, secrets_dir(org).parent)
+    if key.is_symlink() or Path(f"{key}.pub").is_symlink():
+        raise UnsafePath(f"{key} (or its .pub) is a symbolic link; the operator key is kept only as a real file "
+                         f"(remove the link: `rm {key} {key}.pub`)")
     for folder in (key.parent.parent.parent, key.parent.parent, key.parent):  # .secrets, .secrets/<org>, ssh
         folder.chmod(0o700)
     if not key.exists():

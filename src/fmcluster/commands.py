@@ -66,14 +66,23 @@ def _endpoint(tenant: Tenant, start: bool) -> tuple[str | None, NoEndpointType |
 def plan(org: str, show_templates: bool = False) -> int:
     from fmcluster.stacks.api import plan_stacks
 
-    tenant = require_tenant(org)
-    endpoint, unreachable = _endpoint(tenant, start=True)
+    from fmcluster.paths import UnsafePath
     from fmcluster.providers import provider_for
-
     from fmcluster.schedulers import scheduler_for
 
-    result = plan_stacks(tenant, endpoint, offline=unreachable is not None, show_templates=show_templates,
-                         image_parameter=provider_for(tenant).image_parameter)
+    tenant = require_tenant(org)
+    provider = provider_for(tenant)
+    # A plan changes nothing: it reads a running endpoint when there is one and never starts one (a local
+    # tenant's emulator needs root and would outlive the plan); otherwise it renders offline.
+    endpoint, unreachable = _endpoint(tenant, start=provider.plan_starts_endpoint)
+    try:
+        note = (f"{unreachable}. Above is what the stacks would hold; plan started nothing."
+                if unreachable is not None and unreachable.nothing_deployed else None)
+        result = plan_stacks(tenant, endpoint, offline=unreachable is not None, show_templates=show_templates,
+                             image_parameter=provider.image_parameter, offline_note=note)
+    except UnsafePath as err:
+        print(f"plan: {err}", file=sys.stderr)
+        return EXIT_FAILED
     from fmcluster.images import image_lines
 
     print("\n".join(image_lines(tenant)))
@@ -209,7 +218,9 @@ def slurm(org: str, cmd: str, node: str = "") -> int:
         return EXIT_NOT_READY
     target = next((n for n in nodes if node in (n.name, n.address)), None) if node else client_node(nodes)
     if target is None:
-        print(f"slurm: no node {node!r} in {org}; nodes: {', '.join(n.name for n in nodes)}")
+        from fmcluster.escape import escaped, neutral
+
+        print(f"slurm: no node {escaped(node)} in {org}; nodes: {neutral(', '.join(n.name for n in nodes))}")
         return EXIT_FAILED
     argv = [*provider_for(tenant).client_argv(target), cmd]
     return subprocess.run(argv).returncode

@@ -245,12 +245,12 @@ def render_summary(tenant: Tenant, reports: list[StepReport], total_steps: int) 
 
 def record_run(tenant: Tenant, reports: list[StepReport]) -> None:
     """generated/deploy-last.json: each step's status and time (benchmarks and `invoke status` read it)."""
-    from fmcluster.paths import generated_dir
+    from fmcluster.paths import generated_dir, tenant_dir, write_fresh
 
     path = generated_dir(tenant.org) / "deploy-last.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps([{"step": r.name, "status": r.outcome.status, "seconds": round(r.seconds, 2),
-                                 "summary": r.outcome.summary} for r in reports], indent=1) + "\n")
+    write_fresh(path, json.dumps([{"step": r.name, "status": r.outcome.status, "seconds": round(r.seconds, 2),
+                                   "summary": r.outcome.summary} for r in reports], indent=1) + "\n",
+                tenant_dir(tenant.org))
 
 
 def run_deploy(tenant: Tenant, out: Out = print) -> int:

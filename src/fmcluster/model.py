@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from fmcluster.catalog import InstanceType, load_catalog
-from fmcluster.paths import inventories_dir, tenant_spec_path
+from fmcluster.paths import generated_dir, inventories_dir, tenant_dir, tenant_spec_path
 from fmcluster.validation import Problem, apply_defaults, dotted, org_problem, problems_in
 from fmcluster.yamlpos import YamlSyntaxError, load
 
@@ -270,6 +270,27 @@ def load_spec(spec_path: Path) -> Tenant:
     return _build(spec_path, loaded.data)
 
 
+def _linked(org: str, root: Path | None) -> Problem | None:
+    """A problem when the tenant's folder, group_vars, group_vars/all, tenant.yml or generated/ is a symbolic link,
+    or the spec resolves outside inventories/<org>: the folder name is the tenant's identity, so
+    `inventories/acme -> stockmark` must not act on stockmark (nor `generated -> /elsewhere` write elsewhere)."""
+    folder = tenant_dir(org, root)
+    fix = (f"make it a real folder or file (a copy, not a link): {org}'s identity comes from the folder name "
+           f"inventories/{org}")
+    for here in (folder, folder / "group_vars", folder / "group_vars" / "all", tenant_spec_path(org, root),
+                 generated_dir(org, root)):
+        if here.is_symlink():
+            return Problem(here, None, "", "is a symbolic link; fmcluster never acts on a tenant through a link", fix)
+    spec = tenant_spec_path(org, root)
+    try:
+        inside = spec.resolve().is_relative_to(folder.resolve()) if spec.exists() else True
+    except (OSError, RuntimeError):  # a loop further up the path
+        inside = False
+    if not inside:
+        return Problem(spec, None, "", f"resolves outside inventories/{org}", fix)
+    return None
+
+
 def load_tenant(org: str, root: Path | None = None) -> Tenant:
     """The validated tenant `org` from inventories/<org>/group_vars/all/tenant.yml.
 
@@ -278,6 +299,9 @@ def load_tenant(org: str, root: Path | None = None) -> Tenant:
     if bad_name is not None:
         raise TenantInvalid([Problem(Path("--org"), None, "", *bad_name)])
     spec_path = tenant_spec_path(org, root)
+    linked = _linked(org, root)
+    if linked is not None:
+        raise TenantInvalid([linked])
     if not spec_path.parent.parent.parent.is_dir():
         known = sorted(p.name for p in inventories_dir(root).iterdir() if (p / "group_vars").is_dir()) \
             if inventories_dir(root).is_dir() else []

@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from fmcluster.catalog import load_catalog
+from fmcluster.escape import escaped
 from fmcluster.paths import DATA_DIR
 
 NCCL_PROFILES_PATH = DATA_DIR / "nccl_profiles.yml"
@@ -39,12 +40,17 @@ class EnvSetting:
     rule: str  # the rule that emitted it
 
 
+#: A whole version: digits and dots, an optional leading v, an optional vendor suffix of letters, digits, dots and
+#: dashes ('2.4.0amzn5.0', '1.14.0-aws'). Matched whole: a prefix match would accept '1.2.3\nNCCL_EVIL=1'.
+VERSION = re.compile(r"[vV]?(\d{1,9}(?:\.\d{1,9}){0,5})(?:[A-Za-z][A-Za-z0-9.-]{0,30}|-[A-Za-z0-9.-]{1,30})?")
+
+
 def parse_version(text: str) -> tuple[int, ...]:
     """'1.20.0' -> (1, 20, 0); vendor suffixes are ignored ('2.4.0amzn5.0' -> (2, 4, 0), 'v1.16.3' -> (1, 16, 3))."""
-    match = re.match(r"\d+(?:\.\d+)*", text.strip().lstrip("vV"))
+    match = VERSION.fullmatch(text)
     if not match:
-        raise ValueError(f"not a version: {text!r}")
-    return tuple(int(part) for part in match.group(0).split("."))
+        raise ValueError(f"not a version: {escaped(text)} (write it like 1.14.0)")
+    return tuple(int(part) for part in match.group(1).split("."))
 
 
 @lru_cache(maxsize=4)

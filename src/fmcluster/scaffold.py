@@ -20,7 +20,7 @@ from cookiecutter.exceptions import CookiecutterException
 from cookiecutter.main import cookiecutter
 
 from fmcluster.model import Tenant, TenantInvalid, load_spec
-from fmcluster.paths import inventories_dir, repo_root
+from fmcluster.paths import inventories_dir, real_dir, repo_root
 from fmcluster.validation import REFUSED_CATEGORIES, Problem, did_you_mean, org_problem, show
 
 BACKUP_DIR = ".backup"
@@ -111,8 +111,8 @@ def _as_options(err: TenantInvalid, answers: dict[str, str]) -> list[Problem]:
 
 def _backup(existing: Path, target_root: Path) -> Path:
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    folder = target_root / BACKUP_DIR
-    folder.mkdir(exist_ok=True)
+    # A real folder: a `.backup -> elsewhere` link would carry the old tenant (its spec edits) out of the tree.
+    folder = real_dir(target_root / BACKUP_DIR, target_root)
     backup = folder / f"{existing.name}-{stamp}"
     n = 1
     while backup.exists():
@@ -133,6 +133,8 @@ def new_tenant(
     force the existing one is kept under `.backup/`. Raises NewTenantInvalid (a ValueError) or TenantExists,
     having written nothing."""
     target_root = output_dir or inventories_dir()
+    if bad_root := _output_dir_problem(target_root):
+        raise NewTenantInvalid([bad_root])
     if org is not None:
         if bad := org_problem(org):
             raise NewTenantInvalid([Problem(Path("--org"), None, "", f"{bad[0]} (not a safe name)", bad[1])])
@@ -140,12 +142,18 @@ def new_tenant(
     problems = answer_problems(answers)
     if problems:
         raise NewTenantInvalid(problems)
+    if org is not None and (target_root / org).is_symlink():
+        raise NewTenantInvalid([_linked_tenant(target_root / org)])
     if org is not None and (target_root / org).exists() and not force:
         raise TenantExists(f"{target_root / org} already exists; pass --force to replace it (the old one is kept "
                            f"under {target_root / BACKUP_DIR}/)")
     created_root = not target_root.exists()
-    target_root.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".new-tenant-", dir=target_root))
+    try:
+        target_root.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=".new-tenant-", dir=target_root))
+    except OSError as err:
+        raise NewTenantInvalid([Problem(Path("--output-dir"), None, "", f"{show(str(target_root))} cannot be written: "
+                                        f"{show(err.strerror or str(err))}", "pass a directory you can write")]) from None
     try:
         try:
             rendered = Path(cookiecutter(
@@ -168,6 +176,8 @@ def new_tenant(
         except TenantInvalid as err:
             raise NewTenantInvalid(_as_options(err, answers)) from None
         final = target_root / name
+        if final.is_symlink():
+            raise NewTenantInvalid([_linked_tenant(final)])
         if final.exists() and not force:
             raise TenantExists(f"{final} already exists; pass --force to replace it")
         _move_into_place(rendered, final, target_root)
@@ -176,6 +186,25 @@ def new_tenant(
         shutil.rmtree(staging, ignore_errors=True)
         if created_root and not any(target_root.iterdir()):
             target_root.rmdir()
+
+
+def _output_dir_problem(target_root: Path) -> Problem | None:
+    """Why the tenants' folder cannot take a new tenant (not a directory, a link loop, unreadable), or None."""
+    where = Path("--output-dir")
+    try:
+        if target_root.exists() and not target_root.is_dir():
+            return Problem(where, None, "", f"{show(str(target_root))} is not a directory",
+                           "pass a directory (it is created when missing), e.g. --output-dir=inventories")
+        target_root.resolve(strict=False)
+    except (OSError, RuntimeError) as err:
+        return Problem(where, None, "", f"{show(str(target_root))} cannot be used: {show(str(err))}",
+                       "pass a directory you can write, without a symbolic-link loop")
+    return None
+
+
+def _linked_tenant(folder: Path) -> Problem:
+    return Problem(folder, None, "", "is a symbolic link; a tenant is the folder it is named by, never a link",
+                   f"remove the link (`rm {folder}`) or choose another --org")
 
 
 def _move_into_place(rendered: Path, final: Path, target_root: Path) -> None:
@@ -189,5 +218,5 @@ def _move_into_place(rendered: Path, final: Path, target_root: Path) -> None:
     except OSError:
         backup.rename(final)
         raise
-    if (backup / "generated").is_dir():
+    if (backup / "generated").is_dir() and not (backup / "generated").is_symlink():  # never copy a link's target
         shutil.copytree(backup / "generated", final / "generated", symlinks=True)

@@ -24,6 +24,7 @@ import jsonschema
 import jsonschema.validators
 
 from fmcluster.catalog import InstanceType, load_catalog
+from fmcluster.escape import escaped, neutral
 from fmcluster.parallelcluster import rules as parallelcluster_rules
 from fmcluster.paths import SCHEMA_PATH
 from fmcluster.yamlpos import KeyPath, LoadedYaml
@@ -57,13 +58,23 @@ MAX_STRING = 2048
 REFUSED_CATEGORIES = {"Cc": "a control character", "Cf": "an invisible format character",
                       "Cs": "a lone surrogate", "Zl": "a line separator", "Zp": "a paragraph separator"}
 
-# System directories a shared file system must not be mounted over (or inside): the OS, its state, and
-# where the DLAMI installs the accelerator stack (/opt/amazon/efa, /opt/nvidia, /opt/aws).
+# System directories a shared file system must not be mounted over (or inside): the OS, its state, root's home
+# (/root/.ssh: a shared file system there hands root's keys to whoever writes it), where the DLAMI installs the
+# accelerator stack (/opt/amazon/efa, /opt/nvidia, /opt/aws), where Slurm, ParallelCluster, SageMaker HyperPod
+# and fmcluster itself install and keep their configuration (/opt/slurm/etc, /opt/parallelcluster, /opt/ml,
+# /opt/sagemaker, /opt/fmcluster).
 SYSTEM_DIRS = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/run", "/sbin",
-               "/sys", "/usr", "/var", "/opt/amazon", "/opt/aws", "/opt/nvidia", "/opt/aws-neuronx", "/snap")
-SYSTEM_EXACT = ("/", "/opt", "/root", "/tmp", "/srv", "/mnt", "/media", "/lost+found")
+               "/sys", "/usr", "/var", "/root", "/opt/amazon", "/opt/aws", "/opt/nvidia", "/opt/aws-neuronx", "/snap",
+               "/opt/slurm", "/opt/parallelcluster", "/opt/intel", "/opt/ml", "/opt/sagemaker", "/opt/fmcluster")
+SYSTEM_EXACT = ("/", "/opt", "/tmp", "/srv", "/mnt", "/media", "/lost+found")
 PATH_PATTERN = re.compile(r"(?:/[A-Za-z0-9._-]+)+")
 S3_PREFIX_PATTERN = re.compile(r"(?:[A-Za-z0-9._-]+/)*")
+#: Prefixes of the tenant bucket holding what nodes execute or trust: the bootstrap bundle and scripts, the
+#: manifest and node reports (fmcluster/...: publish.py, stacks/templates/common.py, parallelcluster/config.py)
+#: and HyperPod's lifecycle scripts. A data repository linked over any of them would let whatever is written
+#: under the Lustre path be exported over node-bootstrap.sh or on_create.sh, which every node runs as root.
+#: tests/test_tenant_validation.py checks every prefix the code publishes to lies inside one of these.
+CONTROL_PREFIXES = ("fmcluster/", "hyperpod/")
 EMAIL_PATTERN = re.compile(r"[A-Za-z0-9._%+-]{1,64}@(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]{2,63}")
 SNS_ARN_PATTERN = re.compile(r"arn:aws:sns:([a-z0-9-]+):([0-9]{12}):([A-Za-z0-9_-]{1,256})")
 AMP_URL_PATTERN = re.compile(
@@ -117,19 +128,21 @@ class Problem:
     def render(self, root: Path | None = None) -> str:
         shown = self.file
         if root is not None:
-            try:
-                shown = self.file.resolve().relative_to(root.resolve())
-            except ValueError:
-                pass
+            # The path as named (a link is shown as the link, never where it points), relative to the checkout.
+            for mine, theirs in ((self.file.absolute(), root.absolute()), (self.file.absolute(), root.resolve())):
+                if mine.is_relative_to(theirs):
+                    shown = mine.relative_to(theirs)
+                    break
         where = f"{shown}:{self.line}" if self.line else f"{shown}"
-        key = f" {self.key}:" if self.key else ""
-        return f"{where}:{key} {self.message}\n    fix: {self.fix}"
+        key = f" {neutral(self.key)}:" if self.key else ""
+        # Each part one line, escaped: a value that slipped into a message unquoted still cannot forge a line.
+        return f"{neutral(str(where))}:{key} {neutral(self.message)}\n    fix: {neutral(self.fix)}"
 
 
 def show(value: object, limit: int = 60) -> str:
-    """A value as it may appear in a message: quoted, escaped (no raw newline can fake a line), shortened."""
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 5] + "…" + text[-4:]
+    """A value as it may appear in a message: quoted, escaped (no raw newline can fake a line, no control or
+    bidirectional character reaches the terminal), shortened. The one helper every validator message uses."""
+    return escaped(value, limit)
 
 
 def dotted(path: Iterable[str | int]) -> str:
@@ -500,7 +513,8 @@ def _check_queue_name(out: _Collector, q: KeyPath, i: int, name: str, seen: dict
 
 
 def _tenant_folder(spec: Path) -> str | None:
-    parts = spec.resolve().parts
+    # The path as given, never resolved: a tenant is the folder it is named by (model._linked refuses links).
+    parts = spec.absolute().parts
     if len(parts) >= 5 and parts[-5] == "inventories" and parts[-3:-1] == ("group_vars", "all"):
         return parts[-4]
     return None
@@ -619,6 +633,7 @@ def _check_storage(out: _Collector, tenant: dict[str, Any], t: KeyPath) -> None:
     lustre_mount = None
     if isinstance(lustre, dict):
         kind = lustre.get("deployment_type", "PERSISTENT_2")
+        kind = kind if isinstance(kind, str) else "?"  # a list or mapping here is the schema's to report
         capacity = lustre.get("storage_capacity_gib")
         if kind in LUSTRE_STEP_GIB and _whole(capacity):
             step = LUSTRE_STEP_GIB[kind]
@@ -640,7 +655,7 @@ def _check_storage(out: _Collector, tenant: dict[str, Any], t: KeyPath) -> None:
                 out.add((*s, "throughput_per_unit"), f"{kind} file systems have a fixed throughput",
                         "remove throughput_per_unit, or use a PERSISTENT deployment type")
         if "data_repository" in lustre and kind not in LUSTRE_DRA_TYPES:
-            out.add((*s, "data_repository"), f"a data repository association needs {' or '.join(LUSTRE_DRA_TYPES)}, not {kind}",
+            out.add((*s, "data_repository"), f"a data repository association needs {' or '.join(LUSTRE_DRA_TYPES)}, not {neutral(kind)}",
                     "set deployment_type: PERSISTENT_2 or remove data_repository")
         fs_path = _get(lustre, "data_repository", "file_system_path")
         if fs_path == "/":
@@ -653,7 +668,15 @@ def _check_storage(out: _Collector, tenant: dict[str, Any], t: KeyPath) -> None:
                                         any(part in (".", "..") for part in prefix.split("/"))):
             out.add((*s, "data_repository", "s3_prefix"), f"{show(prefix)} is not a usable S3 prefix",
                     "write folder names of letters, digits, '.', '_' or '-', each followed by '/', e.g. data/ "
-                    "or datasets/v1/ (empty for the whole bucket); no '..', no leading '/'")
+                    "or datasets/v1/; no '..', no leading '/'")
+        elif isinstance(prefix, str) and (control := control_prefix_overlap(prefix)) is not None:
+            where = ("the whole bucket, which holds" if prefix == "" else "" if prefix == control else
+                     "inside" if prefix.startswith(control) else "a folder that holds")
+            out.add((*s, "data_repository", "s3_prefix"),
+                    f"{show(prefix)} is {where + ' ' if where else ''}fmcluster's control prefix '{control}' (the node bootstrap, manifest, "
+                    "reports and HyperPod lifecycle scripts nodes run as root): the file system would export over them",
+                    "link a data folder of its own, e.g. data/ or datasets/v1/ (not under "
+                    + " or ".join(CONTROL_PREFIXES) + ")")
         lustre_mount = _check_mount(out, (*s, "mount_point"), lustre.get("mount_point", "/fsx"))
     zfs = _get(tenant, "storage", "openzfs")
     if isinstance(zfs, dict):
@@ -670,6 +693,11 @@ def _check_storage(out: _Collector, tenant: dict[str, Any], t: KeyPath) -> None:
             elif zfs_mount.startswith(lustre_mount + "/") or lustre_mount.startswith(zfs_mount + "/"):
                 out.add((*z, "mount_point"), f"'{zfs_mount}' and the Lustre mount point '{lustre_mount}' are nested",
                         "mount them side by side (e.g. /fsx and /home): nested mounts depend on mount order")
+
+
+def control_prefix_overlap(prefix: str) -> str | None:
+    """The control prefix an S3 prefix equals, contains or lies inside ('' contains them all), else None."""
+    return next((c for c in CONTROL_PREFIXES if c.startswith(prefix) or prefix.startswith(c)), None)
 
 
 def https_url_problem(url: str) -> str | None:

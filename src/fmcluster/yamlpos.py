@@ -16,6 +16,8 @@ from typing import Any
 
 import yaml
 
+from fmcluster.escape import escaped
+
 KeyPath = tuple[str | int, ...]
 
 #: A tenant spec is a few kilobytes; the biggest sensible one (16 queues, 20 receivers) stays under 10 KiB.
@@ -25,6 +27,15 @@ MAX_DEPTH = 32
 #: Values in the document, before and after alias expansion: a spec has one to three hundred, an alias bomb
 #: billions. Counted while composing too, so a large flat file stops early instead of being read whole.
 MAX_NODES = 2_000
+#: Digits in a number: the largest a spec holds (a capacity in GiB) has six; a longer one is a typo or an attack
+#: (Python refuses to read integers of more than 4300 digits, and big ones cost time to convert).
+MAX_DIGITS = 15
+#: Numbers are decimal: YAML 1.1 also reads 010 as 8, 0x10 as 16, 0b10 as 2, 1:30 as 90 and 1_6 as 16, which no
+#: person writing a node count means.
+DECIMAL_INT = re.compile(r"[-+]?(?:0|[1-9][0-9]*)")
+#: Characters YAML 1.1 treats as line breaks but editors, grep and diff do not: a key after one is invisible to
+#: the tools a reviewer uses, yet read by the loader.
+HIDDEN_LINE_BREAKS = {"\u2028": "LINE SEPARATOR", "\u2029": "PARAGRAPH SEPARATOR", "\x85": "NEXT LINE (NEL)"}
 
 
 GENERIC_FIX = "fix the YAML at that line (indentation, a missing ':' or an unclosed quote)"
@@ -69,6 +80,7 @@ class _Refused(Exception):
 
 
 _SEQ, _MAP = "tag:yaml.org,2002:seq", "tag:yaml.org,2002:map"
+_INT, _FLOAT = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
 _KINDS = {"int": "number", "float": "number", "bool": "true/false value", "NoneType": "null",
           "date": "date", "datetime": "date", "bytes": "binary value"}
 
@@ -118,9 +130,9 @@ class _Builder:
                            "write the values out; a tenant spec has one to three hundred", here[:-1])
         self.lines[here] = _line(node)
         if not isinstance(node, (yaml.MappingNode, yaml.SequenceNode)):
-            return self.loader.construct_object(node, deep=True)
+            return self._scalar(node, here)
         if node.tag not in (_SEQ, _MAP):
-            raise _Refused(_line(node), f"the tag {node.tag[:60]!r} is not supported in a tenant spec",
+            raise _Refused(_line(node), f"the tag {_shown(node.tag)} is not supported in a tenant spec",
                            "remove the tag (`!!…` or `!…`) and write plain lists and mappings", here)
         if id(node) in self.open:
             raise _Refused(_line(node), "an alias refers to the collection that contains it (a recursive alias)",
@@ -133,6 +145,32 @@ class _Builder:
         finally:
             self.open.discard(id(node))
 
+    def _scalar(self, node: yaml.Node, here: KeyPath) -> Any:
+        """A scalar's value: numbers decimal and bounded, a constructor's failure (`!!int abc`, the date
+        2024-02-30) a refusal naming the line, never a traceback."""
+        text = str(node.value)
+        if node.tag in (_INT, _FLOAT) and len(re.sub(r"[^0-9]", "", text)) > MAX_DIGITS:
+            raise _Refused(_line(node), f"the number {_shown(text)} has more than {MAX_DIGITS} digits",
+                           f"no spec number needs more than {MAX_DIGITS} digits: check for a typo", here)
+        # Text YAML itself reads as a number (`!!int abc` is not: its constructor fails below, with the line).
+        implicit = self.loader.resolve(yaml.ScalarNode, text, (True, False))  # type: ignore[no-untyped-call]
+        if node.tag == _INT and implicit == _INT and not DECIMAL_INT.fullmatch(text):
+            raise _Refused(_line(node), f"{_shown(text)} is not a decimal number: YAML 1.1 reads it as "
+                           f"{_number_form(text)}", "write the number in plain decimal digits (e.g. 8, 16, 90), "
+                           "or quote it if you meant text", here)
+        if node.tag == _FLOAT and implicit in (_INT, _FLOAT) and ("_" in text or ":" in text):
+            raise _Refused(_line(node), f"{_shown(text)} is not a decimal number: YAML 1.1 reads it as "
+                           f"{_number_form(text)}", "write it in plain decimal form (e.g. 1.5), or quote it if you "
+                           "meant text", here)
+        try:
+            return self.loader.construct_object(node, deep=True)
+        except Exception as err:  # noqa: BLE001 - PyYAML's constructors raise ValueError, KeyError (`!!bool maybe`),
+            # IndexError (`!!int ''`), AttributeError (`!!timestamp nope`)...: each is this value's refusal
+            tag = node.tag.removeprefix("tag:yaml.org,2002:")
+            raise _Refused(_line(node), f"{_shown(text)} cannot be read as {_shown(tag)}: {_shown(str(err), 80)}",
+                           "write a plain value (quote text; write dates as YYYY-MM-DD that exist), without a "
+                           "`!!` tag", here) from None
+
     def _mapping(self, node: yaml.MappingNode, here: KeyPath) -> dict[str, Any]:
         result: dict[str, Any] = {}
         for key_node, value_node in node.value:
@@ -143,17 +181,47 @@ class _Builder:
             if key_node.tag == "tag:yaml.org,2002:merge":
                 raise _Refused(line, "merge keys (`<<: *alias`) are not supported in a tenant spec",
                                "write the keys out", here)
-            key = self.loader.construct_object(key_node, deep=True)
+            key = self._scalar(key_node, here)
             if not isinstance(key, str):
                 kind = _KINDS.get(type(key).__name__, type(key).__name__)
-                raise _Refused(line, f"the key {key_node.value[:40]!r} is read as a {kind}, not a name",
+                raise _Refused(line, f"the key {_shown(str(key_node.value))} is read as a {kind}, not a name",
                                "keys are names like `org:`; quote it if you meant the text", here)
             if key in result:
-                raise _Refused(line, f"duplicate key '{key[:60]}'", "keep one of them", (*here, key))
+                raise _Refused(line, f"duplicate key {_shown(key)}", "keep one of them", (*here, key))
             child = (*here, key)
             result[key] = self.build(value_node, child)
             self.lines[child] = line
         return result
+
+
+def _shown(text: str, limit: int = 60) -> str:
+    """Input as a message may echo it (fmcluster.escape.escaped, which fmcluster.validation.show is too)."""
+    return escaped(text, limit)
+
+
+def _number_form(text: str) -> str:
+    plain = text.lstrip("+-")
+    if ":" in plain:
+        return "a base-60 (sexagesimal) number, e.g. 1:30 is 90"
+    if "_" in plain:
+        return "a number with '_' separators, e.g. 1_6 is 16"
+    if plain[:2].lower() == "0x":
+        return "a hexadecimal number, e.g. 0x10 is 16"
+    if plain[:2].lower() == "0b":
+        return "a binary number, e.g. 0b10 is 2"
+    if plain[:1] == "0":
+        return "an octal number, e.g. 010 is 8"
+    return "a number in a form other than decimal"
+
+
+def _hidden_line_break(path: Path, text: str) -> None:
+    for char, name in HIDDEN_LINE_BREAKS.items():
+        position = text.find(char)
+        if position >= 0:
+            raise YamlSyntaxError(path, _where(text, position), f"a raw U+{ord(char):04X} {name} character: YAML "
+                                  "reads it as a line break that editors, grep and diff do not show",
+                                  "delete it (write the text on ordinary lines; inside a double-quoted value "
+                                  "an escape like \\u2028 is read as text and refused there)")
 
 
 def _decode(path: Path, raw: bytes) -> str:
@@ -209,6 +277,7 @@ def _too_deep_brackets(text: str) -> int | None:
 def load(path: Path) -> LoadedYaml:
     """Load one YAML document with a line number for every key path. Raises YamlSyntaxError."""
     text = read_text(path)
+    _hidden_line_break(path, text)
     if (deep := _too_deep_brackets(text)) is not None:
         raise YamlSyntaxError(path, deep, f"more than {MAX_DEPTH} brackets are open at once (the document nests "
                               f"deeper than {MAX_DEPTH} levels)", "a tenant spec nests about six levels: remove the "

@@ -61,9 +61,9 @@ def reusable_pass(tenant: Tenant, state: Mapping[str, str]) -> dict[str, Any] | 
 def record_pass(tenant: Tenant, state: Mapping[str, str], result: AcceptanceResult) -> None:
     record = {**state, "run_dir": str(result.run_dir), "finished": datetime.now(timezone.utc).isoformat(),
               "tests": [{"name": t.name, "busbw_gbps": t.verdict.busbw_gbps} for t in result.tests]}
-    path = acceptance_dir(tenant.org) / LAST_PASS
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(record, indent=1) + "\n")
+    from fmcluster.paths import tenant_dir, write_fresh
+
+    write_fresh(acceptance_dir(tenant.org) / LAST_PASS, json.dumps(record, indent=1) + "\n", tenant_dir(tenant.org))
 
 
 def run_gate(tenant: Tenant, provider: Provider, nodes: Sequence[Node], out: Out) -> AcceptanceResult:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from fmcluster.acceptance.model import json_safe
-from fmcluster.paths import generated_dir
+from fmcluster.paths import generated_dir, real_dir, tenant_dir, write_fresh
 
 STAMP = "%Y%m%dT%H%M%SZ"
 
@@ -29,7 +29,8 @@ def new_run_dir(org: str, now: datetime | None = None, root: Path | None = None)
     while path.exists():
         suffix += 1
         path = acceptance_dir(org, root) / f"{stamp}-{suffix}"
-    path.mkdir(parents=True)
+    real_dir(path.parent, tenant_dir(org, root))
+    path.mkdir()
     return path
 
 
@@ -70,5 +71,5 @@ def write(run_dir: Path, data: dict[str, Any], summary: str) -> None:
     if non_finite:
         safe["non_finite"] = non_finite
     text = json.dumps(safe, indent=2, default=str, allow_nan=False)
-    (run_dir / "result.json").write_text(text + "\n", encoding="utf-8")
-    (run_dir / "summary.md").write_text(summary, encoding="utf-8")
+    write_fresh(run_dir / "result.json", text + "\n", run_dir)
+    write_fresh(run_dir / "summary.md", summary, run_dir)

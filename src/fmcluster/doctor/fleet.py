@@ -155,7 +155,7 @@ def fleet(out: Out = print, html_path: Path | None = None, root: Path | None = N
     """Print the table and write the HTML page; exit 0 when no deployed tenant is degraded or invalid."""
     from datetime import datetime, timezone
 
-    from fmcluster.paths import inventories_dir
+    from fmcluster.paths import inventories_dir, write_fresh
 
     if diagnose is None:
         from fmcluster.doctor.report import diagnose_cluster
@@ -165,7 +165,8 @@ def fleet(out: Out = print, html_path: Path | None = None, root: Path | None = N
 
     rows = [row(org, diagnose, root) for org in tenants(root)]
     path = html_path or inventories_dir(root) / "fleet.html"
-    path.write_text(html_page(rows, datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")), encoding="utf-8")
+    # Written afresh (temporary file + rename): a `fleet.html -> victim` link is replaced, not written through.
+    write_fresh(path, html_page(rows, datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")), path.parent)
     if as_json:
         out(json.dumps([asdict(r) for r in rows], indent=1))
     else:

@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from fmcluster.escape import escaped, neutral
 from fmcluster.doctor.detect import Evidence
 from fmcluster.model import Tenant
 from fmcluster.nodes import Node
@@ -211,8 +212,8 @@ def gather(tenant: Tenant, node_filter: str = "", out: Out = print) -> Gathered:
         return got
     chosen = [n for n in nodes if node_filter in (n.name, n.address)] if node_filter else list(nodes)
     if not chosen:
-        ev.add_fact("unreachable", node_filter, f"no node {node_filter!r} in {tenant.org}; nodes: "
-                    + ", ".join(n.name for n in nodes))
+        ev.add_fact("unreachable", node_filter, f"no node {escaped(node_filter)} in {tenant.org}; nodes: "
+                    + neutral(", ".join(n.name for n in nodes)))
         return got
     out(f"doctor: running the health checks on {len(chosen)} node(s) over ssh")
     with ThreadPoolExecutor(max_workers=min(8, len(chosen))) as pool:

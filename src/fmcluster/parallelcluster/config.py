@@ -35,7 +35,7 @@ from typing import Any
 import yaml
 
 from fmcluster.model import Queue, Tenant
-from fmcluster.paths import PACKAGE_DIR, generated_dir
+from fmcluster.paths import PACKAGE_DIR, generated_dir, tenant_dir, write_fresh
 
 ConfigPath = tuple[str | int, ...]
 KeyPath = tuple[str | int, ...]
@@ -359,12 +359,7 @@ def to_yaml(cfg: ClusterConfig) -> str:
 def write_cluster_config(cfg: ClusterConfig, root: Path | None = None) -> Path:
     """inventories/<org>/generated/cluster-config.yaml (rewritten only when it changes)."""
     path = generated_dir(cfg.org, root) / CONFIG_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = to_yaml(cfg)
-    if not path.exists() or path.read_text(encoding="utf-8") != text:
-        tmp = path.with_suffix(".yaml.tmp")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)
+    write_fresh(path, to_yaml(cfg), tenant_dir(cfg.org, root), if_changed=True)
     return path
 
 

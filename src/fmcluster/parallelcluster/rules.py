@@ -19,6 +19,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from fmcluster.escape import escaped, neutral
+
 KeyPath = tuple[str | int, ...]
 Add = Callable[[KeyPath, str, str], None]
 
@@ -34,6 +36,12 @@ RESERVED_MOUNT_DIRS = (
     "/opt/parallelcluster/shared", "/opt/parallelcluster/shared_login_nodes", "/opt/slurm", "/opt/intel",
     "/proc", "/root", "/run", "/sbin", "/srv", "/sys", "/tmp", "/usr", "/var",
 )
+#: pcluster.constants.DEFAULT_EPHEMERAL_DIR: where ParallelCluster mounts instance-store volumes.
+EPHEMERAL_DIR = "/scratch"
+#: Every region fmcluster knows (fmcluster.validation.KNOWN_REGIONS) is in the commercial partition.
+SECRET_PARTITION = "aws"
+#: The secrets fmcluster itself creates under fmcluster/<org>/ (fmcluster.manifest.SECRET_NAMES).
+MANAGED_SECRETS = ("munge-key", "grafana-admin-password")
 #: AWS tag values (ParallelCluster puts `programme` and `org` on every resource as tags; at most 256).
 TAG_VALUE = re.compile(r"^[\w .:/=+\-@]{0,256}$")
 #: Instance types of the catalog that EC2 sells as Capacity Blocks for ML (EC2 user guide, "Capacity
@@ -71,23 +79,58 @@ def check_tenant(tenant: dict[str, Any], add: Add) -> None:
             if isinstance(mount, str) and "/" + mount.strip("/") in RESERVED_MOUNT_DIRS:
                 add((*t, "storage", fs, "mount_point"), f"'{mount}' is reserved by AWS ParallelCluster",
                     f"use a directory of its own, e.g. {default}")
+        if isinstance(section, dict):
+            mount = section.get("mount_point", default)
+            if isinstance(mount, str) and "/" + mount.strip("/") == EPHEMERAL_DIR:
+                add((*t, "storage", fs, "mount_point"), f"'{mount}' is where AWS ParallelCluster mounts the "
+                    "instance store", f"use a directory of its own, e.g. {default}")
     accounting = tenant.get("parallelcluster", {}).get("accounting") \
         if isinstance(tenant.get("parallelcluster"), dict) else None
-    region = tenant.get("region")
-    if isinstance(accounting, dict) and isinstance(region, str):
-        arn = accounting.get("password_secret_arn")
-        parts = arn.split(":") if isinstance(arn, str) else []
-        if len(parts) > 3 and parts[2] == "secretsmanager" and parts[3] != region:
-            add((*t, "parallelcluster", "accounting", "password_secret_arn"),
-                f"the secret is in {parts[3]}, the cluster in {region}",
-                f"store the database password as a secret in {region} and name its ARN here")
+    if isinstance(accounting, dict):
+        _check_secret_arn(tenant, accounting.get("password_secret_arn"), add)
+
+
+def _check_secret_arn(tenant: dict[str, Any], arn: Any, add: Add) -> None:
+    """The database password secret is the tenant's own: ParallelCluster grants the head node read access to
+    the ARN named here, so another tenant's secret (its munge key) or another account's must not be nameable."""
+    region, org = tenant.get("region"), tenant.get("org")
+    parts = arn.split(":", 6) if isinstance(arn, str) else []
+    if len(parts) != 7 or parts[2] != "secretsmanager" or parts[5] != "secret":
+        return  # the schema's pattern reports the form
+    k: KeyPath = ("tenant", "parallelcluster", "accounting", "password_secret_arn")
+    name = parts[6]
+    if parts[1] != SECRET_PARTITION:
+        add(k, f"the secret is in partition {escaped(parts[1])}, the tenant's region in {SECRET_PARTITION!r}",
+            f"name a secret of the tenant's own account: arn:{SECRET_PARTITION}:secretsmanager:REGION:ACCOUNT:secret:...")
+    if isinstance(region, str) and parts[3] != region:
+        add(k, f"the secret is in {neutral(parts[3])}, the cluster in {neutral(region)}",
+            f"store the database password as a secret in {region} and name its ARN here")
+    if isinstance(org, str):
+        own = f"fmcluster/{org}/"
+        if not name.startswith(own):
+            add(k, f"the secret {escaped(name, 80)} is not under the tenant's own prefix {own!r}: the head node would "
+                "be granted read access to it", f"store the database password as {own}slurmdbd-password and name its ARN")
+        elif re.sub(r"-[A-Za-z0-9]{6}$", "", name.removeprefix(own)) in MANAGED_SECRETS:
+            add(k, f"{escaped(name, 80)} is a secret fmcluster manages for the nodes, not a database password",
+                f"store the database password as {own}slurmdbd-password and name its ARN")
+
+
+def secret_account_problem(password_secret_arn: str, account: str) -> str | None:
+    """Why the database password secret is not in the deploying account (None when it is). The spec names no
+    account, so this runs at deploy, with the caller's account, before `pcluster create-cluster`."""
+    parts = password_secret_arn.split(":")
+    if len(parts) < 5 or parts[4] != account:
+        shown = parts[4] if len(parts) >= 5 else "?"
+        return (f"parallelcluster.accounting.password_secret_arn is in account {shown!r}, the deploy in {account!r}: "
+                "store the database password as a secret of the tenant's own account, under fmcluster/<org>/")
+    return None
 
 
 def _check_queue(queue: dict[str, Any], q: KeyPath, add: Add) -> None:
     name = queue.get("name")
     if isinstance(name, str):
         if len(name) > NAME_MAX_LENGTH:
-            add((*q, "name"), f"'{name}' has {len(name)} characters; AWS ParallelCluster queue names have at most "
+            add((*q, "name"), f"{escaped(name)} has {len(name)} characters; AWS ParallelCluster queue names have at most "
                 f"{NAME_MAX_LENGTH}", f"shorten it to {NAME_MAX_LENGTH} characters or fewer")
         if name == "default":
             add((*q, "name"), "AWS ParallelCluster forbids the queue name 'default'",
@@ -96,7 +139,7 @@ def _check_queue(queue: dict[str, Any], q: KeyPath, add: Add) -> None:
     if kind == CAPACITY_BLOCK:
         itype = queue.get("instance_type")
         if isinstance(itype, str) and itype not in CAPACITY_BLOCK_TYPES:
-            add((*q, "capacity_reservation_type"), f"{itype} is not sold as EC2 Capacity Blocks for ML",
+            add((*q, "capacity_reservation_type"), f"{neutral(itype)} is not sold as EC2 Capacity Blocks for ML",
                 f"use a capacity block of one of: {', '.join(sorted(CAPACITY_BLOCK_TYPES))}; or an On-Demand "
                 "Capacity Reservation (capacity_reservation_type: default)")
         if not queue.get("capacity_reservation_id"):

@@ -51,6 +51,10 @@ class Provider(Protocol):
     #: How long the deploy waits for every node's first converge (a local host boots in seconds; an EC2 GPU
     #: instance installs drivers and EFA for many minutes).
     boot_timeout_s: float
+    #: Whether `invoke plan` may bring the endpoint up (`endpoint(start=True)`). AWS: nothing to start. Local:
+    #: no, starting the emulator needs root and leaves a process behind; plan renders offline instead, and
+    #: reads a running emulator when the tenant is deployed.
+    plan_starts_endpoint: bool
 
     def endpoint(self, start: bool, out: Out) -> str | None:
         """The AWS endpoint for this tenant's API calls (None: AWS's own). `start`: bring it up if needed.

@@ -94,6 +94,14 @@ class ParallelCluster:
                                      "the rendered config passed ParallelCluster's schema", details + [STOOD_IN])
         if cfg.placeholders:
             return StepOutcome("failed", "the stacks did not give " + ", ".join(cfg.placeholders), details)
+        accounting = self.tenant.parallelcluster.accounting if self.tenant.parallelcluster else None
+        if accounting is not None:
+            from fmcluster.parallelcluster.rules import secret_account_problem
+            from fmcluster.stacks import aws
+
+            account = str(aws.client("sts", self.tenant.region, None).get_caller_identity()["Account"])
+            if (problem := secret_account_problem(accounting.password_secret_arn, account)) is not None:
+                return StepOutcome("failed", problem, details)
         try:
             done = operations.apply(cfg, path, out=out)
             state = done.state if done.action == "no-changes" else operations.wait(cfg.cluster_name, cfg.region, out=out)

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from fmcluster.stacks.render import RenderedStack, load_cfn_yaml
-from fmcluster.stacks.templates.common import UNSCOPABLE_ACTIONS
+from fmcluster.stacks.templates.common import NODE_READ_PREFIXES, REPORT_PREFIX, UNSCOPABLE_ACTIONS
+from fmcluster.validation import CONTROL_PREFIXES
 
 OPEN_CIDRS = {"0.0.0.0/0", "::/0"}
 # The rule AWS (and the CDK) use to replace the default allow-all egress with one that matches nothing.
@@ -295,6 +296,32 @@ def _check_lustre(stack: str, name: str, res: dict[str, Any]) -> list[Finding]:
     return findings
 
 
+#: What nodes execute or trust in the data bucket: no data repository may be linked over, inside or around it.
+CONTROL_PREFIXES_IN_BUCKET = tuple(dict.fromkeys((*CONTROL_PREFIXES, *NODE_READ_PREFIXES, REPORT_PREFIX)))
+
+
+def _check_data_repository(stack: str, name: str, res: dict[str, Any]) -> list[Finding]:
+    """A Lustre data repository (DRA or the legacy Import/ExportPath) never covers a control prefix."""
+    props = res.get("Properties", {})
+    paths = [props.get("DataRepositoryPath")] if res.get("Type") == "AWS::FSx::DataRepositoryAssociation" else \
+        [(props.get("LustreConfiguration") or {}).get(k) for k in ("ImportPath", "ExportPath")]
+    findings = []
+    for path in (p for p in paths if p is not None):
+        text = _as_text(path)
+        match = re.fullmatch(r"s3://[^/]*/?(.*)", text)
+        if match is None:
+            findings.append(Finding(stack, name, f"data repository path {text!r} is not an s3:// path in the data bucket",
+                                    "set storage.lustre.data_repository.s3_prefix to a data folder, e.g. data/"))
+            continue
+        prefix = match.group(1)
+        control = next((c for c in CONTROL_PREFIXES_IN_BUCKET if c.startswith(prefix) or prefix.startswith(c)), None)
+        if control is not None:
+            findings.append(Finding(stack, name, f"data repository path {text!r} covers the control prefix {control!r} "
+                                    "(what nodes run as root would be exported from the file system)",
+                                    "set storage.lustre.data_repository.s3_prefix to a data folder of its own, e.g. data/"))
+    return findings
+
+
 def _check_tags(stack: str, name: str, res: dict[str, Any]) -> list[Finding]:
     tags = res.get("Properties", {}).get("Tags")
     if not isinstance(tags, list):
@@ -326,6 +353,9 @@ def check_stack(stack: RenderedStack) -> list[Finding]:
             findings += _check_instance(stack.name, name, res)
         elif rtype == "AWS::FSx::FileSystem":
             findings += _check_file_system(stack.name, name, res, resources)
+            findings += _check_data_repository(stack.name, name, res)
+        elif rtype == "AWS::FSx::DataRepositoryAssociation":
+            findings += _check_data_repository(stack.name, name, res)
         findings += _check_tags(stack.name, name, res)
     return findings
 

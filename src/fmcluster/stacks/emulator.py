@@ -22,7 +22,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from fmcluster.paths import PACKAGE_DIR, generated_dir
+from fmcluster.paths import PACKAGE_DIR, generated_dir, real_dir, tenant_dir, write_fresh
 
 STATE_FILE = "emulator.json"
 LOG_FILE = "emulator.log"
@@ -102,14 +102,14 @@ def ensure_emulator(org: str, root: Path | None = None, host: str = "127.0.0.1")
     if alive:  # listening where the local hosts cannot reach it: its state cannot be kept
         stop_emulator(org, root)
     previous = read_state(org, root)
-    gen = generated_dir(org, root)
-    gen.mkdir(parents=True, exist_ok=True)
+    gen = real_dir(generated_dir(org, root), tenant_dir(org, root))
     port, log = _free_port(host), gen / LOG_FILE
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PACKAGE_DIR.parent), env.get("PYTHONPATH", "")]))
     env.setdefault("AWS_ACCESS_KEY_ID", "emulator")
     env.setdefault("AWS_SECRET_ACCESS_KEY", "emulator")
-    with log.open("ab") as sink:
+    # O_NOFOLLOW: a link planted at the log's path is refused, not appended through.
+    with os.fdopen(os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644), "ab") as sink:
         proc = subprocess.Popen(  # noqa: S603 - our own module, fixed arguments
             [sys.executable, "-m", MODULE, "--host", host, "--port", str(port)],
             stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT, env=env,
@@ -121,8 +121,8 @@ def ensure_emulator(org: str, root: Path | None = None, host: str = "127.0.0.1")
             proc.kill()
             raise RuntimeError(f"the AWS emulator did not start (exit {proc.poll()}); see {log}")
         time.sleep(0.1)
-    _state_path(org, root).write_text(json.dumps({"pid": proc.pid, "host": host, "port": port, "log": str(log),
-                                                  "started_at": time.time()}) + "\n", encoding="utf-8")
+    write_fresh(_state_path(org, root), json.dumps({"pid": proc.pid, "host": host, "port": port, "log": str(log),
+                                                    "started_at": time.time()}) + "\n", tenant_dir(org, root))
     if previous:
         note = (f"the AWS emulator of '{org}' (pid {previous.get('pid')}) is gone, and its state with it: "
                 f"started a fresh one (pid {proc.pid}, {host}:{port}); every stack will be created again")

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from fmcluster.catalog import InstanceType
+from fmcluster.escape import escaped, neutral
 from fmcluster.model import Tenant
 from fmcluster.nodes import LIVE_STATES, Node, hostname_for
 from fmcluster.paths import repo_root, secrets_dir
@@ -54,6 +55,7 @@ EMULATOR_IMAGE_PARAMETER = "/aws/service/ami-amazon-linux-latest/al2023-ami-kern
 class LocalProvider:
     # A pristine host installs its toolchain and packages at first boot: minutes on 2 loaded cores.
     boot_timeout_s = 1500.0
+    plan_starts_endpoint = False  # the emulator needs root and outlives the plan: plan renders offline
     name = "local"
 
     def __init__(self, tenant: Tenant) -> None:
@@ -225,7 +227,8 @@ class LocalProvider:
     def halt(self, node: str, out: Out) -> None:
         host = next((h for h in load_hosts(self.tenant.org) if node in (h.hostname, h.address, h.key)), None)
         if host is None:
-            raise KeyError(f"no local host {node!r}; hosts: {', '.join(h.hostname for h in load_hosts(self.tenant.org))}")
+            raise KeyError(f"no local host {escaped(node)}; hosts: "
+                           f"{neutral(', '.join(h.hostname for h in load_hosts(self.tenant.org)))}")
         remove_host(host)
         from fmcluster.providers.local.hosts import forget_host
 

@@ -17,6 +17,7 @@ tenant has here lives under `substrate_root(org)` and goes with `remove_all`.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import ipaddress
 import json
@@ -94,8 +95,13 @@ def substrate_root(org: str) -> Path:
 
 
 def _tag(org: str) -> str:
-    """Short, collision-resistant tag for kernel object names (IFNAMSIZ is 15)."""
-    return org if len(org) <= 7 else org[:3] + hashlib.sha1(org.encode()).hexdigest()[:4]
+    """Short tag for kernel object names (IFNAMSIZ is 15): a name of up to 7 characters as it is; a longer one
+    as its first two characters, '_' and 4 characters of its hash. No tenant name holds '_' (validation's
+    ORG_PATTERN), so a hashed tag never equals a short name (`neu38fd` and `neuronlab` used to collide)."""
+    if len(org) <= 7:
+        return org
+    digest = base64.b32encode(hashlib.sha256(org.encode()).digest()).decode("ascii").lower()
+    return f"{org[:2]}_{digest[:4]}"
 
 
 def bridge_name(org: str) -> str:
