@@ -56,14 +56,16 @@ def test_rendered_config_matches_its_golden_file(name: str, render: Any) -> None
     assert text == golden.read_text(), f"rendered config differs from {golden}; see the module docstring"
 
 
-def test_p5_queue_gets_efa_gpudirect_placement_group_reservation_and_static_nodes() -> None:
+def test_p5_queue_gets_efa_gpudirect_reservation_static_nodes_and_no_placement_group() -> None:
     gpu = queue(p5(), "gpu")
     (resource,) = gpu["ComputeResources"]
     assert resource["InstanceType"] == "p5.48xlarge" and resource["MinCount"] == resource["MaxCount"] == 8
     assert resource["Efa"] == {"Enabled": True, "GdrSupport": True}
     assert resource["CapacityReservationTarget"] == {"CapacityReservationId": "cr-0123456789abcdef0"}
     assert gpu["CapacityType"] == "ONDEMAND"
-    assert gpu["Networking"]["PlacementGroup"] == {"Enabled": True, "Name": placeholder_outputs(load_tenant("pclab", ROOT))["PlacementGroupName"]}
+    # In a reservation: explicitly out of the placement group (ParallelCluster's EfaPlacementGroupValidator wants
+    # it explicit; PlacementGroupCapacityReservationValidator warns against an unrelated group).
+    assert gpu["Networking"]["PlacementGroup"] == {"Enabled": False}
     assert gpu["HealthChecks"] == {"Gpu": {"Enabled": True}}
 
 
@@ -71,6 +73,15 @@ def test_trainium_queue_has_efa_without_gpudirect_and_no_gpu_health_check() -> N
     trn = queue(trn1(), "trn")
     assert trn["ComputeResources"][0]["Efa"] == {"Enabled": True, "GdrSupport": False}
     assert "HealthChecks" not in trn
+
+
+def test_an_efa_queue_without_a_reservation_uses_the_network_stacks_placement_group() -> None:
+    tenant = load_tenant("pclab", ROOT)
+    object.__setattr__(tenant.queues[0], "capacity_reservation_id", None)
+    gpu = queue(render_cluster_config(tenant), "gpu")
+    assert gpu["Networking"]["PlacementGroup"] == {"Enabled": True,
+                                                   "Name": placeholder_outputs(tenant)["PlacementGroupName"]}
+    assert "CapacityReservationTarget" not in gpu["ComputeResources"][0]
 
 
 def test_cpu_queue_has_neither_efa_nor_placement_group() -> None:
@@ -128,8 +139,8 @@ def test_slurm_accounting_only_when_configured() -> None:
 def test_unknown_outputs_are_marked_placeholders_listed_in_the_header() -> None:
     cfg = p5()
     assert set(cfg.placeholders) == {"PrivateSubnetId", "PublicSubnetId", "EfaSecurityGroupId", "NodeSecurityGroupId",
-                                     "PlacementGroupName", "DataBucketName", "LustreFileSystemId", "HomeVolumeId",
-                                     "NodeBootstrapPolicyArn"}
+                                     "DataBucketName", "LustreFileSystemId", "HomeVolumeId",
+                                     "NodeBootstrapPolicyArn"}, "no PlacementGroupName: the EFA queue is in a reservation"
     text = to_yaml(cfg)
     assert "# PLACEHOLDERS" in text
     for name, value in cfg.placeholders.items():
@@ -141,8 +152,11 @@ def test_emulator_outputs_fill_what_they_can_and_the_rest_stays_marked() -> None
     """provider local: moto creates no FSx and no placement group, so those outputs stay placeholders."""
     outputs = {k: v for k, v in TRN1_OUTPUTS.items() if k not in ("LustreFileSystemId", "PlacementGroupName")}
     outputs["PlacementGroupName"] = ""  # how the cluster stack parameter reads a missing output
-    cfg = render_cluster_config(load_spec(GOLDEN / "trn1-tenant.yml"), outputs)
-    assert set(cfg.placeholders) == {"LustreFileSystemId", "PlacementGroupName"}
+    tenant = load_spec(GOLDEN / "trn1-tenant.yml")
+    cfg = render_cluster_config(tenant, outputs)
+    assert set(cfg.placeholders) == {"LustreFileSystemId"}, "its EFA queue is in a reservation: no placement group"
+    object.__setattr__(tenant.queues[0], "capacity_reservation_id", None)
+    assert set(render_cluster_config(tenant, outputs).placeholders) == {"LustreFileSystemId", "PlacementGroupName"}
 
 
 def test_plan_writes_the_config_under_generated(tmp_path: Path) -> None:
@@ -254,8 +268,8 @@ def test_pclab_stacks_rehearse_on_the_emulator_and_their_outputs_fill_the_config
         assert result.outputs["NodeBootstrapPolicyArn"].startswith("arn:aws:iam::")
         assert ("NodeBootstrapPolicy", "AWS::IAM::ManagedPolicy") not in result.not_created.get("fmc-pclab-storage", [])
         cfg = render_cluster_config(tenant, result.outputs)
-        assert set(cfg.placeholders) == {"LustreFileSystemId", "HomeVolumeId", "PlacementGroupName"}, \
-            "FSx and the placement group are what moto does not create"
+        assert set(cfg.placeholders) == {"LustreFileSystemId", "HomeVolumeId"}, \
+            "FSx is what moto does not create (pclab's EFA queue is in a reservation: no placement group)"
         try:
             (report,) = check_configs([cfg])
         except ToolMissing:

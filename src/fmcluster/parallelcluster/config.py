@@ -16,7 +16,8 @@ What the config holds (docs/parallelcluster.md):
 - one SlurmQueue per tenant queue, the default queue first (ParallelCluster's default partition), with one
   ComputeResource of the queue's instance type, MinCount = MaxCount = count (static nodes, as on the other
   schedulers), EFA and GPUDirect RDMA where the catalog says so, the tenant's placement group for EFA
-  queues, the capacity reservation (CAPACITY_BLOCK queues: no placement group, the block places them);
+  queues without a reservation, the capacity reservation (a queue in a reservation or Capacity Block: no
+  placement group; the reservation is already placed);
 - SharedStorage: fmcluster's own FSx for Lustre (FileSystemId) and OpenZFS home (VolumeId);
 - SlurmSettings: Slurm accounting (Database) when `parallelcluster.accounting` is set; QueueUpdateStrategy
   DRAIN so an update never kills running jobs;
@@ -120,6 +121,8 @@ class ClusterConfig:
     provenance: dict[ConfigPath, KeyPath] = field(default_factory=dict)  # config path → tenant key
     sources: dict[ConfigPath, str] = field(default_factory=dict)  # config path → stack output
     placeholders: dict[str, str] = field(default_factory=dict)  # stack output → placeholder rendered
+    #: What ParallelCluster's validators get for their AWS calls offline (fmcluster.parallelcluster.offline_aws).
+    offline_answers: dict[str, Any] = field(default_factory=dict)
 
     def tenant_key(self, path: ConfigPath) -> tuple[KeyPath | None, str | None]:
         """What the value at a config path was rendered from: (tenant key, None) or (None, stack output),
@@ -181,6 +184,9 @@ class _Render:
         self.key(("Tags", 1), "programme")
         self.cfg.data = data
         self.cfg.placeholders = dict(sorted(self.used.items()))
+        from fmcluster.parallelcluster.offline_aws import answers
+
+        self.cfg.offline_answers = answers(t, self.cfg)
         return self.cfg
 
     def head_node(self) -> dict[str, Any]:
@@ -274,10 +280,17 @@ class _Render:
             "SubnetIds": [self.output("PrivateSubnetId", (*q, "Networking", "SubnetIds", 0))],
             "AdditionalSecurityGroups": groups,
         }
-        # A Capacity Block places its instances itself; ParallelCluster warns against a placement group there.
-        if instance.has_efa and not capacity_block:
+        # A queue that launches into a reservation stays out of the placement group, as on slurm-ec2: an existing
+        # reservation cannot be moved into a new group (ParallelCluster's PlacementGroupCapacityReservationValidator
+        # warns of insufficient-capacity errors), and a Capacity Block places its instances itself.
+        if instance.has_efa and not capacity_block and not queue.capacity_reservation_id:
             pg = self.output("PlacementGroupName", (*q, "Networking", "PlacementGroup", "Name"))
             networking["PlacementGroup"] = {"Enabled": True, "Name": pg}
+        elif instance.has_efa and not capacity_block:
+            # ParallelCluster wants an EFA queue's choice explicit (EfaPlacementGroupValidator), and then warns
+            # that this is "expected when using a capacity reservation with its own placement group".
+            networking["PlacementGroup"] = {"Enabled": False}
+            self.key((*q, "Networking", "PlacementGroup"), "queues", ti, "capacity_reservation_id")
         resource: dict[str, Any] = {
             "Name": compute_resource_name(queue),
             "InstanceType": instance.name,
