@@ -72,10 +72,32 @@ def plan(org: str, show_templates: bool = False) -> int:
 
     from fmcluster.schedulers import scheduler_for
 
+    if capacity_preflight(tenant, endpoint, unreachable) != 0:
+        return EXIT_INVALID_SPEC
     result = plan_stacks(tenant, endpoint, offline=unreachable is not None, show_templates=show_templates,
                          image_parameter=provider_for(tenant).image_parameter)
     code = 0 if result.ok and not result.notes else EXIT_FAILED  # notes: security findings
     return scheduler_for(tenant).plan(print) or code
+
+
+def capacity_preflight(tenant: Tenant, endpoint: str | None, unreachable: NoEndpointType | None,
+                       out: Out = print) -> int:
+    """The capacity pre-flight (fmcluster.capacity) as `invoke plan` shows it: 0, or 2 with every refusal."""
+    from fmcluster.capacity import preflight, render
+    from fmcluster.stacks import aws
+
+    if unreachable is not None:
+        out(f"[capacity] not checked: {unreachable}; `invoke deploy` checks the reservations and quotas before "
+            "any change")
+        return 0
+    result = preflight(tenant, lambda service: aws.client(service, tenant.region, endpoint),
+                       stand_in=endpoint is not None)
+    out("[capacity] reservations and On-Demand quotas (EC2, Service Quotas)")
+    render(result, out)
+    if not result.ok:
+        out(f"{len(result.refusals)} capacity problem(s); nothing was planned or changed.")
+        return EXIT_INVALID_SPEC
+    return 0
 
 
 def stacks(org: str) -> int:
@@ -88,6 +110,8 @@ def stacks(org: str) -> int:
     if unreachable is not None:
         print(unreachable)
         return EXIT_FAILED
+    if capacity_preflight(tenant, endpoint, None) != 0:
+        return EXIT_INVALID_SPEC
     from fmcluster.providers import provider_for
 
     result = deploy_stacks(tenant, endpoint, image_parameter=provider_for(tenant).image_parameter)
