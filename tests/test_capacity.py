@@ -182,3 +182,11 @@ def test_quota_codes_follow_the_instance_family() -> None:
     assert quota_of(catalog["p5.48xlarge"])[0] == "L-417A185B"
     assert quota_of(catalog["trn1.32xlarge"])[0] == "L-2C3B7624"
     assert quota_of(catalog["c5.2xlarge"])[0] == quota_of(catalog["m5.xlarge"])[0] == "L-1216C47A"
+
+
+def test_an_active_capacity_block_yields_its_scale_in_time_one_margin_before_its_end(emulated: Emulated) -> None:
+    started = datetime.now(timezone.utc).replace(microsecond=0) - timedelta(hours=1)
+    rid = reserve(emulated.client("ec2"), "p5.48xlarge", "ap-northeast-1a", 16, "capacity-block", started, 48)
+    result = preflight(emulated.tenant_naming(rid, block=True), emulated.client, stand_in=True)
+    assert result.ok, [p.render() for p in result.refusals]
+    assert result.scale_in == {"gpu": (started + timedelta(hours=48) - END_MARGIN).strftime("%Y-%m-%dT%H:%M:%SZ")}

@@ -68,6 +68,8 @@ class Preflight:
 
     refusals: list[Problem] = field(default_factory=list)
     lines: list[str] = field(default_factory=list)
+    #: Capacity Block queue → when the slurm-ec2 cluster stack scales it in (its EndDate − END_MARGIN, UTC).
+    scale_in: dict[str, str] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -129,6 +131,11 @@ class _Check:
         elif isinstance(end, datetime) and end - self.now < END_MARGIN:
             self.refuse(key, f"{words} ends at {end:%Y-%m-%d %H:%M %Z}, in less than {END_MARGIN}: its nodes "
                         "would be terminated while they boot", "extend it or name a later reservation")
+        elif isinstance(end, datetime) and kind == "capacity-block":
+            at = (end - END_MARGIN).astimezone(timezone.utc)
+            self.result.scale_in[queue.name] = at.strftime("%Y-%m-%dT%H:%M:%SZ")
+            self.result.lines.append(f"queue {queue.name}: scaled in to 0 at {self.result.scale_in[queue.name]} "
+                                     f"({END_MARGIN} before the block ends; slurm-ec2's scheduled action)")
         if cr.get("InstanceType") != queue.instance.name:
             self.refuse(("queues", index, "instance_type"),
                         f"{rid} holds {cr.get('InstanceType')}, queue {queue.name} asks for {queue.instance.name}",

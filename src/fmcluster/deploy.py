@@ -43,6 +43,7 @@ class Deploy:
         self.nodes: list[Node] = []
         self.published: list[str] = []
         self.published_changed = False
+        self.scale_in: dict[str, str] = {}  # the capacity pre-flight's scale-in times of Capacity Block queues
         self.started_at = ""
         self.converge_timeout_s = converge_timeout_s or self.provider.boot_timeout_s
 
@@ -66,6 +67,7 @@ class Deploy:
         from fmcluster.paths import repo_root
 
         result = preflight(self.tenant, self.client, stand_in=self.endpoint is not None)
+        self.scale_in = result.scale_in
         if not result.ok:
             return StepOutcome("failed", f"{len(result.refusals)} capacity problem(s); nothing was created or changed",
                                [line for p in result.refusals for line in p.render(repo_root()).splitlines()]
@@ -89,7 +91,7 @@ class Deploy:
         from fmcluster.stacks.api import deploy_stacks
 
         result = deploy_stacks(self.tenant, self.endpoint, before_cluster=self.publish,
-                               image_parameter=self.provider.image_parameter, out=self.out)
+                               image_parameter=self.provider.image_parameter, out=self.out, capacity=self.scale_in)
         if not result.ok:
             failure = next((s.failure for s in result.stacks if s.failure), None)
             return StepOutcome("failed", failure.render() if failure else "; ".join(result.notes) or "a stack did not deploy",

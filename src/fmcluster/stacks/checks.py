@@ -46,7 +46,7 @@ ALLOWED_TYPES: dict[str, frozenset[str]] = {
         "AWS::IAM::ManagedPolicy"}),
     "cluster": frozenset({
         "AWS::IAM::Role", "AWS::IAM::InstanceProfile", "AWS::EC2::LaunchTemplate", "AWS::EC2::Instance",
-        "AWS::AutoScaling::AutoScalingGroup", "AWS::SageMaker::Cluster"}),
+        "AWS::AutoScaling::AutoScalingGroup", "AWS::AutoScaling::ScheduledAction", "AWS::SageMaker::Cluster"}),
 }
 ALLOWED_ROLES = frozenset({"NodeRole", "ControllerRole", "ExecutionRole", "ControllerExecutionRole"})
 ALLOWED_MANAGED_POLICIES = frozenset({"AmazonSSMManagedInstanceCore", "CloudWatchAgentServerPolicy",
