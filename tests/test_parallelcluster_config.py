@@ -140,7 +140,9 @@ def test_unknown_outputs_are_marked_placeholders_listed_in_the_header() -> None:
     cfg = p5()
     assert set(cfg.placeholders) == {"PrivateSubnetId", "PublicSubnetId", "EfaSecurityGroupId", "NodeSecurityGroupId",
                                      "DataBucketName", "LustreFileSystemId", "HomeVolumeId",
-                                     "NodeBootstrapPolicyArn"}, "no PlacementGroupName: the EFA queue is in a reservation"
+                                     "NodeBootstrapPolicyArn", "AccountingDatabaseUri", "AccountingPasswordSecretArn",
+                                     "AccountingClientSecurityGroupId"}, \
+        "no PlacementGroupName: the EFA queue is in a reservation; the accounting database is the storage stack's"
     text = to_yaml(cfg)
     assert "# PLACEHOLDERS" in text
     for name, value in cfg.placeholders.items():
@@ -198,13 +200,20 @@ def test_every_tenant_value_in_the_config_knows_its_tenant_key() -> None:
                     (("HeadNode", "InstanceType"), ("tenant", "controller", "instance_type")),
                     (("LoginNodes", "Pools", 0, "Count"), ("tenant", "login", "count")),
                     (("SharedStorage", 1, "MountDir"), ("tenant", "storage", "openzfs", "mount_point")),
-                    (("Scheduling", "SlurmSettings", "Database", "Uri"), ("tenant", "parallelcluster", "accounting", "uri"))]:
+                    (("Scheduling", "SlurmSettings", "Database", "UserName"),
+                     ("tenant", "parallelcluster", "accounting", "user_name"))]:
         assert cfg.tenant_key(at) == (key, None)
         value: Any = cfg.data
         for part in at:
             value = value[part]
         assert value == lookup(key)
     assert cfg.tenant_key(("HeadNode", "Networking", "SubnetId")) == (None, "PrivateSubnetId")
+    # pclab asks for accounting without naming a database: the storage stack's database and generated secret.
+    assert cfg.tenant_key(("Scheduling", "SlurmSettings", "Database", "Uri")) == (None, "AccountingDatabaseUri")
+    assert cfg.tenant_key(("Scheduling", "SlurmSettings", "Database", "PasswordSecretArn")) == \
+        (None, "AccountingPasswordSecretArn")
+    assert cfg.tenant_key(("HeadNode", "Networking", "AdditionalSecurityGroups", 1)) == \
+        (None, "AccountingClientSecurityGroupId")
 
 
 # --- the stacks that stay ours ---------------------------------------------------------------------
@@ -268,8 +277,10 @@ def test_pclab_stacks_rehearse_on_the_emulator_and_their_outputs_fill_the_config
         assert result.outputs["NodeBootstrapPolicyArn"].startswith("arn:aws:iam::")
         assert ("NodeBootstrapPolicy", "AWS::IAM::ManagedPolicy") not in result.not_created.get("fmc-pclab-storage", [])
         cfg = render_cluster_config(tenant, result.outputs)
-        assert set(cfg.placeholders) == {"LustreFileSystemId", "HomeVolumeId"}, \
-            "FSx is what moto does not create (pclab's EFA queue is in a reservation: no placement group)"
+        assert set(cfg.placeholders) == {"LustreFileSystemId", "HomeVolumeId", "AccountingDatabaseUri",
+                                         "AccountingPasswordSecretArn"}, \
+            ("FSx, the database endpoint and a template's secret are what moto does not give (pclab's EFA queue is in "
+             "a reservation: no placement group)", result.not_created)
         try:
             (report,) = check_configs([cfg])
         except ToolMissing:
@@ -314,3 +325,68 @@ def test_local_stand_in_instances_carry_parallelclusters_tags_and_run_the_config
     for group in ("LoginGroup", "QueueCpuGroup"):
         assert "CreationPolicy" not in resources[group], "ParallelCluster's OnNodeConfigured signals no stack"
     assert not check_stacks(stacks)
+
+
+# --- Slurm accounting: the database fmcluster creates when the tenant names none ----------------------------
+
+def _own_database(tmp_path: Path) -> Any:
+    spec = tmp_path / "tenant.yml"
+    spec.write_text((ROOT / "inventories/pclab/group_vars/all/tenant.yml").read_text().replace(
+        "    accounting:\n      user_name: slurm\n",
+        "    accounting:\n      uri: slurmdb.example.internal:3306\n      user_name: slurm\n"
+        "      password_secret_arn: arn:aws:secretsmanager:us-east-1:123456789012:secret:slurmdb-AbCdEf\n"))
+    return load_spec(spec)
+
+
+def test_accounting_without_a_database_creates_rds_that_only_the_head_node_reaches(tmp_path: Path) -> None:
+    tenant = load_tenant("pclab", ROOT)
+    storage = next(s for s in render_stacks(tenant) if s.key == "storage")
+    res = load_cfn_yaml(storage.body)["Resources"]
+    db = res["AccountingDatabase"]
+    assert db["Type"] == "AWS::RDS::DBInstance" and db["DeletionPolicy"] == "Snapshot"
+    props = db["Properties"]
+    assert props["Engine"] == "mysql" and props["StorageEncrypted"] is True and props["PubliclyAccessible"] is False
+    assert props["MasterUserPassword"] == {"Fn::Sub": "{{resolve:secretsmanager:${AccountingDatabaseSecret}}}"}, \
+        "the password is Secrets Manager's, generated; never a literal"
+    assert res["AccountingDatabaseSecret"]["Properties"]["GenerateSecretString"] == {
+        "PasswordLength": 32, "ExcludePunctuation": True}
+    (ingress,) = res["AccountingDatabaseSecurityGroup"]["Properties"]["SecurityGroupIngress"]
+    assert ingress == {"SourceSecurityGroupId": {"Ref": "AccountingClientSecurityGroup"}, "IpProtocol": "tcp",
+                       "FromPort": 3306, "ToPort": 3306, "Description": "slurmdbd on the head node"}
+    assert check_stacks([storage]) == []
+    # The config points at it, and only the head node carries the client group.
+    cfg = render_cluster_config(tenant, {"AccountingDatabaseUri": "db.example:3306", "AccountingPasswordSecretArn":
+                                         "arn:aws:secretsmanager:us-east-1:111122223333:secret:x-AbCdEf",
+                                         "AccountingClientSecurityGroupId": "sg-0123456789abcdef0"})
+    assert cfg.data["Scheduling"]["SlurmSettings"]["Database"] == {
+        "Uri": "db.example:3306", "UserName": "slurm",
+        "PasswordSecretArn": "arn:aws:secretsmanager:us-east-1:111122223333:secret:x-AbCdEf"}
+    assert "sg-0123456789abcdef0" in cfg.data["HeadNode"]["Networking"]["AdditionalSecurityGroups"]
+    others = [cfg.data["LoginNodes"]["Pools"][0], *cfg.data["Scheduling"]["SlurmQueues"]]
+    assert all("sg-0123456789abcdef0" not in o["Networking"]["AdditionalSecurityGroups"] for o in others)
+    folder = tmp_path / "cfn"
+    folder.mkdir()
+    (folder / "storage.yaml").write_text(storage.body)
+    run = subprocess.run([venv_tool("cfn-lint"), "--regions", tenant.region, "--include-checks", "I", "--",
+                          str(folder / "storage.yaml")], capture_output=True, text=True, check=False)
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_a_tenant_naming_its_own_database_gets_no_rds_and_its_values_in_the_config(tmp_path: Path) -> None:
+    tenant = _own_database(tmp_path)
+    storage = next(s for s in render_stacks(tenant) if s.key == "storage")
+    assert "AccountingDatabase" not in load_cfn_yaml(storage.body)["Resources"]
+    database = render_cluster_config(tenant).data["Scheduling"]["SlurmSettings"]["Database"]
+    assert database["Uri"] == "slurmdb.example.internal:3306"
+
+
+def test_a_database_uri_without_its_secret_is_refused(tmp_path: Path) -> None:
+    from fmcluster.model import TenantInvalid
+
+    spec = tmp_path / "tenant.yml"
+    spec.write_text((ROOT / "inventories/pclab/group_vars/all/tenant.yml").read_text().replace(
+        "      user_name: slurm\n", "      user_name: slurm\n      uri: slurmdb.example.internal:3306\n"))
+    with pytest.raises(TenantInvalid) as refused:
+        load_spec(spec)
+    (problem,) = refused.value.problems
+    assert problem.key == "tenant.parallelcluster.accounting.uri" and "password_secret_arn as well" in problem.fix

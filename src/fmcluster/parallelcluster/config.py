@@ -19,7 +19,8 @@ What the config holds (docs/parallelcluster.md):
   queues without a reservation, the capacity reservation (a queue in a reservation or Capacity Block: no
   placement group; the reservation is already placed);
 - SharedStorage: fmcluster's own FSx for Lustre (FileSystemId) and OpenZFS home (VolumeId);
-- SlurmSettings: Slurm accounting (Database) when `parallelcluster.accounting` is set; QueueUpdateStrategy
+- SlurmSettings: Slurm accounting (Database) when `parallelcluster.accounting` is set (the tenant's database, or
+  the storage stack's when it names none: its outputs, and its client group on the head node); QueueUpdateStrategy
   DRAIN so an update never kills running jobs;
 - Tags, the node policy of the storage stack (bootstrap bundle, reports, tenant secrets) and SSM on every
   node, and CustomActions/OnNodeConfigured on head, login and compute nodes that run the fmcluster node
@@ -106,6 +107,10 @@ def placeholder_outputs(tenant: Tenant) -> dict[str, str]:
         "LustreFileSystemId": _padded("fs-", "planlustre", 17),
         "HomeVolumeId": _padded("fsvol-", "", 17),  # hex only: zeros
         "NodeBootstrapPolicyArn": f"arn:aws:iam::000000000000:policy/{tenant.stack_prefix}-storage-NodeBootstrapPolicy-PLACEHOLDER",
+        "AccountingDatabaseUri": f"{tenant.stack_prefix}-accounting-placeholder.rds.amazonaws.com:3306",
+        "AccountingPasswordSecretArn": f"arn:aws:secretsmanager:{tenant.region}:000000000000:secret:"
+                                       f"{tenant.stack_prefix}-accounting-PLACEHOLDER",
+        "AccountingClientSecurityGroupId": _padded("sg-", "planaccounting", 17),
     }
 
 
@@ -198,12 +203,15 @@ class _Render:
         ssh: dict[str, Any] = {"AllowedIps": t.network.vpc_cidr, "KeyName": operator_key_name(t)}
         self.key((*h, "Ssh", "AllowedIps"), "network", "vpc_cidr")
         self.key((*h, "Ssh", "KeyName"), *(("parallelcluster", "ssh_key_name") if s.ssh_key_name else ("org",)))
+        groups = [self.output("NodeSecurityGroupId", (*h, "Networking", "AdditionalSecurityGroups", 0))]
+        if s.accounting is not None and s.accounting.created:
+            # The one node that reaches the accounting database the storage stack created (slurmdbd runs here).
+            groups.append(self.output("AccountingClientSecurityGroupId", (*h, "Networking", "AdditionalSecurityGroups", 1)))
         return {
             "InstanceType": t.controller.name,
             "Networking": {
                 "SubnetId": self.output("PrivateSubnetId", (*h, "Networking", "SubnetId")),
-                "AdditionalSecurityGroups": [
-                    self.output("NodeSecurityGroupId", (*h, "Networking", "AdditionalSecurityGroups", 0))],
+                "AdditionalSecurityGroups": groups,
             },
             "Ssh": ssh,
             "LocalStorage": {"RootVolume": {"Size": HEAD_ROOT_GIB, "Encrypted": True, "VolumeType": "gp3"}},
@@ -242,15 +250,22 @@ class _Render:
         assert s is not None
         settings: dict[str, Any] = {"QueueUpdateStrategy": "DRAIN"}
         if s.accounting is not None:
-            a = s.accounting
-            database = {"Uri": a.uri, "UserName": a.user_name, "PasswordSecretArn": a.password_secret_arn}
+            a, at = s.accounting, ("Scheduling", "SlurmSettings", "Database")
+            self.key(at, "parallelcluster", "accounting")
+            if a.created:  # the storage stack's database and generated secret
+                uri = self.output("AccountingDatabaseUri", (*at, "Uri"))
+                secret = self.output("AccountingPasswordSecretArn", (*at, "PasswordSecretArn"))
+            else:
+                assert a.uri is not None and a.password_secret_arn is not None
+                uri, secret = a.uri, a.password_secret_arn
+                for key, name in (("Uri", "uri"), ("PasswordSecretArn", "password_secret_arn")):
+                    self.key((*at, key), "parallelcluster", "accounting", name)
+            database = {"Uri": uri, "UserName": a.user_name, "PasswordSecretArn": secret}
             if a.database_name:
                 database["DatabaseName"] = a.database_name
             settings["Database"] = database
-            self.key(("Scheduling", "SlurmSettings", "Database"), "parallelcluster", "accounting")
-            for key, name in (("Uri", "uri"), ("UserName", "user_name"), ("PasswordSecretArn", "password_secret_arn"),
-                              ("DatabaseName", "database_name")):
-                self.key(("Scheduling", "SlurmSettings", "Database", key), "parallelcluster", "accounting", name)
+            for key, name in (("UserName", "user_name"), ("DatabaseName", "database_name")):
+                self.key((*at, key), "parallelcluster", "accounting", name)
         # ParallelCluster's first queue is Slurm's default partition.
         default = t.default_queue
         ordered = [default] + [q for q in t.queues if q is not default]
