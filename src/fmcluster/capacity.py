@@ -216,9 +216,14 @@ def own_instances_in(ec2: Any, org: str) -> dict[str, int]:
 
 
 def preflight(tenant: Tenant, client: Callable[[str], Any], *, stand_in: bool = False,
-              now: datetime | None = None) -> Preflight:
+              now: datetime | None = None, instance_quotas: str | None = None) -> Preflight:
     """Check the tenant's reservations and quotas. `client(service)` gives a boto3 client (AWS or the emulator);
-    `stand_in`: the answers come from the emulator's stand-ins, which the lines then say."""
+    `stand_in`: the answers come from the emulator's stand-ins, which the lines then say; `instance_quotas`: the
+    service whose quotas the nodes count against (the scheduler's `instance_quotas`; default its own)."""
+    if instance_quotas is None:
+        from fmcluster.schedulers import scheduler_for
+
+        instance_quotas = scheduler_for(tenant).instance_quotas
     check = _Check(tenant, now or datetime.now(timezone.utc))
     ec2 = client("ec2")
     reserved = [(i, q) for i, q in enumerate(tenant.queues) if q.capacity_reservation_id]
@@ -233,7 +238,11 @@ def preflight(tenant: Tenant, client: Callable[[str], Any], *, stand_in: bool = 
             check.reservation(ec2, i, queue, own.get(queue.capacity_reservation_id or "", 0))
     else:
         check.result.lines.append("no queue names a capacity reservation: every node launches On-Demand")
-    check.quotas(client("service-quotas"))
+    if instance_quotas == "ec2":
+        check.quotas(client("service-quotas"))
+    else:
+        check.result.lines.append(f"quotas: the nodes count against {instance_quotas}'s own quotas (per instance type), "
+                                  "which this pre-flight does not read; the service refuses a launch beyond them")
     if stand_in:
         check.result.lines.append("answered by the AWS emulator: moto has no capacity reservations or EC2 Service "
                                   "Quotas, so fmcluster's emulator stands them in (fmcluster.stacks.emulator_server)")

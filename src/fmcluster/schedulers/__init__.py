@@ -32,6 +32,9 @@ SITE_PLAYBOOK = "playbooks/site.yml"
 class Scheduler(Protocol):
     name: str
     playbook: str
+    #: Which service's quotas its instances count against: "ec2" (running On-Demand vCPUs, checked by the capacity
+    #: pre-flight) or "sagemaker" (HyperPod's cluster-usage quotas, per instance type; not checked yet).
+    instance_quotas: str
 
     def discovery(self, outputs: Mapping[str, str]) -> dict[str, Any]:
         """How nodes (and the deploy) list the cluster's nodes: the manifest's `discovery` entry."""

@@ -21,6 +21,7 @@ LIFECYCLE_ENV = "fmcluster-lifecycle.env"
 class HyperPod:
     name = "hyperpod"
     playbook = SITE_PLAYBOOK
+    instance_quotas = "sagemaker"
 
     def __init__(self, tenant: Tenant) -> None:
         self.tenant = tenant

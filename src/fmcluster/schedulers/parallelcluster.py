@@ -25,6 +25,7 @@ from fmcluster.steps import StepOutcome
 class ParallelCluster:
     name = "parallelcluster"
     playbook = SITE_PLAYBOOK
+    instance_quotas = "ec2"
 
     def __init__(self, tenant: Tenant) -> None:
         self.tenant = tenant

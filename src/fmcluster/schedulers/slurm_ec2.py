@@ -17,6 +17,7 @@ from fmcluster.steps import StepOutcome
 class SlurmEc2:
     name = "slurm-ec2"
     playbook = SITE_PLAYBOOK
+    instance_quotas = "ec2"
 
     def __init__(self, tenant: Tenant) -> None:
         self.tenant = tenant
