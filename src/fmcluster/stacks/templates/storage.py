@@ -298,9 +298,10 @@ def accounting_database(tenant: Tenant, user: str) -> tuple[dict[str, Any], dict
             "AutoMinorVersionUpgrade": True, "Tags": resource_tags(tenant, "accounting-db")}},
     }
     outputs = {
-        "AccountingDatabaseUri": output("host:port of the Slurm accounting database (SlurmSettings/Database/Uri; aws only).",
-                                        Sub("${AccountingDatabase.Endpoint.Address}:${AccountingDatabase.Endpoint.Port}"),
-                                        "OnAws"),
+        # The address alone: the database listens on ACCOUNTING_PORT, MySQL's and ParallelCluster's default. The long
+        # form, because the attribute name has a dot (the emulator splits `!GetAtt A.B.C` at every dot).
+        "AccountingDatabaseUri": output("Host of the Slurm accounting database (SlurmSettings/Database/Uri; aws only).",
+                                        {"Fn::GetAtt": ["AccountingDatabase", "Endpoint.Address"]}, "OnAws"),
         "AccountingPasswordSecretArn": output("Secret holding its generated password (Database/PasswordSecretArn; "
                                               "aws only: the emulator makes no secret from a template).",
                                               Ref("AccountingDatabaseSecret"), "OnAws"),
