@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from capacity_helpers import reserve_what_the_tenant_names
 from conftest import ROOT
 from fmcluster.stacks.render import first_boot_script
 
@@ -62,14 +63,20 @@ def deployed(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[A
     os.environ["FMCLUSTER_ROOT"] = str(root)
     emulator = ensure_emulator(org, root)
     try:
+        from fmcluster.stacks import aws
+
+        # The capacity pre-flight asks EC2 for the reservations the tenant names: the emulator holds matching ones.
+        named = load_tenant(org)
+        reserve_what_the_tenant_names(aws.client("ec2", named.region, emulator.endpoint), named,
+                                      root / "inventories" / org / "group_vars" / "all" / "tenant.yml")
         tenant = load_tenant(org)
         lines: list[str] = []
         deploy = Deploy(tenant, out=lines.append)
         deploy.provider = EmulatedAws(tenant, emulator.endpoint)  # type: ignore[assignment]
-        # validate, endpoint, access, stacks (which publishes for the nodes), cluster where it is the stack's,
+        # validate, endpoint, capacity, access, stacks (which publishes for the nodes), cluster where it is the stack's,
         # and boot where EC2 lists the instances (the emulator does not create a HyperPod cluster, so there is
         # nothing to list for it; `pcluster create-cluster` needs AWS itself)
-        steps = deploy.steps()[:{"slurm-ec2": 6, "hyperpod": 5, "parallelcluster": 4}[tenant.scheduler]]
+        steps = deploy.steps()[:{"slurm-ec2": 7, "hyperpod": 6, "parallelcluster": 5}[tenant.scheduler]]
         for name, step in steps:
             outcome = step()
             assert outcome.status != "failed", (name, outcome, "\n".join(lines[-30:]))

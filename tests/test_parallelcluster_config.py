@@ -56,14 +56,16 @@ def test_rendered_config_matches_its_golden_file(name: str, render: Any) -> None
     assert text == golden.read_text(), f"rendered config differs from {golden}; see the module docstring"
 
 
-def test_p5_queue_gets_efa_gpudirect_placement_group_reservation_and_static_nodes() -> None:
+def test_p5_queue_gets_efa_gpudirect_reservation_static_nodes_and_no_placement_group() -> None:
     gpu = queue(p5(), "gpu")
     (resource,) = gpu["ComputeResources"]
     assert resource["InstanceType"] == "p5.48xlarge" and resource["MinCount"] == resource["MaxCount"] == 8
     assert resource["Efa"] == {"Enabled": True, "GdrSupport": True}
     assert resource["CapacityReservationTarget"] == {"CapacityReservationId": "cr-0123456789abcdef0"}
     assert gpu["CapacityType"] == "ONDEMAND"
-    assert gpu["Networking"]["PlacementGroup"] == {"Enabled": True, "Name": placeholder_outputs(load_tenant("pclab", ROOT))["PlacementGroupName"]}
+    # In a reservation: explicitly out of the placement group (ParallelCluster's EfaPlacementGroupValidator wants
+    # it explicit; PlacementGroupCapacityReservationValidator warns against an unrelated group).
+    assert gpu["Networking"]["PlacementGroup"] == {"Enabled": False}
     assert gpu["HealthChecks"] == {"Gpu": {"Enabled": True}}
 
 
@@ -71,6 +73,15 @@ def test_trainium_queue_has_efa_without_gpudirect_and_no_gpu_health_check() -> N
     trn = queue(trn1(), "trn")
     assert trn["ComputeResources"][0]["Efa"] == {"Enabled": True, "GdrSupport": False}
     assert "HealthChecks" not in trn
+
+
+def test_an_efa_queue_without_a_reservation_uses_the_network_stacks_placement_group() -> None:
+    tenant = load_tenant("pclab", ROOT)
+    object.__setattr__(tenant.queues[0], "capacity_reservation_id", None)
+    gpu = queue(render_cluster_config(tenant), "gpu")
+    assert gpu["Networking"]["PlacementGroup"] == {"Enabled": True,
+                                                   "Name": placeholder_outputs(tenant)["PlacementGroupName"]}
+    assert "CapacityReservationTarget" not in gpu["ComputeResources"][0]
 
 
 def test_cpu_queue_has_neither_efa_nor_placement_group() -> None:
@@ -128,8 +139,10 @@ def test_slurm_accounting_only_when_configured() -> None:
 def test_unknown_outputs_are_marked_placeholders_listed_in_the_header() -> None:
     cfg = p5()
     assert set(cfg.placeholders) == {"PrivateSubnetId", "PublicSubnetId", "EfaSecurityGroupId", "NodeSecurityGroupId",
-                                     "PlacementGroupName", "DataBucketName", "LustreFileSystemId", "HomeVolumeId",
-                                     "NodeBootstrapPolicyArn", "HeadNodeBootstrapPolicyArn"}
+                                     "DataBucketName", "LustreFileSystemId", "HomeVolumeId",
+                                     "NodeBootstrapPolicyArn", "HeadNodeBootstrapPolicyArn", "AccountingDatabaseUri",
+                                     "AccountingPasswordSecretArn", "AccountingClientSecurityGroupId"}, \
+        "no PlacementGroupName: the EFA queue is in a reservation; the accounting database is the storage stack's"
     text = to_yaml(cfg)
     assert "# PLACEHOLDERS" in text
     for name, value in cfg.placeholders.items():
@@ -141,8 +154,11 @@ def test_emulator_outputs_fill_what_they_can_and_the_rest_stays_marked() -> None
     """provider local: moto creates no FSx and no placement group, so those outputs stay placeholders."""
     outputs = {k: v for k, v in TRN1_OUTPUTS.items() if k not in ("LustreFileSystemId", "PlacementGroupName")}
     outputs["PlacementGroupName"] = ""  # how the cluster stack parameter reads a missing output
-    cfg = render_cluster_config(load_spec(GOLDEN / "trn1-tenant.yml"), outputs)
-    assert set(cfg.placeholders) == {"LustreFileSystemId", "PlacementGroupName"}
+    tenant = load_spec(GOLDEN / "trn1-tenant.yml")
+    cfg = render_cluster_config(tenant, outputs)
+    assert set(cfg.placeholders) == {"LustreFileSystemId"}, "its EFA queue is in a reservation: no placement group"
+    object.__setattr__(tenant.queues[0], "capacity_reservation_id", None)
+    assert set(render_cluster_config(tenant, outputs).placeholders) == {"LustreFileSystemId", "PlacementGroupName"}
 
 
 def test_plan_writes_the_config_under_generated(tmp_path: Path) -> None:
@@ -184,13 +200,20 @@ def test_every_tenant_value_in_the_config_knows_its_tenant_key() -> None:
                     (("HeadNode", "InstanceType"), ("tenant", "controller", "instance_type")),
                     (("LoginNodes", "Pools", 0, "Count"), ("tenant", "login", "count")),
                     (("SharedStorage", 1, "MountDir"), ("tenant", "storage", "openzfs", "mount_point")),
-                    (("Scheduling", "SlurmSettings", "Database", "Uri"), ("tenant", "parallelcluster", "accounting", "uri"))]:
+                    (("Scheduling", "SlurmSettings", "Database", "UserName"),
+                     ("tenant", "parallelcluster", "accounting", "user_name"))]:
         assert cfg.tenant_key(at) == (key, None)
         value: Any = cfg.data
         for part in at:
             value = value[part]
         assert value == lookup(key)
     assert cfg.tenant_key(("HeadNode", "Networking", "SubnetId")) == (None, "PrivateSubnetId")
+    # pclab asks for accounting without naming a database: the storage stack's database and generated secret.
+    assert cfg.tenant_key(("Scheduling", "SlurmSettings", "Database", "Uri")) == (None, "AccountingDatabaseUri")
+    assert cfg.tenant_key(("Scheduling", "SlurmSettings", "Database", "PasswordSecretArn")) == \
+        (None, "AccountingPasswordSecretArn")
+    assert cfg.tenant_key(("HeadNode", "Networking", "AdditionalSecurityGroups", 1)) == \
+        (None, "AccountingClientSecurityGroupId")
 
 
 # --- the stacks that stay ours ---------------------------------------------------------------------
@@ -269,8 +292,10 @@ def test_pclab_stacks_rehearse_on_the_emulator_and_their_outputs_fill_the_config
         assert result.outputs["NodeBootstrapPolicyArn"].startswith("arn:aws:iam::")
         assert ("NodeBootstrapPolicy", "AWS::IAM::ManagedPolicy") not in result.not_created.get("fmc-pclab-storage", [])
         cfg = render_cluster_config(tenant, result.outputs)
-        assert set(cfg.placeholders) == {"LustreFileSystemId", "HomeVolumeId", "PlacementGroupName"}, \
-            "FSx and the placement group are what moto does not create"
+        assert set(cfg.placeholders) == {"LustreFileSystemId", "HomeVolumeId", "AccountingDatabaseUri",
+                                         "AccountingPasswordSecretArn"}, \
+            ("FSx, the database endpoint and a template's secret are what moto does not give (pclab's EFA queue is in "
+             "a reservation: no placement group)", result.not_created)
         try:
             (report,) = check_configs([cfg])
         except ToolMissing:
@@ -315,3 +340,68 @@ def test_local_stand_in_instances_carry_parallelclusters_tags_and_run_the_config
     for group in ("LoginGroup", "QueueCpuGroup"):
         assert "CreationPolicy" not in resources[group], "ParallelCluster's OnNodeConfigured signals no stack"
     assert not check_stacks(stacks)
+
+
+# --- Slurm accounting: the database fmcluster creates when the tenant names none ----------------------------
+
+def _own_database(tmp_path: Path) -> Any:
+    spec = tmp_path / "tenant.yml"
+    spec.write_text((ROOT / "inventories/pclab/group_vars/all/tenant.yml").read_text().replace(
+        "    accounting:\n      user_name: slurm\n",
+        "    accounting:\n      uri: slurmdb.example.internal:3306\n      user_name: slurm\n"
+        "      password_secret_arn: arn:aws:secretsmanager:us-east-1:123456789012:secret:slurmdb-AbCdEf\n"))
+    return load_spec(spec)
+
+
+def test_accounting_without_a_database_creates_rds_that_only_the_head_node_reaches(tmp_path: Path) -> None:
+    tenant = load_tenant("pclab", ROOT)
+    storage = next(s for s in render_stacks(tenant) if s.key == "storage")
+    res = load_cfn_yaml(storage.body)["Resources"]
+    db = res["AccountingDatabase"]
+    assert db["Type"] == "AWS::RDS::DBInstance" and db["DeletionPolicy"] == "Snapshot"
+    props = db["Properties"]
+    assert props["Engine"] == "mysql" and props["StorageEncrypted"] is True and props["PubliclyAccessible"] is False
+    assert props["MasterUserPassword"] == {"Fn::Sub": "{{resolve:secretsmanager:${AccountingDatabaseSecret}}}"}, \
+        "the password is Secrets Manager's, generated; never a literal"
+    assert res["AccountingDatabaseSecret"]["Properties"]["GenerateSecretString"] == {
+        "PasswordLength": 32, "ExcludePunctuation": True}
+    (ingress,) = res["AccountingDatabaseSecurityGroup"]["Properties"]["SecurityGroupIngress"]
+    assert ingress == {"SourceSecurityGroupId": {"Ref": "AccountingClientSecurityGroup"}, "IpProtocol": "tcp",
+                       "FromPort": 3306, "ToPort": 3306, "Description": "slurmdbd on the head node"}
+    assert check_stacks([storage]) == []
+    # The config points at it, and only the head node carries the client group.
+    cfg = render_cluster_config(tenant, {"AccountingDatabaseUri": "db.example:3306", "AccountingPasswordSecretArn":
+                                         "arn:aws:secretsmanager:us-east-1:111122223333:secret:x-AbCdEf",
+                                         "AccountingClientSecurityGroupId": "sg-0123456789abcdef0"})
+    assert cfg.data["Scheduling"]["SlurmSettings"]["Database"] == {
+        "Uri": "db.example:3306", "UserName": "slurm",
+        "PasswordSecretArn": "arn:aws:secretsmanager:us-east-1:111122223333:secret:x-AbCdEf"}
+    assert "sg-0123456789abcdef0" in cfg.data["HeadNode"]["Networking"]["AdditionalSecurityGroups"]
+    others = [cfg.data["LoginNodes"]["Pools"][0], *cfg.data["Scheduling"]["SlurmQueues"]]
+    assert all("sg-0123456789abcdef0" not in o["Networking"]["AdditionalSecurityGroups"] for o in others)
+    folder = tmp_path / "cfn"
+    folder.mkdir()
+    (folder / "storage.yaml").write_text(storage.body)
+    run = subprocess.run([venv_tool("cfn-lint"), "--regions", tenant.region, "--include-checks", "I", "--",
+                          str(folder / "storage.yaml")], capture_output=True, text=True, check=False)
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_a_tenant_naming_its_own_database_gets_no_rds_and_its_values_in_the_config(tmp_path: Path) -> None:
+    tenant = _own_database(tmp_path)
+    storage = next(s for s in render_stacks(tenant) if s.key == "storage")
+    assert "AccountingDatabase" not in load_cfn_yaml(storage.body)["Resources"]
+    database = render_cluster_config(tenant).data["Scheduling"]["SlurmSettings"]["Database"]
+    assert database["Uri"] == "slurmdb.example.internal:3306"
+
+
+def test_a_database_uri_without_its_secret_is_refused(tmp_path: Path) -> None:
+    from fmcluster.model import TenantInvalid
+
+    spec = tmp_path / "tenant.yml"
+    spec.write_text((ROOT / "inventories/pclab/group_vars/all/tenant.yml").read_text().replace(
+        "      user_name: slurm\n", "      user_name: slurm\n      uri: slurmdb.example.internal:3306\n"))
+    with pytest.raises(TenantInvalid) as refused:
+        load_spec(spec)
+    (problem,) = refused.value.problems
+    assert problem.key == "tenant.parallelcluster.accounting.uri" and "password_secret_arn as well" in problem.fix

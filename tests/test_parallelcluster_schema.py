@@ -52,20 +52,27 @@ def _resource(i: int, **values: Any) -> Any:
     return lambda d: d["Scheduling"]["SlurmQueues"][i]["ComputeResources"][0].update(values)
 
 
-def _capacity_block(d: dict[str, Any]) -> None:
-    d["Scheduling"]["SlurmQueues"][0]["CapacityType"] = "CAPACITY_BLOCK"
-    del d["Scheduling"]["SlurmQueues"][0]["Networking"]["PlacementGroup"]
+def _capacity_block_tenant() -> Any:
+    tenant = load_tenant("pclab", ROOT)
+    object.__setattr__(tenant.queues[0], "capacity_reservation_type", "capacity-block")
+    return tenant
 
 
 P5 = render_cluster_config(load_tenant("pclab", ROOT))
+P5_BLOCK = render_cluster_config(_capacity_block_tenant())
+#: What ParallelCluster says of an EFA queue kept out of the placement group because it is in a reservation: it
+#: asks for the choice to be explicit, then warns that this "is expected when using a capacity reservation".
+EXPECTED_WARNING = ("EfaPlacementGroupValidator", "This is expected when using a capacity reservation")
 TRN1 = render_cluster_config(load_spec(GOLDEN / "trn1-tenant.yml"), yaml.safe_load((GOLDEN / "trn1-outputs.yml").read_text()))
 CASES: dict[str, ClusterConfig] = {
     "p5": P5,
     "trn1": TRN1,
-    "p5-capacity-block": variant(P5, _capacity_block),
+    "p5-capacity-block": P5_BLOCK,
     "min-count-x": variant(P5, _resource(0, MinCount="x")),
     "queue-named-default": variant(P5, _queue(1, Name="default")),
-    "capacity-block-min-below-max": variant(variant(P5, _capacity_block), _resource(0, MinCount=2)),
+    "capacity-block-min-below-max": variant(P5_BLOCK, _resource(0, MinCount=2)),
+    "efa-reservation-in-placement-group": variant(P5, lambda d: d["Scheduling"]["SlurmQueues"][0]["Networking"].update(
+        PlacementGroup={"Enabled": True, "Name": "fmc-pclab-network-PLACEHOLDER"})),
 }
 
 
@@ -82,7 +89,8 @@ def test_rendered_config_loads_as_slurm_cluster_config(reports: dict[str, Schema
     report = reports[name]
     assert report.loaded_as == "SlurmClusterConfig" and report.ok, report
     assert report.pcluster_version.startswith("3.16."), "bootstrap.sh pins aws-parallelcluster 3.16.x"
-    assert not report.warnings, report.warnings
+    assert all(w.validator == EXPECTED_WARNING[0] and EXPECTED_WARNING[1] in w.message for w in report.warnings), \
+        report.warnings
 
 
 @needs_tool
@@ -144,7 +152,7 @@ def test_fmcluster_rules_mirror_parallelclusters_own_numbers() -> None:
 def test_invoke_validate_runs_parallelclusters_schema_for_a_parallelcluster_tenant() -> None:
     lines: list[str] = []
     assert commands.validate("pclab", out=lines.append) == 0, "\n".join(lines)
-    assert "ParallelCluster 3.16" in lines[1] and "as SlurmClusterConfig" in lines[1]
+    assert any("ParallelCluster 3.16" in line and "as SlurmClusterConfig" in line for line in lines), lines
     assert any("pcluster create-cluster --dryrun true" in line for line in lines), "says what only AWS can check"
 
 
@@ -182,3 +190,59 @@ def test_the_schema_check_gets_no_aws_credentials(monkeypatch: pytest.MonkeyPatc
     env = _offline_env()
     assert not {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE", "AWS_SESSION_TOKEN"} & set(env)
     assert env["AWS_EC2_METADATA_DISABLED"] == "true" and env["AWS_SHARED_CREDENTIALS_FILE"] == "/dev/null"
+
+
+def _bundled_parallelcluster_tenants() -> list[str]:
+    found = []
+    for spec in sorted((ROOT / "inventories").glob("*/group_vars/all/tenant.yml")):
+        if yaml.safe_load(spec.read_text())["tenant"].get("scheduler") == "parallelcluster":
+            found.append(spec.parents[2].name)
+    return found
+
+
+#: Validators whose question is about the account (does this exist, may this be launched): only AWS answers them.
+ACCOUNT_QUESTIONS = {"AdditionalIamPolicyValidator", "AsyncTimedUrlValidator", "ComputeResourceLaunchTemplateValidator",
+                     "ExistingFsxNetworkingValidator", "HeadNodeLaunchTemplateValidator",
+                     "InstanceTypeBaseAMICompatibleValidator", "InstanceTypeValidator", "KeyPairValidator",
+                     "PasswordSecretArnValidator", "SecurityGroupsValidator"}
+
+
+@needs_tool
+def test_every_bundled_parallelcluster_tenant_passes_every_offline_runnable_validator() -> None:
+    orgs = _bundled_parallelcluster_tenants()
+    assert {"pclab", "pcdemo"} <= set(orgs)
+    configs = [render_cluster_config(load_tenant(org, ROOT)) for org in orgs]
+    for org, report in zip(orgs, check_configs(configs)):
+        assert report.ok, (org, report.errors)
+        assert all(w.validator == EXPECTED_WARNING[0] and EXPECTED_WARNING[1] in w.message for w in report.warnings), \
+            (org, report.warnings)
+        # Everything else ran on fmcluster's answers: instance types, subnets, reservations, FSx, the image.
+        assert {n.validator for n in report.needs_aws} <= ACCOUNT_QUESTIONS, (org, report.needs_aws)
+        assert all(not n.call.startswith(("ec2.DescribeInstanceTypes", "ec2.DescribeSubnets",
+                                          "ec2.DescribeCapacityReservations", "fsx.")) for n in report.needs_aws)
+
+
+@needs_tool
+def test_an_efa_queue_in_a_reservation_and_a_placement_group_draws_parallelclusters_warning(
+        reports: dict[str, SchemaReport]) -> None:
+    """What pclab rendered before: ParallelCluster's PlacementGroupCapacityReservationValidator, run on the
+    reservation the tenant names (served from the tenant), warns of insufficient-capacity errors."""
+    report = reports["efa-reservation-in-placement-group"]
+    (warning,) = [w for w in report.warnings if w.validator == "PlacementGroupCapacityReservationValidator"]
+    assert "insufficient capacity" in warning.message
+
+
+def test_the_login_pools_subnet_has_a_way_out() -> None:
+    """A login node in a subnet routed to the internet gateway reaches AWS only with a public address
+    (ParallelCluster's login launch template asks for none: the subnet must map one); in a private subnet,
+    through the NAT gateway. The offline answers are the rendered network stack's own."""
+    for org in _bundled_parallelcluster_tenants():
+        cfg = render_cluster_config(load_tenant(org, ROOT))
+        if "LoginNodes" not in cfg.data:
+            continue
+        subnet = cfg.data["LoginNodes"]["Pools"][0]["Networking"]["SubnetIds"][0]
+        answers = cfg.offline_answers
+        (described,) = [s for s in answers["subnets"] if s["SubnetId"] == subnet]
+        (table,) = [t for t in answers["route_tables"] if t["Associations"][0]["SubnetId"] == subnet]
+        default = next(r for r in table["Routes"] if r["DestinationCidrBlock"] == "0.0.0.0/0")
+        assert ("GatewayId" in default and described["MapPublicIpOnLaunch"]) or "NatGatewayId" in default, (org, table)

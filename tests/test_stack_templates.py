@@ -128,6 +128,40 @@ def test_a_capacity_block_queue_launches_with_market_type_capacity_block_outside
     assert "PlacementGroupName" not in rendered(tenant, "cluster")["Parameters"]
 
 
+def test_a_capacity_block_queue_is_scaled_in_before_the_block_ends_at_the_time_the_pre_flight_read(
+        tmp_path: Path) -> None:
+    import subprocess
+
+    from conftest import venv_tool
+    from fmcluster.stacks.api import write_rendered
+    from fmcluster.stacks.render import CapacityRef
+
+    tenant = with_queue(STOCKMARK, capacity_reservation_type="capacity-block")
+    template = rendered(tenant, "cluster")
+    action = template["Resources"]["QueueGpuScaleInBeforeBlockEnds"]
+    assert action["Type"] == "AWS::AutoScaling::ScheduledAction"
+    assert action["Properties"] == {"AutoScalingGroupName": {"Ref": "QueueGpuGroup"},
+                                    "StartTime": {"Ref": "QueueGpuScaleInTime"},
+                                    "MinSize": 0, "MaxSize": 0, "DesiredCapacity": 0}
+    assert template["Parameters"]["QueueGpuScaleInTime"]["AllowedPattern"].startswith("^[0-9]{4}-")
+    stack = next(s for s in render_stacks(tenant) if s.key == "cluster")
+    assert stack.parameters["QueueGpuScaleInTime"] == CapacityRef("gpu"), "the deploy passes it from EC2's answer"
+    outputs = {"network": {k: "x" for k in ("PrivateSubnetId", "PublicSubnetId", "EfaSecurityGroupId",
+                                            "NodeSecurityGroupId", "LoginSecurityGroupId", "PlacementGroupName")},
+               "storage": {"DataBucketName": "b"}}
+    params, _ = stack.resolved_parameters(outputs, lambda name, ref: "ami-0123456789abcdef0",
+                                          {"gpu": "2026-12-24T23:00:00Z"})
+    assert params["QueueGpuScaleInTime"] == "2026-12-24T23:00:00Z"
+    with pytest.raises(KeyError, match="capacity pre-flight"):
+        stack.resolved_parameters(outputs, lambda name, ref: "ami-0123456789abcdef0")
+    assert "QueueGpuScaleInBeforeBlockEnds" not in resources(STOCKMARK, "cluster"), "On-Demand reservations do not end"
+    assert check_stack(stack) == []
+    folder = write_rendered(tenant, [stack], tmp_path)
+    run = subprocess.run([venv_tool("cfn-lint"), "--regions", tenant.region, "--include-checks", "I", "--",
+                          str(folder / f"{stack.name}.yaml")], capture_output=True, text=True, check=False)
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
 def test_an_on_demand_reservation_has_no_market_type_and_no_placement_group_but_a_plain_efa_queue_has_one() -> None:
     reserved = resources(STOCKMARK, "cluster")
     assert "InstanceMarketOptions" not in reserved["QueueGpuLaunchTemplate"]["Properties"]["LaunchTemplateData"]

@@ -75,11 +75,14 @@ def plan(org: str, show_templates: bool = False) -> int:
     # A plan changes nothing: it reads a running endpoint when there is one and never starts one (a local
     # tenant's emulator needs root and would outlive the plan); otherwise it renders offline.
     endpoint, unreachable = _endpoint(tenant, start=provider.plan_starts_endpoint)
+    code, scale_in = capacity_preflight(tenant, endpoint, unreachable)
+    if code != 0:
+        return code
     try:
         note = (f"{unreachable}. Above is what the stacks would hold; plan started nothing."
                 if unreachable is not None and unreachable.nothing_deployed else None)
         result = plan_stacks(tenant, endpoint, offline=unreachable is not None, show_templates=show_templates,
-                             image_parameter=provider.image_parameter, offline_note=note)
+                             image_parameter=provider.image_parameter, offline_note=note, capacity=scale_in)
     except UnsafePath as err:
         print(f"plan: {err}", file=sys.stderr)
         return EXIT_FAILED
@@ -88,6 +91,27 @@ def plan(org: str, show_templates: bool = False) -> int:
     print("\n".join(image_lines(tenant)))
     code = 0 if result.ok and not result.notes else EXIT_FAILED  # notes: security findings
     return scheduler_for(tenant).plan(print) or code
+
+
+def capacity_preflight(tenant: Tenant, endpoint: str | None, unreachable: NoEndpointType | None,
+                       out: Out = print) -> tuple[int, dict[str, str]]:
+    """The capacity pre-flight (fmcluster.capacity) as `invoke plan` shows it: (0, the scale-in times of Capacity
+    Block queues), or (2, {}) after every refusal."""
+    from fmcluster.capacity import preflight, render
+    from fmcluster.stacks import aws
+
+    if unreachable is not None:
+        out(f"[capacity] not checked: {unreachable}; `invoke deploy` checks the reservations and quotas before "
+            "any change")
+        return 0, {}
+    result = preflight(tenant, lambda service: aws.client(service, tenant.region, endpoint),
+                       stand_in=endpoint is not None)
+    out("[capacity] reservations and On-Demand quotas (EC2, Service Quotas)")
+    render(result, out)
+    if not result.ok:
+        out(f"{len(result.refusals)} capacity problem(s); nothing was planned or changed.")
+        return EXIT_INVALID_SPEC, {}
+    return 0, result.scale_in
 
 
 def stacks(org: str) -> int:
@@ -100,9 +124,12 @@ def stacks(org: str) -> int:
     if unreachable is not None:
         print(unreachable)
         return EXIT_FAILED
+    code, scale_in = capacity_preflight(tenant, endpoint, None)
+    if code != 0:
+        return code
     from fmcluster.providers import provider_for
 
-    result = deploy_stacks(tenant, endpoint, image_parameter=provider_for(tenant).image_parameter)
+    result = deploy_stacks(tenant, endpoint, image_parameter=provider_for(tenant).image_parameter, capacity=scale_in)
     summarize(result)
     return 0 if result.ok else EXIT_FAILED
 

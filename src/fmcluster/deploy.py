@@ -1,6 +1,6 @@
 """The whole `invoke deploy` flow, one path for every provider and scheduler:
 
-    validate → endpoint → access (secrets, key pair) → stacks (network, storage; publish the bootstrap
+    validate → endpoint → capacity (reservations and quotas, fmcluster.capacity) → access (secrets, key pair) → stacks (network, storage; publish the bootstrap
     bundle and manifest; cluster) → cluster (what the stacks do not make: ParallelCluster's) → boot → converge (wait for every node's own report) → monitoring →
     acceptance → summary
 
@@ -43,6 +43,7 @@ class Deploy:
         self.nodes: list[Node] = []
         self.published: list[str] = []
         self.published_changed = False
+        self.scale_in: dict[str, str] = {}  # the capacity pre-flight's scale-in times of Capacity Block queues
         self.started_at = ""
         self.converge_timeout_s = converge_timeout_s or self.provider.boot_timeout_s
 
@@ -60,6 +61,21 @@ class Deploy:
         where = self.endpoint or f"AWS ({self.tenant.region})"
         return StepOutcome("ok", f"AWS APIs at {where}", self.provider.substrate_notes())
 
+    def capacity(self) -> StepOutcome:
+        """The capacity pre-flight: refused here, nothing has been changed yet (no secret, key pair or stack)."""
+        from fmcluster.capacity import preflight
+        from fmcluster.paths import repo_root
+
+        result = preflight(self.tenant, self.client, stand_in=self.endpoint is not None)
+        self.scale_in = result.scale_in
+        if not result.ok:
+            return StepOutcome("failed", f"{len(result.refusals)} capacity problem(s); nothing was created or changed",
+                               [line for p in result.refusals for line in p.render(repo_root()).splitlines()]
+                               + result.lines)
+        reserved = sum(1 for q in self.tenant.queues if q.capacity_reservation_id)
+        return StepOutcome("ok", f"{reserved} reservation(s) and the On-Demand quotas hold what the tenant asks",
+                           result.lines)
+
     def access(self) -> StepOutcome:
         from fmcluster.access import ensure_key_pair
         from fmcluster.publish import ensure_secrets
@@ -75,7 +91,7 @@ class Deploy:
         from fmcluster.stacks.api import deploy_stacks
 
         result = deploy_stacks(self.tenant, self.endpoint, before_cluster=self.publish,
-                               image_parameter=self.provider.image_parameter, out=self.out)
+                               image_parameter=self.provider.image_parameter, out=self.out, capacity=self.scale_in)
         if not result.ok:
             failure = next((s.failure for s in result.stacks if s.failure), None)
             return StepOutcome("failed", failure.render() if failure else "; ".join(result.notes) or "a stack did not deploy",
@@ -191,7 +207,8 @@ class Deploy:
         return deploy_acceptance(self.tenant, self.provider, self.nodes, self.manifest, self.out)
 
     def steps(self) -> list[tuple[str, Callable[[], StepOutcome]]]:
-        return [("validate", self.validate), ("endpoint", self.aws_endpoint), ("access", self.access),
+        return [("validate", self.validate), ("endpoint", self.aws_endpoint), ("capacity", self.capacity),
+                ("access", self.access),
                 ("stacks", self.stacks), ("cluster", self.cluster), ("boot", self.boot), ("converge", self.converge),
                 ("monitoring", self.monitoring), ("acceptance", self.acceptance)]
 

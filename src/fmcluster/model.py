@@ -124,12 +124,18 @@ class Network:
 
 @dataclass(frozen=True)
 class Accounting:
-    """Slurm accounting in an existing database (ParallelCluster's SlurmSettings/Database)."""
+    """Slurm accounting (ParallelCluster's SlurmSettings/Database): the tenant's existing database (uri and
+    password_secret_arn), or, without them, the one the storage stack creates (`created`)."""
 
-    uri: str
+    uri: str | None
     user_name: str
-    password_secret_arn: str
+    password_secret_arn: str | None
     database_name: str | None
+
+    @property
+    def created(self) -> bool:
+        """fmcluster creates the database (RDS in the storage stack) and its password secret."""
+        return self.uri is None
 
 
 @dataclass(frozen=True)
@@ -196,7 +202,11 @@ def _build(spec_path: Path, raw: dict[str, Any]) -> Tenant:
     monitoring, acceptance, network = doc["monitoring"], doc["acceptance"], doc["network"]
     slurm_acct = doc["accounting"]
     is_scratch = lustre["deployment_type"].startswith("SCRATCH")
-    pcluster, accounting = doc["parallelcluster"], doc["parallelcluster"].get("accounting")
+    pcluster = doc["parallelcluster"]
+    # Asked for only when written: `accounting: {}` asks (fmcluster creates the database); the defaults fill an
+    # absent optional section with {} too, which must not.
+    raw_pcluster = raw.get("tenant", {}).get("parallelcluster")
+    accounting = pcluster.get("accounting") if isinstance(raw_pcluster, dict) and "accounting" in raw_pcluster else None
     return Tenant(
         spec_path=spec_path,
         org=doc["org"],
@@ -244,8 +254,8 @@ def _build(spec_path: Path, raw: dict[str, Any]) -> Tenant:
         parallelcluster=ParallelClusterSettings(
             os=pcluster["os"],
             ssh_key_name=pcluster.get("ssh_key_name"),
-            accounting=Accounting(accounting["uri"], accounting["user_name"], accounting["password_secret_arn"],
-                                  accounting.get("database_name")) if accounting else None,
+            accounting=Accounting(accounting.get("uri"), accounting["user_name"], accounting.get("password_secret_arn"),
+                                  accounting.get("database_name")) if accounting is not None else None,
         ) if doc["scheduler"] == "parallelcluster" else None,
         health=Health(auto_replace=doc["health"]["auto_replace"]),
     )

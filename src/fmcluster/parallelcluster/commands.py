@@ -24,9 +24,9 @@ EXIT_CHECK_FAILED = 1
 EXIT_REFUSED = 2
 
 #: What only `pcluster create-cluster --dryrun true` can check, because it needs AWS (said after each check).
-NEEDS_AWS = ("the capacity reservation's instance type, zone, size and kind (Capacity Block or not), "
-             "subnets and security groups, the FSx file systems and the OpenZFS volume, instance type "
-             "support for EFA, the head node's memory, quotas")
+NEEDS_AWS = ("whether the reservations really are what the tenant says (type, zone, size, kind), the instance "
+             "types' offering in the zone, and that the subnets, security groups, key pair, IAM policies, FSx file "
+             "systems and bootstrap object exist as named")
 
 
 def report_check(cfg: ClusterConfig, report: SchemaReport, out: Out) -> int:
@@ -46,9 +46,15 @@ def report_check(cfg: ClusterConfig, report: SchemaReport, out: Out) -> int:
             "nothing was deployed or changed.")
         return EXIT_REFUSED
     out(f"ParallelCluster {report.pcluster_version}'s schema loads the cluster config of {cfg.cluster_name} as "
-        f"{report.loaded_as}; its offline validators (names, counts, sizes, mount directories, capacity type) "
-        "found no error.")
-    out(f"  checked on AWS only, by `pcluster create-cluster --dryrun true` at deploy: {NEEDS_AWS}.")
+        f"{report.loaded_as}; every validator it registers ran, with the EC2/FSx answers fmcluster holds (instance "
+        "catalog, tenant, rendered network and storage stacks; fmcluster.parallelcluster.offline_aws), and found "
+        "no error.")
+    if report.needs_aws:
+        asked = sorted({f"{n.validator} ({n.call})" for n in report.needs_aws})
+        out(f"  {len(asked)} validator call(s) only AWS answers, run by `pcluster create-cluster --dryrun true` at "
+            f"deploy: {', '.join(asked)}.")
+    out(f"  checked on AWS only: {NEEDS_AWS}; the capacity pre-flight (`invoke plan`/`deploy` with AWS "
+        "credentials) asks EC2 for the reservations and Service Quotas before any stack changes.")
     return 0
 
 

@@ -16,9 +16,11 @@ What the config holds (docs/parallelcluster.md):
 - one SlurmQueue per tenant queue, the default queue first (ParallelCluster's default partition), with one
   ComputeResource of the queue's instance type, MinCount = MaxCount = count (static nodes, as on the other
   schedulers), EFA and GPUDirect RDMA where the catalog says so, the tenant's placement group for EFA
-  queues, the capacity reservation (CAPACITY_BLOCK queues: no placement group, the block places them);
+  queues without a reservation, the capacity reservation (a queue in a reservation or Capacity Block: no
+  placement group; the reservation is already placed);
 - SharedStorage: fmcluster's own FSx for Lustre (FileSystemId) and OpenZFS home (VolumeId);
-- SlurmSettings: Slurm accounting (Database) when `parallelcluster.accounting` is set; QueueUpdateStrategy
+- SlurmSettings: Slurm accounting (Database) when `parallelcluster.accounting` is set (the tenant's database, or
+  the storage stack's when it names none: its outputs, and its client group on the head node); QueueUpdateStrategy
   DRAIN so an update never kills running jobs;
 - Tags, the node policies of the storage stack (bootstrap bundle, own report, own secrets: one for the head
   node, one for login and compute nodes) and SSM on every node, and CustomActions/OnNodeConfigured on head, login and compute nodes that run the fmcluster node
@@ -107,6 +109,10 @@ def placeholder_outputs(tenant: Tenant) -> dict[str, str]:
         "NodeBootstrapPolicyArn": f"arn:aws:iam::000000000000:policy/{tenant.stack_prefix}-storage-NodeBootstrapPolicy-PLACEHOLDER",
         "HeadNodeBootstrapPolicyArn":
             f"arn:aws:iam::000000000000:policy/{tenant.stack_prefix}-storage-HeadNodeBootstrapPolicy-PLACEHOLDER",
+        "AccountingDatabaseUri": f"{tenant.stack_prefix}-accounting-placeholder.rds.amazonaws.com:3306",
+        "AccountingPasswordSecretArn": f"arn:aws:secretsmanager:{tenant.region}:000000000000:secret:"
+                                       f"{tenant.stack_prefix}-accounting-PLACEHOLDER",
+        "AccountingClientSecurityGroupId": _padded("sg-", "planaccounting", 17),
     }
 
 
@@ -122,6 +128,8 @@ class ClusterConfig:
     provenance: dict[ConfigPath, KeyPath] = field(default_factory=dict)  # config path → tenant key
     sources: dict[ConfigPath, str] = field(default_factory=dict)  # config path → stack output
     placeholders: dict[str, str] = field(default_factory=dict)  # stack output → placeholder rendered
+    #: What ParallelCluster's validators get for their AWS calls offline (fmcluster.parallelcluster.offline_aws).
+    offline_answers: dict[str, Any] = field(default_factory=dict)
 
     def tenant_key(self, path: ConfigPath) -> tuple[KeyPath | None, str | None]:
         """What the value at a config path was rendered from: (tenant key, None) or (None, stack output),
@@ -185,6 +193,9 @@ class _Render:
         self.key(("Tags", 1), "programme")
         self.cfg.data = data
         self.cfg.placeholders = dict(sorted(self.used.items()))
+        from fmcluster.parallelcluster.offline_aws import answers
+
+        self.cfg.offline_answers = answers(t, self.cfg)
         return self.cfg
 
     def head_node(self) -> dict[str, Any]:
@@ -196,12 +207,15 @@ class _Render:
         ssh: dict[str, Any] = {"AllowedIps": t.network.vpc_cidr, "KeyName": operator_key_name(t)}
         self.key((*h, "Ssh", "AllowedIps"), "network", "vpc_cidr")
         self.key((*h, "Ssh", "KeyName"), *(("parallelcluster", "ssh_key_name") if s.ssh_key_name else ("org",)))
+        groups = [self.output("NodeSecurityGroupId", (*h, "Networking", "AdditionalSecurityGroups", 0))]
+        if s.accounting is not None and s.accounting.created:
+            # The one node that reaches the accounting database the storage stack created (slurmdbd runs here).
+            groups.append(self.output("AccountingClientSecurityGroupId", (*h, "Networking", "AdditionalSecurityGroups", 1)))
         return {
             "InstanceType": t.controller.name,
             "Networking": {
                 "SubnetId": self.output("PrivateSubnetId", (*h, "Networking", "SubnetId")),
-                "AdditionalSecurityGroups": [
-                    self.output("NodeSecurityGroupId", (*h, "Networking", "AdditionalSecurityGroups", 0))],
+                "AdditionalSecurityGroups": groups,
             },
             "Ssh": ssh,
             "LocalStorage": {"RootVolume": {"Size": HEAD_ROOT_GIB, "Encrypted": True, "VolumeType": "gp3"}},
@@ -240,15 +254,22 @@ class _Render:
         assert s is not None
         settings: dict[str, Any] = {"QueueUpdateStrategy": "DRAIN"}
         if s.accounting is not None:
-            a = s.accounting
-            database = {"Uri": a.uri, "UserName": a.user_name, "PasswordSecretArn": a.password_secret_arn}
+            a, at = s.accounting, ("Scheduling", "SlurmSettings", "Database")
+            self.key(at, "parallelcluster", "accounting")
+            if a.created:  # the storage stack's database and generated secret
+                uri = self.output("AccountingDatabaseUri", (*at, "Uri"))
+                secret = self.output("AccountingPasswordSecretArn", (*at, "PasswordSecretArn"))
+            else:
+                assert a.uri is not None and a.password_secret_arn is not None
+                uri, secret = a.uri, a.password_secret_arn
+                for key, name in (("Uri", "uri"), ("PasswordSecretArn", "password_secret_arn")):
+                    self.key((*at, key), "parallelcluster", "accounting", name)
+            database = {"Uri": uri, "UserName": a.user_name, "PasswordSecretArn": secret}
             if a.database_name:
                 database["DatabaseName"] = a.database_name
             settings["Database"] = database
-            self.key(("Scheduling", "SlurmSettings", "Database"), "parallelcluster", "accounting")
-            for key, name in (("Uri", "uri"), ("UserName", "user_name"), ("PasswordSecretArn", "password_secret_arn"),
-                              ("DatabaseName", "database_name")):
-                self.key(("Scheduling", "SlurmSettings", "Database", key), "parallelcluster", "accounting", name)
+            for key, name in (("UserName", "user_name"), ("DatabaseName", "database_name")):
+                self.key((*at, key), "parallelcluster", "accounting", name)
         # ParallelCluster's first queue is Slurm's default partition.
         default = t.default_queue
         ordered = [default] + [q for q in t.queues if q is not default]
@@ -278,10 +299,17 @@ class _Render:
             "SubnetIds": [self.output("PrivateSubnetId", (*q, "Networking", "SubnetIds", 0))],
             "AdditionalSecurityGroups": groups,
         }
-        # A Capacity Block places its instances itself; ParallelCluster warns against a placement group there.
-        if instance.has_efa and not capacity_block:
+        # A queue that launches into a reservation stays out of the placement group, as on slurm-ec2: an existing
+        # reservation cannot be moved into a new group (ParallelCluster's PlacementGroupCapacityReservationValidator
+        # warns of insufficient-capacity errors), and a Capacity Block places its instances itself.
+        if instance.has_efa and not capacity_block and not queue.capacity_reservation_id:
             pg = self.output("PlacementGroupName", (*q, "Networking", "PlacementGroup", "Name"))
             networking["PlacementGroup"] = {"Enabled": True, "Name": pg}
+        elif instance.has_efa and not capacity_block:
+            # ParallelCluster wants an EFA queue's choice explicit (EfaPlacementGroupValidator), and then warns
+            # that this is "expected when using a capacity reservation with its own placement group".
+            networking["PlacementGroup"] = {"Enabled": False}
+            self.key((*q, "Networking", "PlacementGroup"), "queues", ti, "capacity_reservation_id")
         resource: dict[str, Any] = {
             "Name": compute_resource_name(queue),
             "InstanceType": instance.name,

@@ -87,6 +87,16 @@ def check_tenant(tenant: dict[str, Any], add: Add) -> None:
     accounting = tenant.get("parallelcluster", {}).get("accounting") \
         if isinstance(tenant.get("parallelcluster"), dict) else None
     if isinstance(accounting, dict):
+        a: KeyPath = (*t, "parallelcluster", "accounting")
+        given = [k for k in ("uri", "password_secret_arn") if k in accounting]
+        if len(given) == 1:
+            missing = "password_secret_arn" if given == ["uri"] else "uri"
+            add((*a, given[0]), f"{given[0]} without {missing}: your own database needs both",
+                f"give {missing} as well, or remove {given[0]} to have fmcluster create the database")
+        user = accounting.get("user_name", "slurm")
+        if not given and isinstance(user, str) and not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]{0,15}", user):
+            add((*a, "user_name"), f"{user!r} cannot be the master user of the database fmcluster creates (RDS MySQL)",
+                "use 1-16 letters, digits or underscores, starting with a letter")
         _check_secret_arn(tenant, accounting.get("password_secret_arn"), add)
 
 

@@ -49,10 +49,19 @@ class Finding:
 
 
 @dataclass(frozen=True)
+class NeedsAws:
+    """A ParallelCluster validator that asked AWS something fmcluster cannot answer offline: it runs on AWS only."""
+
+    validator: str
+    call: str  # service.Operation
+
+
+@dataclass(frozen=True)
 class SchemaReport:
     pcluster_version: str
     loaded_as: str | None  # SlurmClusterConfig when the schema accepted the config
     findings: tuple[Finding, ...]
+    needs_aws: tuple[NeedsAws, ...] = ()
 
     @property
     def errors(self) -> list[Finding]:
@@ -91,7 +100,8 @@ def check_configs(configs: list[ClusterConfig]) -> list[SchemaReport]:
     if not configs:
         return []
     python = tool_python()
-    payload = [{"cluster_name": c.cluster_name, "region": c.region, "config": c.data} for c in configs]
+    payload = [{"cluster_name": c.cluster_name, "region": c.region, "config": c.data, "answers": c.offline_answers}
+               for c in configs]
     run = subprocess.run([str(python), str(CHECK_SCRIPT)], input=json.dumps(payload), capture_output=True, text=True,
                          env=_offline_env(), timeout=TIMEOUT_S, check=False)
     try:
@@ -108,7 +118,8 @@ def _report(raw: dict[str, Any]) -> SchemaReport:
     findings = [Finding(tuple(e["path"]), str(e["message"]), "ERROR", None) for e in raw["errors"]]
     findings += [Finding(tuple(f["path"]), str(f["message"]), str(f["level"]), str(f["validator"]))
                  for f in raw["findings"]]
-    return SchemaReport(str(raw["pcluster_version"]), raw["loaded_as"], tuple(findings))
+    needs = tuple(NeedsAws(str(n["validator"]), str(n["call"])) for n in raw.get("needs_aws", []))
+    return SchemaReport(str(raw["pcluster_version"]), raw["loaded_as"], tuple(findings), needs)
 
 
 def _normalized(path: tuple[str | int, ...]) -> tuple[str | int, ...]:

@@ -36,6 +36,9 @@ class Scheduler(Protocol):
     #: How long a node's first boot may take before the service that made it gives up: (what, seconds), or None
     #: where the service documents none. The deploy warns when a node's measured first boot comes near it.
     first_boot_window: tuple[str, float] | None
+    #: Which service's quotas its instances count against: "ec2" (running On-Demand vCPUs, checked by the capacity
+    #: pre-flight) or "sagemaker" (HyperPod's cluster-usage quotas, per instance type; not checked yet).
+    instance_quotas: str
 
     def discovery(self, outputs: Mapping[str, str]) -> dict[str, Any]:
         """How nodes (and the deploy) list the cluster's nodes: the manifest's `discovery` entry."""

@@ -23,6 +23,7 @@ class HyperPod:
     playbook = SITE_PLAYBOOK
     # HyperPod documents no time limit of its own for a lifecycle script (on_create.sh).
     first_boot_window: tuple[str, float] | None = None
+    instance_quotas = "sagemaker"
 
     def __init__(self, tenant: Tenant) -> None:
         self.tenant = tenant

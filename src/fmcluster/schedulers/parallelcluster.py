@@ -28,6 +28,7 @@ class ParallelCluster:
     # DevSettings/Timeouts: ComputeNodeBootstrapTimeout and HeadNodeBootstrapTimeout, 1800 s by default
     # (https://docs.aws.amazon.com/parallelcluster/latest/ug/DevSettings-v3.html).
     first_boot_window: tuple[str, float] | None = ("ParallelCluster's ComputeNodeBootstrapTimeout (default)", 1800.0)
+    instance_quotas = "ec2"
 
     def __init__(self, tenant: Tenant) -> None:
         self.tenant = tenant
@@ -95,7 +96,8 @@ class ParallelCluster:
         if cfg.placeholders:
             return StepOutcome("failed", "the stacks did not give " + ", ".join(cfg.placeholders), details)
         accounting = self.tenant.parallelcluster.accounting if self.tenant.parallelcluster else None
-        if accounting is not None:
+        # A database fmcluster creates (no ARN named) has its secret made by the storage stack, in this account.
+        if accounting is not None and accounting.password_secret_arn is not None:
             from fmcluster.parallelcluster.rules import secret_account_problem
             from fmcluster.stacks import aws
 

@@ -20,6 +20,7 @@ class SlurmEc2:
     playbook = SITE_PLAYBOOK
     first_boot_window: tuple[str, float] | None = (f"the cluster stack's CreationPolicy signal timeout ({SIGNAL_TIMEOUT})",
                          float(int(SIGNAL_TIMEOUT.removeprefix("PT").removesuffix("M")) * 60))
+    instance_quotas = "ec2"
 
     def __init__(self, tenant: Tenant) -> None:
         self.tenant = tenant

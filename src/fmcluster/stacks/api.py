@@ -117,7 +117,8 @@ def image_resolver(tenant: Tenant, cf: Any, stack: RenderedStack, endpoint: str 
 
 def deploy_stacks(tenant: Tenant, endpoint: str | None, *, before_cluster: BeforeCluster | None = None,
                   image_parameter: Callable[[str], str] = lambda path: path, out: Out = print,
-                  root: Path | None = None, refresh_images: bool = False) -> StacksResult:
+                  root: Path | None = None, refresh_images: bool = False,
+                  capacity: dict[str, str] | None = None) -> StacksResult:
     """Create or update the tenant's stacks in order and write generated/stack_outputs.yml.
 
     `endpoint` is where the AWS APIs answer (None: AWS itself; the tenant's emulator on provider local);
@@ -125,7 +126,8 @@ def deploy_stacks(tenant: Tenant, endpoint: str | None, *, before_cluster: Befor
     cluster is not ours (the deploy publishes what the nodes fetch at first boot there); `image_parameter` maps each public image parameter to the endpoint's.
     Unchanged stacks are skipped; the first failure stops the run (later stacks: not-attempted) and
     is reported with the failing resource and reason; re-running resumes where it failed. AMIs are
-    pinned when the cluster stack is created; `refresh_images` resolves them again."""
+    pinned when the cluster stack is created; `refresh_images` resolves them again. `capacity`: the capacity
+    pre-flight's scale-in times by queue (fmcluster.capacity.Preflight.scale_in), for Capacity Block queues."""
     stacks = render_stacks(tenant, image_parameter)
     result = StacksResult(tenant.org, tenant.provider, None)
     findings = _security_gate(stacks, out)
@@ -143,7 +145,7 @@ def deploy_stacks(tenant: Tenant, endpoint: str | None, *, before_cluster: Befor
             continue
         notes: list[str] = []
         params, substitutes = stack.resolved_parameters(
-            outputs, image_resolver(tenant, cf, stack, result.endpoint, refresh_images, notes))
+            outputs, image_resolver(tenant, cf, stack, result.endpoint, refresh_images, notes), capacity)
         notes += substitutes
         for note in notes:
             out(f"  {stack.name}: {note}")
@@ -179,7 +181,7 @@ def deploy_stacks(tenant: Tenant, endpoint: str | None, *, before_cluster: Befor
 def plan_stacks(tenant: Tenant, endpoint: str | None, *, offline: bool = False,
                 image_parameter: Callable[[str], str] = lambda path: path, out: Out = print,
                 root: Path | None = None, show_templates: bool = False, refresh_images: bool = False,
-                offline_note: str | None = None) -> StacksResult:
+                offline_note: str | None = None, capacity: dict[str, str] | None = None) -> StacksResult:
     """Render everything, run the checks, and show each stack's change set without executing it.
 
     `offline` (no AWS credentials): rendered templates and parameters only, saying that the change sets
@@ -198,7 +200,7 @@ def plan_stacks(tenant: Tenant, endpoint: str | None, *, offline: bool = False,
     outputs: dict[str, dict[str, str]] = {}
     for stack in stacks:
         out(f"[{stack.key}] {stack.name}  (from {stack.source.relative_to(SOURCE_ROOT)})")
-        outcome = _plan_one(cf, stack, tenant, outputs, result.endpoint, refresh_images, out)
+        outcome = _plan_one(cf, stack, tenant, outputs, result.endpoint, refresh_images, out, capacity)
         result.stacks.append(outcome)
         for line in render_changes(outcome.changes, result.endpoint is not None, resource_details(stack)):
             out(line)
@@ -215,7 +217,8 @@ def plan_stacks(tenant: Tenant, endpoint: str | None, *, offline: bool = False,
 
 
 def _plan_one(cf: Any, stack: RenderedStack, tenant: Tenant, outputs: dict[str, dict[str, str]],
-              endpoint: str | None, refresh_images: bool, out: Out) -> StackOutcome:
+              endpoint: str | None, refresh_images: bool, out: Out,
+              capacity: dict[str, str] | None = None) -> StackOutcome:
     emulator = endpoint is not None
     def offline(reason: str) -> StackOutcome:
         outcome = StackOutcome(stack.key, stack.name, "rendered",
@@ -231,7 +234,7 @@ def _plan_one(cf: Any, stack: RenderedStack, tenant: Tenant, outputs: dict[str, 
     notes: list[str] = []
     try:
         params, substitutes = stack.resolved_parameters(
-            outputs, image_resolver(tenant, cf, stack, endpoint, refresh_images, notes))
+            outputs, image_resolver(tenant, cf, stack, endpoint, refresh_images, notes), capacity)
         notes += substitutes
     except KeyError:
         outcome = offline(f"change set: needs the outputs of stacks that do not exist yet; {stack.name} would be created")

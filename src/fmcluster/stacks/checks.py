@@ -44,10 +44,13 @@ ALLOWED_TYPES: dict[str, frozenset[str]] = {
         "AWS::S3::Bucket", "AWS::S3::BucketPolicy", "AWS::EC2::SecurityGroup", "AWS::EC2::SecurityGroupIngress",
         "AWS::FSx::FileSystem", "AWS::FSx::DataRepositoryAssociation",
         # scheduler parallelcluster only: what its nodes' fmcluster bootstrap may read and write
-        "AWS::IAM::ManagedPolicy"}),
+        "AWS::IAM::ManagedPolicy",
+        # and the Slurm accounting database it creates when the tenant names none: its second zone's subnet,
+        # subnet group and generated password
+        "AWS::EC2::Subnet", "AWS::RDS::DBSubnetGroup", "AWS::RDS::DBInstance", "AWS::SecretsManager::Secret"}),
     "cluster": frozenset({
         "AWS::IAM::Role", "AWS::IAM::InstanceProfile", "AWS::EC2::LaunchTemplate", "AWS::EC2::Instance",
-        "AWS::AutoScaling::AutoScalingGroup", "AWS::SageMaker::Cluster"}),
+        "AWS::AutoScaling::AutoScalingGroup", "AWS::AutoScaling::ScheduledAction", "AWS::SageMaker::Cluster"}),
 }
 ALLOWED_ROLES = frozenset({"NodeRole", "ControllerRole", "ExecutionRole", "ControllerExecutionRole"})
 ALLOWED_MANAGED_POLICIES = frozenset({"AmazonSSMManagedInstanceCore", "CloudWatchAgentServerPolicy",

@@ -31,6 +31,14 @@ It is moto 5.1 unchanged except for what CloudFormation's and EC2's contracts ne
    now accepted and recorded as a stack event, as CloudFormation records it. moto does not wait for
    signals (it creates resources at once), so the event says the signal arrived after creation.
 
+9. Capacity and quotas, which moto does not have, are stood in (said as such by the capacity pre-flight,
+   fmcluster.capacity): EC2 capacity reservations — CreateCapacityReservation (On-Demand Capacity
+   Reservations), DescribeCapacityBlockOfferings + PurchaseCapacityBlock (Capacity Blocks for ML; any window
+   is sold, in the region's first zone), DescribeCapacityReservations (state from the window: scheduled,
+   active, expired; cancelled after CancelCapacityReservation) — and Service Quotas for EC2 (GetServiceQuota:
+   every quota is EMULATOR_EC2_QUOTA until RequestServiceQuotaIncrease sets it, at once, to the value asked).
+   The substrate has no account limit of its own, so the stand-in's default never refuses.
+
 Resource types moto does not implement are still silently skipped here, as in moto: fmcluster
 detects and reports them itself (fmcluster.stacks.deploy), it never pretends they exist.
 """
@@ -351,6 +359,138 @@ def install_signal_resource() -> None:
     setattr(CloudFormationResponse, "signal_resource", signal_resource)
 
 
+#: What the stand-in's Service Quotas answer for an EC2 quota nobody set (RequestServiceQuotaIncrease sets one).
+EMULATOR_EC2_QUOTA = 100000.0
+
+
+def install_capacity_stand_ins() -> None:
+    """EC2 capacity reservations and Capacity Blocks, and Service Quotas for EC2 (fix 9)."""
+    import json
+    import uuid
+    from datetime import datetime, timedelta, timezone
+
+    from moto.core.responses import ActionResult
+    from moto.ec2.exceptions import EC2ClientError
+    from moto.ec2.responses import EC2Response
+    from moto.servicequotas.exceptions import NoSuchResource
+    from moto.servicequotas.models import ServiceQuotasBackend
+    from moto.servicequotas.responses import ServiceQuotasResponse
+
+    reservations: dict[str, dict[str, Any]] = {}  # id → the reservation as DescribeCapacityReservations shows it
+    offerings: dict[str, dict[str, Any]] = {}
+    quotas: dict[tuple[str, str, str], float] = {}  # (region, service, quota code) → value
+
+    def now() -> datetime:
+        return datetime.now(timezone.utc)
+
+    def new_id(prefix: str) -> str:
+        return f"{prefix}-{uuid.uuid4().hex[:17]}"
+
+    def when(value: Any) -> datetime | None:
+        if not value:
+            return None
+        parsed = value if isinstance(value, datetime) else datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+        return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
+
+    def shown(item: dict[str, Any]) -> dict[str, Any]:
+        state = item["State"]
+        if state not in ("cancelled",):
+            start, end = item.get("StartDate"), item.get("EndDate")
+            state = ("expired" if end is not None and end <= now() else
+                     "scheduled" if start is not None and start > now() else "active")
+        return {**item, "State": state}
+
+    def reservation(self: Any, instance_type: str, zone: str, count: int, kind: str, start: datetime,
+                    end: datetime | None, platform: str) -> dict[str, Any]:
+        item = {"CapacityReservationId": new_id("cr"), "OwnerId": self.current_account,
+                "InstanceType": instance_type, "InstancePlatform": platform, "AvailabilityZone": zone,
+                "Tenancy": "default", "TotalInstanceCount": count, "AvailableInstanceCount": count,
+                "EbsOptimized": True, "EphemeralStorage": False, "State": "active", "StartDate": start,
+                "EndDateType": "limited" if end else "unlimited", "InstanceMatchCriteria": "targeted",
+                "CreateDate": now(), "ReservationType": kind, "Tags": []}
+        if end is not None:
+            item["EndDate"] = end
+        item["CapacityReservationArn"] = (f"arn:aws:ec2:{self.region}:{self.current_account}:capacity-reservation/"
+                                          f"{item['CapacityReservationId']}")
+        reservations[item["CapacityReservationId"]] = item
+        return item
+
+    def create_capacity_reservation(self: Any) -> Any:
+        self.error_on_dryrun()
+        item = reservation(self, self._get_param("InstanceType"), self._get_param("AvailabilityZone"),
+                           int(self._get_param("InstanceCount")), "default", now(), when(self._get_param("EndDate")),
+                           self._get_param("InstancePlatform") or "Linux/UNIX")
+        return ActionResult({"CapacityReservation": shown(item)})
+
+    def describe_capacity_reservations(self: Any) -> Any:
+        wanted = self._get_param("CapacityReservationIds", [])
+        for rid in wanted:
+            if rid not in reservations:
+                raise EC2ClientError("InvalidCapacityReservationId.NotFound",
+                                     f"The capacity reservation ID '{rid}' does not exist")
+        found = [shown(r) for r in reservations.values()
+                 if (not wanted or r["CapacityReservationId"] in wanted) and r["AvailabilityZone"].startswith(self.region)]
+        return ActionResult({"CapacityReservations": found})
+
+    def cancel_capacity_reservation(self: Any) -> Any:
+        rid = self._get_param("CapacityReservationId")
+        if rid not in reservations:
+            raise EC2ClientError("InvalidCapacityReservationId.NotFound", f"The capacity reservation ID '{rid}' does not exist")
+        reservations[rid]["State"] = "cancelled"
+        return ActionResult({"Return": True})
+
+    def describe_capacity_block_offerings(self: Any) -> Any:
+        hours = int(self._get_param("CapacityDurationHours"))
+        start = when(self._get_param("StartDateRange")) or now()
+        offer = {"CapacityBlockOfferingId": new_id("cb"), "InstanceType": self._get_param("InstanceType"),
+                 "AvailabilityZone": f"{self.region}a", "InstanceCount": int(self._get_param("InstanceCount")),
+                 "StartDate": start, "EndDate": start + timedelta(hours=hours), "CapacityBlockDurationHours": hours,
+                 "UpfrontFee": "0.00", "CurrencyCode": "USD", "Tenancy": "default"}
+        offerings[offer["CapacityBlockOfferingId"]] = offer
+        return ActionResult({"CapacityBlockOfferings": [offer]})
+
+    def purchase_capacity_block(self: Any) -> Any:
+        offer = offerings.get(self._get_param("CapacityBlockOfferingId"))
+        if offer is None:
+            raise EC2ClientError("InvalidParameterValue", "unknown Capacity Block offering")
+        item = reservation(self, offer["InstanceType"], offer["AvailabilityZone"], offer["InstanceCount"],
+                           "capacity-block", offer["StartDate"], offer["EndDate"],
+                           self._get_param("InstancePlatform") or "Linux/UNIX")
+        return ActionResult({"CapacityReservation": shown(item)})
+
+    for name, fn in (("create_capacity_reservation", create_capacity_reservation),
+                     ("describe_capacity_reservations", describe_capacity_reservations),
+                     ("cancel_capacity_reservation", cancel_capacity_reservation),
+                     ("describe_capacity_block_offerings", describe_capacity_block_offerings),
+                     ("purchase_capacity_block", purchase_capacity_block)):
+        setattr(EC2Response, name, fn)
+
+    moto_get_quota = ServiceQuotasBackend.get_service_quota
+
+    def quota(region: str, service: str, code: str) -> dict[str, Any]:
+        value = quotas.get((region, service, code), EMULATOR_EC2_QUOTA)
+        return {"ServiceCode": service, "QuotaCode": code, "QuotaName": f"{code} (fmcluster emulator stand-in)",
+                "Value": value, "Unit": "None", "Adjustable": True, "GlobalQuota": False,
+                "QuotaArn": f"arn:aws:servicequotas:{region}::{service}/{code}"}
+
+    def get_service_quota(self: Any, service_code: str, quota_code: str) -> dict[str, Any]:
+        if service_code == "ec2":
+            return quota(self.region_name, service_code, quota_code)
+        return dict(moto_get_quota(self, service_code, quota_code))
+
+    def request_service_quota_increase(self: Any) -> str:
+        params = json.loads(self.body)
+        service, code = str(params.get("ServiceCode")), str(params.get("QuotaCode"))
+        if service != "ec2":
+            raise NoSuchResource
+        quotas[(self.region, service, code)] = float(params["DesiredValue"])
+        return json.dumps({"RequestedQuota": {"Id": new_id("req"), "ServiceCode": service, "QuotaCode": code,
+                                              "DesiredValue": float(params["DesiredValue"]), "Status": "APPROVED"}})
+
+    setattr(ServiceQuotasBackend, "get_service_quota", get_service_quota)
+    setattr(ServiceQuotasResponse, "request_service_quota_increase", request_service_quota_increase)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--host", default="127.0.0.1")
@@ -362,6 +502,7 @@ def main(argv: list[str] | None = None) -> None:
     install_output_fixes()
     install_scaling_fixes()
     install_signal_resource()
+    install_capacity_stand_ins()
     from moto.server import main as moto_main
 
     moto_main(["-H", args.host, "-p", str(args.port)])

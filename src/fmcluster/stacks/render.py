@@ -36,7 +36,7 @@ from fmcluster.stacks.templates.common import (
 )
 from fmcluster.stacks.templates.slurm_ec2 import AMI_PARAMETERS
 
-__all__ = ["AMI_PARAMETERS", "BOOTSTRAP_PREFIX", "EMULATOR_AMI_PARAMETER", "ImageRef", "LIFECYCLE_DIR",
+__all__ = ["AMI_PARAMETERS", "BOOTSTRAP_PREFIX", "CapacityRef", "EMULATOR_AMI_PARAMETER", "ImageRef", "LIFECYCLE_DIR",
            "LIFECYCLE_PREFIX", "MANIFEST_PREFIX", "NODE_READ_PREFIXES", "OutputRef", "REPORT_PREFIX", "RenderedStack",
            "STACK_KEYS", "boot_environment", "lifecycle_environment", "load_cfn_yaml", "logical_name",
            "first_boot_script", "node_user_data", "render_stacks", "user_data_text"]
@@ -77,7 +77,18 @@ class ImageRef:
         return f"<AMI resolved once from {self.ssm_path} when the stack is created, then kept>"
 
 
-ParameterValue = str | OutputRef | ImageRef
+@dataclass(frozen=True)
+class CapacityRef:
+    """When a Capacity Block queue is scaled in: known only from EC2, by the capacity pre-flight
+    (fmcluster.capacity.Preflight.scale_in), which the deploy runs before the stacks."""
+
+    queue: str
+
+    def describe(self) -> str:
+        return f"<queue {self.queue}'s Capacity Block end minus the margin, read from EC2 by the capacity pre-flight>"
+
+
+ParameterValue = str | OutputRef | ImageRef | CapacityRef
 ImageResolver = Callable[[str, ImageRef], str]  # (parameter name, ref) -> AMI id
 
 
@@ -94,9 +105,10 @@ class RenderedStack:
         return {name: res["Type"] for name, res in load_cfn_yaml(self.body).get("Resources", {}).items()}
 
     def resolved_parameters(self, outputs: dict[str, dict[str, str]], resolve_image: ImageResolver | None = None,
-                            ) -> tuple[dict[str, str], list[str]]:
-        """Parameters with OutputRefs replaced by `outputs[stack][key]` and ImageRefs by
-        `resolve_image`; also the notes on substitutes. KeyError when something is not known yet."""
+                            capacity: dict[str, str] | None = None) -> tuple[dict[str, str], list[str]]:
+        """Parameters with OutputRefs replaced by `outputs[stack][key]`, ImageRefs by `resolve_image` and
+        CapacityRefs by `capacity[queue]` (the pre-flight's scale-in times); also the notes on substitutes.
+        KeyError when something is not known yet."""
         resolved: dict[str, str] = {}
         notes: list[str] = []
         for key, value in self.parameters.items():
@@ -108,6 +120,10 @@ class RenderedStack:
                     notes.append(f"{key}: {value.describe()} does not exist; using {value.when_missing!r}")
                     got = value.when_missing
                 resolved[key] = got
+            elif isinstance(value, CapacityRef):
+                if capacity is None or value.queue not in capacity:
+                    raise KeyError(f"{self.name}: parameter {key} needs {value.describe()}")
+                resolved[key] = capacity[value.queue]
             elif isinstance(value, ImageRef):
                 if resolve_image is None:
                     raise KeyError(f"{self.name}: parameter {key} needs {value.describe()}")
@@ -308,6 +324,9 @@ def render_stacks(tenant: Tenant, image_parameter: Callable[[str], str] = lambda
         for kind in slurm_ec2.image_kinds(tenant):
             name, path = AMI_PARAMETERS[kind]
             cluster_params[name] = ImageRef(image_parameter(path))
+        for group in slurm_ec2.node_groups(tenant):
+            if group.capacity_block and group.queue is not None:
+                cluster_params[group.scale_in_parameter] = CapacityRef(group.queue.name)
     sources = {"network": "network.py", "storage": "storage.py", "cluster": cluster_template_name(tenant)}
     params = {"network": network_params, "storage": storage_params, "cluster": cluster_params}
     stacks = []

@@ -32,6 +32,9 @@ SIGNAL_TIMEOUT = "PT60M"
 SUSPEND_DURING_UPDATE = ["HealthCheck", "ReplaceUnhealthy", "AZRebalance", "AlarmNotification", "ScheduledActions"]
 
 RESERVATION_TYPES = ("default", "capacity-block")
+# When a Capacity Block's queue is scaled in: its end time minus fmcluster.capacity.END_MARGIN, an ISO 8601 UTC
+# time the deploy passes in (the capacity pre-flight read the block's EndDate from EC2).
+SCALE_IN_TIME_PATTERN = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z$"
 
 UserData = Callable[..., Any]
 RoleTags = Callable[["NodeGroup"], dict[str, str]]
@@ -77,6 +80,15 @@ class NodeGroup:
     @property
     def group_logical_id(self) -> str:
         return f"{self.logical}Group"
+
+    @property
+    def capacity_block(self) -> bool:
+        return self.queue is not None and self.queue.capacity_reservation_type == "capacity-block"
+
+    @property
+    def scale_in_parameter(self) -> str:
+        """The parameter holding when this Capacity Block queue is scaled in (capacity_block only)."""
+        return f"{self.logical}ScaleInTime"
 
 
 def node_groups(tenant: Tenant) -> list[NodeGroup]:
@@ -229,6 +241,13 @@ def build(tenant: Tenant, user_data: UserData, role_tags: RoleTags = fmcluster_r
             "Type": "String", "Default": "", "AllowedPattern": r"^[A-Za-z0-9._-]*$",
             "Description": "Cluster placement group for EFA queues without a capacity reservation (network stack "
                            "output PlacementGroupName; empty on the emulator, which does not create placement groups)."}
+    for group in groups:
+        if group.capacity_block:
+            parameters[group.scale_in_parameter] = {
+                "Type": "String", "AllowedPattern": SCALE_IN_TIME_PATTERN,
+                "Description": f"When queue {group.queue.name if group.queue else ''} is scaled in to 0 (UTC): its "
+                               "Capacity Block's end time, read from EC2 by the deploy's capacity pre-flight, minus "
+                               "the margin EC2 and Slurm need (fmcluster.capacity.END_MARGIN)."}
     parameters["DataBucketName"] = bucket_name(
         "The tenant data bucket (storage stack output); the node roles may use their prefixes of it only.")
     for kind in image_kinds(tenant):
@@ -263,6 +282,13 @@ def build(tenant: Tenant, user_data: UserData, role_tags: RoleTags = fmcluster_r
                 "LaunchTemplate": {"LaunchTemplateId": Ref("ControllerLaunchTemplate"), "Version": "1"}}}
         else:
             resources[group.group_logical_id] = _auto_scaling_group(tenant, group, role_tags(group), signals)
+        if group.capacity_block:
+            # EC2 terminates a Capacity Block's instances as it ends, and the group would then launch On-Demand
+            # replacements that the block's market type cannot get: scale the group in to 0 before that.
+            resources[f"{group.logical}ScaleInBeforeBlockEnds"] = {
+                "Type": "AWS::AutoScaling::ScheduledAction", "Properties": {
+                    "AutoScalingGroupName": Ref(group.group_logical_id), "StartTime": Ref(group.scale_in_parameter),
+                    "MinSize": 0, "MaxSize": 0, "DesiredCapacity": 0}}
 
     outputs: dict[str, Any] = {
         "NodeRoleArn": output("IAM role of the login and compute nodes.", GetAtt("NodeRole", "Arn")),
