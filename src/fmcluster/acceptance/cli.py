@@ -87,7 +87,7 @@ def parse_command(args: argparse.Namespace) -> int:
     if args.collective is not None:
         collective = canonical_collective(args.collective)
         if collective is None:
-            return _unreadable(args, f"unknown collective {args.collective!r}; known: {', '.join(COLLECTIVES)}")
+            return _unreadable(args, f"--collective: unknown collective {args.collective!r}; known: {', '.join(COLLECTIVES)}")
     queues, override = (_queues(args.org) if args.org and not args.instance_type else (None, None))
     if queues is not None and args.queue is not None and args.queue not in queues:
         return _unreadable(args, f"tenant {args.org} has no queue {args.queue!r}; it has {', '.join(sorted(queues))}")

@@ -182,9 +182,10 @@ def layout_from_header(columns: list[str]) -> Layout | None:
     if second[:half] != first:
         return None
     trailing = second[half:]
-    if trailing not in ([], ["timestamp"]):
+    if any(not _IDENT.fullmatch(c.lstrip("#%")) for c in trailing):
         return None
-    return Layout(lead, half, _CHECK_COLUMNS[first[3]], 2 if trailing else 0)
+    # extra columns after the two halves (`timestamp` prints a date and a time: two tokens)
+    return Layout(lead, half, _CHECK_COLUMNS[first[3]], sum(2 if c == "timestamp" else 1 for c in trailing))
 
 
 def _infer_layout(tokens: list[str]) -> Layout | None:
@@ -221,6 +222,10 @@ def parse_row(line: str, layout: Layout | None = None, line_no: int = 0) -> Size
     """One size row read with `layout` (inferred from the row when None). None if unreadable."""
     tokens = line.split()
     layout = layout or _infer_layout(tokens)
+    if layout is not None and len(tokens) == layout.width - 1 and "redop" in layout.lead and len(tokens) > 3 \
+            and not _IDENT.fullmatch(tokens[3]):
+        # old alltoall (and all_gather) printed the shared header's `redop` but an empty cell under it
+        layout = Layout(tuple(c for c in layout.lead if c != "redop"), layout.half, layout.check, layout.trailing)
     if layout is None or len(tokens) != layout.width:
         return None
     lead = dict(zip(layout.lead, tokens))
