@@ -140,15 +140,16 @@ class Expectation:
     """The catalog entry: device model, EFA NIC count, network and NVLink bandwidth for the topology and
     physics checks, and for the floors of other collectives."""
 
-    def floor_for(self, collective: str, ranks: int | None) -> tuple[float, str, str]:
-        """(floor GB/s, where it comes from, "catalog"/"tenant override"/"derived") for `collective`."""
+    def floor_for(self, collective: str, ranks: int | None) -> tuple[float | None, str, str]:
+        """(floor GB/s, where it comes from, "catalog"/"tenant override"/"derived") for `collective`; the floor is
+        None where nothing to derive one from exists (the CPU stand-in's other collectives: no hardware ceiling)."""
         if collective == "all_reduce":
             return self.min_busbw_gbps, self.floor_source, self.floor_from
         ranks = ranks or self.expected_ranks or 0
         ceiling = (ceiling_gbps(self.instance, collective, self.nodes, ranks)
                    if self.instance and self.transport != "socket" else None)
-        if ceiling is None:  # no ceiling to derive from: the all_reduce floor, stated as such
-            return self.min_busbw_gbps, f"the all_reduce floor ({self.floor_source})", self.floor_from
+        if ceiling is None:
+            return None, f"no public {collective} floor and no hardware ceiling to derive one from", "none"
         floor = round(ceiling[0] * DERIVED_FLOOR_SHARE, 2)
         return floor, (f"derived: {DERIVED_FLOOR_SHARE:g} x the {collective} ceiling {ceiling[0]:.1f} GB/s "
                        f"({ceiling[1]}); no public {collective} floor exists"), "derived"

@@ -77,6 +77,8 @@ CODES: dict[str, Code] = {
                                "collective's", False),
     "benchmark_unnamed": Code("the log does not name its benchmark (old nccl-tests); judged as the expected one "
                               "(warn)", False),
+    "bandwidth_not_gated": Code("a collective other than all_reduce with no hardware ceiling to derive a floor from "
+                                "(the CPU stand-in): its bandwidth is reported, not gated (warn)", False),
     "non_physical": Code("a row's figures break physics: time not positive, algbw ≠ size/time, busbw ≠ algbw × "
                          "the collective's factor, or busbw above the fabric's ceiling", True),
     "test_failure": Code("an nccl-tests failure line (`Test NCCL failure`, `Test failure`) anywhere in the log, "
@@ -412,6 +414,9 @@ def _benchmark(log: ParsedLog, exp: Expectation) -> tuple[list[Finding], Gate]:
     if collective is None:
         return out, Gate(None)
     floor, source, origin = exp.floor_for(collective, log.ranks)
+    if floor is None:
+        out.append(_f("bandwidth_not_gated", "warn", f"{collective}'s bandwidth is reported, not gated: {source}",
+                      "gate fabric bandwidth with all_reduce_perf"))
     return out, Gate(collective, floor, source, origin)
 
 
@@ -624,8 +629,10 @@ def _missing_evidence(log: ParsedLog, exp: Expectation, row: SizeRow | None, tra
         return "the reference row is not finite"
     if row.correct is False or (row.correct is None and exp.require_data_check):
         return "the reference row is not shown correct"
-    if gate.floor_gbps is None or not row.min_busbw_gbps >= gate.floor_gbps:
-        return "no floor applies, or the reference row is under it"
+    if gate.collective is None:
+        return "the benchmark is not a collective with a floor"
+    if gate.floor_gbps is not None and not row.min_busbw_gbps >= gate.floor_gbps:
+        return "the reference row is under the floor"
     if not transport_ok:
         return f"no evidence of {TRANSPORT_WORDS[exp.transport]}"
     return None
@@ -702,7 +709,7 @@ def baseline_sentence(log: ParsedLog, exp: Expectation, row: SizeRow | None, gat
         o, i = row.out_of_place.busbw_gbps, row.in_place.busbw_gbps
         measured = f"measured {row.min_busbw_gbps:.2f} GB/s (out-of-place {o:.2f}, in-place {i:.2f})"
     if gate.floor_gbps is None:
-        floor = "no floor (an unknown benchmark)"
+        floor = f"not gated ({gate.floor_source})" if gate.collective else "no floor (an unknown benchmark)"
     elif gate.floor_from == "catalog":
         floor = f"floor {gate.floor_gbps:g} GB/s (catalog: {gate.floor_source})"
     elif gate.floor_from == "derived":
