@@ -1,5 +1,10 @@
 """Read nccl-tests output (and the fmcluster CPU bench, which prints the same format) into a ParsedLog.
 
+Any log a user has: plain, gzip/bzip2/xz, UTF-8/16/32 (by BOM or NUL pattern), with ANSI colour codes; a
+device, FIFO or directory is refused at once (LogReadError, an OSError). Per process and per rank it keeps
+what the last line of a kind would hide: every provider selected, the NICs found, each rank's NET transport,
+the rank -> host -> device map and every NCCL version. Neuron nccom-test tables are recognised, not read.
+
 Streaming and bounded: `parse_stream` takes lines one at a time and keeps only what the verdict needs
 (rows, counters, capped lists), and `parse_file` reads the file in bounded pieces, so a 200 MB log of
 INFO lines or a single 20 MB line costs a few MB, not the file's size. Lines longer than MAX_LINE_CHARS

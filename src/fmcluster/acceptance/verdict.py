@@ -6,8 +6,10 @@ and `invoke doctor` all call `judge(parse_file(log), expectation)`.
 
 Fail closed: a run passes only on positive evidence, namely a completed table whose row at the reference
 size is finite, correct (`#wrong` 0, or explicitly unchecked and allowed), at or above the floor in both
-halves (out-of-place and in-place), over the transport the node-count class must use. Anything missing,
-unreadable or non-finite is a failure with a diagnosis. `_missing_evidence` re-checks that rule after all
+halves (out-of-place and in-place), over the transport the node-count class must use, on every rank. Every
+row must also obey physics (algbw = size/time, busbw = that x the collective's factor, under the fabric's
+ceiling), and the rank -> host -> device map must match itself and the catalog. Anything missing,
+unreadable, non-finite or non-physical is a failure with a diagnosis. `_missing_evidence` re-checks that rule after all
 findings, so no combination of findings can pass a run without it.
 """
 
