@@ -87,6 +87,9 @@ class InstanceType:
     network_gbps: int
     nvswitch: bool
     acceptance: AcceptanceBaselines
+    nvlink_gbps: float = 0.0
+    """Total NVLink bandwidth of one GPU, both directions, GB/s (0: no NVLink); a physical busbw ceiling."""
+    nvlink_source: str = ""
 
     @property
     def has_efa(self) -> bool:
@@ -135,6 +138,9 @@ def _baselines(name: str, acc: dict[str, Any], path: Path) -> AcceptanceBaseline
 
 
 def _instance(name: str, raw: dict[str, Any], path: Path = CATALOG_PATH) -> InstanceType:
+    nvlink = raw.get("nvlink") or {}
+    if nvlink and not (float(nvlink.get("gbps", 0)) > 0 and str(nvlink.get("source", "")).strip()):
+        raise CatalogError(f"{path}: instance_types.{name}.nvlink: give gbps (> 0) and its source")
     return InstanceType(
         name=name,
         family=raw["family"],
@@ -147,6 +153,8 @@ def _instance(name: str, raw: dict[str, Any], path: Path = CATALOG_PATH) -> Inst
         network_gbps=int(raw["network_gbps"]),
         nvswitch=bool(raw["nvswitch"]),
         acceptance=_baselines(name, raw["acceptance"], path),
+        nvlink_gbps=float((raw.get("nvlink") or {}).get("gbps", 0)),
+        nvlink_source=str((raw.get("nvlink") or {}).get("source", "")),
     )
 
 

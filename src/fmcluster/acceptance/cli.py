@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 
-from fmcluster.acceptance.expectation import resolve_expectation
+from fmcluster.acceptance.expectation import COLLECTIVES, canonical_collective, resolve_expectation
 from fmcluster.acceptance.model import ParsedLog, json_safe
 from fmcluster.acceptance.parser import parse_file
 from fmcluster.acceptance.verdict import Verdict, judge, render
@@ -23,10 +24,11 @@ exit status:
      over the expected transport
   1  fail: judged and failed, or failed on what fails any run (truncated, killed, wrong data, NaN,
      nccl-tests' own FAILED) even without an instance type
-  2  unreadable: the file cannot be read (missing, a directory, no permission), or a bad option
-     (an instance type or queue the catalog/tenant does not have)
+  2  unreadable: the file cannot be read (missing, a directory, a device or FIFO, no permission, a
+     compression other than gzip/bzip2/xz), or a bad option (an instance type or queue the
+     catalog/tenant does not have, an unknown --collective, a --min-busbw that is not a positive number)
   3  not judged: read, nothing failed, but there is nothing to judge against; give --instance-type
-     (or --org) and, if the log names no hosts, --nodes
+     (or --org) and, if the log names no hosts, --nodes. Neuron nccom-test output is always not judged.
 
 The instance type is, in order: --instance-type; the tenant's queue (--org [--queue]); the type
 aws-ofi-nccl names in the log (`NET/OFI Running on p5.48xlarge platform`).
@@ -47,7 +49,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                        "one the log's hosts are named after)")
     parse.add_argument("--nodes", type=int, help="node count of the run (default: hosts seen in the log)")
     parse.add_argument("--min-busbw", type=float, help="floor override in GB/s (as tenant.acceptance.min_busbw_gbps)")
-    parse.add_argument("--collective", help="the collective the log must be (default: the one it names)")
+    parse.add_argument("--collective", help="the collective the log must be, e.g. all_reduce or alltoall (default: the one it names)")
     parse.add_argument("--require-data-check", action="store_true",
                        help="fail, not just warn, when nccl-tests ran without data checks (-c 0)")
     run = acc.add_parser("run", help="run the acceptance gate on a tenant's Slurm cluster (as `invoke acceptance`)")
@@ -79,12 +81,19 @@ def parse_command(args: argparse.Namespace) -> int:
         return _unreadable(args, f"unknown instance type {args.instance_type!r}; known: {', '.join(sorted(catalog))}")
     if args.nodes is not None and args.nodes < 1:
         return _unreadable(args, f"--nodes must be at least 1, not {args.nodes}")
+    if args.min_busbw is not None and not (math.isfinite(args.min_busbw) and args.min_busbw > 0):
+        return _unreadable(args, f"--min-busbw must be a finite number of GB/s above 0, not {args.min_busbw}")
+    collective = None
+    if args.collective is not None:
+        collective = canonical_collective(args.collective)
+        if collective is None:
+            return _unreadable(args, f"--collective: unknown collective {args.collective!r}; known: {', '.join(COLLECTIVES)}")
     queues, override = (_queues(args.org) if args.org and not args.instance_type else (None, None))
     if queues is not None and args.queue is not None and args.queue not in queues:
         return _unreadable(args, f"tenant {args.org} has no queue {args.queue!r}; it has {', '.join(sorted(queues))}")
     resolution = resolve_expectation(
         log, catalog, instance_type=args.instance_type, queues=queues, queue=args.queue, nodes=args.nodes,
-        override_gbps=args.min_busbw if args.min_busbw is not None else override, collective=args.collective,
+        override_gbps=args.min_busbw if args.min_busbw is not None else override, collective=collective,
         require_data_check=args.require_data_check)
     verdict = judge(log, resolution.expectation, not_judged_reason=resolution.reason)
     code = EXIT_CODES[verdict.status]

@@ -10,6 +10,7 @@ log is not judged, and the reason says what to give.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -24,6 +25,89 @@ TRANSPORT_WORDS: dict[Transport, str] = {
     "nvlink": "NVLink (P2P/NVLS within the node)",
     "socket": "TCP sockets",
 }
+
+
+@dataclass(frozen=True)
+class Collective:
+    """What nccl-tests' busbw formula and the fabric's limits are for one collective (doc/PERFORMANCE.md)."""
+
+    bus_factor: Callable[[int], float]
+    """busbw = algbw x bus_factor(ranks)."""
+    node_egress: Callable[[int, int], float]
+    """Bytes each node must send across the network per byte of the op's size, for (nodes, ranks per node):
+    the lower bound that caps algbw at node bandwidth / this (0: nothing must cross, e.g. one node)."""
+
+
+def _ring(n: int) -> float:
+    return (n - 1) / n if n > 0 else 0.0
+
+
+COLLECTIVES: dict[str, Collective] = {
+    # all_reduce: reduce-scatter then all-gather across nodes: 2(N-1)/N of the buffer leaves each node
+    "all_reduce": Collective(lambda n: 2 * _ring(n), lambda nodes, g: 2 * _ring(nodes)),
+    # all_gather / reduce_scatter: each node receives (sends) the other nodes' share: (N-1)/N
+    "all_gather": Collective(_ring, lambda nodes, g: _ring(nodes)),
+    "reduce_scatter": Collective(_ring, lambda nodes, g: _ring(nodes)),
+    # alltoall: each of a node's g ranks sends (N-1)/N of its buffer to other nodes
+    "alltoall": Collective(_ring, lambda nodes, g: g * _ring(nodes)),
+    # broadcast / reduce / sendrecv: the whole buffer crosses at least one node boundary once
+    "broadcast": Collective(lambda n: 1.0, lambda nodes, g: 1.0 if nodes > 1 else 0.0),
+    "reduce": Collective(lambda n: 1.0, lambda nodes, g: 1.0 if nodes > 1 else 0.0),
+    "sendrecv": Collective(lambda n: 1.0, lambda nodes, g: 1.0 if nodes > 1 else 0.0),
+    "gather": Collective(_ring, lambda nodes, g: _ring(nodes)),
+    "scatter": Collective(_ring, lambda nodes, g: _ring(nodes)),
+    "hypercube": Collective(_ring, lambda nodes, g: _ring(nodes)),
+}
+"""Every collective nccl-tests ships a `<name>_perf` binary for."""
+DERIVED_FLOOR_SHARE = 0.125
+"""Where no public floor exists (every collective but all_reduce), the floor is this share of the collective's
+physical ceiling on the fabric: fmcluster's choice, low enough for any healthy run (healthy runs reach 50-95% of
+the ceiling), high enough to catch a fabric off EFA (sockets, the tcp provider) or a run on a fraction of its NICs."""
+CEILING_TOLERANCE = 0.05
+"""Headroom over the computed ceiling before a busbw counts as non-physical (rounding, GB vs GiB slips)."""
+
+
+def canonical_collective(name: str) -> str | None:
+    """`all_reduce` for `all_reduce`, `all_reduce_perf` or `all_reduce_perf_mpi`; None for an unknown name."""
+    base = name.strip().lower().removesuffix("_mpi").removesuffix("_perf")
+    return base if base in COLLECTIVES else None
+
+
+def collective_of_benchmark(benchmark: str | None) -> str | None:
+    """The collective an nccl-tests binary runs (`all_gather_perf` -> `all_gather`); None when unknown."""
+    return canonical_collective(benchmark) if benchmark else None
+
+
+def bus_factor(collective: str, ranks: int) -> float | None:
+    found = COLLECTIVES.get(collective)
+    return found.bus_factor(ranks) if found and ranks > 0 else None
+
+
+def ceiling_gbps(instance: InstanceType, collective: str, nodes: int, ranks: int) -> tuple[float, str] | None:
+    """The highest busbw (GB/s) the hardware can carry for this run, and how it was derived; None if unknown.
+
+    Across nodes: the node's network bandwidth (catalog `network_gbps`, AWS's published figure) caps algbw at
+    bandwidth / (bytes each node must send per byte of the op), so busbw <= that x the bus factor. Within a
+    node: the GPU's total NVLink bandwidth (catalog `nvlink_gbps`, both directions: NVLink SHARP's in-switch
+    reduction lets all_reduce exceed one direction's figure, never both). The lower of the two applies.
+    """
+    found = COLLECTIVES.get(collective)
+    if found is None or ranks < 1 or nodes < 1:
+        return None
+    bounds: list[tuple[float, str]] = []
+    if instance.nvlink_gbps:
+        bounds.append((float(instance.nvlink_gbps), f"NVLink {instance.nvlink_gbps:g} GB/s per GPU (both "
+                       f"directions; {instance.nvlink_source})"))
+    per_node = max(ranks // nodes, 1)
+    egress = found.node_egress(nodes, per_node)
+    if nodes > 1 and egress > 0 and instance.network_gbps:
+        node_gbps = instance.network_gbps / 8
+        bound = node_gbps / egress * found.bus_factor(ranks)
+        bounds.append((bound, f"EFA {instance.network_gbps} Gbps = {node_gbps:g} GB/s per node (AWS instance "
+                              f"specifications); {collective} must send {egress:.3g} B per byte across each node"))
+    if not bounds:
+        return None
+    return min(bounds, key=lambda b: b[0])
 
 
 class NotJudgeable(ValueError):
@@ -52,11 +136,23 @@ class Expectation:
     """Fail (not just warn) when nccl-tests ran without data checks (-c 0)."""
     basis: str = ""
     """How the instance type and node count were chosen, when not given by the caller."""
+    instance: InstanceType | None = None
+    """The catalog entry: device model, EFA NIC count, network and NVLink bandwidth for the topology and
+    physics checks, and for the floors of other collectives."""
 
-    @property
-    def gates_bandwidth(self) -> bool:
-        """Floors are all_reduce floors: other collectives are checked, not gated on bandwidth."""
-        return self.collective in (None, "all_reduce")
+    def floor_for(self, collective: str, ranks: int | None) -> tuple[float | None, str, str]:
+        """(floor GB/s, where it comes from, "catalog"/"tenant override"/"derived") for `collective`; the floor is
+        None where nothing to derive one from exists (the CPU stand-in's other collectives: no hardware ceiling)."""
+        if collective == "all_reduce":
+            return self.min_busbw_gbps, self.floor_source, self.floor_from
+        ranks = ranks or self.expected_ranks or 0
+        ceiling = (ceiling_gbps(self.instance, collective, self.nodes, ranks)
+                   if self.instance and self.transport != "socket" else None)
+        if ceiling is None:
+            return None, f"no public {collective} floor and no hardware ceiling to derive one from", "none"
+        floor = round(ceiling[0] * DERIVED_FLOOR_SHARE, 2)
+        return floor, (f"derived: {DERIVED_FLOOR_SHARE:g} x the {collective} ceiling {ceiling[0]:.1f} GB/s "
+                       f"({ceiling[1]}); no public {collective} floor exists"), "derived"
 
 
 def transport_for(instance: InstanceType, nodes: int) -> Transport:
@@ -76,6 +172,8 @@ def expectation_for(instance: InstanceType, nodes: int, override_gbps: float | N
                            "acceptance is not implemented yet)")
     if nodes < 1:
         raise ValueError(f"a run has at least one node, not {nodes}")
+    if collective is not None and collective not in COLLECTIVES:
+        raise ValueError(f"unknown collective {collective!r}; known: {', '.join(COLLECTIVES)}")
     acc = instance.acceptance
     floor = acc.floor(nodes)
     per_node = ranks_per_node if ranks_per_node is not None else (instance.accelerators_per_node or None)
@@ -94,6 +192,7 @@ def expectation_for(instance: InstanceType, nodes: int, override_gbps: float | N
         expected_ranks=per_node * nodes if per_node else None,
         require_data_check=require_data_check,
         basis=basis,
+        instance=instance,
     )
 
 

@@ -130,6 +130,37 @@ class NetworkInfo:
 
 
 @dataclass(frozen=True)
+class RankDevice:
+    """One `# Rank N Group G Pid P on HOST device D [BUS] MODEL` line: where a rank ran."""
+
+    rank: int
+    host: str
+    pid: int
+    device: str
+    model: str
+
+
+@dataclass(frozen=True)
+class ProcessNet:
+    """What one process's aws-ofi-nccl said: every provider it selected and the NICs it found."""
+
+    host: str
+    pid: int
+    providers: tuple[str, ...]
+    nics: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class RankTransport:
+    """An inter-node transport one rank's channels used (`Channel 00/0 : 7[7] -> 8[0] [send] via NET/...`)."""
+
+    rank: int
+    host: str
+    transport: str
+    """The NET transport's name: `Libfabric`, `Socket`, `IB`, ..."""
+
+
+@dataclass(frozen=True)
 class ParsedLog:
     """Everything read from one log, plus what the parser noticed about its shape."""
 
@@ -181,6 +212,21 @@ class ParsedLog:
     """Lines saying the run failed: nccl-tests failures, slurmstepd/srun kills, tracebacks, OOM."""
     killed: bool = False
     """Slurm or the kernel ended the job (CANCELLED, TIME LIMIT, Killed, oom-kill)."""
+    test_failures: tuple[str, ...] = ()
+    """nccl-tests' own failure lines (`Test NCCL failure`, `Test failure`), wherever in the log they are."""
+    tool: str = "nccl-tests"
+    """`nccl-tests` (and the CPU bench, same format) or `nccom-test` (Neuron), from the table's shape."""
+    encoding: str = "utf-8"
+    """How the file was read: utf-8, utf-16-le, ..., with `gzip+` in front when it was compressed."""
+    bytes_capped: bool = False
+    """The reading stopped at the parser's byte bound; the rest of the log was not read."""
+    rank_map: tuple[RankDevice, ...] = ()
+    rank_lines_seen: int = 0
+    """`# Rank` lines read (more than distinct ranks when a rank is listed twice)."""
+    processes: tuple[ProcessNet, ...] = ()
+    rank_transports: tuple[RankTransport, ...] = ()
+    nccl_versions: tuple[str, ...] = ()
+    """Every distinct `NCCL version X` printed (one per rank with NCCL_DEBUG=INFO)."""
 
     def rows_at(self, size_bytes: int) -> tuple[SizeRow, ...]:
         return tuple(r for r in self.rows if r.size_bytes == size_bytes)

@@ -1,5 +1,10 @@
 """Read nccl-tests output (and the fmcluster CPU bench, which prints the same format) into a ParsedLog.
 
+Any log a user has: plain, gzip/bzip2/xz, UTF-8/16/32 (by BOM or NUL pattern), with ANSI colour codes; a
+device, FIFO or directory is refused at once (LogReadError, an OSError). Per process and per rank it keeps
+what the last line of a kind would hide: every provider selected, the NICs found, each rank's NET transport,
+the rank -> host -> device map and every NCCL version. Neuron nccom-test tables are recognised, not read.
+
 Streaming and bounded: `parse_stream` takes lines one at a time and keeps only what the verdict needs
 (rows, counters, capped lists), and `parse_file` reads the file in bounded pieces, so a 200 MB log of
 INFO lines or a single 20 MB line costs a few MB, not the file's size. Lines longer than MAX_LINE_CHARS
@@ -17,13 +22,28 @@ it saw and what was odd, and leaves judging to verdict.py.
 
 from __future__ import annotations
 
+import codecs
+import gzip
+import io
 import math
+import os
 import re
+import stat
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
-from fmcluster.acceptance.model import CheckKind, Measurement, NetworkInfo, ParsedLog, SizeRow
+from fmcluster.acceptance.model import (
+    CheckKind,
+    Measurement,
+    NetworkInfo,
+    ParsedLog,
+    ProcessNet,
+    RankDevice,
+    RankTransport,
+    SizeRow,
+)
 
 MAX_LINE_CHARS = 64 * 1024
 """Longest line read whole; nccl-tests rows are ~150 characters and NCCL INFO lines a few hundred."""
@@ -31,6 +51,13 @@ MAX_ROWS = 10_000
 """Distinct size rows kept; `-f 2` from 8 B to 16 GiB is 32."""
 MAX_RANKS = 1 << 16
 MAX_LIST = 20
+MAX_RANK_RECORDS = 4096
+"""Rank map entries, processes and (rank, transport) pairs kept: 512 nodes of 8 GPUs; beyond, counted only."""
+MAX_LOG_BYTES = 4 << 30
+"""Bytes read from one log (after decompression); a real run's log is a few MB, a chatty one a few hundred."""
+
+# Colour and cursor codes some launchers and terminals leave in captured output (CSI, OSC, 2-byte escapes).
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]")
 
 # A leading launcher/shipper prefix; stripped repeatedly (e.g. a timestamp, then `[pod/x/c] `, then `0: `).
 _LEADING = re.compile(
@@ -57,7 +84,8 @@ _TEST_START = re.compile(r"^# (?:Collective test starting|fmcluster acceptance j
 _HEADER_KEYS = re.compile(
     r"(nThread|nGpus|minBytes|maxBytes|step:|warmup iters:|iters:|agg iters:|validation:|graph:|unalign:)\s+(\S+)"
 )
-_RANK = re.compile(r"^#?\s*Rank\s+(\d+)(?:\s+Group\s+\d+)?\s+Pid\s+\d+\s+on\s+(\S+)\s+device")
+_RANK = re.compile(r"^#?\s*Rank\s+(\d+)(?:\s+Group\s+\d+)?\s+Pid\s+(\d+)\s+on\s+(\S+)\s+device"
+                   r"(?:\s+(\S+)(?:\s+\[[^\]]*\])?\s*(.*?))?\s*$")
 _OOB = re.compile(r"^# Out of bounds values\s*:\s*(\d+)")
 _AVG = re.compile(r"^# Avg bus bandwidth\s*:\s*(\S+)?\s*(OK|FAILED)?")
 _ROW_START = re.compile(r"^\s*\d+\s+\d+\s+[A-Za-z]")
@@ -74,7 +102,12 @@ _PLUGIN_MISSING = re.compile(
 )
 _SOCKET_IFACES = re.compile(r"NET/Socket : Using (.*)$")
 _IFACE = re.compile(r"\[\d+\]([\w.\-@]+):")
-_CONNECTION = re.compile(r"(?:Channel|Ring) \d+(?:/\d+)? : .*? via (.+?)\s*$")
+_CONNECTION = re.compile(r"(?:Channel|Ring) \d+(?:/\d+)? : (.*?) via (.+?)\s*$")
+_ENDS = re.compile(r"^(\d+)\[[^\]]*\] -> (\d+)\[[^\]]*\](?: \[(send|receive)\])?")
+_PROC = re.compile(r"^\s*([^\s:]+):(\d+):\d+ \[\d+\]")
+# Neuron's nccom-test prints one half-table: `size(B) count(elems) type time(us) algbw(GB/s) busbw(GB/s)`.
+_NCCOM_HEADER = re.compile(r"size\(B\)\s+count\(elems\)\s+type\s+time\(us\)")
+_TEST_FAILURE = re.compile(r"Test (?:NCCL |CUDA )?failure")
 _RING = re.compile(r"^Channel (\d+)(?:/(\d+))? :((?:\s+\d+)+)\s*$")
 _COLL_CHANNELS = re.compile(r"^(\d+) coll channels")
 _NRANKS = re.compile(r"\bn[Rr]anks (\d+)\b")
@@ -155,9 +188,10 @@ def layout_from_header(columns: list[str]) -> Layout | None:
     if second[:half] != first:
         return None
     trailing = second[half:]
-    if trailing not in ([], ["timestamp"]):
+    if any(not _IDENT.fullmatch(c.lstrip("#%")) for c in trailing):
         return None
-    return Layout(lead, half, _CHECK_COLUMNS[first[3]], 2 if trailing else 0)
+    # extra columns after the two halves (`timestamp` prints a date and a time: two tokens)
+    return Layout(lead, half, _CHECK_COLUMNS[first[3]], sum(2 if c == "timestamp" else 1 for c in trailing))
 
 
 def _infer_layout(tokens: list[str]) -> Layout | None:
@@ -194,6 +228,10 @@ def parse_row(line: str, layout: Layout | None = None, line_no: int = 0) -> Size
     """One size row read with `layout` (inferred from the row when None). None if unreadable."""
     tokens = line.split()
     layout = layout or _infer_layout(tokens)
+    if layout is not None and len(tokens) == layout.width - 1 and "redop" in layout.lead and len(tokens) > 3 \
+            and not _IDENT.fullmatch(tokens[3]):
+        # old alltoall (and all_gather) printed the shared header's `redop` but an empty cell under it
+        layout = Layout(tuple(c for c in layout.lead if c != "redop"), layout.half, layout.check, layout.trailing)
     if layout is None or len(tokens) != layout.width:
         return None
     lead = dict(zip(layout.lead, tokens))
@@ -280,7 +318,7 @@ class _NetworkBuilder:
             if m.group(2):
                 self.ring_total = int(m.group(2))
         elif m := _CONNECTION.search(msg):
-            transport = m.group(1)
+            transport = m.group(2)
             target = self.transports if transport.startswith("NET/") else self.intra
             if transport not in target and len(target) < MAX_LIST:
                 target.append(transport)
@@ -340,6 +378,13 @@ class LogParser:
         self.long_lines = self.longest = self.line_no = 0
         self.errors: list[str] = []
         self.killed = False
+        self.test_failures: list[str] = []
+        self.tool = "nccl-tests"
+        self.rank_map: dict[int, RankDevice] = {}
+        self.rank_lines_seen = 0
+        self.procs: dict[tuple[str, int], tuple[list[str], list[int]]] = {}
+        self.rank_net: dict[tuple[int, str], str] = {}
+        self.versions: list[str] = []
 
     def feed(self, raw: str, length: int | None = None) -> None:
         """Read one line. `length` is the line's real length when the caller already cut it to the bound."""
@@ -349,6 +394,8 @@ class LogParser:
             self.long_lines += 1
             self.longest = max(self.longest, length)
             raw = raw[:MAX_LINE_CHARS]
+        if "\x1b" in raw:
+            raw = _ANSI.sub("", raw)
         line = _strip_prefixes(raw.rstrip("\r\n"))
         if not line.strip():
             return
@@ -361,14 +408,19 @@ class LogParser:
             self._comment(line)
             return
         if "NCCL version" in line and (m := _NCCL_VERSION.match(line.strip())):
-            self.library = self.library or f"NCCL {m.group(1)}"
+            self._version(m.group(1))
             return
         if m := _RANK.match(line):  # some launchers drop the leading '#'
             self._rank(m)
             return
         if "[" in line:
             line = _INNER_TAG.sub(" ", line)
+        if "count(elems)" in line and _NCCOM_HEADER.search(line):
+            self.tool = "nccom-test"
+            return
         if _ROW_START.match(line):
+            if self.tool == "nccom-test":
+                return  # Neuron's table: recognised, not judged (verdict.py says so)
             self._row(line)
             return
         if _NUMBERS_ONLY.match(line):
@@ -384,12 +436,38 @@ class LogParser:
                 self._unreadable_row(before)
         msg = lib.group("msg")
         if "NCCL version" in msg and (m := _NCCL_VERSION.search(msg)):
-            self.library = self.library or f"NCCL {m.group(1)}"
+            self._version(m.group(1))
+        if lib.group("lib") == "NCCL" and lib.group("level") == "INFO" and "NET/" in msg:
+            self._per_rank(before, msg)
         if "anks " in msg and (m := _NRANKS.search(msg)):
             self.nranks = max(self.nranks or 0, int(m.group(1)))
         if "nNodes" in msg and (m := _NNODES.search(msg)):
             self.nnodes = max(self.nnodes or 0, int(m.group(1)))
         self.net.feed(lib.group("level"), msg)
+
+    def _version(self, version: str) -> None:
+        self.library = self.library or f"NCCL {version}"
+        if version not in self.versions and len(self.versions) < MAX_LIST:
+            self.versions.append(version)
+
+    def _per_rank(self, before: str, msg: str) -> None:
+        """Per process and per rank, what the last line of a kind would hide: providers, NICs, channel transports."""
+        proc = _PROC.match(before)
+        host = proc.group(1) if proc else "?"
+        if "elected" in msg and (m := _OFI_PROVIDER.search(msg)) and proc:
+            key = (host, int(proc.group(2)))
+            if key not in self.procs and len(self.procs) >= MAX_RANK_RECORDS:
+                return
+            providers, nics = self.procs.setdefault(key, ([], []))
+            if m.group(1) not in providers:
+                providers.append(m.group(1))
+            if m.group(2) and int(m.group(2)) not in nics:
+                nics.append(int(m.group(2)))
+        elif " via NET/" in msg and (m := _CONNECTION.search(msg)) and (ends := _ENDS.match(m.group(1))):
+            rank = int(ends.group(2) if ends.group(3) == "receive" else ends.group(1))
+            kind = m.group(2).split("/")[1] if "/" in m.group(2) else m.group(2)
+            if (rank, kind) not in self.rank_net and len(self.rank_net) < MAX_RANK_RECORDS:
+                self.rank_net[(rank, kind)] = host
 
     def _comment(self, line: str) -> None:
         if m := _TESTS_VERSION.match(line):
@@ -432,9 +510,15 @@ class LogParser:
         self.layout = layout_from_header(names)
 
     def _rank(self, m: re.Match[str]) -> None:
+        rank, host = int(m.group(1)), m.group(3)
         if len(self.rank_ids) < MAX_RANKS:
-            self.rank_ids.add(int(m.group(1)))
-        host = m.group(2)
+            self.rank_ids.add(rank)
+        self.rank_lines_seen += 1
+        if rank in self.rank_map:  # the same rank listed twice: keep both as two entries of the map
+            rank = -self.rank_lines_seen
+        if len(self.rank_map) < MAX_RANK_RECORDS:
+            self.rank_map[rank] = RankDevice(abs(int(m.group(1))), host, int(m.group(2)), m.group(4) or "?",
+                                             (m.group(5) or "").strip())
         if host not in self.hosts and len(self.hosts) < MAX_RANKS:
             self.hosts.append(host)
 
@@ -461,6 +545,9 @@ class LogParser:
             self.unreadable.append(int(first))
 
     def _maybe_error(self, stripped: str) -> None:
+        if "ailure" in stripped and _TEST_FAILURE.search(stripped) and len(self.test_failures) < MAX_LIST:
+            if stripped[:500] not in self.test_failures:
+                self.test_failures.append(stripped[:500])
         for pattern in _ERROR_PATTERNS:
             if pattern.search(stripped):
                 if stripped not in self.errors and len(self.errors) < MAX_LIST:
@@ -469,7 +556,7 @@ class LogParser:
                     self.killed = True
                 break
 
-    def result(self) -> ParsedLog:
+    def result(self, encoding: str = "utf-8", bytes_capped: bool = False) -> ParsedLog:
         rank_lines = len(self.rank_ids) or None
         readable = {r.size_bytes for r in self.rows.values()}
         return ParsedLog(
@@ -502,6 +589,15 @@ class LogParser:
             lines_read=self.line_no,
             errors=tuple(self.errors),
             killed=self.killed,
+            test_failures=tuple(self.test_failures),
+            tool=self.tool,
+            encoding=encoding,
+            bytes_capped=bytes_capped,
+            rank_map=tuple(self.rank_map[r] for r in sorted(self.rank_map, key=lambda r: (r < 0, abs(r)))),
+            rank_lines_seen=self.rank_lines_seen,
+            processes=tuple(ProcessNet(h, pid, tuple(p), tuple(n)) for (h, pid), (p, n) in self.procs.items()),
+            rank_transports=tuple(RankTransport(r, h, k) for (r, k), h in sorted(self.rank_net.items())),
+            nccl_versions=tuple(self.versions),
         )
 
 
@@ -517,27 +613,169 @@ def parse_text(text: str, source: str = "<text>") -> ParsedLog:
     return parse_stream(text.splitlines(), source)
 
 
-def read_bounded(path: Path, limit: int = MAX_LINE_CHARS) -> Iterator[tuple[str, int]]:
-    """(line, its real length in bytes) for each line of `path`, each cut to `limit` bytes.
+class LogReadError(OSError):
+    """The path is not a log this parser reads: a device, FIFO or directory, or a compression it cannot open."""
 
-    The rest of an over-long line is read in `limit`-sized pieces and dropped, so memory stays bounded
-    however long a line is. Undecodable bytes (a job killed mid-write) are replaced, not fatal.
+
+# Compressions by their magic bytes: the stdlib opens the first three; the others are named so the user can fix it.
+_COMPRESSED: tuple[tuple[bytes, str, str], ...] = (
+    (b"\x1f\x8b", "gzip", ""), (b"BZh", "bzip2", ""), (b"\xfd7zXZ\x00", "xz", ""),
+    (b"\x28\xb5\x2f\xfd", "zstd", "zstd -d"), (b"PK\x03\x04", "zip", "unzip"), (b"\x04\x22\x4d\x18", "lz4", "lz4 -d"),
+)
+_BOMS = ((codecs.BOM_UTF32_LE, "utf-32-le"), (codecs.BOM_UTF32_BE, "utf-32-be"), (codecs.BOM_UTF8, "utf-8"),
+         (codecs.BOM_UTF16_LE, "utf-16-le"), (codecs.BOM_UTF16_BE, "utf-16-be"))
+
+
+def sniff_encoding(head: bytes) -> tuple[str, int]:
+    """(codec, BOM length) of a log from its first bytes: a BOM, else the pattern of NULs a wide encoding leaves
+    in ASCII text (`x\\0x\\0` is UTF-16-LE, `x\\0\\0\\0` UTF-32-LE), else UTF-8."""
+    for bom, codec in _BOMS:
+        if head.startswith(bom):
+            return codec, len(bom)
+    sample = head[: len(head) - len(head) % 4]
+    if len(sample) < 4 or b"\x00" not in sample:
+        return "utf-8", 0
+    quarter = len(sample) // 4
+    zeros4 = [sample[i::4].count(0) for i in range(4)]
+    if zeros4[1] == zeros4[2] == zeros4[3] == quarter and zeros4[0] < quarter:
+        return "utf-32-le", 0
+    if zeros4[0] == zeros4[1] == zeros4[2] == quarter and zeros4[3] < quarter:
+        return "utf-32-be", 0
+    half = len(sample) // 2
+    even, odd = sample[0::2].count(0), sample[1::2].count(0)
+    if odd >= 0.9 * half and even < 0.5 * half:
+        return "utf-16-le", 0
+    if even >= 0.9 * half and odd < 0.5 * half:
+        return "utf-16-be", 0
+    return "utf-8", 0
+
+
+def _open_regular(path: Path) -> IO[bytes]:
+    """The file opened for reading, or LogReadError when it is not a regular file (never blocks on a FIFO)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO without a writer would block a plain open
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = ("a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else
+                    "a character device" if stat.S_ISCHR(mode) else "a block device" if stat.S_ISBLK(mode) else
+                    "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
+            raise LogReadError(f"{path} is {kind}, not a log file; give the job's output file")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+class LogReader:
+    """(line, its real length) for each line of a log file, each cut to `limit`: plain, gzip/bzip2/xz, UTF-8/16/32.
+
+    Memory stays bounded however long a line or the file is; reading stops after `max_bytes` (decompressed)
+    and says so in `capped`. Undecodable bytes (a job killed mid-write) are replaced, not fatal.
     """
-    with path.open("rb") as f:
+
+    def __init__(self, path: Path, limit: int = MAX_LINE_CHARS, max_bytes: int = MAX_LOG_BYTES) -> None:
+        self.path, self.limit, self.max_bytes = path, limit, max_bytes
+        self.encoding = "utf-8"
+        self.capped = False
+        self.read_bytes = 0
+
+    def __iter__(self) -> Iterator[tuple[str, int]]:
+        with _open_regular(self.path) as raw:
+            stream: IO[bytes] = raw
+            head = _peek(raw)
+            for magic, name, tool in _COMPRESSED:
+                if head.startswith(magic):
+                    if tool:
+                        raise LogReadError(f"{self.path} is {name}-compressed; decompress it first (`{tool}`)")
+                    stream = _decompressor(name, raw)
+                    head = _peek(stream)
+                    self.encoding = f"{name}+"
+                    break
+            codec, bom = sniff_encoding(head)
+            self.encoding = f"{self.encoding if self.encoding != 'utf-8' else ''}{codec}"
+            try:
+                if codec == "utf-8":
+                    if bom:
+                        stream.read(bom)
+                    yield from self._bytes(stream)
+                else:
+                    yield from self._text(io.TextIOWrapper(stream, encoding=codec, errors="replace", newline=""),
+                                          4 if "32" in codec else 2)
+            except EOFError:  # a compressed log cut off mid-stream (job killed while writing): judge what was read
+                return
+
+    def _room(self, size: int) -> bool:
+        self.read_bytes += size
+        if self.read_bytes > self.max_bytes:
+            self.capped = True
+            return False
+        return True
+
+    def _bytes(self, f: IO[bytes]) -> Iterator[tuple[str, int]]:
+        limit = self.limit
         while chunk := f.readline(limit + 1):
+            if not self._room(len(chunk)):
+                return
             if len(chunk) <= limit or chunk.endswith(b"\n"):
                 yield chunk.decode("utf-8", errors="replace"), len(chunk.rstrip(b"\r\n"))
                 continue
             total = len(chunk)
             while (more := f.readline(limit)) and not more.endswith(b"\n"):
                 total += len(more)
+                if not self._room(len(more)):
+                    return
             total += len(more.rstrip(b"\r\n"))
             yield chunk[:limit].decode("utf-8", errors="replace"), total
 
+    def _text(self, f: IO[str], width: int) -> Iterator[tuple[str, int]]:
+        limit = self.limit
+        first = True
+        while chunk := f.readline(limit + 1):
+            if first:
+                chunk, first = chunk.lstrip("\ufeff"), False
+            if not self._room(width * len(chunk)):
+                return
+            if len(chunk) <= limit or chunk.endswith("\n"):
+                yield chunk, len(chunk.rstrip("\r\n"))
+                continue
+            total = len(chunk)
+            while (more := f.readline(limit)) and not more.endswith("\n"):
+                total += len(more)
+                if not self._room(width * len(more)):
+                    return
+            total += len(more.rstrip("\r\n"))
+            yield chunk[:limit], total
+
+
+def _decompressor(name: str, raw: IO[bytes]) -> IO[bytes]:
+    import bz2
+    import lzma
+
+    if name == "gzip":
+        return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]  # a binary IO in all but name
+    if name == "bzip2":
+        return bz2.BZ2File(raw, "rb")
+    return lzma.LZMAFile(raw, "rb")
+
+
+def _peek(f: IO[bytes], n: int = 4096) -> bytes:
+    peek = getattr(f, "peek", None)
+    if peek is None:  # pragma: no cover - every stream opened above can peek
+        return b""
+    return bytes(peek(n)[:n])
+
+
+def read_bounded(path: Path, limit: int = MAX_LINE_CHARS) -> Iterator[tuple[str, int]]:
+    """(line, its real length) for each line of `path`, each cut to `limit` (see LogReader)."""
+    return iter(LogReader(path, limit))
+
 
 def parse_file(path: Path) -> ParsedLog:
-    """Parse a log file line by line with bounded lines. Raises OSError only when the file cannot be read."""
+    """Parse a log file line by line with bounded lines and bytes. Raises OSError (LogReadError included) only when
+    the file cannot be read: missing, no permission, not a regular file, or a compression it cannot open."""
     parser = LogParser(str(path))
-    for line, length in read_bounded(path):
+    reader = LogReader(path)
+    for line, length in reader:
         parser.feed(line, length)
-    return parser.result()
+    return parser.result(encoding=reader.encoding, bytes_capped=reader.capped)

@@ -6,8 +6,10 @@ and `invoke doctor` all call `judge(parse_file(log), expectation)`.
 
 Fail closed: a run passes only on positive evidence, namely a completed table whose row at the reference
 size is finite, correct (`#wrong` 0, or explicitly unchecked and allowed), at or above the floor in both
-halves (out-of-place and in-place), over the transport the node-count class must use. Anything missing,
-unreadable or non-finite is a failure with a diagnosis. `_missing_evidence` re-checks that rule after all
+halves (out-of-place and in-place), over the transport the node-count class must use, on every rank. Every
+row must also obey physics (algbw = size/time, busbw = that x the collective's factor, under the fabric's
+ceiling), and the rank -> host -> device map must match itself and the catalog. Anything missing,
+unreadable, non-finite or non-physical is a failure with a diagnosis. `_missing_evidence` re-checks that rule after all
 findings, so no combination of findings can pass a run without it.
 """
 
@@ -19,8 +21,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from fmcluster.acceptance.expectation import TRANSPORT_WORDS, Expectation
-from fmcluster.acceptance.model import ParsedLog, SizeRow, json_safe
+from fmcluster.acceptance.expectation import (
+    CEILING_TOLERANCE,
+    TRANSPORT_WORDS,
+    Expectation,
+    bus_factor,
+    ceiling_gbps,
+    collective_of_benchmark,
+)
+from fmcluster.acceptance.model import Measurement, ParsedLog, SizeRow, json_safe
 from fmcluster.acceptance.parser import parse_file
 from fmcluster.catalog import NODE_CLASS_WORDS
 
@@ -28,6 +37,11 @@ Severity = Literal["fail", "warn"]
 Status = Literal["pass", "fail", "not_judged"]
 _BAD_IFACE = re.compile(r"Unable to find address for|no socket interface found|No usable listening interface")
 GATED_BENCHMARK = "all_reduce_perf"
+PHYSICS_TOLERANCE = 0.02
+"""Relative slack when checking algbw = size/time and busbw = algbw x factor; nccl-tests prints 3-6 digits."""
+PHYSICS_SLACK_GBPS = 0.011
+"""Absolute slack: figures printed with %.2f are off by up to 0.005 each."""
+_DEVICE_GENERATION = re.compile(r"\b[A-Z]\d{2,3}\b")
 
 
 @dataclass(frozen=True)
@@ -65,8 +79,23 @@ CODES: dict[str, Code] = {
                                "collective's", False),
     "benchmark_unnamed": Code("the log does not name its benchmark (old nccl-tests); judged as the expected one "
                               "(warn)", False),
-    "bandwidth_not_gated": Code("a collective other than all_reduce: floors are all_reduce floors; its bandwidth "
-                                "is reported, not gated (warn)", False),
+    "bandwidth_not_gated": Code("a collective other than all_reduce with no hardware ceiling to derive a floor from "
+                                "(the CPU stand-in): its bandwidth is reported, not gated (warn)", False),
+    "non_physical": Code("a row's figures break physics: time not positive, algbw ≠ size/time, busbw ≠ algbw × "
+                         "the collective's factor, or busbw above the fabric's ceiling", True),
+    "test_failure": Code("an nccl-tests failure line (`Test NCCL failure`, `Test failure`) anywhere in the log, "
+                         "even after a clean footer", True),
+    "rank_off_efa": Code("a rank or process selected another libfabric provider than efa, or its channels ran "
+                         "over another NET transport (Socket, IB), while the run must use EFA", True),
+    "duplicate_device": Code("two ranks on the same GPU (same host and device)", False),
+    "ranks_missing": Code("`# Rank` lines skip rank numbers, or list a rank twice", False),
+    "host_count": Code("the ranks ran on another number of hosts than the run's node count", False),
+    "device_model": Code("a rank's GPU is not the catalog's model for the instance type, or ranks report "
+                         "different models", True),
+    "nic_count": Code("aws-ofi-nccl found another number of EFA NICs than the catalog's for the instance type", True),
+    "nccl_version_mixed": Code("ranks report different NCCL versions", True),
+    "neuron_not_judged": Code("Neuron nccom-test output: recognised, not judged (no public trn floors)", False),
+    "log_capped": Code("the log is larger than the parser reads (4 GiB); what follows was not read", False),
     "socket_fallback": Code("NCCL used its Socket transport on an EFA instance (fail across nodes, warn on one)",
                             False),
     "provider_not_efa": Code("libfabric selected another provider than efa (e.g. tcp)", False),
@@ -82,7 +111,7 @@ CODES: dict[str, Code] = {
 }
 # Findings that explain a low bandwidth by configuration rather than by a node.
 _CONFIG_CAUSES = ("socket_fallback", "provider_not_efa", "no_efa_selection", "gdr_off", "nvlink_not_used",
-                  "transport_unconfirmed", "rank_count")
+                  "transport_unconfirmed", "rank_count", "rank_off_efa", "nic_count")
 
 
 @dataclass(frozen=True)
@@ -173,6 +202,72 @@ def _integrity(log: ParsedLog) -> list[Finding]:
                       "rerun; NaN/inf usually means a broken timer or a failed collective on some rank: read the "
                       "ranks' NCCL WARN lines and bisect if it repeats"))
     return out
+
+
+def _close(printed: float, computed: float) -> bool:
+    return abs(printed - computed) <= PHYSICS_TOLERANCE * max(abs(printed), abs(computed)) + PHYSICS_SLACK_GBPS
+
+
+def _collective(log: ParsedLog, exp: Expectation | None) -> str | None:
+    """The collective the table is read as: the one the log names, else the expected one."""
+    named = collective_of_benchmark(log.benchmark)
+    if named is not None or log.benchmark is not None:
+        return named
+    return exp.collective if exp is not None else None
+
+
+def _half_physics(m: Measurement, size: int, factor: float | None,
+                  ceiling: tuple[float, str] | None) -> list[str]:
+    if not m.finite:
+        return []  # `non_finite` says so
+    if m.time_us <= 0:
+        return [f"time {m.time_us:g} µs is not positive"]
+    problems = []
+    algbw = size / (m.time_us * 1e3)
+    if not _close(m.algbw_gbps, algbw):
+        problems.append(f"algbw {m.algbw_gbps:g} GB/s but size/time is {algbw:.4g}")
+    # against size/time, not the printed algbw: that one is rounded to 0.01 and the factor would scale the error
+    if factor is not None and not _close(m.busbw_gbps, algbw * factor):
+        problems.append(f"busbw {m.busbw_gbps:g} GB/s but size/time × {factor:.4g} is {algbw * factor:.4g}")
+    if ceiling is not None and m.busbw_gbps > ceiling[0] * (1 + CEILING_TOLERANCE):
+        problems.append(f"busbw {m.busbw_gbps:g} GB/s is above the physical ceiling {ceiling[0]:.1f} GB/s "
+                        f"({ceiling[1]})")
+    return problems
+
+
+def _physics(log: ParsedLog, exp: Expectation | None) -> list[Finding]:
+    """Every row's figures must agree with each other and with the hardware; a figure that cannot be true is a
+    failure naming the row, never a pass."""
+    collective = _collective(log, exp)
+    ranks = log.ranks or (exp.expected_ranks if exp is not None else None)
+    factor = bus_factor(collective, ranks) if collective and ranks else None
+    ceiling = None
+    # The ceilings are the EC2 hardware's; the CPU stand-in's TCP runs (rehearsal over veth) are not bound by them.
+    if exp is not None and exp.instance is not None and collective and ranks and exp.transport != "socket":
+        ceiling = ceiling_gbps(exp.instance, collective, exp.nodes, ranks)
+    bad: list[str] = []
+    for row in log.rows:
+        for half, m in (("out-of-place", row.out_of_place), ("in-place", row.in_place)):
+            problems = _half_physics(m, row.size_bytes, factor, ceiling)
+            if problems:
+                line = f" (line {row.line_no})" if row.line_no else ""
+                bad.append(f"{human_bytes(row.size_bytes)} {half}{line}: {'; '.join(problems)}")
+    if not bad:
+        return []
+    more = f"; and {len(bad) - 3} more" if len(bad) > 3 else ""
+    return [_f("non_physical", "fail", f"{len(bad)} figure(s) cannot be a real measurement: {' | '.join(bad[:3])}"
+               f"{more}. A row whose figures disagree, or that exceeds what the fabric can carry, proves nothing",
+               "rerun; a non-positive time or busbw in the millions means the op did not run (check every rank's "
+               "WARN lines); numbers edited or post-processed by a script are not evidence")]
+
+
+def _test_failures(log: ParsedLog) -> list[Finding]:
+    if not log.test_failures or not log.rows:  # without a table, `run_failed` already says so
+        return []
+    return [_f("test_failure", "fail", f"nccl-tests reported a failure: {log.test_failures[0]}"
+               + (f" (and {len(log.test_failures) - 1} more)" if len(log.test_failures) > 1 else "")
+               + "; a table and a footer printed before or after do not make the run good",
+               "read the failing rank's NCCL WARN lines (NCCL_DEBUG=INFO) and rerun; bisect if it repeats")]
 
 
 def _completeness(log: ParsedLog) -> list[Finding]:
@@ -284,28 +379,47 @@ def _data(log: ParsedLog, exp: Expectation | None) -> list[Finding]:
 
 # --- findings against the expectation --------------------------------------------------------------
 
-def _benchmark(log: ParsedLog, exp: Expectation) -> tuple[list[Finding], str]:
-    """Findings and the benchmark the log is judged as."""
+@dataclass(frozen=True)
+class Gate:
+    """The collective a log is judged as and its floor (None: no floor applies, e.g. an unknown benchmark)."""
+
+    collective: str | None
+    floor_gbps: float | None = None
+    floor_source: str = ""
+    floor_from: str = ""
+
+
+def _benchmark(log: ParsedLog, exp: Expectation) -> tuple[list[Finding], Gate]:
+    """Findings and the collective (with its own floor) the log is judged as."""
     out: list[Finding] = []
-    expected = f"{exp.collective}_perf" if exp.collective else None
+    expected = exp.collective
     name = log.benchmark
     if name is None:
-        name = expected or GATED_BENCHMARK
+        collective: str | None = expected or "all_reduce"
         out.append(_f("benchmark_unnamed", "warn", "the log does not name its benchmark (older nccl-tests print "
-                      f"no `# Collective test starting` line); judged as {name}",
+                      f"no `# Collective test starting` line); judged as {collective}_perf",
                       "use a recent nccl-tests, which names the test it runs"))
-        if name == GATED_BENCHMARK and log.has_redop is False:
-            out.append(_f("benchmark_mismatch", "fail", "the size table has no redop column, so it is not an "
-                          "all_reduce table (all_gather, alltoall and broadcast have none)",
+        if collective == "all_reduce" and log.has_redop is False:
+            out.append(_f("benchmark_mismatch", "fail", "benchmark mismatch: the size table has no redop column, "
+                          "so it is not an all_reduce table (all_gather, alltoall and broadcast have none)",
                           "judge this log as the collective it is, or run all_reduce_perf"))
-    elif expected and name != expected:
+    else:
+        collective = collective_of_benchmark(name)
         shown = f" (printed as {log.benchmark_printed})" if log.benchmark_printed != name else ""
-        out.append(_f("benchmark_mismatch", "fail", f"the log ran {name}{shown}, {expected} was expected",
-                      "check the job script and the binary it runs"))
-    if name != GATED_BENCHMARK:
-        out.append(_f("bandwidth_not_gated", "warn", f"{name}'s bandwidth is reported, not gated: the catalog's "
-                      "floors are all_reduce floors", "gate fabric bandwidth with all_reduce_perf"))
-    return out, name
+        if collective is None:
+            out.append(_f("benchmark_mismatch", "fail", f"benchmark mismatch: the log ran {name}{shown}, not an "
+                          "nccl-tests collective fmcluster knows, so no floor applies",
+                          "run one of nccl-tests' <collective>_perf binaries"))
+        elif expected and collective != expected:
+            out.append(_f("benchmark_mismatch", "fail", f"benchmark mismatch: the log ran {name}{shown}, "
+                          f"{expected}_perf was expected", "check the job script and the binary it runs"))
+    if collective is None:
+        return out, Gate(None)
+    floor, source, origin = exp.floor_for(collective, log.ranks)
+    if floor is None:
+        out.append(_f("bandwidth_not_gated", "warn", f"{collective}'s bandwidth is reported, not gated: {source}",
+                      "gate fabric bandwidth with all_reduce_perf"))
+    return out, Gate(collective, floor, source, origin)
 
 
 def _transport(log: ParsedLog, exp: Expectation) -> tuple[list[Finding], bool]:
@@ -361,6 +475,91 @@ def _transport(log: ParsedLog, exp: Expectation) -> tuple[list[Finding], bool]:
     return out, True
 
 
+def _ranks_off_efa(log: ParsedLog, exp: Expectation) -> list[Finding]:
+    """Every rank's own provider and channel lines, not the last line of each kind, must show EFA."""
+    if exp.transport != "efa":
+        return []
+    by_proc = {(r.host, r.pid): r.rank for r in log.rank_map}
+    off: list[str] = []
+    for proc in log.processes:
+        others = [p for p in proc.providers if p != "efa"]
+        if others:
+            rank = by_proc.get((proc.host, proc.pid))
+            who = f"rank {rank}" if rank is not None else f"pid {proc.pid}"
+            off.append(f"{who} on {proc.host} selected provider {', '.join(others)}")
+    for rt in log.rank_transports:
+        if "Libfabric" not in rt.transport:
+            off.append(f"rank {rt.rank} on {rt.host} sends over NET/{rt.transport}")
+    on_efa = (any("efa" in p.providers for p in log.processes)
+              or any("Libfabric" in rt.transport for rt in log.rank_transports))
+    if not off or not on_efa:  # nobody on EFA: the run-level findings (socket_fallback, ...) say it, not a node
+        return []
+    more = f" and {len(off) - 4} more" if len(off) > 4 else ""
+    return [_f("rank_off_efa", "fail", f"not every rank used EFA: {'; '.join(off[:4])}{more}",
+               "on the named host: check `fi_info -p efa`, the EFA devices and that the job's environment sets no "
+               "FI_PROVIDER/NCCL_NET override; drain the node if its EFA is broken")]
+
+
+def _topology(log: ParsedLog, exp: Expectation) -> list[Finding]:
+    """The rank → host → device map against itself and the catalog."""
+    out: list[Finding] = []
+    ranks = log.rank_map
+    per_device = exp.instance is not None and exp.instance.accelerators_per_node > 0  # CPU ranks share "device 0"
+    if ranks:
+        seen: dict[tuple[str, str], list[int]] = {}
+        for r in ranks:
+            if r.device != "?" and per_device:
+                seen.setdefault((r.host, r.device), []).append(r.rank)
+        dup = [f"ranks {', '.join(map(str, rs))} on {host} device {dev}" for (host, dev), rs in seen.items()
+               if len(rs) > 1]
+        if dup:
+            out.append(_f("duplicate_device", "fail", f"two or more ranks on one GPU: {'; '.join(dup[:4])}",
+                          "bind one rank per GPU (--gpus-per-task=1 / CUDA_VISIBLE_DEVICES per local rank)"))
+        ids = [r.rank for r in ranks]
+        total = max(log.ranks or 0, max(ids) + 1)
+        missing = sorted(set(range(total)) - set(ids))
+        twice = sorted({i for i in ids if ids.count(i) > 1}) if len(ids) <= 4096 else []
+        if (missing or twice) and log.tables <= 1:
+            words = []
+            if missing:
+                words.append(f"rank(s) {', '.join(map(str, missing[:8]))}{' ...' if len(missing) > 8 else ''} "
+                             f"of 0..{total - 1} not listed")
+            if twice:
+                words.append(f"rank(s) {', '.join(map(str, twice[:8]))} listed twice")
+            out.append(_f("ranks_missing", "fail", f"the rank list is not one rank per number: {'; '.join(words)}",
+                          "launch one process per GPU in one job (srun --mpi=pmix or mpirun) and keep one run per "
+                          "log"))
+        hosts = sorted({r.host for r in ranks})
+        if len(hosts) != exp.nodes and log.tables <= 1:
+            out.append(_f("host_count", "fail", f"the ranks ran on {len(hosts)} host(s) ({', '.join(hosts[:4])}"
+                          f"{', ...' if len(hosts) > 4 else ''}), the run is judged as {exp.nodes} node(s)",
+                          "give the node count the job used (--nodes), or check the job's node list"))
+        instance = exp.instance
+        if instance is not None and instance.accelerator == "cuda":
+            generation = _DEVICE_GENERATION.findall(instance.accelerator_model)
+            models = {r.model for r in ranks if r.model}
+            wrong = sorted({f"{r.model} on {r.host}" for r in ranks if r.model
+                            and generation and not any(g.lower() in r.model.lower() for g in generation)})
+            if wrong or len(models) > 1:
+                what = f"{'; '.join(wrong[:4])}" if wrong else f"ranks report {', '.join(sorted(models)[:4])}"
+                out.append(_f("device_model", "fail", f"GPU model ≠ the catalog's {instance.accelerator_model} for "
+                              f"{instance.name}: {what}", "check the node's instance type (a different queue or "
+                              "a wrong launch template) and `nvidia-smi -L` on it"))
+    instance = exp.instance
+    if exp.transport == "efa" and instance is not None and instance.efa_interfaces:
+        odd = sorted({f"{p.host} found {n}" for p in log.processes for n in p.nics if n != instance.efa_interfaces})
+        if odd:
+            out.append(_f("nic_count", "fail", f"aws-ofi-nccl found another number of EFA NICs than "
+                          f"{instance.name}'s {instance.efa_interfaces}: {'; '.join(odd[:4])}",
+                          "check the launch template attaches every EFA interface and `fi_info -p efa -t "
+                          "FI_EP_RDM | grep -c domain` on the node"))
+    if len(log.nccl_versions) > 1:
+        out.append(_f("nccl_version_mixed", "fail", f"the ranks run different NCCL versions: "
+                      f"{', '.join(log.nccl_versions[:4])}", "install one NCCL on every node (one image, one "
+                      "container); mixed versions hang or corrupt collectives"))
+    return out
+
+
 def _slowness(known: list[Finding]) -> tuple[str, str, bool]:
     """(cause, fix, blames_node) for a low bandwidth, from the configuration findings already made."""
     likely = [f.message for f in known if f.code in _CONFIG_CAUSES]
@@ -392,7 +591,7 @@ def _reference_missing(log: ParsedLog, exp: Expectation) -> Finding:
               f"run with -b/-e covering {human_bytes(ref)} (e.g. -b 8 -e 16G -f 2)")
 
 
-def _bandwidth(log: ParsedLog, exp: Expectation, gated: bool, known: list[Finding]
+def _bandwidth(log: ParsedLog, exp: Expectation, gate: Gate, known: list[Finding]
                ) -> tuple[list[Finding], float | None, SizeRow | None]:
     out: list[Finding] = []
     row = log.row_at(exp.message_bytes)
@@ -403,11 +602,12 @@ def _bandwidth(log: ParsedLog, exp: Expectation, gated: bool, known: list[Findin
     if not row.finite:
         return out, None, row  # `non_finite` already says which figure
     busbw = row.min_busbw_gbps
-    if gated and busbw < exp.min_busbw_gbps:
+    if gate.floor_gbps is not None and busbw < gate.floor_gbps:
         cause, fix, blames = _slowness(known)
         half = "in-place" if row.in_place.busbw_gbps < row.out_of_place.busbw_gbps else "out-of-place"
+        which = "" if gate.collective == "all_reduce" else f" {gate.collective}"
         out.append(_f("below_floor", "fail", f"busbw {busbw:.2f} GB/s ({half}) at {human_bytes(row.size_bytes)} is "
-                      f"under the floor of {exp.min_busbw_gbps:g} GB/s; {cause}", fix, blames))
+                      f"under the{which} floor of {gate.floor_gbps:g} GB/s; {cause}", fix, blames))
     return out, busbw, row
 
 
@@ -421,7 +621,7 @@ def _nccl_tests_verdict(log: ParsedLog, known: list[Finding]) -> list[Finding]:
 
 
 def _missing_evidence(log: ParsedLog, exp: Expectation, row: SizeRow | None, transport_ok: bool,
-                      gated: bool) -> str | None:
+                      gate: Gate) -> str | None:
     """Why the pass rule is not met, or None when it is. Independent of the findings above."""
     if not log.completed or log.tables != 1:
         return "no single completed result table"
@@ -431,7 +631,9 @@ def _missing_evidence(log: ParsedLog, exp: Expectation, row: SizeRow | None, tra
         return "the reference row is not finite"
     if row.correct is False or (row.correct is None and exp.require_data_check):
         return "the reference row is not shown correct"
-    if gated and not row.min_busbw_gbps >= exp.min_busbw_gbps:
+    if gate.collective is None:
+        return "the benchmark is not a collective with a floor"
+    if gate.floor_gbps is not None and not row.min_busbw_gbps >= gate.floor_gbps:
         return "the reference row is under the floor"
     if not transport_ok:
         return f"no evidence of {TRANSPORT_WORDS[exp.transport]}"
@@ -440,8 +642,12 @@ def _missing_evidence(log: ParsedLog, exp: Expectation, row: SizeRow | None, tra
 
 def judge(log: ParsedLog, expectation: Expectation | None, *, not_judged_reason: str = "") -> Verdict:
     """The verdict on `log`. With no expectation, a log fails only on what fails any run; else not judged."""
-    findings = _integrity(log) + _completeness(log) + _shape(log, expectation) + _data(log, expectation)
+    if log.tool == "nccom-test":
+        return _neuron(log, expectation)
+    findings = (_integrity(log) + _completeness(log) + _test_failures(log) + _shape(log, expectation)
+                + _data(log, expectation) + _reading(log))
     if expectation is None:
+        findings += _physics(log, None)
         findings += _nccl_tests_verdict(log, findings)
         failed = any(f.severity == "fail" for f in findings)
         findings.append(_f("not_judged", "warn", "not judged against a floor or a transport: "
@@ -450,22 +656,35 @@ def judge(log: ParsedLog, expectation: Expectation | None, *, not_judged_reason:
         return Verdict("fail" if failed else "not_judged", None, None, None, tuple(findings),
                        "not judged: no instance type or node count to compare with")
     exp = expectation
-    bench, judged_as = _benchmark(log, exp)
+    bench, gate = _benchmark(log, exp)
     transport, transport_ok = _transport(log, exp)
     if log.rows:  # without a table the completeness finding is the cause; more would be noise
-        findings += bench + transport
-    gated = judged_as == GATED_BENCHMARK
+        findings += bench + transport + _ranks_off_efa(log, exp) + _topology(log, exp) + _physics(log, exp)
     findings += _nccl_tests_verdict(log, findings)
-    bw, busbw, row = _bandwidth(log, exp, gated, findings)
+    bw, busbw, row = _bandwidth(log, exp, gate, findings)
     findings += bw
     if not any(f.severity == "fail" for f in findings):
-        missing = _missing_evidence(log, exp, row, transport_ok, gated)
+        missing = _missing_evidence(log, exp, row, transport_ok, gate)
         if missing:
             findings.append(_f("no_positive_evidence", "fail", f"no positive evidence to pass on: {missing}",
                                "read the findings above; report this log to the fmcluster maintainers"))
     status: Status = "fail" if any(f.severity == "fail" for f in findings) else "pass"
     return Verdict(status, exp, busbw, row.size_bytes if row is not None else None, tuple(findings),
-                   baseline_sentence(log, exp, row, gated))
+                   baseline_sentence(log, exp, row, gate))
+
+
+def _neuron(log: ParsedLog, exp: Expectation | None) -> Verdict:
+    finding = _f("neuron_not_judged", "warn", "Neuron nccom-test output: read, not judged (fmcluster has no "
+                 "public trn1/trn2 floors for nccom-test yet, and nccl-tests floors do not apply)",
+                 "compare its busbw with the Neuron documentation's nccom-test figures by hand")
+    return Verdict("not_judged", exp, None, None, (finding,), "not judged: Neuron nccom-test output")
+
+
+def _reading(log: ParsedLog) -> list[Finding]:
+    if not log.bytes_capped:
+        return []
+    return [_f("log_capped", "fail", "the log is larger than the parser reads (4 GiB); the rest was not read, so "
+               "failures in it could not be seen", "write one run per log; send verbose output elsewhere")]
 
 
 def judge_file(path: Path, expectation: Expectation | None) -> tuple[ParsedLog, Verdict]:
@@ -477,10 +696,11 @@ def judge_file(path: Path, expectation: Expectation | None) -> tuple[ParsedLog, 
     return log, judge(log, expectation)
 
 
-def baseline_sentence(log: ParsedLog, exp: Expectation, row: SizeRow | None, gated: bool = True) -> str:
+def baseline_sentence(log: ParsedLog, exp: Expectation, row: SizeRow | None, gate: Gate | None = None) -> str:
     """Measured figure, floor and where it comes from, public figure of the same node class and size."""
+    gate = gate or Gate("all_reduce", exp.min_busbw_gbps, exp.floor_source, exp.floor_from)
     size = human_bytes(exp.message_bytes)
-    bench = f"{exp.collective or 'all_reduce'} busbw" if gated else f"{log.benchmark or exp.collective} busbw"
+    bench = f"{gate.collective or log.benchmark or '?'} busbw"
     head = (f"{exp.instance_type} x{exp.nodes} node{'s' if exp.nodes > 1 else ''} "
             f"({NODE_CLASS_WORDS[exp.node_class]}), {bench} at {size}")
     if row is None:
@@ -490,18 +710,20 @@ def baseline_sentence(log: ParsedLog, exp: Expectation, row: SizeRow | None, gat
     else:
         o, i = row.out_of_place.busbw_gbps, row.in_place.busbw_gbps
         measured = f"measured {row.min_busbw_gbps:.2f} GB/s (out-of-place {o:.2f}, in-place {i:.2f})"
-    if not gated:
-        floor = "not gated (floors are all_reduce floors)"
-    elif exp.floor_from == "catalog":
-        floor = f"floor {exp.min_busbw_gbps:g} GB/s (catalog: {exp.floor_source})"
+    if gate.floor_gbps is None:
+        floor = f"not gated ({gate.floor_source})" if gate.collective else "no floor (an unknown benchmark)"
+    elif gate.floor_from == "catalog":
+        floor = f"floor {gate.floor_gbps:g} GB/s (catalog: {gate.floor_source})"
+    elif gate.floor_from == "derived":
+        floor = f"floor {gate.floor_gbps:g} GB/s ({gate.floor_source})"
     else:
-        floor = f"floor {exp.min_busbw_gbps:g} GB/s (tenant override; the catalog's is {exp.catalog_floor_gbps:g})"
-    return f"{head}: {measured}; {floor}; {_public_words(log, exp, row, gated)}"
+        floor = f"floor {gate.floor_gbps:g} GB/s (tenant override; the catalog's is {exp.catalog_floor_gbps:g})"
+    return f"{head}: {measured}; {floor}; {_public_words(log, exp, row, gate.collective == 'all_reduce')}"
 
 
 def _public_words(log: ParsedLog, exp: Expectation, row: SizeRow | None, gated: bool) -> str:
     if not gated:
-        return "no public figure compared (another collective)"
+        return "no public figure compared (the public figures are all_reduce figures)"
     nodes_note = ""
     same = next((f for f in exp.public if f.message_bytes == exp.message_bytes), None)
     if same is not None:
