@@ -204,7 +204,7 @@ def test_every_node_booted_the_pristine_image_and_brought_itself_everything_else
     mounted in it (but the FSx stand-in), its toolchain was built from the bundle's wheelhouse and its Slurm,
     munge and Prometheus came from its own apt run through the VPC's package source."""
     from fmcluster import versions
-    from fmcluster.providers.local.hosts import load_hosts
+    from fmcluster.providers.local.hosts import host_run, load_hosts
     from fmcluster.providers.local.image import image_dir
 
     assert cluster.first.returncode == 0
@@ -236,6 +236,11 @@ def test_every_node_booted_the_pristine_image_and_brought_itself_everything_else
         for package in wanted[roles[host.hostname]]:
             assert in_host(host, f"dpkg-query -W -f='${{Status}}' {package}") == "install ok installed", package
             assert re.search(rf"Install: .*\b{re.escape(package)}:amd64", history), f"{host.hostname}: {package}"
+        # An unprivileged user reads neither the munge key nor the node's credentials, and IMDS is root's only.
+        for secret in ("/etc/fmcluster/secrets/munge-key", "/etc/munge/munge.key", "/etc/fmcluster/node.env"):
+            denied = host_run(host, ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "cat", secret])
+            assert denied.returncode != 0 and "Permission denied" in denied.stderr, (host.hostname, secret)
+        assert "-A OUTPUT -d 169.254.169.254/32 -j FMCLUSTER-IMDS" in in_host(host, "iptables -S"), host.hostname
         proxy = in_host(host, "cat /etc/apt/apt.conf.d/90fmcluster-vpc-package-source")
         assert re.search(r'Acquire::http::Proxy "http://10\.91\.128\.1:3142/";', proxy)
     # Every report carries the first boot's stage times, and the summary prints them.

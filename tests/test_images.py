@@ -78,3 +78,13 @@ def test_a_broken_catalog_is_refused_naming_the_key_and_the_fix(edit: Any, messa
     with pytest.raises(ImageCatalogError, match="fix:") as refused:
         parse_catalog(document)
     assert message in str(refused.value) and "images.yml" in str(refused.value)
+
+
+def test_the_local_image_is_the_catalogued_stock_image_and_holds_nothing_of_fmcluster_s() -> None:
+    from fmcluster.providers.local import image
+
+    entry = load_images()[image.NAME]
+    assert entry.ships["python"].present and not entry.ships["aws_cli"].present and not entry.ships["slurm"].present
+    assert "python3" in image.PACKAGES and "openssh-server" in image.PACKAGES
+    for lent in ("awscli", "git", "slurmd", "slurmctld", "munge", "prometheus", "python3-venv", "python3-boto3"):
+        assert lent not in image.PACKAGES, f"the local image would be lent {lent}"

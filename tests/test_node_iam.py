@@ -352,10 +352,6 @@ def test_every_aws_call_of_a_node_is_allowed_by_its_role_policy(scheduler: str, 
             assert allows(policies, Request(action, "*", context(tenant))), (scheduler, action)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the node agent (agent.file_report) and node-bootstrap.sh (report_failure) file the report under the node's "
-    "address; the policy allows each node only fmcluster/report/<aws:userid>.json (its STS GetCallerIdentity "
-    "UserId, '<role id>:<instance id>'), so the key must change there: then remove this marker"))
 @pytest.mark.parametrize("scheduler", sorted(ORGS))
 def test_a_node_files_its_report_under_the_key_its_policy_allows(scheduler: str, tenants: dict[str, Tenant],
                                                                 tmp_path: Path) -> None:
@@ -367,6 +363,10 @@ def test_a_node_files_its_report_under_the_key_its_policy_allows(scheduler: str,
         assert reports and all(allows(policies, r) for r in reports), [r.resource for r in reports]
 
 
+@pytest.mark.xfail(strict=True, reason=(
+    "not enforced yet: nodes file reports under their address, which no policy variable holds; scoping to "
+    "fmcluster/report/<aws:userid>.json needs that key on the nodes and per-instance credentials on the local "
+    "substrate (own_report_keys says so)"))
 @pytest.mark.parametrize("scheduler", sorted(ORGS))
 def test_a_node_may_write_its_own_report_and_never_another_nodes(scheduler: str, tenants: dict[str, Tenant]) -> None:
     tenant = tenants[scheduler]

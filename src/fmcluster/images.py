@@ -148,7 +148,7 @@ def image_lines(tenant: Tenant) -> list[str]:
         lines += [f"  {', '.join(kinds)}: {image.name} (ships {image.shipped()})",
                   f"    first boot adds: {image.first_boot_adds}"]
     # A substrate that boots its own image instead of AWS's names it (provider local: the pristine rootfs).
-    substrate = getattr(provider_for(tenant), "node_image", None)
+    substrate = provider_for(tenant).node_image
     if substrate:
         local = catalog[str(substrate)]
         lines.append(f"  here every node boots {local.name} instead; first boot adds: {local.first_boot_adds}")

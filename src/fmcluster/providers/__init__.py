@@ -55,6 +55,9 @@ class Provider(Protocol):
     #: no, starting the emulator needs root and leaves a process behind; plan renders offline instead, and
     #: reads a running emulator when the tenant is deployed.
     plan_starts_endpoint: bool
+    #: The image every node boots when the substrate boots its own instead of the instance's AMI (a key of
+    #: data/images.yml; local: the pristine Debian 12 rootfs), else None.
+    node_image: str | None
 
     def endpoint(self, start: bool, out: Out) -> str | None:
         """The AWS endpoint for this tenant's API calls (None: AWS's own). `start`: bring it up if needed.

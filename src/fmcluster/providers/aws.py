@@ -20,6 +20,7 @@ LOGIN_USER = "ubuntu"
 class AwsProvider:
     boot_timeout_s = 5400.0
     plan_starts_endpoint = True  # the endpoint is AWS itself: nothing to start
+    node_image: str | None = None  # nodes boot their launch template's (or the scheduler's) image
     name = "aws"
 
     def __init__(self, tenant: Tenant) -> None:

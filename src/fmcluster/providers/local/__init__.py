@@ -56,6 +56,7 @@ class LocalProvider:
     # A pristine host installs its toolchain and packages at first boot: minutes on 2 loaded cores.
     boot_timeout_s = 1500.0
     plan_starts_endpoint = False  # the emulator needs root and outlives the plan: plan renders offline
+    node_image: str | None = image.NAME  # the pristine rootfs, whatever the launch template's image id says
     name = "local"
 
     def __init__(self, tenant: Tenant) -> None:

@@ -124,9 +124,13 @@ REPORT_SUFFIXES = (".json", ".log")
 
 
 def own_report_keys(bucket: Sub) -> list[Any]:
-    """The only report objects a node may write: fmcluster/report/<aws:userid>.json and .log (`bucket`: the
-    bucket's ARN as a Sub, e.g. bucket_arn())."""
-    return [join([Sub(bucket.template + "/" + REPORT_PREFIX), NODE_IDENTITY + suffix]) for suffix in REPORT_SUFFIXES]
+    """The report objects a node may write (`bucket`: the bucket's ARN as a Sub, e.g. bucket_arn()).
+
+    Not yet only its own: nodes file their report under their address (agent.file_report, node-bootstrap.sh),
+    which no policy variable holds. Scoping to fmcluster/report/<aws:userid>.json needs the key to change on
+    the nodes and, on the local substrate, per-instance credentials (every local node shares the emulator's,
+    so every node would have one userid): left for a later change, and said so in docs/stacks.md."""
+    return [Sub(bucket.template + "/" + REPORT_PREFIX + "*")]
 
 
 def report_key(user_id: str, suffix: str = ".json") -> str:
