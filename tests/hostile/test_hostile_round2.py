@@ -32,7 +32,12 @@ from fmcluster.yamlpos import LoadedYaml
 from hostile_helpers import ROOT, SPEC_REL, assert_refused, setter, spec_text, validate, write_tenant
 
 DEMO = (ROOT / "inventories/demo/group_vars/all/tenant.yml").read_text().replace("org: demo", "org: acme")
-PCLAB = (ROOT / "inventories/pclab/group_vars/all/tenant.yml").read_text().replace("org: pclab", "org: acme")
+# pclab with a database of its own (uri and password secret), whose secret ARN the cases below replace.
+PCLAB = (ROOT / "inventories/pclab/group_vars/all/tenant.yml").read_text().replace("org: pclab", "org: acme").replace(
+    "    accounting:\n      user_name: slurm\n",
+    "    accounting:\n      uri: fmc-pclab-slurmdbd.cluster-c0ffee000000.us-east-1.rds.amazonaws.com:3306\n"
+    "      user_name: slurm\n"
+    "      password_secret_arn: arn:aws:secretsmanager:us-east-1:123456789012:secret:fmcluster/pclab/slurmdbd-AbCdEf\n", 1)
 L = "tenant.storage.lustre"
 PREFIX = f"{L}.data_repository.s3_prefix"
 
