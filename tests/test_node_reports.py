@@ -227,7 +227,8 @@ def test_a_pass_older_than_a_day_is_run_again(tenant_root: Path) -> None:
     "", "{", "[]", "null", json.dumps({**STATE}), json.dumps({**STATE, "finished": "yesterday"}),
     json.dumps({**STATE, "finished": 1700000000}),
     json.dumps({**STATE, "finished": datetime.now().isoformat()}),  # no time zone: when was it?
-])
+], ids=["empty", "cut-short", "a-list", "null", "no-finished", "finished-words", "finished-number", "finished-no-zone"])
+# Fixed ids: pytest-xdist's workers must collect the same test names, and one case holds the current time.
 def test_an_unreadable_or_incomplete_record_is_run_again(tenant_root: Path, content: str) -> None:
     record(tenant_root, content)
     assert reusable_pass(load_tenant("t-gate"), STATE) is None
