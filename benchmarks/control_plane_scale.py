@@ -270,11 +270,12 @@ def run_size(n: int, endpoint: str, work: Path, counter: CallCounter) -> dict[st
     with mock.patch("fmcluster.providers.provider_for", lambda _tenant: standin), \
             mock.patch("fmcluster.stacks.api.stacks_status", stacks_status), \
             mock.patch("fmcluster.stacks.aws.client", counted_client):
-        for label, call in (("invoke status", lambda: commands.status(ORG)),
-                            ("invoke nodes (ssh: stand-in)", lambda: commands.nodes(ORG)),
-                            ("invoke doctor --org (ssh: stand-in)", lambda: doctor(org=ORG, out=print)),
-                            ("invoke fleet (ssh: stand-in)", lambda: fleet(out=print, root=root,
-                                                                          html_path=work / "fleet.html"))):
+        operations: list[tuple[str, Callable[[], int]]] = [
+            ("invoke status", lambda: commands.status(ORG)),
+            ("invoke nodes (ssh: stand-in)", lambda: commands.nodes(ORG)),
+            ("invoke doctor --org (ssh: stand-in)", lambda: doctor(org=ORG, out=print)),
+            ("invoke fleet (ssh: stand-in)", lambda: fleet(out=print, root=root, html_path=work / "fleet.html"))]
+        for label, call in operations:
             printed = io.StringIO()
             with measured(got, counter), contextlib.redirect_stdout(printed):
                 code = call()
