@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
+import time
 from pathlib import Path
 
 from invoke import Context, Exit, task
@@ -80,24 +82,65 @@ def _venv_bin(name: str) -> str:
     return str(candidate) if candidate.exists() else name
 
 
-def _pytest(c: Context, marker: str, extra: str = "") -> None:
-    result = c.run(f"{_venv_bin('pytest')} -m '{marker}' {extra}", warn=True, pty=False)
-    # pytest exits 5 when a tier has no tests yet; an empty tier is not a failure.
+#: CI's tiers, cheapest first; `invoke test` runs them in this order and stops at the first that fails.
+#: fast and slow run under pytest-xdist, one test file per worker (--dist loadfile: a file's module fixtures,
+#: servers and throw-away hosts stay in one process); e2e drives one shared cluster, so it runs serially.
+TIERS = ("fast", "slow", "molecule", "e2e")
+PYTEST_TIERS = {
+    "fast": ("not e2e and not slow", True),
+    "slow": ("slow and not e2e", True),
+    "e2e": ("e2e", False),
+}
+#: Where each tier's junit XML goes (git-ignored): the durations of the last run, per test.
+RESULTS_DIR = ROOT / ".cache" / "test-results"
+
+
+def _workers() -> str:
+    """xdist workers: one per core, at most 4 (the slow tier's tests start servers and playbooks of their own)."""
+    return str(max(1, min(4, os.cpu_count() or 1)))
+
+
+def _pytest(c: Context, tier: str, extra: str = "") -> None:
+    marker, parallel = PYTEST_TIERS[tier]
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    junit = RESULTS_DIR / f"{tier}.xml"
+    xdist = ""
+    if parallel and importlib.util.find_spec("xdist") is not None:
+        xdist = f"-n {_workers()} --dist loadfile "
+    elif parallel:
+        print(f"test: pytest-xdist is not installed (scripts/bootstrap.sh installs it): tier {tier} runs serially")
+    result = c.run(f"{_venv_bin('pytest')} -m '{marker}' {xdist}--durations=20 "
+                   f"--junitxml={junit} -o junit_family=xunit2 {extra}", warn=True, pty=False)
+    # pytest exits 5 when a tier has no tests (e.g. -k selected none of them); an empty tier is not a failure.
     if result is not None and result.exited not in (0, 5):
-        raise Exit(f"tests failed in tier '{marker}'", code=result.exited)
+        raise Exit(f"tests failed in tier '{tier}' ({marker}); durations in {junit}", code=result.exited)
 
 
-@task(help={"tier": "fast | molecule | e2e | all (default)", "k": "pytest -k expression"})
+@task(help={"tier": "fast | slow | molecule | e2e | all (default: every tier, in that order)",
+            "k": "pytest -k expression"})
 def test(c: Context, tier: str = "all", k: str = "") -> None:
-    """Run the whole suite: linters and unit/integration tests, Molecule scenarios, then the e2e tier."""
+    """Run the whole suite in tiers, cheapest first: fast (unit tests, in parallel), slow (real servers,
+    playbooks, linters; in parallel), Molecule scenarios, then the e2e tier (serially)."""
+    if tier not in (*TIERS, "all"):
+        raise Exit(f"test: unknown tier {tier!r}; one of {', '.join(TIERS)} or all", code=2)
     extra = f"-k '{k}'" if k else ""
+    timings: list[tuple[str, float]] = []
     with c.cd(str(ROOT)):
-        if tier in ("fast", "all"):
-            _pytest(c, "not e2e", extra)
-        if tier in ("molecule", "all") and (ROOT / "molecule").is_dir():
-            c.run(f"{_venv_bin('molecule')} test --all", env={"PATH": f"{ROOT / '.venv' / 'bin'}:{os.environ['PATH']}"})
-        if tier in ("e2e", "all"):
-            _pytest(c, "e2e", extra)
+        for name in TIERS:
+            if tier not in (name, "all"):
+                continue
+            started = time.monotonic()
+            if name == "molecule":
+                if (ROOT / "molecule").is_dir():
+                    c.run(f"{_venv_bin('molecule')} test --all",
+                          env={"PATH": f"{ROOT / '.venv' / 'bin'}:{os.environ['PATH']}"})
+            else:
+                _pytest(c, name, extra)
+            timings.append((name, time.monotonic() - started))
+            print(f"test: tier {name} took {timings[-1][1]:.0f} s")
+    if len(timings) > 1:
+        print("test: tiers " + ", ".join(f"{name} {seconds:.0f} s" for name, seconds in timings)
+              + f"; total {sum(s for _, s in timings):.0f} s")
 
 
 def _exit(code: int) -> None:

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import subprocess
 
-import pytest
 import yaml
 
 from monitoring_helpers import PROMTOOL, RULE_TESTS, RULES_FILE
 
-pytestmark = pytest.mark.slow
 
 
 def _alerts() -> list[str]:

@@ -8,12 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
-import pytest
 import yaml
 
 from monitoring_helpers import ROOT
 
-pytestmark = pytest.mark.slow
 AMTOOL = "/usr/bin/amtool"
 TEMPLATES = ROOT / "roles" / "alertmanager" / "templates"
 

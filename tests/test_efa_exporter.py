@@ -81,7 +81,6 @@ def test_a_counter_added_by_a_newer_driver_is_exported_under_the_same_rule(sysfs
     assert _samples(exporter.render(sysfs))['efa_new_counter_total{device="rdmap16s27",port="1"}'] == 7
 
 
-@pytest.mark.slow
 def test_the_exposition_passes_promtool_check_metrics(sysfs: Path) -> None:
     result = subprocess.run(["promtool", "check", "metrics"], input=exporter.render(sysfs),
                             capture_output=True, text=True, check=False)

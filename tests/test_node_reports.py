@@ -6,6 +6,7 @@ evidence is never "converged" or "passed".
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -18,7 +19,7 @@ from fmcluster.acceptance.results import acceptance_dir
 from fmcluster.manifest import digest, membership_digest
 from fmcluster.model import load_tenant
 from fmcluster.nodes import Node
-from fmcluster.reports import node_status, read_report, statuses, wait_for_reports
+from fmcluster.reports import ReportReader, node_status, read_report, statuses, wait_for_reports
 from fmcluster.stacks import aws
 from fmcluster.stacks.emulator import ensure_emulator, stop_emulator
 from localtenant import make_root
@@ -143,6 +144,46 @@ def test_every_node_converged_is_a_pass_and_no_node_at_all_is_not(s3: Any) -> No
     assert not wait_for_reports(s3, BUCKET, lambda: [], REF, MANIFEST, 0.2, lambda _: None, 0.1).ok
 
 
+def counted(s3: Any) -> Counter[str]:
+    """The S3 calls `s3` makes from now on, by operation."""
+    calls: Counter[str] = Counter()
+    s3.meta.events.register("before-call.s3.*", lambda model, **_: calls.update([model.name]))
+    return calls
+
+
+@pytest.mark.slow
+def test_a_poll_lists_the_reports_and_reads_only_those_filed_or_changed_since_the_last(s3: Any) -> None:
+    for node in NODES:
+        put(s3, node, json.dumps(report()).encode())
+    reader, calls = ReportReader(s3, BUCKET), counted(s3)
+    first = reader.read([n.address for n in NODES])
+    assert first[COMPUTE.address] == report() and calls["GetObject"] == 2 and calls["ListObjectsV2"] == 1
+    calls.clear()
+    assert reader.read([n.address for n in NODES]) == first and calls == Counter({"ListObjectsV2": 1})
+    put(s3, COMPUTE, json.dumps(report(ref=OLD)).encode())
+    calls.clear()
+    assert reader.read([n.address for n in NODES])[COMPUTE.address]["ref"] == OLD and calls["GetObject"] == 1
+    s3.delete_object(Bucket=BUCKET, Key=f"fmcluster/report/{COMPUTE.address}.json")
+    assert reader.read([n.address for n in NODES])[COMPUTE.address] is None, "a report gone is silence, not the old one"
+
+
+@pytest.mark.slow
+def test_without_a_listing_every_report_is_read(s3: Any) -> None:
+    for node in NODES:
+        put(s3, node, json.dumps(report()).encode())
+    denied = aws.client("s3", "ap-northeast-1", s3.meta.endpoint_url)
+
+    def deny(**_: Any) -> None:
+        raise PermissionError("s3:ListBucket denied")
+
+    denied.meta.events.register("before-call.s3.ListObjectsV2", deny)
+    calls = counted(denied)
+    reader = ReportReader(denied, BUCKET)
+    for _ in range(2):
+        assert [s.state for s in statuses(denied, BUCKET, NODES, REF, MANIFEST, reader)] == ["converged", "converged"]
+    assert calls["GetObject"] == 4
+
+
 # --- reusing the last acceptance PASS --------------------------------------------------------------------------
 
 @pytest.fixture
@@ -186,7 +227,8 @@ def test_a_pass_older_than_a_day_is_run_again(tenant_root: Path) -> None:
     "", "{", "[]", "null", json.dumps({**STATE}), json.dumps({**STATE, "finished": "yesterday"}),
     json.dumps({**STATE, "finished": 1700000000}),
     json.dumps({**STATE, "finished": datetime.now().isoformat()}),  # no time zone: when was it?
-])
+], ids=["empty", "cut-short", "a-list", "null", "no-finished", "finished-words", "finished-number", "finished-no-zone"])
+# Fixed ids: pytest-xdist's workers must collect the same test names, and one case holds the current time.
 def test_an_unreadable_or_incomplete_record_is_run_again(tenant_root: Path, content: str) -> None:
     record(tenant_root, content)
     assert reusable_pass(load_tenant("t-gate"), STATE) is None

@@ -32,6 +32,8 @@ def cluster_vars(tenant: Tenant) -> dict[str, Any]:
     return variables
 
 
+#: One ansible-playbook run (the module fixture) takes about 15 s on two cores.
+pytestmark = pytest.mark.slow
 TEMPLATES = ROOT / "roles" / "slurm" / "templates"
 PLAY = """\
 - name: Render the slurm role's templates as a node would

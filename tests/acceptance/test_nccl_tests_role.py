@@ -1,5 +1,5 @@
-"""The nccl_tests role through playbooks/acceptance-jobs.yml: lint-clean, skips the build without an NVIDIA GPU,
-renders the job script for the queue's accelerator, rejects wrong variables up front."""
+"""The nccl_tests role through playbooks/acceptance-jobs.yml: skips the build without an NVIDIA GPU, renders the
+job script for the queue's accelerator, rejects wrong variables up front. (Lint: tests/test_lint.py, whole tree.)"""
 
 from __future__ import annotations
 
@@ -55,14 +55,6 @@ def playbook(tmp_path: Path, *extra: str, accelerator: str = "none", gpus: int =
             "-e", f"nccl_tests_job_dir={tmp_path / 'jobs'}", *extra]
     return subprocess.run(argv, cwd=ROOT, capture_output=True, text=True,
                           env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")})
-
-
-def test_role_and_playbook_are_clean_under_ansible_lint_production_and_yamllint() -> None:
-    paths = ["roles/nccl_tests", "playbooks/acceptance-jobs.yml", "molecule/nccl_tests"]
-    lint = subprocess.run([venv_tool("ansible-lint"), *paths], cwd=ROOT, capture_output=True, text=True)
-    assert lint.returncode == 0, lint.stdout + lint.stderr
-    yl = subprocess.run([venv_tool("yamllint"), "-s", *paths], cwd=ROOT, capture_output=True, text=True)
-    assert yl.returncode == 0, yl.stdout
 
 
 def test_without_gpu_the_build_is_skipped_with_a_message_and_cpu_scripts_are_installed(tmp_path: Path) -> None:

@@ -47,7 +47,6 @@ def test_scontrol_one_line_output_keeps_a_reason_with_spaces() -> None:
     assert fields["Reason"] == "fmcluster acceptance: below_floor [root@2026-12-02T13:28:40]"
 
 
-@pytest.mark.slow
 def test_run_records_beside_the_generated_inventory_are_not_read_as_inventory(tmp_path: Path) -> None:
     generated = tmp_path / "inventories" / "acme" / "generated"
     generated.mkdir(parents=True)
