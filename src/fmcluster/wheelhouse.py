@@ -93,9 +93,14 @@ def ensure(root: Path | None = None, out: Out = print, pip: Sequence[str] | None
         for target in found:
             _download(pip, target, reqs, Path(tmp))
         (Path(tmp) / COMPLETE).write_text(json.dumps({"requirements": reqs, "targets": [t.python for t in found]}) + "\n")
-        shutil.rmtree(folder, ignore_errors=True)
-        Path(tmp).rename(folder)
-        Path(tmp).mkdir()  # TemporaryDirectory removes what it made
+        if not (folder / COMPLETE).is_file():  # another process may have built it meanwhile: keep that one
+            shutil.rmtree(folder, ignore_errors=True)
+            try:
+                Path(tmp).rename(folder)
+                Path(tmp).mkdir()  # TemporaryDirectory removes what it made
+            except OSError:
+                if not (folder / COMPLETE).is_file():
+                    raise
     wheels = sorted(folder.glob("*.whl"))
     out(f"  wheelhouse ready: {len(wheels)} wheels, {sum(w.stat().st_size for w in wheels) / 1e6:.1f} MB ({folder})")
     return folder
