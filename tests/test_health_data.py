@@ -96,7 +96,7 @@ def test_a_file_system_the_stacks_did_not_create_is_checked_as_mounted_of_any_ty
 
 
 @pytest.mark.parametrize("org, expected", [
-    ("demo", {"slurm_accounting": True, "slurm_accounting_install_packages": False}),
+    ("demo", {"slurm_accounting": True}),
     ("stockmark", {"slurm_accounting": True, "slurm_accounting_storage_user": "slurm"}),
 ])
 def test_accounting_is_on_by_default_with_a_password_generated_on_the_controller(org: str, expected: dict) -> None:

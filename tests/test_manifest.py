@@ -89,14 +89,15 @@ def test_all_vars_hold_the_manifest_s_role_variables_and_the_membership(demo: Te
     assert all_vars["munge_key_src"] == "/etc/fmcluster/secrets/munge-key"
 
 
-def test_the_local_image_carries_the_packages_and_aws_nodes_install_them(demo: Tenant, stockmark: Tenant) -> None:
-    local = manifest_for(demo)["vars"]
-    assert all(local[k] is False for k in ("common_install_packages", "munge_install_packages", "slurm_install_packages",
-                                           "node_exporter_install", "prometheus_install", "alertmanager_install",
-                                           "slurm_accounting_install_packages"))
-    aws = manifest_for(stockmark)["vars"]
-    assert not {"common_install_packages", "slurm_install_packages", "prometheus_install"} & set(aws)
-    assert aws["grafana_install"] is True
+def test_local_nodes_install_their_packages_as_aws_nodes_do(demo: Tenant, stockmark: Tenant) -> None:
+    """The local image is pristine (nothing lent): no install switch is turned off for provider local."""
+    switches = {"common_install_packages", "munge_install_packages", "slurm_install_packages", "node_exporter_install",
+                "prometheus_install", "alertmanager_install", "slurm_accounting_install_packages",
+                "imds_guard_install_packages"}
+    for tenant in (demo, stockmark):
+        variables = manifest_for(tenant)["vars"]
+        assert not switches & set(variables), (tenant.org, switches & set(variables))
+    assert manifest_for(stockmark)["vars"]["grafana_install"] is True
 
 
 def test_extra_vars_of_the_node_are_added_and_reach_the_scrape_configs(demo: Tenant) -> None:

@@ -222,7 +222,7 @@ def test_parallelcluster_tenant_has_network_and_storage_stacks_and_no_cluster_st
     assert [s.key for s in render_stacks(load_tenant("pclab", ROOT))] == ["network", "storage"]
 
 
-def test_storage_stack_holds_the_node_policies_scoped_to_the_bootstrap_prefixes_own_report_and_own_secrets() -> None:
+def test_storage_stack_holds_the_node_policies_scoped_to_the_bootstrap_prefixes_reports_and_own_secrets() -> None:
     storage = next(s for s in render_stacks(load_tenant("pclab", ROOT)) if s.key == "storage")
     body = load_cfn_yaml(storage.body)
     secret = "arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:fmcluster/"
@@ -234,9 +234,8 @@ def test_storage_stack_holds_the_node_policies_scoped_to_the_bootstrap_prefixes_
         assert statements["ReadBootstrap"]["Action"] == "s3:GetObject"
         assert [r["Fn::Sub"] for r in statements["ReadBootstrap"]["Resource"]] == [
             "${DataBucket.Arn}/fmcluster/bootstrap/*", "${DataBucket.Arn}/fmcluster/manifest/*"]
-        assert statements["WriteOwnReport"]["Action"] == "s3:PutObject"
-        assert [r["Fn::Join"][1] for r in statements["WriteOwnReport"]["Resource"]] == [
-            [{"Fn::Sub": "${DataBucket.Arn}/fmcluster/report/"}, "${aws:userid}" + suffix] for suffix in (".json", ".log")]
+        assert statements["WriteReports"]["Action"] == "s3:PutObject"
+        assert [r["Fn::Sub"] for r in statements["WriteReports"]["Resource"]] == ["${DataBucket.Arn}/fmcluster/report/*"]
         # the org is tenant data: a Join part
         assert [r["Fn::Join"][1] for r in statements["ReadOwnSecrets"]["Resource"]] == [
             [{"Fn::Sub": secret}, "pclab", f"/{n}-??????"] for n in secrets], name
@@ -349,7 +348,7 @@ def _own_database(tmp_path: Path) -> Any:
     spec.write_text((ROOT / "inventories/pclab/group_vars/all/tenant.yml").read_text().replace(
         "    accounting:\n      user_name: slurm\n",
         "    accounting:\n      uri: slurmdb.example.internal:3306\n      user_name: slurm\n"
-        "      password_secret_arn: arn:aws:secretsmanager:us-east-1:123456789012:secret:slurmdb-AbCdEf\n"))
+        "      password_secret_arn: arn:aws:secretsmanager:us-east-1:123456789012:secret:fmcluster/pclab/slurmdb-AbCdEf\n"))
     return load_spec(spec)
 
 

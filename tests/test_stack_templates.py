@@ -359,7 +359,7 @@ def cfn_list(value: Any) -> list[Any]:
 
 @pytest.mark.parametrize(("tenant", "node_role", "controller_role"), [
     (STOCKMARK, "NodeRole", "ControllerRole"), (NEURONLAB, "ExecutionRole", "ControllerExecutionRole")])
-def test_nodes_read_bootstrap_manifest_and_lifecycle_write_only_their_own_report_and_read_only_their_secrets(
+def test_nodes_read_bootstrap_manifest_and_lifecycle_write_reports_and_read_only_their_secrets(
         tenant: Tenant, node_role: str, controller_role: str) -> None:
     res = resources(tenant, "cluster")
     bucket = "arn:${AWS::Partition}:s3:::${DataBucketName}/"
@@ -369,9 +369,8 @@ def test_nodes_read_bootstrap_manifest_and_lifecycle_write_only_their_own_report
               for a in cfn_list(st["Action"]) if str(a).startswith("s3:")}
         reads = [bucket + p for p in ("fmcluster/bootstrap/*", "fmcluster/manifest/*", "hyperpod/lifecycle/*")]
         assert s3["s3:GetObject"] == reads, f"{role}: no node reads another node's report"
-        # ${aws:userid} is "<role id>:<instance id>" for an instance role: each node its own two objects.
-        assert s3["s3:PutObject"] == [bucket + "fmcluster/report/${aws:userid}.json",
-                                      bucket + "fmcluster/report/${aws:userid}.log"], role
+        # Reports only (not yet each node its own: docs/stacks.md, tests/test_node_iam.py).
+        assert s3["s3:PutObject"] == [bucket + "fmcluster/report/*"], role
         assert set(s3) == {"s3:ListBucket", "s3:GetBucketLocation", "s3:GetObject", "s3:PutObject"}, \
             f"{role}: no delete, no access to the tenant's data prefix"
         read = next(st for st in statements(res[role]) if st["Action"] == "secretsmanager:GetSecretValue")

@@ -161,7 +161,7 @@ def node_statements(tenant: Tenant, *, controller: bool) -> list[dict[str, Any]]
         {"Sid": "LocateBucket", "Effect": "Allow", "Action": "s3:GetBucketLocation", "Resource": bucket_arn()},
         {"Sid": "ReadBootstrapManifestLifecycle", "Effect": "Allow", "Action": "s3:GetObject",
          "Resource": [bucket_arn("/" + prefix) for prefix in read]},
-        {"Sid": "WriteOwnReport", "Effect": "Allow", "Action": "s3:PutObject", "Resource": own_report_keys(bucket_arn())},
+        {"Sid": "WriteReports", "Effect": "Allow", "Action": "s3:PutObject", "Resource": own_report_keys(bucket_arn())},
         {"Sid": "ReadOwnSecrets", "Effect": "Allow", "Action": "secretsmanager:GetSecretValue",
          "Resource": secret_arns(tenant.org, secrets)},
         # Every node finds itself and the cluster's other nodes among the tenant's instances (its node agent;

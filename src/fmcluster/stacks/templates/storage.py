@@ -227,7 +227,7 @@ def parallelcluster_node_policy(tenant: Tenant, roles: tuple[str, ...]) -> dict[
              "Condition": {"StringLike": {"s3:prefix": [f"{p}*" for p in PARALLELCLUSTER_NODE_READ]}}},
             {"Sid": "ReadBootstrap", "Effect": "Allow", "Action": "s3:GetObject",
              "Resource": [Sub(f"${{DataBucket.Arn}}/{p}*") for p in PARALLELCLUSTER_NODE_READ]},
-            {"Sid": "WriteOwnReport", "Effect": "Allow", "Action": "s3:PutObject", "Resource": own_report_keys(bucket)},
+            {"Sid": "WriteReports", "Effect": "Allow", "Action": "s3:PutObject", "Resource": own_report_keys(bucket)},
             {"Sid": "ReadOwnSecrets", "Effect": "Allow", "Action": "secretsmanager:GetSecretValue",
              "Resource": secret_arns(tenant.org, secrets_of(tenant, roles))},
             {"Sid": "FindClusterNodes", "Effect": "Allow", "Action": describe, "Resource": "*"},
