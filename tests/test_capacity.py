@@ -99,25 +99,18 @@ def _refused_by_plan_and_deploy(emulated: Emulated, monkeypatch: pytest.MonkeyPa
     _nothing_changed(emulated)
 
 
-def test_a_reservation_of_another_instance_type_is_refused_before_any_change(
-        emulated: Emulated, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    emulated.tenant_naming(reserve(emulated.client("ec2"), "p4d.24xlarge", "ap-northeast-1a", 16))
-    _refused_by_plan_and_deploy(emulated, monkeypatch, capsys, "tenant.queues[0].instance_type",
-                                "holds p4d.24xlarge, queue gpu asks for p5.48xlarge")
-
-
-def test_a_reservation_in_another_zone_is_refused_before_any_change(
-        emulated: Emulated, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    emulated.tenant_naming(reserve(emulated.client("ec2"), "p5.48xlarge", "ap-northeast-1c", 16))
-    _refused_by_plan_and_deploy(emulated, monkeypatch, capsys, "tenant.availability_zone",
-                                "is in ap-northeast-1c, the cluster in ap-northeast-1a")
-
-
-def test_a_reservation_too_small_for_the_queue_is_refused_before_any_change(
-        emulated: Emulated, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    emulated.tenant_naming(reserve(emulated.client("ec2"), "p5.48xlarge", "ap-northeast-1a", 8))
-    _refused_by_plan_and_deploy(emulated, monkeypatch, capsys, "tenant.queues[0].count",
-                                "holds 8 instances, queue gpu asks for 16")
+@pytest.mark.parametrize(("instance_type", "zone", "size", "key", "words"), [
+    ("p4d.24xlarge", "ap-northeast-1a", 16, "tenant.queues[0].instance_type",
+     "holds p4d.24xlarge, queue gpu asks for p5.48xlarge"),
+    ("p5.48xlarge", "ap-northeast-1c", 16, "tenant.availability_zone",
+     "is in ap-northeast-1c, the cluster in ap-northeast-1a"),
+    ("p5.48xlarge", "ap-northeast-1a", 8, "tenant.queues[0].count", "holds 8 instances, queue gpu asks for 16"),
+], ids=["another-instance-type", "another-zone", "too-small"])
+def test_a_reservation_that_does_not_fit_the_queue_is_refused_before_any_change(
+        emulated: Emulated, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], instance_type: str,
+        zone: str, size: int, key: str, words: str) -> None:
+    emulated.tenant_naming(reserve(emulated.client("ec2"), instance_type, zone, size))
+    _refused_by_plan_and_deploy(emulated, monkeypatch, capsys, key, words)
 
 
 def test_an_expired_capacity_block_is_refused_before_any_change(
