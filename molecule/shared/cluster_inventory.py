@@ -5,7 +5,8 @@
 The harness's hosts (fmcluster.providers.local.hosts state, by address) take the instances' roles in the order
 the cluster stack makes them: the controller, the login nodes, then each queue's nodes. The inventory is
 fmcluster.manifest.assemble_inventory of the manifest the deploy would publish (fmcluster.publish.build_manifest,
-with provider local's and the scheduler's parts) and those nodes: the role variables are the real ones. Prints
+with provider local's and the scheduler's parts, and the harness's image variables: its hosts install nothing) and
+those nodes: the role variables are the real ones. Prints
 "unchanged" when OUT already holds it.
 """
 
@@ -19,6 +20,7 @@ from fmcluster.manifest import assemble_inventory, inventory_yaml
 from fmcluster.model import load_tenant
 from fmcluster.nodes import Node, Role
 from fmcluster.providers.local import LocalProvider
+from fmcluster.providers.local.harness import IMAGE_VARS
 from fmcluster.providers.local.hosts import load_hosts
 from fmcluster.publish import build_manifest, pinned_commit
 from fmcluster.schedulers import scheduler_for
@@ -40,7 +42,7 @@ def main(org: str, out: Path) -> int:
              for h, (role, queue, instance_type) in zip(hosts, roles)]
     provider, scheduler = LocalProvider(tenant), scheduler_for(tenant)
     manifest = build_manifest(tenant, pinned_commit(), {}, provider.queue_resources, scheduler.manifest_vars(),
-                              provider.manifest_vars(), scheduler.discovery({}))
+                              {**provider.manifest_vars(), **IMAGE_VARS}, scheduler.discovery({}))
     text = inventory_yaml(assemble_inventory(manifest, nodes), HEADER)
     if out.is_file() and out.read_text() == text:
         print(f"{out}: unchanged")
