@@ -50,7 +50,7 @@ def deployed() -> Iterator[subprocess.CompletedProcess[str]]:
     pcdemo = (ROOT / "inventories" / "pcdemo" / "group_vars" / "all" / "tenant.yml").read_text()
     SPEC.write_text(pcdemo.replace("org: pcdemo", f"org: {ORG}").replace("10.76.0.0/16", VPC))
     try:
-        yield invoke("deploy")
+        yield invoke("deploy", timeout=2400)  # the nodes boot the pristine image and install everything
     finally:
         invoke("destroy", "--yes")
         shutil.rmtree(ROOT / "inventories" / ORG, ignore_errors=True)
