@@ -18,6 +18,7 @@ from typing import Any
 from fmcluster.model import Tenant
 from fmcluster.parallelcluster.config import CUSTOM_ACTION_KEY, cluster_name, on_node_configured_settings
 from fmcluster.stacks import cfn
+from fmcluster.stacks.render import s3_client_writer
 from fmcluster.stacks.templates import slurm_ec2
 
 #: What ParallelCluster itself does on AWS that the local stand-in does with fmcluster's own pieces.
@@ -39,7 +40,7 @@ set -euo pipefail
 action=/var/lib/fmcluster/pcluster-on-node-configured.sh
 install -d -m 0700 /var/lib/fmcluster
 for try in 1 2 3 4 5 6 7 8 9 10; do
-  aws s3 cp --only-show-errors --region "$region" "s3://$bucket/$key" "$action" && break
+  /usr/local/sbin/fmcluster-s3 --region "$region" get "s3://$bucket/$key" "$action" && break
   [ "$try" = 10 ] && { echo "fmcluster: no OnNodeConfigured script at s3://$bucket/$key" >&2; exit 1; }
   sleep $((try * 3))
 done
@@ -65,8 +66,12 @@ def user_data(*, org: str, role: str, queue: str, signal_resource: str) -> cfn.F
     One Fn::Join: the tenant's values are shell-quoted literal parts, the bucket and region references."""
     settings = on_node_configured_settings(bucket=cfn.Ref("DataBucketName"), region=cfn.Ref("AWS::Region"),
                                            org=org, role=role, queue=queue or None)
+    # ParallelCluster's image has the AWS CLI; the local image has not: the stand-in fetches with the first boot's
+    # own S3 client, which it writes first.
+    head = _HEAD.removeprefix("#!/bin/bash\n")
+    head = head.replace("set -euo pipefail\n", "set -euo pipefail\n" + s3_client_writer("/usr/local/sbin/fmcluster-s3"), 1)
     parts: list[Any] = ["#!/bin/bash\nbucket=", cfn.Ref("DataBucketName"), "\nregion=", cfn.Ref("AWS::Region"),
-                        f"\nkey={shlex.quote(CUSTOM_ACTION_KEY)}\n", _HEAD.removeprefix("#!/bin/bash\n")]
+                        f"\nkey={shlex.quote(CUSTOM_ACTION_KEY)}\n", head]
     for name, value in settings:
         parts += [f" {name}=", value] if not isinstance(value, str) else [" " + shlex.quote(f"{name}={value}")]
     parts.append("\n")

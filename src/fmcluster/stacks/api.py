@@ -153,7 +153,9 @@ def deploy_stacks(tenant: Tenant, endpoint: str | None, *, before_cluster: Befor
             before_cluster({k: v for key in outputs for k, v in outputs[key].items()})
         out(f"[{stack.key}] {stack.name}")
         try:
-            outcome = apply_stack(cf, stack, params, tenant.tags, execute=True, emulator=emulator, out=out)
+            url = large_template_url(tenant, stack, outputs.get("storage", {}), result.endpoint)
+            outcome = apply_stack(cf, stack, params, tenant.tags, execute=True, emulator=emulator, out=out,
+                                  template_url=url)
         except (ClientError, BotoCoreError) as err:
             outcome = StackOutcome(stack.key, stack.name, "failed",
                                    failure=Failure(stack.name, "AWS::CloudFormation::Stack", "API_ERROR", str(err)))
@@ -176,6 +178,24 @@ def deploy_stacks(tenant: Tenant, endpoint: str | None, *, before_cluster: Befor
                                                   result.not_created, root)
         out(f"stack outputs: {len(result.outputs)} written to {result.outputs_file}")
     return result
+
+
+#: Where a template too large to pass inline goes (under fmcluster/: no node reads it, no data link may cover it).
+TEMPLATES_PREFIX = "fmcluster/templates/"
+
+
+def large_template_url(tenant: Tenant, stack: RenderedStack, storage_outputs: dict[str, str],
+                       endpoint: str | None) -> str | None:
+    """A template over CloudFormation's inline limit, uploaded to the tenant's bucket: its S3 URL (None when it fits
+    inline, or when there is no bucket yet: apply_stack then refuses it naming the limit)."""
+    from fmcluster.stacks.changesets import MAX_TEMPLATE_BODY
+
+    bucket = storage_outputs.get("DataBucketName")
+    if len(stack.body.encode()) <= MAX_TEMPLATE_BODY or not bucket:
+        return None
+    key = f"{TEMPLATES_PREFIX}{stack.name}.yaml"
+    aws.client("s3", tenant.region, endpoint).put_object(Bucket=bucket, Key=key, Body=stack.body.encode())
+    return f"https://{bucket}.s3.{tenant.region}.amazonaws.com/{key}"
 
 
 def plan_stacks(tenant: Tenant, endpoint: str | None, *, offline: bool = False,

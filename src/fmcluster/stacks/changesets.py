@@ -218,13 +218,13 @@ def stack_outputs(stack_desc: dict[str, Any] | None) -> dict[str, str]:
 
 
 def apply_stack(cf: Any, stack: RenderedStack, parameters: dict[str, str], tags: dict[str, str], *,
-                execute: bool, emulator: bool, out: Out) -> StackOutcome:
+                execute: bool, emulator: bool, out: Out, template_url: str | None = None) -> StackOutcome:
     """Create/update one stack through a change set; with execute=False only show the change set."""
     poll_s, timeout_s = (0.2, 120.0) if emulator else (5.0, 3 * 3600.0)
     outcome = StackOutcome(stack.key, stack.name, "failed")
-    if len(stack.body.encode()) > MAX_TEMPLATE_BODY:
+    if len(stack.body.encode()) > MAX_TEMPLATE_BODY and template_url is None:
         raise ValueError(f"{stack.name}: rendered template is {len(stack.body.encode())} bytes, over the "
-                         f"{MAX_TEMPLATE_BODY} CloudFormation accepts inline")
+                         f"{MAX_TEMPLATE_BODY} CloudFormation accepts inline (and no bucket to pass it through yet)")
     current = stack_status(cf, stack.name)
     if current and current["StackStatus"].endswith("_IN_PROGRESS") and current["StackStatus"] != "REVIEW_IN_PROGRESS":
         out(f"  {stack.name} is {current['StackStatus']} (another run?): waiting for it first")
@@ -255,7 +255,7 @@ def apply_stack(cf: Any, stack: RenderedStack, parameters: dict[str, str], tags:
     try:
         cf.create_change_set(
             StackName=stack.name, ChangeSetName=change_set, ChangeSetType=change_set_type,
-            TemplateBody=stack.body,
+            **({"TemplateURL": template_url} if template_url else {"TemplateBody": stack.body}),
             Parameters=[{"ParameterKey": k, "ParameterValue": v} for k, v in parameters.items()],
             Capabilities=["CAPABILITY_IAM"],
             Tags=[{"Key": k, "Value": v} for k, v in tags.items()],

@@ -195,6 +195,14 @@ def first_boot_script() -> str:
     return script.replace(S3_CLIENT_PLACEHOLDER, packed_s3_client())
 
 
+def s3_client_writer(path: str) -> str:
+    """Shell that writes the packed S3 client to `path` (as node-user-data.sh does): for first-boot scripts of
+    the substrate's own (the ParallelCluster stand-in) on images that have no AWS CLI."""
+    return ("python3 -c 'import base64, gzip, sys; sys.stdout.buffer.write(gzip.decompress(base64.b64decode("
+            f"sys.stdin.read())))' \\\n  >{path}.new <<'FMCLUSTER_S3_CLIENT'\n{packed_s3_client()}\nFMCLUSTER_S3_CLIENT\n"
+            f"chmod 0755 {path}.new && mv -f {path}.new {path}\n")
+
+
 def packed_s3_client() -> str:
     """The S3 client as the first-boot script carries it: without docstrings and comments, gzipped (mtime 0, so
     byte-stable) and base64 in 76-character lines. EC2 takes 16 KB of user data and CloudFormation 51,200 bytes
