@@ -241,6 +241,8 @@ def test_every_node_booted_the_pristine_image_and_brought_itself_everything_else
             denied = host_run(host, ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "cat", secret])
             assert denied.returncode != 0 and "Permission denied" in denied.stderr, (host.hostname, secret)
         assert "-A OUTPUT -d 169.254.169.254/32 -j FMCLUSTER-IMDS" in in_host(host, "iptables -S"), host.hostname
+        # Slurm's and munge's accounts have the same ids on every node (slurmd refuses RPCs from another uid).
+        assert in_host(host, "id -u slurm; id -u munge").split() == ["401", "402"], host.hostname
         proxy = in_host(host, "cat /etc/apt/apt.conf.d/90fmcluster-vpc-package-source")
         assert re.search(r'Acquire::http::Proxy "http://10\.91\.128\.1:3142/";', proxy)
     # Every report carries the first boot's stage times, and the summary prints them.
