@@ -48,16 +48,12 @@ class PackageSource:
     @property
     def note(self) -> str:
         how = "started" if self.started else "running"
-        return (f"package source: apt-cacher-ng (Debian's archive, cached in {cache_dir_note()}) {how} on "
+        return (f"package source: apt-cacher-ng (Debian's archive, cached in {cache_root()}) {how} on "
                 f"{self.address}:{self.port}, the VPC router address (on AWS: the archive through the NAT)")
 
 
 def cache_root() -> Path:
     return Path(os.environ.get("FMCLUSTER_APT_CACHE", "/var/cache/fmcluster/apt"))
-
-
-def cache_dir_note() -> str:
-    return str(cache_root())
 
 
 def _state_path(org: str) -> Path:
