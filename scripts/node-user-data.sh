@@ -9,13 +9,9 @@ FMCLUSTER_BOOT_STARTED=${FMCLUSTER_BOOT_STARTED:-$(date +%s)}
 export FMCLUSTER_BOOT_STARTED
 bin_dir=${FMCLUSTER_BIN_DIR:-/usr/local/sbin}  # another directory only where a test runs this off a node
 install -d -m 0755 "$bin_dir"
-# scripts/fmcluster-s3, packed (gzip, base64) by fmcluster.stacks.render.first_boot_script.
-python3 -c 'import base64, gzip, sys; sys.stdout.buffer.write(gzip.decompress(base64.b64decode(sys.stdin.read())))' \
-  >"$bin_dir/fmcluster-s3.new" <<'FMCLUSTER_S3_CLIENT'
-@FMCLUSTER_S3_CLIENT@
-FMCLUSTER_S3_CLIENT
-chmod 0755 "$bin_dir/fmcluster-s3.new"
-mv -f "$bin_dir/fmcluster-s3.new" "$bin_dir/fmcluster-s3"
+# scripts/fmcluster-s3 written to $bin_dir, packed (gzip, base64): fmcluster.stacks.render.first_boot_script puts
+# fmcluster.stacks.render.s3_client_writer's lines here.
+@FMCLUSTER_S3_CLIENT_WRITER@
 for try in 1 2 3 4 5 6 7 8 9 10; do
   if "$bin_dir/fmcluster-s3" get "s3://$FMCLUSTER_BUCKET/fmcluster/bootstrap/node-bootstrap.sh" "$bin_dir/fmcluster-bootstrap"; then
     chmod 0755 "$bin_dir/fmcluster-bootstrap"

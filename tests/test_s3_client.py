@@ -25,7 +25,7 @@ import pytest
 
 from conftest import ROOT
 from fmcluster.stacks import aws
-from fmcluster.stacks.render import first_boot_script, packed_s3_client
+from fmcluster.stacks.render import S3_CLIENT_PLACEHOLDER, first_boot_script, packed_s3_client
 
 CLIENT = ROOT / "scripts" / "fmcluster-s3"
 REGION = "ap-northeast-1"
@@ -154,7 +154,7 @@ def test_without_credentials_in_the_environment_it_asks_the_instance_metadata_se
 def test_the_first_boot_script_carries_the_client_packed_and_runnable(tmp_path: Path) -> None:
     script = first_boot_script()
     packed = packed_s3_client()
-    assert packed in script and "@FMCLUSTER_S3_CLIENT@" not in script
+    assert packed in script and S3_CLIENT_PLACEHOLDER not in script
     unpacked = gzip.decompress(base64.b64decode(packed))
     assert packed == packed_s3_client(), "byte-stable: an unchanged client changes no launch template"
     (tmp_path / "fmcluster-s3").write_bytes(unpacked)

@@ -183,7 +183,7 @@ _USER_DATA_HEAD = """#!/bin/bash
 USER_DATA_SCRIPT = SOURCE_ROOT / "scripts" / "node-user-data.sh"
 #: The first boot's S3 client (Python's standard library alone), written out by the first-boot script.
 S3_CLIENT = SOURCE_ROOT / "scripts" / "fmcluster-s3"
-S3_CLIENT_PLACEHOLDER = "@FMCLUSTER_S3_CLIENT@"
+S3_CLIENT_PLACEHOLDER = "@FMCLUSTER_S3_CLIENT_WRITER@"
 
 
 def first_boot_script() -> str:
@@ -192,12 +192,12 @@ def first_boot_script() -> str:
     script = USER_DATA_SCRIPT.read_text(encoding="utf-8")
     if script.count(S3_CLIENT_PLACEHOLDER) != 1:
         raise RuntimeError(f"{USER_DATA_SCRIPT} must hold {S3_CLIENT_PLACEHOLDER} exactly once")
-    return script.replace(S3_CLIENT_PLACEHOLDER, packed_s3_client())
+    return script.replace(S3_CLIENT_PLACEHOLDER + "\n", s3_client_writer('"$bin_dir/fmcluster-s3"'))
 
 
 def s3_client_writer(path: str) -> str:
-    """Shell that writes the packed S3 client to `path` (as node-user-data.sh does): for first-boot scripts of
-    the substrate's own (the ParallelCluster stand-in) on images that have no AWS CLI."""
+    """Shell that writes the packed S3 client to `path` (a shell word): the first-boot script's own lines, and the
+    ParallelCluster stand-in's on images that have no AWS CLI."""
     return ("python3 -c 'import base64, gzip, sys; sys.stdout.buffer.write(gzip.decompress(base64.b64decode("
             f"sys.stdin.read())))' \\\n  >{path}.new <<'FMCLUSTER_S3_CLIENT'\n{packed_s3_client()}\nFMCLUSTER_S3_CLIENT\n"
             f"chmod 0755 {path}.new && mv -f {path}.new {path}\n")
