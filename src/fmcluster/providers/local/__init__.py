@@ -38,7 +38,6 @@ from fmcluster.providers.local.hosts import (
     reconcile_hosts, remove_all, remove_host, router_address, substrate_root,
 )
 from fmcluster.providers.local import image, packages
-from fmcluster.providers.local.image import ensure_image
 from fmcluster.providers.local.packages import APT_CONF_PATH, PackageSource, ensure_package_source, stop_package_source
 from fmcluster.stacks import aws
 
@@ -48,7 +47,7 @@ MEMORY_SHARE = 0.9
 USER_DATA_PATH = "/var/lib/cloud/instance/user-data.txt"
 CONSOLE_LOG = "/var/log/cloud-init-output.log"
 #: The emulator ships no DLAMI or Ubuntu parameters, only Amazon Linux's: every image parameter names that one
-#: here (the hosts boot this machine's root filesystem whatever the image id says).
+#: here (the hosts boot the pristine local image, node_image, whatever the image id says).
 EMULATOR_IMAGE_PARAMETER = "/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-default-x86_64"
 
 
@@ -123,7 +122,7 @@ class LocalProvider:
         result = BootResult()
         specs, by_key = [], {}
         binds = self._binds()
-        rootfs = ensure_image(out)
+        rootfs = image.ensure_image(out)
         if rootfs.built:
             out(f"  {rootfs.note}")
         source = ensure_package_source(self.tenant.org, self.router)
