@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from fmcluster.providers.local import harness
+from fmcluster.providers.local.packages import APT_CONF_PATH, stop_package_source
 from fmcluster.providers.local.hosts import (
     IFNAMSIZ, Bind, Host, HostSpec, SubstrateError, _veth_names, bridge_name, ensure_network, host_run,
     load_hosts, reconcile_hosts, remove_all, router_address, substrate_root,
@@ -57,8 +58,10 @@ def test_harness_hosts_take_the_private_subnet_s_addresses_after_the_four_aws_re
     assert harness.addresses(VPC, 3) == (["10.93.30.132", "10.93.30.133", "10.93.30.134"], 25)
     with pytest.raises(SubstrateError, match="do not fit the private subnet 10.93.30.128/25"):
         harness.addresses(VPC, 124)
-    spec = harness.host_specs(ORG, VPC, 1)[0]
+    spec = harness.host_specs(ORG, VPC, 1, "/images/pristine", ["/fsx"])[0]
     assert (spec.key, spec.hostname, spec.address) == ("ip-10-93-30-132", "ip-10-93-30-132", "10.93.30.132")
+    # The pristine image and the shared directory: nothing of this machine's is bound in.
+    assert (spec.image, [b.target for b in spec.binds], spec.hidden) == ("/images/pristine", ["/fsx"], ())
 
 
 # --- real hosts --------------------------------------------------------------------------------------------
@@ -188,7 +191,8 @@ def test_the_harness_makes_hosts_root_reaches_over_ssh_and_changes_nothing_the_s
         key = harness.ssh_key(org)
         ssh = subprocess.run(["ssh", "-i", str(key), "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no",
                               "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", "root@10.93.31.132",
-                              "hostname; test -d /shared && test -x /opt/fmcluster/venv/bin/python && echo ok"],
+                              "hostname; test -d /shared && ! test -e /opt/fmcluster && ! command -v slurmd && "
+                              f"grep -q 'Proxy \"http://10.93.31.129:3142/\"' {APT_CONF_PATH} && echo ok"],
                              capture_output=True, text=True, timeout=30)
         assert ssh.stdout.split() == ["ip-10-93-31-132", "ok"], ssh.stderr
         assert not harness.up(org, vpc, 1, inventory, ["/shared"]).changed
@@ -197,6 +201,7 @@ def test_the_harness_makes_hosts_root_reaches_over_ssh_and_changes_nothing_the_s
                              "--shared", "/shared"], said.append) == 0
         assert said[-1] == f"the 1 hosts of {org} are up; nothing changed"
     finally:
+        stop_package_source(org)
         remove_all(org)
     assert not (substrate / org).exists()
 

@@ -20,7 +20,6 @@ from fmcluster.manifest import assemble_inventory, inventory_yaml
 from fmcluster.model import load_tenant
 from fmcluster.nodes import Node, Role
 from fmcluster.providers.local import LocalProvider
-from fmcluster.providers.local.harness import IMAGE_VARS
 from fmcluster.providers.local.hosts import load_hosts
 from fmcluster.publish import build_manifest, pinned_commit
 from fmcluster.schedulers import scheduler_for
@@ -42,7 +41,7 @@ def main(org: str, out: Path) -> int:
              for h, (role, queue, instance_type) in zip(hosts, roles)]
     provider, scheduler = LocalProvider(tenant), scheduler_for(tenant)
     manifest = build_manifest(tenant, pinned_commit(), {}, provider.queue_resources, scheduler.manifest_vars(),
-                              {**provider.manifest_vars(), **IMAGE_VARS}, scheduler.discovery({}))
+                              provider.manifest_vars(), scheduler.discovery({}))
     text = inventory_yaml(assemble_inventory(manifest, nodes), HEADER)
     if out.is_file() and out.read_text() == text:
         print(f"{out}: unchanged")

@@ -76,8 +76,9 @@ def _answers(address: str, port: int) -> bool:
         return False
 
 
-def ensure_package_source(org: str, address: str) -> PackageSource:
-    """The tenant's package source on `address` (the VPC router address), started unless it runs."""
+def ensure_package_source(org: str, address: str, cache: str = "") -> PackageSource:
+    """The tenant's package source on `address` (the VPC router address), started unless it runs; its cache is
+    cache_root()/<cache, by default the org's>."""
     state = _state_path(org)
     try:
         known = json.loads(state.read_text())
@@ -88,12 +89,12 @@ def ensure_package_source(org: str, address: str) -> PackageSource:
         return PackageSource(address, PORT, pid, False)
     if pid and _is_ours(pid, str(known.get("address", ""))):
         stop_package_source(org)
-    cache = cache_root() / org
+    cache_dir = cache_root() / (cache or org)
     logs = substrate_root(org) / "package-source"
-    for folder in (cache, logs):
+    for folder in (cache_dir, logs):
         folder.mkdir(parents=True, exist_ok=True)
     argv = ["apt-cacher-ng", "-c", "/etc/apt-cacher-ng", "ForeGround=1", f"BindAddress={address}", f"Port={PORT}",
-            f"CacheDir={cache}", f"LogDir={logs}", f"PidFile={logs}/pid", f"SocketPath={logs}/socket",
+            f"CacheDir={cache_dir}", f"LogDir={logs}", f"PidFile={logs}/pid", f"SocketPath={logs}/socket",
             "ExThreshold=4",
             # Debian's archive as the one backend: the package's own list is empty until debconf fills it in,
             # and apt-cacher-ng then answers every request "503 Host not found".
