@@ -7,6 +7,7 @@
     cluster       the controller's pass (once, or --every N seconds)
     slurm-metrics Slurm's state into a node_exporter textfile (once, or --every N seconds)
     triage        unhealthy nodes and what each needs, from slurmctld and the nodes' reports
+    slurm-associations  the tenant's QoS, team accounts and users' associations into slurmdbd (sacctmgr)
 """
 
 from __future__ import annotations
@@ -63,6 +64,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     triage.add_argument("--config", required=True, help="cluster config (JSON: checks, XID table, reports)")
     triage.add_argument("--json", action="store_true")
 
+    assoc = sub.add_parser("slurm-associations", help="teams, users and QoS into slurmdbd (sacctmgr)")
+    assoc.add_argument("--config", required=True, help="desired state (JSON, fmcluster.health.accounts); - for standard input")
+    assoc.add_argument("--slurm-conf", default="", help="SLURM_CONF for sacctmgr")
+    assoc.add_argument("--check", action="store_true", help="list the commands, run none")
+
     args = parser.parse_args(argv)
     try:
         return _dispatch(args)
@@ -102,6 +108,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         return metrics.run_forever(args.textfile, args.every, args.slurm_conf, rounds=None if args.every > 0 else 1)
     if args.command == "triage":
         return _triage(args.config, args.json)
+    if args.command == "slurm-associations":
+        from fmcluster.health import accounts
+
+        return accounts.converge(args.config, args.check, args.slurm_conf)
     return 2
 
 
