@@ -241,3 +241,22 @@ def test_fleet_shows_a_deployed_org_s_usage_this_month(tmp_path: Path, cluster: 
     fleet(out=lines.append, root=tmp_path, diagnose=lambda org: Diagnosis(org, [], checked=["sinfo"]))
     row = next(line for line in lines[0].splitlines() if line.startswith("demo "))
     assert row.endswith("50.6 GPU-h, 1215.9 CPU-h") and "usage (month)" in lines[0]
+
+
+def test_the_module_runs_with_the_system_python_alone_and_writes_the_textfile(tmp_path: Path) -> None:
+    """Standard library only: what a node has. `python3 -m fmcluster.usage` runs sacct where it is (the controller)
+    and writes the metric for node_exporter's textfile collector."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sacct").write_text(f"#!/bin/sh\ncat {SACCT / 'p5_month.txt'}\n")
+    (bin_dir / "sacct").chmod(0o755)
+    output = tmp_path / "textfile" / "usage.prom"
+    done = subprocess.run(["/usr/bin/python3", "-S", "-m", "fmcluster.usage", "--org=acme", "--since=2026-11-01",
+                           "--format=prometheus", f"--output={output}"], cwd=tmp_path, capture_output=True, text=True,
+                          env={"PATH": f"{bin_dir}:/usr/bin:/bin", "PYTHONPATH": str(ROOT / "src")}, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert output.read_text() == render_prometheus(summarize(parse_sacct(P5)), "acme")
+    failing = subprocess.run(["/usr/bin/python3", "-S", "-m", "fmcluster.usage", "--org=acme"], cwd=tmp_path,
+                             capture_output=True, text=True, env={"PATH": "/nonexistent", "PYTHONPATH": str(ROOT / "src")},
+                             timeout=60)
+    assert failing.returncode == 1 and failing.stderr.startswith("usage: ")

@@ -207,3 +207,42 @@ def read(run: Run, since: str) -> list[Usage]:
         said = (stderr or stdout).strip().splitlines()
         raise UsageError(f"`sacct` failed ({code}): {said[-1][:300] if said else 'no output'}")
     return summarize(parse_sacct(stdout))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python3 -m fmcluster.usage --org=X`: the report where sacct runs (the controller), e.g. as a node_exporter
+    textfile (--format=prometheus --output=/var/lib/node_exporter/textfile/usage.prom, written atomically)."""
+    import argparse
+    import subprocess
+    import sys
+
+    from fmcluster.health.textfile import write_atomic
+
+    parser = argparse.ArgumentParser(prog="python3 -m fmcluster.usage", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--org", required=True, help="the organization, as the metric's org label")
+    parser.add_argument("--since", default="", help="YYYY-MM-DD (default: the first of this month)")
+    parser.add_argument("--format", choices=("table", "json", "prometheus"), default="table")
+    parser.add_argument("--output", default="", help="write here (atomically) instead of printing")
+    args = parser.parse_args(argv)
+
+    def run(command: str) -> tuple[int, str, str]:
+        done = subprocess.run(shlex.split(command), capture_output=True, text=True, timeout=120, check=False)
+        return done.returncode, done.stdout, done.stderr
+
+    try:
+        since = check_since(args.since) if args.since else default_since(dt.date.today())
+        rows = read(run, since)
+    except (UsageError, OSError, subprocess.TimeoutExpired) as err:
+        print(f"usage: {err}", file=sys.stderr)
+        return 1
+    text = (render_prometheus(rows, args.org) if args.format == "prometheus" else
+            render_json(rows, args.org, since) if args.format == "json" else render_table(rows, args.org, since))
+    if args.output:
+        write_atomic(args.output, text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
