@@ -11,12 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fmcluster.model import TenantInvalid, load_tenant
 from fmcluster.validation import reserved_accounts
-from hostile_helpers import assert_refused, assert_same_structure, spec_text, validate, write_tenant
+from hostile_helpers import ROOT, assert_refused, assert_same_structure, spec_text, validate, write_tenant
 
 Change = Callable[[dict[str, Any]], Any]
 ED25519 = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAII4mUbGX38GZN2g9pN0PQcLrApTW08GexA8Qz6zdAfqf alice@laptop"
@@ -176,3 +177,21 @@ def test_any_user_name_and_uid_is_refused_at_its_key_or_loads_as_written(tmp_pat
     assert (loaded.name, loaded.uid) == (name, uid)
     assert name not in RESERVED and name not in ("alice", "llm") and 1000 <= uid <= 59999
     assert uid not in (20001, 30010)
+
+
+def test_teams_on_a_parallelcluster_tenant_need_its_slurm_accounting(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    def pclab(accounting: bool) -> str:
+        doc = yaml.safe_load((ROOT / "inventories/pclab/group_vars/all/tenant.yml").read_text())
+        doc["tenant"]["org"] = "acme"
+        people()(doc["tenant"])
+        if not accounting:
+            del doc["tenant"]["parallelcluster"]["accounting"]
+        return yaml.safe_dump(doc, sort_keys=False)
+
+    write_tenant(tmp_path, pclab(accounting=False))
+    code, output = validate(tmp_path, monkeypatch)
+    assert_refused(code, output, "tenant.teams", ("no Slurm accounting", "add `accounting: {}` under parallelcluster"))
+    write_tenant(tmp_path, pclab(accounting=True))
+    code, output = validate(tmp_path, monkeypatch)
+    assert "tenant.teams" not in output and "tenant.users" not in output, output
