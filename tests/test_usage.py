@@ -240,7 +240,7 @@ def test_fleet_shows_a_deployed_org_s_usage_this_month(tmp_path: Path, cluster: 
     lines: list[str] = []
     fleet(out=lines.append, root=tmp_path, diagnose=lambda org: Diagnosis(org, [], checked=["sinfo"]))
     row = next(line for line in lines[0].splitlines() if line.startswith("demo "))
-    assert row.endswith("50.6 GPU-h, 1215.9 CPU-h") and "usage (month)" in lines[0]
+    assert row.endswith("50.6 GPU-h, 1215.9 CPU-h  healthy") and "usage (month)" in lines[0]
 
 
 def test_the_module_runs_with_the_system_python_alone_and_writes_the_textfile(tmp_path: Path) -> None:

@@ -23,8 +23,8 @@ Out = Callable[[str], object]
 Diagnose = Callable[[str], Diagnosis]
 #: A deployed tenant's usage this month as one cell, e.g. "12.5 GPU-h, 40.0 CPU-h" (fmcluster.usage).
 UsageOf = Callable[["Tenant"], str]
-COLUMNS = ("tenant", "provider", "scheduler", "stack", "nodes", "acceptance", "vs floor", "alerts", "findings", "state",
-           "usage (month)")
+COLUMNS = ("tenant", "provider", "scheduler", "stack", "nodes", "acceptance", "vs floor", "alerts", "findings",
+           "usage (month)", "state")
 
 
 @dataclass
@@ -51,7 +51,7 @@ class Row:
                  else "-")
         return (self.org, self.provider, self.scheduler, self.stack, nodes, self.acceptance,
                 f"{self.ratio:.2f}×" if self.ratio is not None else "-", _n(self.alerts), _n(self.findings),
-                self.state, self.usage)
+                self.usage, self.state)
 
 
 def _n(value: int | None) -> str:
