@@ -156,3 +156,11 @@ def test_teams_on_a_tenant_without_slurm_accounting_are_refused(tmp_path: Path) 
     keys = {p.key for p in err.value.problems}
     assert keys == {"tenant.teams", "tenant.qos"}
     assert "slurmdbd" in err.value.render() and "set accounting.enabled: true" in err.value.render()
+
+
+def test_a_thousand_users_the_schema_allows_load_within_the_loader_s_limits(tmp_path: Path) -> None:
+    teams = [{"name": f"team{i}", "gid": 30000 + i} for i in range(100)]
+    users = [{"name": f"user{i}", "uid": 10000 + i, "teams": [f"team{i % 100}", f"team{(i + 1) % 100}"],
+              "ssh_keys": [ED25519], "removed": False} for i in range(1000)]
+    tenant = tenant_with(tmp_path, qos=PEOPLE["qos"], teams=teams, users=users)
+    assert len(tenant.users) == 1000 and len(manifest_vars(tenant)["slurm_associations_users"]) == 1000
