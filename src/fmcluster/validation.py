@@ -812,20 +812,18 @@ def _check_people(out: _Collector, tenant: dict[str, Any], t: KeyPath) -> None:
                     "Slurm accounts, associations and QoS live in slurmdbd's database",
                     f"set accounting.enabled: true (or remove `{section}:` and the users' teams)")
 
-    def check_name(path: KeyPath, index: int, name: Any, what: str, seen: dict[str, int], section: str) -> bool:
+    def check_name(path: KeyPath, index: int, name: Any, what: str, seen: dict[str, int], section: str) -> None:
         if not isinstance(name, str):
-            return False
+            return
         if name in reserved:
             out.add(path, f"'{name}' is reserved: it is {_RESERVED_SOURCES[reserved[name]]}",
                     f"choose another {what} name, e.g. '{name}1' or a person's login (the list: "
                     "src/fmcluster/data/reserved_accounts.yml)")
-            return False
-        if name in seen:
-            out.add(path, f"{what} name '{name}' is used twice (also {section}[{seen[name]}])",
+        elif name in seen:
+            out.add(path, f"{what} name {show(name)} is used twice (also {section}[{seen[name]}])",
                     f"give every {what} its own name")
-            return False
-        seen[name] = index
-        return True
+        else:
+            seen[name] = index
 
     qos_names: dict[str, int] = {}
     for i, q in qos_list:
@@ -877,7 +875,7 @@ def _check_people(out: _Collector, tenant: dict[str, Any], t: KeyPath) -> None:
         up: KeyPath = (*t, "users", i)
         name = user.get("name")
         if isinstance(name, str) and name in team_names:
-            out.add((*up, "name"), f"'{name}' is also the name of teams[{team_names[name]}]: each becomes a unix group "
+            out.add((*up, "name"), f"{show(name)} is also the name of teams[{team_names[name]}]: each becomes a unix group "
                     "on every node (the user's private group and the team's)", "give the user and the team different names")
         else:
             check_name((*up, "name"), i, name, "user", user_names, "users")
