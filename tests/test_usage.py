@@ -260,3 +260,10 @@ def test_the_module_runs_with_the_system_python_alone_and_writes_the_textfile(tm
                              capture_output=True, text=True, env={"PATH": "/nonexistent", "PYTHONPATH": str(ROOT / "src")},
                              timeout=60)
     assert failing.returncode == 1 and failing.stderr.startswith("usage: ")
+
+
+def test_a_month_without_jobs_is_a_report_of_zeros_not_an_error() -> None:
+    rows = summarize(parse_sacct(""))
+    assert rows == []
+    assert render_table(rows, "acme", "2026-12-01").splitlines()[-1].split() == ["total", "0.0", "0.0", "0"]
+    assert json.loads(render_json(rows, "acme", "2026-12-01"))["total"] == {t: 0 for t in TRES}
