@@ -223,6 +223,14 @@ def acceptance(c: Context, org: str) -> None:
     _exit(commands.acceptance(org))
 
 
+# --- users and teams (docs/users.md) ---------------------------------------------------------------------
+@task(help={"org": "tenant name", "since": "first day counted, YYYY-MM-DD (default: the first of this month)",
+            "json": "print the report as JSON"})
+def usage(c: Context, org: str, since: str = "", json: bool = False) -> None:
+    """GPU-, CPU- and node-hours per team (Slurm account) and user from sacct on the cluster's login node."""
+    _exit(commands.usage(org, since=since, as_json=json))
+
+
 # --- observability -------------------------------------------------------------------------------------
 @task
 def dashboards(c: Context) -> None:

@@ -14,6 +14,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_validate.add_argument("org")
     p_schema = sub.add_parser("schema-doc", help="print the tenant spec reference (Markdown) from the JSON Schema")
     p_schema.add_argument("--output", type=Path)
+    p_usage = sub.add_parser("usage", help="GPU-, CPU- and node-hours per team and user, from sacct on the cluster")
+    p_usage.add_argument("org")
+    p_usage.add_argument("--since", default="", help="first day counted, YYYY-MM-DD (default: the first of this month)")
+    p_usage.add_argument("--json", action="store_true", help="print the report as JSON")
     from fmcluster.acceptance import cli as acceptance_cli
 
     acceptance_cli.register(sub)
@@ -24,6 +28,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from fmcluster import commands
 
         return commands.validate(args.org)
+    if args.command == "usage":
+        from fmcluster import commands
+
+        return commands.usage(args.org, since=args.since, as_json=args.json)
     if args.command == "schema-doc":
         from fmcluster.schemadoc import render_reference
 

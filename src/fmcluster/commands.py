@@ -368,3 +368,30 @@ def _replace(tenant: Tenant, replacer: Replacer, node: str) -> int:
     # generated/hosts.yml follows the live nodes (acceptance and `invoke slurm` read it).
     write_inventory(tenant, replacer.manifest, replacer.live_nodes())
     return EXIT_FAILED if result.failed else 0
+
+
+# --- users and teams (docs/users.md) ------------------------------------------------------------------------
+def usage(org: str, since: str = "", as_json: bool = False, out: Out = print) -> int:
+    """GPU-, CPU- and node-hours per team and user since `since` (YYYY-MM-DD; default: the first of this month),
+    from sacct on the login node (else the controller), as `invoke slurm` reaches it."""
+    import datetime
+
+    from fmcluster.usage import UsageError, check_since, default_since, render_json, render_table
+    from fmcluster.usage_cluster import NoCluster, read_cluster_usage
+
+    tenant = require_tenant(org)
+    try:
+        since = check_since(since) if since else default_since(datetime.date.today())
+    except UsageError as err:
+        out(f"usage: {err}")
+        return EXIT_INVALID_SPEC
+    try:
+        _, rows = read_cluster_usage(tenant, since)
+    except NoCluster as err:
+        out(f"usage: {err}")
+        return EXIT_NOT_READY
+    except UsageError as err:
+        out(f"usage: {err}")
+        return EXIT_FAILED
+    out((render_json if as_json else render_table)(rows, tenant.org, since).rstrip("\n"))
+    return 0

@@ -117,6 +117,43 @@ class Health:
 
 
 @dataclass(frozen=True)
+class Qos:
+    """One Slurm QoS of `qos:` (docs/users.md); a limit of None is no limit."""
+
+    name: str
+    priority: int = 0
+    max_gpus_per_user: int | None = None
+    max_cpus_per_user: int | None = None
+    max_nodes_per_user: int | None = None
+
+
+@dataclass(frozen=True)
+class Team:
+    """One team of `teams:`: a Slurm account under the org's and a unix group. `qos`: its first is the default."""
+
+    name: str
+    gid: int
+    fairshare: int = 1
+    qos: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class User:
+    """One person of `users:`: the same account on every node; `teams`: the first is the default Slurm account."""
+
+    name: str
+    uid: int
+    teams: tuple[str, ...]
+    ssh_keys: tuple[str, ...] = ()
+    removed: bool = False
+
+    @property
+    def gid(self) -> int:
+        """The user's private group has the user's id."""
+        return self.uid
+
+
+@dataclass(frozen=True)
 class Network:
     vpc_cidr: str
     ssh_ingress_cidr: str | None
@@ -167,6 +204,9 @@ class Tenant:
     slurm_accounting: SlurmAccounting = SlurmAccounting(True, None, "slurm")
     parallelcluster: ParallelClusterSettings | None = None  # scheduler parallelcluster only
     health: Health = Health()
+    qos: tuple[Qos, ...] = ()
+    teams: tuple[Team, ...] = ()
+    users: tuple[User, ...] = ()
 
     @property
     def stack_prefix(self) -> str:
@@ -207,6 +247,8 @@ def _build(spec_path: Path, raw: dict[str, Any]) -> Tenant:
     # absent optional section with {} too, which must not.
     raw_pcluster = raw.get("tenant", {}).get("parallelcluster")
     accounting = pcluster.get("accounting") if isinstance(raw_pcluster, dict) and "accounting" in raw_pcluster else None
+    # A team naming no QoS gets `normal` when the tenant declares one (validation refuses the rest).
+    default_qos = ["normal"] if any(q["name"] == "normal" for q in doc["qos"]) else []
     return Tenant(
         spec_path=spec_path,
         org=doc["org"],
@@ -258,6 +300,12 @@ def _build(spec_path: Path, raw: dict[str, Any]) -> Tenant:
                                   accounting.get("database_name")) if accounting is not None else None,
         ) if doc["scheduler"] == "parallelcluster" else None,
         health=Health(auto_replace=doc["health"]["auto_replace"]),
+        qos=tuple(Qos(q["name"], q["priority"], q.get("max_gpus_per_user"), q.get("max_cpus_per_user"),
+                      q.get("max_nodes_per_user")) for q in doc["qos"]),
+        teams=tuple(Team(team["name"], team["gid"], team["fairshare"], tuple(team.get("qos", default_qos)))
+                    for team in doc["teams"]),
+        users=tuple(User(u["name"], u["uid"], tuple(u["teams"]), tuple(u["ssh_keys"]), u["removed"])
+                    for u in doc["users"]),
     )
 
 

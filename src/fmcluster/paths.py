@@ -11,6 +11,7 @@ from pathlib import Path
 PACKAGE_DIR = Path(__file__).resolve().parent
 DATA_DIR = PACKAGE_DIR / "data"
 SCHEMA_PATH = DATA_DIR / "tenant.schema.json"
+RESERVED_ACCOUNTS_PATH = DATA_DIR / "reserved_accounts.yml"
 CATALOG_PATH = DATA_DIR / "instances.yml"
 
 

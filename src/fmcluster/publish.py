@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fmcluster import accounting, monitoring, nccl, versions
+from fmcluster import accounting, monitoring, nccl, users, versions
 from fmcluster.health import inventory as health
 from fmcluster.manifest import FORMAT, NODE_SECRETS_DIR, SECRET_NAMES, secret_id
 from fmcluster.model import Tenant
@@ -122,6 +122,7 @@ def build_manifest(tenant: Tenant, ref: str, stack_outputs: Mapping[str, str],
         **monitoring.inventory_vars(tenant),
         **nccl.cluster_vars([q.instance.name for q in tenant.queues]),
         **accounting.manifest_vars(tenant),
+        **users.manifest_vars(tenant),
         **health.manifest_vars(tenant, storage),
         **scheduler_vars,
         **provider_vars,

@@ -22,11 +22,13 @@ from typing import Any, Iterable, TypeGuard
 
 import jsonschema
 import jsonschema.validators
+import yaml
 
 from fmcluster.catalog import InstanceType, load_catalog
 from fmcluster.escape import escaped, neutral
 from fmcluster.parallelcluster import rules as parallelcluster_rules
-from fmcluster.paths import SCHEMA_PATH
+from fmcluster.paths import RESERVED_ACCOUNTS_PATH, SCHEMA_PATH
+from fmcluster.sshkeys import key_problem
 from fmcluster.yamlpos import KeyPath, LoadedYaml
 
 # Names are matched whole (re.fullmatch): `$` alone would also accept a trailing newline.
@@ -45,6 +47,8 @@ RESERVED_QUEUE_NAMES = {
     "all": "Slurm's Nodes=ALL keyword and Ansible's group of every host",
     "none": "a Slurm keyword (e.g. AllowGroups=NONE)",
 }
+#: QoS and team names (Slurm QoS, accounts and unix groups); user names (useradd's NAME_REGEX, lower case).
+QOS_NAME = re.compile(r"[a-z][a-z0-9_]{0,31}")
 # The alertmanager role's catch-all receiver.
 RESERVED_RECEIVER_NAMES = ("fmcluster-unrouted",)
 # What no value in a spec may contain, whatever its field: each is syntax to a template engine that renders
@@ -482,6 +486,7 @@ def _semantic_problems(loaded: LoadedYaml, out: _Collector) -> None:
     _check_storage(out, tenant, t)
     _check_monitoring(out, tenant, t)
     _check_accounting(out, tenant, t)
+    _check_people(out, tenant, t)
 
 
 def _check_queue_name(out: _Collector, q: KeyPath, i: int, name: str, seen: dict[str, int],
@@ -774,6 +779,115 @@ def _check_accounting(out: _Collector, tenant: dict[str, Any], t: KeyPath) -> No
     if isinstance(endpoint, str) and tenant.get("provider") == "local":
         out.add((*t, "accounting", "database_endpoint"), "provider local cannot reach a database endpoint: its "
                 "accounting database is MariaDB on the controller node", "remove database_endpoint for a local tenant")
+
+
+@lru_cache(maxsize=1)
+def reserved_accounts() -> tuple[dict[str, str], dict[int, str]]:
+    """(name → where the system already has it, id → the daemon that has it) from data/reserved_accounts.yml."""
+    data = yaml.safe_load(RESERVED_ACCOUNTS_PATH.read_text(encoding="utf-8"))
+    names = {name: source for source, listed in data.items() if source != "fixed_ids" for name in listed}
+    return names, {uid: name for name, uid in data["fixed_ids"].items()}
+
+
+_RESERVED_SOURCES = {"base_passwd": "an account or group of every Debian and Ubuntu system (base-passwd)",
+                     "debian_ubuntu_images": "an account or group the Debian and Ubuntu images already have",
+                     "cluster_daemons": "a daemon account of the cluster or of fmcluster itself"}
+MIN_ID, MAX_ID = 1000, 59999
+
+
+def _named(items: Any) -> list[tuple[int, dict[str, Any]]]:
+    return [(i, item) for i, item in enumerate(items)] if isinstance(items, list) else []
+
+
+def _check_people(out: _Collector, tenant: dict[str, Any], t: KeyPath) -> None:
+    """qos, teams and users (docs/users.md): names, ids and references that a schema cannot relate."""
+    qos_list = [(i, q) for i, q in _named(tenant.get("qos")) if isinstance(q, dict)]
+    teams = [(i, team) for i, team in _named(tenant.get("teams")) if isinstance(team, dict)]
+    users = [(i, user) for i, user in _named(tenant.get("users")) if isinstance(user, dict)]
+    reserved, fixed = reserved_accounts()
+    accounting_off = _get(tenant, "accounting", "enabled") is False
+    for section, given in (("teams", teams), ("qos", qos_list)):
+        if given and accounting_off:
+            out.add((*t, section), f"{section} are Slurm accounting objects, and accounting.enabled is false: "
+                    "Slurm accounts, associations and QoS live in slurmdbd's database",
+                    f"set accounting.enabled: true (or remove `{section}:` and the users' teams)")
+
+    def check_name(path: KeyPath, index: int, name: Any, what: str, seen: dict[str, int], section: str) -> None:
+        if not isinstance(name, str):
+            return
+        if name in reserved:
+            out.add(path, f"'{name}' is reserved: it is {_RESERVED_SOURCES[reserved[name]]}",
+                    f"choose another {what} name, e.g. '{name}1' or a person's login (the list: "
+                    "src/fmcluster/data/reserved_accounts.yml)")
+        elif name in seen:
+            out.add(path, f"{what} name {show(name)} is used twice (also {section}[{seen[name]}])",
+                    f"give every {what} its own name")
+        else:
+            seen[name] = index
+
+    qos_names: dict[str, int] = {}
+    for i, q in qos_list:
+        check_name((*t, "qos", i, "name"), i, q.get("name"), "QoS", qos_names, "qos")
+
+    # Unix ids: a team's group and each user's uid and private group (gid = uid) share one space.
+    ids: dict[int, str] = {}
+
+    def check_id(path: KeyPath, value: Any, owner: str) -> None:
+        if not _whole(value):
+            return
+        if value in fixed:
+            out.add(path, f"{value} is the fixed id of the {fixed[value]} daemon account on every node",
+                    f"use an id from {MIN_ID} to {MAX_ID} that no other user or team has")
+        elif not MIN_ID <= value <= MAX_ID:
+            return  # the schema's range check says so
+        elif value in ids:
+            out.add(path, f"id {value} is already {ids[value]}",
+                    "give every user a uid and every team a gid of its own: a user's private group has gid = uid, "
+                    "so a uid may not equal a team's gid either")
+        else:
+            ids[value] = owner
+
+    org = tenant.get("org")
+    org_account = org.replace("-", "_") if isinstance(org, str) else None
+    normal = "normal" in qos_names
+    team_names: dict[str, int] = {}
+    for i, team in teams:
+        tp: KeyPath = (*t, "teams", i)
+        name = team.get("name")
+        if name == org_account:
+            out.add((*tp, "name"), f"'{name}' is the organization's own Slurm account (teams are accounts under it)",
+                    "name the team after what it does, e.g. 'llm' or 'vision'")
+        else:
+            check_name((*tp, "name"), i, name, "team", team_names, "teams")
+        check_id((*tp, "gid"), team.get("gid"), f"the gid of teams[{i}]")
+        wanted = team.get("qos")
+        if wanted is None and qos_list and not normal:
+            out.add(tp, "the team names no QoS, and `qos:` declares none named normal to default to",
+                    f"add `qos: [{', '.join(sorted(qos_names)[:2]) or 'NAME'}]` to the team (its first QoS is its default)")
+        for j, ref in _named(wanted):
+            if isinstance(ref, str) and ref not in qos_names:
+                out.add((*tp, "qos", j), f"{show(ref)} is not a QoS of `qos:`{did_you_mean(ref, qos_names)}",
+                        f"use one of: {', '.join(sorted(qos_names))}" if qos_names else
+                        f"declare it under `qos:` first (e.g. `qos: [{{name: {ref if QOS_NAME.fullmatch(ref) else 'normal'}}}]`)")
+
+    user_names: dict[str, int] = {}
+    for i, user in users:
+        up: KeyPath = (*t, "users", i)
+        name = user.get("name")
+        if isinstance(name, str) and name in team_names:
+            out.add((*up, "name"), f"{show(name)} is also the name of teams[{team_names[name]}]: each becomes a unix group "
+                    "on every node (the user's private group and the team's)", "give the user and the team different names")
+        else:
+            check_name((*up, "name"), i, name, "user", user_names, "users")
+        check_id((*up, "uid"), user.get("uid"), f"the uid of users[{i}]")
+        for j, ref in _named(user.get("teams")):
+            if isinstance(ref, str) and ref not in team_names:
+                out.add((*up, "teams", j), f"{show(ref)} is not a team of `teams:`{did_you_mean(ref, team_names)}",
+                        f"use one of: {', '.join(sorted(team_names))}" if team_names else
+                        "declare the team under `teams:` first, with its name and gid")
+        for j, key in _named(user.get("ssh_keys")):
+            if isinstance(key, str) and (why := key_problem(key)) is not None:
+                out.add((*up, "ssh_keys", j), f"{why[0]}", why[1])
 
 
 def problems_in(loaded: LoadedYaml) -> list[Problem]:

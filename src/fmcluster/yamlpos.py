@@ -20,13 +20,15 @@ from fmcluster.escape import escaped
 
 KeyPath = tuple[str | int, ...]
 
-#: A tenant spec is a few kilobytes; the biggest sensible one (16 queues, 20 receivers) stays under 10 KiB.
+#: A tenant spec is a few kilobytes; the biggest sensible one (16 queues, 20 receivers, 1000 users with a key each)
+#: stays under 200 KiB.
 MAX_BYTES = 256 * 1024
 #: The schema nests six levels; anything much deeper is not a spec.
 MAX_DEPTH = 32
-#: Values in the document, before and after alias expansion: a spec has one to three hundred, an alias bomb
-#: billions. Counted while composing too, so a large flat file stops early instead of being read whole.
-MAX_NODES = 2_000
+#: Values in the document, before and after alias expansion: a spec has a few hundred, and about 13 more per user
+#: (the schema allows 1000 users: ~14000), an alias bomb billions. Counted while composing too, so a large flat file
+#: stops early instead of being read whole.
+MAX_NODES = 20_000
 #: Digits in a number: the largest a spec holds (a capacity in GiB) has six; a longer one is a typo or an attack
 #: (Python refuses to read integers of more than 4300 digits, and big ones cost time to convert).
 MAX_DIGITS = 15
@@ -104,7 +106,7 @@ class _Loader(yaml.SafeLoader):
             if self._composed > MAX_NODES:
                 event = self.peek_event()  # type: ignore[no-untyped-call]
                 raise _Refused(_line(event), f"the document holds more than {MAX_NODES} values",
-                               "a tenant spec has one to three hundred: remove what is not the spec")
+                               "a tenant spec has a few hundred, about 13 more per user: remove what is not the spec")
             if self._depth > MAX_DEPTH:
                 event = self.peek_event()  # type: ignore[no-untyped-call]
                 raise _Refused(_line(event), f"the document nests deeper than {MAX_DEPTH} levels",
@@ -127,7 +129,7 @@ class _Builder:
         self.nodes += 1
         if self.nodes > MAX_NODES:
             raise _Refused(_line(node), f"aliases expand to more than {MAX_NODES} values (an alias bomb?)",
-                           "write the values out; a tenant spec has one to three hundred", here[:-1])
+                           "write the values out; a tenant spec has a few hundred", here[:-1])
         self.lines[here] = _line(node)
         if not isinstance(node, (yaml.MappingNode, yaml.SequenceNode)):
             return self._scalar(node, here)

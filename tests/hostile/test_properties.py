@@ -43,6 +43,14 @@ FULL["tenant"]["storage"]["openzfs"] = {"storage_capacity_gib": 128, "throughput
 FULL["tenant"]["monitoring"]["remote_write_url"] = \
     "https://aps-workspaces.ap-northeast-1.amazonaws.com/workspaces/ws-1/api/v1/remote_write"
 FULL["tenant"]["monitoring"]["alert_receivers"] = [{"name": "hook", "type": "webhook", "target": "https://h.example.org/x"}]
+FULL["tenant"]["qos"] = [{"name": "normal", "priority": 1, "max_gpus_per_user": 8, "max_cpus_per_user": 64,
+                         "max_nodes_per_user": 4}]
+FULL["tenant"]["teams"] = [{"name": "llm", "gid": 30010, "fairshare": 2, "qos": ["normal"]}]
+FULL["tenant"]["users"] = [{"name": "alice", "uid": 20001, "teams": ["llm"], "removed": False, "ssh_keys": [
+    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAII4mUbGX38GZN2g9pN0PQcLrApTW08GexA8Qz6zdAfqf alice@laptop"]}]
+#: Entries that refer to another's name (a team's QoS, a user's team): renaming the one referred to is refused at
+#: the reference, whose message quotes the old name.
+REFERRING = ("tenant.teams[0].qos", "tenant.users[0].teams")
 
 
 def _get(doc: dict[str, Any], path: tuple[str, ...]) -> Any:
@@ -135,7 +143,9 @@ def test_any_text_in_a_string_field_is_refused_clearly_or_stays_data(path: tuple
             assert err.problems and all(p.fix for p in err.problems), rendered
             # Named at the field, or at the sibling it clashes with (a Lustre mount equal to OpenZFS's is reported
             # at openzfs.mount_point): within the same section either way.
-            assert any(p.key == key or p.key.startswith(section) for p in err.problems), f"{key} not named in\n{rendered}"
+            assert any(p.key == key or p.key.startswith(section)
+                       or (p.key.startswith(REFERRING) and f"'{valid}'" in p.message) for p in err.problems), \
+                f"{key} not named in\n{rendered}"
             return
         if value == valid or path[-1] == "org":
             return

@@ -12,13 +12,19 @@ import html
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from fmcluster.doctor.report import Diagnosis, clean
 
+if TYPE_CHECKING:
+    from fmcluster.model import Tenant
+
 Out = Callable[[str], object]
 Diagnose = Callable[[str], Diagnosis]
-COLUMNS = ("tenant", "provider", "scheduler", "stack", "nodes", "acceptance", "vs floor", "alerts", "findings", "state")
+#: A deployed tenant's usage this month as one cell, e.g. "12.5 GPU-h, 40.0 CPU-h" (fmcluster.usage).
+UsageOf = Callable[["Tenant"], str]
+COLUMNS = ("tenant", "provider", "scheduler", "stack", "nodes", "acceptance", "vs floor", "alerts", "findings",
+           "usage (month)", "state")
 
 
 @dataclass
@@ -37,13 +43,15 @@ class Row:
     state: str = "-"
     """healthy | degraded | not deployed | planned | invalid"""
     finding_ids: tuple[str, ...] = ()
+    usage: str = "-"
+    """GPU- and CPU-hours of the org's jobs since the first of the month (sacct); '?' when it cannot be read"""
 
     def cells(self) -> tuple[str, ...]:
         nodes = (f"{_n(self.up)}/{_n(self.expected)} up, {_n(self.drained)} drained" if self.expected is not None
                  else "-")
         return (self.org, self.provider, self.scheduler, self.stack, nodes, self.acceptance,
                 f"{self.ratio:.2f}×" if self.ratio is not None else "-", _n(self.alerts), _n(self.findings),
-                self.state)
+                self.usage, self.state)
 
 
 def _n(value: int | None) -> str:
@@ -81,7 +89,22 @@ def last_acceptance(org: str, root: Path | None = None) -> tuple[str, float | No
     return f"{verdict} {runs[-1].name}{figure}", ratio
 
 
-def row(org: str, diagnose: Diagnose, root: Path | None = None) -> Row:
+def month_usage(tenant: Tenant, root: Path | None = None) -> str:
+    """The org's GPU- and CPU-hours since the first of this month, read with sacct on its cluster; '?' when not."""
+    import datetime
+
+    from fmcluster.usage import UsageError, default_since, totals
+    from fmcluster.usage_cluster import read_cluster_usage
+
+    try:
+        _, rows = read_cluster_usage(tenant, default_since(datetime.date.today()), root)
+    except UsageError:
+        return "?"
+    total = totals(rows)
+    return f"{total['gres/gpu']:.1f} GPU-h, {total['cpu']:.1f} CPU-h"
+
+
+def row(org: str, diagnose: Diagnose, root: Path | None = None, usage_of: UsageOf | None = None) -> Row:
     from fmcluster.model import TenantInvalid, load_tenant
 
     try:
@@ -110,6 +133,7 @@ def row(org: str, diagnose: Diagnose, root: Path | None = None) -> Row:
     r.alerts, r.findings = d.alerts_firing, len(d.findings)
     r.finding_ids = tuple(f.entry.id for f in d.findings)
     r.state = "healthy" if d.healthy else "degraded"
+    r.usage = usage_of(tenant) if usage_of is not None else month_usage(tenant, root)
     return r
 
 
@@ -151,7 +175,7 @@ tr.invalid{{background:#fee}}</style></head>
 
 
 def fleet(out: Out = print, html_path: Path | None = None, root: Path | None = None,
-          diagnose: Diagnose | None = None, as_json: bool = False) -> int:
+          diagnose: Diagnose | None = None, as_json: bool = False, usage_of: UsageOf | None = None) -> int:
     """Print the table and write the HTML page; exit 0 when no deployed tenant is degraded or invalid."""
     from datetime import datetime, timezone
 
@@ -163,7 +187,7 @@ def fleet(out: Out = print, html_path: Path | None = None, root: Path | None = N
         def diagnose(org: str) -> Diagnosis:
             return diagnose_cluster(org, out=lambda _l: None)
 
-    rows = [row(org, diagnose, root) for org in tenants(root)]
+    rows = [row(org, diagnose, root, usage_of) for org in tenants(root)]
     path = html_path or inventories_dir(root) / "fleet.html"
     # Written afresh (temporary file + rename): a `fleet.html -> victim` link is replaced, not written through.
     write_fresh(path, html_page(rows, datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")), path.parent)

@@ -98,6 +98,14 @@ def check_tenant(tenant: dict[str, Any], add: Add) -> None:
             add((*a, "user_name"), f"{user!r} cannot be the master user of the database fmcluster creates (RDS MySQL)",
                 "use 1-16 letters, digits or underscores, starting with a letter")
         _check_secret_arn(tenant, accounting.get("password_secret_arn"), add)
+    else:
+        # ParallelCluster's Slurm has slurmdbd only with SlurmSettings/Database: teams and QoS need it.
+        for section in ("teams", "qos"):
+            if tenant.get(section):
+                add((*t, section), f"{section} are Slurm accounting objects, and this ParallelCluster cluster has no "
+                    "Slurm accounting (parallelcluster.accounting is absent)",
+                    "add `accounting: {}` under parallelcluster (fmcluster creates the database), or your own "
+                    "database's uri and password_secret_arn")
 
 
 def _check_secret_arn(tenant: dict[str, Any], arn: Any, add: Add) -> None:

@@ -1,0 +1,63 @@
+"""The people part of the manifest: tenant `users`, `teams` and `qos` → role variables, assembled once here.
+
+    user_accounts_*         the user_accounts role, on every node: unix groups of the teams, users with their
+                            fixed uid (private group gid = uid), team groups, ssh keys; removed users locked
+    slurm_associations_*    the slurm_associations role, on the controller through sacctmgr: the org's account,
+                            one account per team under it, QoS with their per-user limits, users' associations
+
+Every list is sorted by name, and empty when the tenant has none, so the roles never test for a missing key.
+docs/users.md describes what the roles do with them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fmcluster.model import Qos, Tenant
+
+#: Where homes live when the tenant has no OpenZFS home: a folder of the Lustre file system.
+LUSTRE_HOME = "home"
+
+
+def home_root(tenant: Tenant) -> str:
+    """The folder users' homes are made in: the OpenZFS home's mount point, else <lustre mount point>/home
+    (the same file systems fmcluster.publish.shared_storage mounts on every node)."""
+    zfs = tenant.storage.openzfs
+    if zfs is not None:
+        return zfs.mount_point
+    return f"{tenant.storage.lustre.mount_point.rstrip('/')}/{LUSTRE_HOME}"
+
+
+def org_account(tenant: Tenant) -> str:
+    """The org's Slurm account, the parent of every team's: its name as slurm_cluster_name spells it."""
+    return tenant.org.replace("-", "_")
+
+
+def max_tres_per_user(qos: Qos) -> str:
+    """Slurm's MaxTRESPerUser of a QoS (sacctmgr's `cpu=64,gres/gpu=8,node=4`): only the limits given, in that
+    order; "" when it has none."""
+    limits = (("cpu", qos.max_cpus_per_user), ("gres/gpu", qos.max_gpus_per_user), ("node", qos.max_nodes_per_user))
+    return ",".join(f"{tres}={count}" for tres, count in limits if count is not None)
+
+
+def manifest_vars(tenant: Tenant) -> dict[str, Any]:
+    users = sorted(tenant.users, key=lambda u: u.name)
+    teams = sorted(tenant.teams, key=lambda t: t.name)
+    return {
+        "user_accounts_users": [
+            {"name": u.name, "uid": u.uid, "gid": u.gid, "groups": list(u.teams), "ssh_keys": list(u.ssh_keys),
+             "removed": u.removed} for u in users],
+        "user_accounts_groups": [{"name": t.name, "gid": t.gid} for t in teams],
+        "user_accounts_home_root": home_root(tenant),
+        "slurm_associations_org_account": org_account(tenant),
+        "slurm_associations_qos": [
+            {"name": q.name, "priority": q.priority, "max_tres_per_user": max_tres_per_user(q)}
+            for q in sorted(tenant.qos, key=lambda q: q.name)],
+        "slurm_associations_accounts": [
+            {"name": t.name, "fairshare": t.fairshare, "qos": list(t.qos), "default_qos": t.qos[0] if t.qos else ""}
+            for t in teams],
+        "slurm_associations_users": [
+            {"name": u.name, "accounts": list(u.teams), "default_account": u.teams[0]} for u in users if not u.removed],
+        "slurm_associations_removed_users": [u.name for u in users if u.removed],
+    }
