@@ -11,11 +11,14 @@ mended, in order:
 - a node killed in the middle of its converge comes back with `invoke nodes-up`; a node that cannot read the
   manifest reports what it could not reach, and the deploy lists it at once instead of waiting;
 - a throttled node fails the acceptance gate, which bisects and drains it;
+- two users of two teams (the demo tenant's) have the same UID on every node and on their homes, run jobs
+  charged to their team's account, are refused a job over their QoS's CPU cap, and `invoke usage` reports their
+  hours as sacct has them;
 - sacct lists the acceptance jobs; a killed slurmd, a wrong munge key and a lost shared file system each drain
   their node with the reason of the health check that caught it, the Slurm panels answer from Prometheus, and
   the repaired nodes return by themselves with no job lost from accounting (docs/health.md);
 - a drained node is listed by `invoke nodes` and replaced by `invoke replace`: its Auto Scaling group's new
-  instance joins through the boot path and passes health and a job;
+  instance joins through the boot path and passes health and a job, with the users' UIDs unchanged;
 - `invoke destroy --yes` leaves no namespace, mount, process or substrate directory behind.
 """
 
@@ -516,6 +519,62 @@ def test_accounting_lists_the_acceptance_jobs_and_a_job_just_run(cluster: Cluste
     assert any(v.startswith("fmc-accept-") for v in jobs.values()), jobs
 
 
+#: The demo tenant's people (inventories/demo): name → (uid, default team).
+USERS = {"alice": (20001, "llm"), "bob": (20002, "vision")}
+
+
+def as_user(user: str, command: str, node: str = "") -> subprocess.CompletedProcess[str]:
+    """`command` run by `user` from their home on the login node (or `node`), as they would after ssh."""
+    return invoke("slurm", f"--cmd=cd /fsx/home/{user} && runuser -u {user} -- {command}",
+                  *([f"--node={node}"] if node else []), timeout=300)
+
+
+def uids_everywhere() -> dict[str, list[str]]:
+    """node → [uid of each of USERS, owner of each home] as that node sees them."""
+    probe = "; ".join([f"id -u {u}" for u in USERS] + [f"stat -c %u /fsx/home/{u}" for u in USERS])
+    seen = {}
+    for name in reports():
+        done = on_node(name, probe, timeout=60)
+        assert done.returncode == 0, f"{name}: {done.stdout}{done.stderr}"
+        seen[name] = done.stdout.split()
+    return seen
+
+
+def usage_cpu_hours(document: dict[str, Any]) -> dict[tuple[str, str], float]:
+    """(team, user) → CPU hours, from `invoke usage --json`."""
+    return {(row["team"], row["user"]): float(row["hours"]["cpu"]) for row in document["rows"]}
+
+
+def test_users_of_two_teams_run_within_their_qos_and_usage_reports_their_hours(cluster: Cluster) -> None:
+    """Users and teams (docs/users.md): the same UID on every node and on their shared home; each runs a job
+    charged to their team's account; a job over the QoS's per-user CPU cap is refused at submission; `invoke
+    usage` reports each team's and user's hours as sacct has them."""
+    expected = [str(uid) for uid, _ in USERS.values()] * 2
+    assert {n: ids for n, ids in uids_everywhere().items() if ids != expected} == {}
+    for user, (_, team) in USERS.items():
+        done = as_user(user, f"srun --ntasks=1 --job-name=usage-{user} sleep 2")
+        assert done.returncode == 0, done.stdout + done.stderr
+    refused = as_user("alice", "srun --ntasks=6 --job-name=over-qos hostname")
+    assert refused.returncode != 0 and "QOS" in refused.stdout + refused.stderr, refused.stdout + refused.stderr
+    done = slurm("sacct --allusers --allocations --noheader --parsable2 --starttime=2020-01-01 "
+                 "--format=User,Account,JobName,State,ElapsedRaw,AllocTRES")
+    assert done.returncode == 0, done.stderr
+    rows = [line.split("|") for line in done.stdout.splitlines()]
+    charged = {(u, a) for u, a, name, state, _, _ in rows if name.startswith("usage-") and state == "COMPLETED"}
+    assert charged == {(u, team) for u, (_, team) in USERS.items()}, rows
+    cpu_hours: dict[tuple[str, str], float] = {}
+    for user, account, _, _, elapsed, tres in rows:
+        cpus = dict(item.split("=", 1) for item in tres.split(",") if "=" in item).get("cpu", "0")
+        cpu_hours[(account, user)] = cpu_hours.get((account, user), 0.0) + int(elapsed) * int(cpus) / 3600
+    usage = invoke("usage", "--json", timeout=120)
+    assert usage.returncode == 0, usage.stdout + usage.stderr
+    reported = usage_cpu_hours(json.loads(usage.stdout))
+    for user, (_, team) in USERS.items():
+        assert reported[(team, user)] == pytest.approx(cpu_hours[(team, user)], abs=1e-5), (reported, cpu_hours)
+    table = invoke("usage", timeout=120)
+    assert table.returncode == 0 and all(u in table.stdout for u in USERS), table.stdout
+
+
 def test_broken_nodes_are_drained_with_the_check_that_caught_them_and_return_once_repaired(cluster: Cluster) -> None:
     """Three faults at once: a slurmd killed, a munge key the controller does not have, the shared file system
     gone. Each node is drained with the reason of the check that caught it (by itself, or by the controller's
@@ -710,6 +769,7 @@ def test_a_drained_node_is_listed_with_its_check_and_replaced_by_a_new_one_that_
     assert node_states()[new.group(1)][0] == "idle"
     assert invoke("nodes", timeout=120).returncode == 0
     assert reports()[new.group(1)]["trigger"] == "first-boot"
+    assert uids_everywhere()[new.group(1)] == [str(uid) for uid, _ in USERS.values()] * 2
     jobs = sacct_jobs()
     assert {k: v for k, v in jobs.items() if k in jobs_before} == jobs_before, "accounting lost a job"
     print("measured:", json.dumps(MEASURED))

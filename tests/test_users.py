@@ -33,6 +33,8 @@ PEOPLE: dict[str, Any] = {
 def tenant_with(tmp_path: Path, org: str = "acme", **sections: Any) -> Tenant:
     doc = copy.deepcopy(DEMO)
     doc["tenant"]["org"] = org
+    for key in ("qos", "teams", "users"):  # the demo's own people: each test names its own
+        doc["tenant"].pop(key, None)
     for key, value in sections.items():
         if value is None:
             doc["tenant"].pop(key, None)
@@ -59,7 +61,9 @@ def test_a_tenant_without_people_has_none_and_empty_role_variables(tmp_path: Pat
     assert manifest_vars(tenant) == {
         "user_accounts_users": [], "user_accounts_groups": [], "user_accounts_home_root": "/fsx/home",
         "slurm_associations_org_account": "acme", "slurm_associations_qos": [], "slurm_associations_accounts": [],
-        "slurm_associations_users": [], "slurm_associations_removed_users": []}
+        "slurm_associations_users": [], "slurm_associations_removed_users": [],
+        # No teams: slurm.conf enforces nothing and keeps Slurm's default priority (an existing cluster is unchanged).
+        "slurm_accounting_enforce": [], "slurm_priority_weights": {}}
 
 
 def test_teams_without_a_qos_section_name_no_qos(tmp_path: Path) -> None:
@@ -95,6 +99,8 @@ def test_the_role_variables_are_the_contract_the_roles_read(tmp_path: Path) -> N
             {"name": "bob", "accounts": ["vision", "llm"], "default_account": "vision"},
         ],
         "slurm_associations_removed_users": ["carol"],
+        "slurm_accounting_enforce": ["associations", "limits", "qos"],
+        "slurm_priority_weights": {"Fairshare": 10000, "QOS": 10000, "Age": 1000},
     }
 
 

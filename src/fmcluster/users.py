@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from fmcluster.model import Qos, Tenant
 
+#: priority/multifactor weights with teams: fair share and QoS first, then how long a job has waited.
+PRIORITY_WEIGHTS = {"Fairshare": 10000, "QOS": 10000, "Age": 1000}
 #: Where homes live when the tenant has no OpenZFS home: a folder of the Lustre file system.
 LUSTRE_HOME = "home"
 
@@ -60,4 +62,8 @@ def manifest_vars(tenant: Tenant) -> dict[str, Any]:
         "slurm_associations_users": [
             {"name": u.name, "accounts": list(u.teams), "default_account": u.teams[0]} for u in users if not u.removed],
         "slurm_associations_removed_users": [u.name for u in users if u.removed],
+        # With teams, a job needs its user in a team's account and stays within its QoS; pending jobs are ordered
+        # by the teams' fair share and their QoS priority (the slurm role's slurm.conf settings).
+        "slurm_accounting_enforce": ["associations", "limits", "qos"] if teams else [],
+        "slurm_priority_weights": PRIORITY_WEIGHTS if teams else {},
     }

@@ -138,10 +138,11 @@ def plan(desired: Mapping[str, Any], current: Current) -> List[Command]:
         wanted_qos = {str(q) for q in spec["qos"]}
         have_account = current.accounts.get(name)
         qos_list = ",".join(str(q) for q in spec["qos"])
+        # A team naming no QoS keeps what its account inherits from the org's (Slurm's `normal`).
+        qos_settings = [f"qos={qos_list}", f"defaultqos={spec['default_qos']}"] if wanted_qos else []
         if have_account is None:
             commands.append(["add", "account", name, where_cluster, f"parent={org}", f"fairshare={spec['fairshare']}",
-                             f"qos={qos_list}", f"defaultqos={spec['default_qos']}", f"description={name}",
-                             f"organization={org}"])
+                             *qos_settings, f"description={name}", f"organization={org}"])
             continue
         if have_account.parent != org:
             raise AccountsError(f"account {name} exists under {have_account.parent!r}, not the org's account {org!r}; "
@@ -149,9 +150,9 @@ def plan(desired: Mapping[str, Any], current: Current) -> List[Command]:
         settings = []
         if have_account.fairshare != str(spec["fairshare"]):
             settings.append(f"fairshare={spec['fairshare']}")
-        if have_account.qos != wanted_qos:
+        if wanted_qos and have_account.qos != wanted_qos:
             settings.append(f"qos={qos_list}")
-        if have_account.default_qos != str(spec["default_qos"]):
+        if wanted_qos and have_account.default_qos != str(spec["default_qos"]):
             settings.append(f"defaultqos={spec['default_qos']}")
         if settings:
             commands.append(["modify", "account", "where", f"name={name}", where_cluster, "set", *settings])
