@@ -22,7 +22,7 @@ from conftest import ROOT, venv_tool
 from fmcluster.model import Tenant, load_tenant
 from fmcluster import commands as fmcluster_commands
 from fmcluster.stacks import aws, cfn
-from fmcluster.providers import provider_for
+from fmcluster.providers.registry import provider_for
 from fmcluster.stacks import api
 from fmcluster.stacks.api import destroy_stacks, plan_stacks, stacks_status, write_rendered
 from fmcluster.stacks.checks import check_stack

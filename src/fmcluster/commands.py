@@ -36,7 +36,7 @@ def require_tenant(org: str) -> Tenant:
 
 def validate(org: str, out: Out = print) -> int:
     """Schema and catalog checks, every problem with its fix; then the scheduler's own (ParallelCluster's schema)."""
-    from fmcluster.schedulers import scheduler_for
+    from fmcluster.schedulers.registry import scheduler_for
 
     try:
         tenant = load_tenant(org)
@@ -55,7 +55,8 @@ def deploy(org: str) -> int:
 
 def _endpoint(tenant: Tenant, start: bool) -> tuple[str | None, NoEndpointType | None]:
     """(endpoint, None), or (None, why it cannot be reached): plan goes offline, others say why."""
-    from fmcluster.providers import NoEndpoint, provider_for
+    from fmcluster.providers import NoEndpoint
+    from fmcluster.providers.registry import provider_for
 
     try:
         return provider_for(tenant).endpoint(start, print), None
@@ -67,8 +68,8 @@ def plan(org: str, show_templates: bool = False) -> int:
     from fmcluster.stacks.api import plan_stacks
 
     from fmcluster.paths import UnsafePath
-    from fmcluster.providers import provider_for
-    from fmcluster.schedulers import scheduler_for
+    from fmcluster.providers.registry import provider_for
+    from fmcluster.schedulers.registry import scheduler_for
 
     tenant = require_tenant(org)
     provider = provider_for(tenant)
@@ -88,7 +89,7 @@ def plan(org: str, show_templates: bool = False) -> int:
         return EXIT_FAILED
     from fmcluster.images import image_lines
 
-    print("\n".join(image_lines(tenant)))
+    print("\n".join(image_lines(tenant, scheduler_for(tenant).image, provider.node_image)))
     code = 0 if result.ok and not result.notes else EXIT_FAILED  # notes: security findings
     return scheduler_for(tenant).plan(print) or code
 
@@ -127,7 +128,7 @@ def stacks(org: str) -> int:
     code, scale_in = capacity_preflight(tenant, endpoint, None)
     if code != 0:
         return code
-    from fmcluster.providers import provider_for
+    from fmcluster.providers.registry import provider_for
 
     result = deploy_stacks(tenant, endpoint, image_parameter=provider_for(tenant).image_parameter, capacity=scale_in)
     summarize(result)
@@ -135,8 +136,8 @@ def stacks(org: str) -> int:
 
 
 def destroy(org: str, yes: bool = False) -> int:
-    from fmcluster.providers import provider_for
-    from fmcluster.schedulers import scheduler_for
+    from fmcluster.providers.registry import provider_for
+    from fmcluster.schedulers.registry import scheduler_for
     from fmcluster.stacks.api import destroy_stacks
     from fmcluster.stacks.commands import forget_generated_state
 
@@ -174,7 +175,7 @@ def status(org: str) -> int:
     from fmcluster.manifest import digest
     from fmcluster.nodes import discover
     from fmcluster.reports import statuses
-    from fmcluster.schedulers import scheduler_for
+    from fmcluster.schedulers.registry import scheduler_for
     from fmcluster.stacks import aws
     from fmcluster.stacks.api import stacks_status
 
@@ -203,7 +204,7 @@ def status(org: str) -> int:
 
 def nodes_up(org: str) -> int:
     """Boot what the AWS APIs say the cluster has (local: a host per instance; AWS: EC2 does it)."""
-    from fmcluster.providers import provider_for
+    from fmcluster.providers.registry import provider_for
 
     tenant = require_tenant(org)
     provider = provider_for(tenant)
@@ -218,7 +219,7 @@ def nodes_up(org: str) -> int:
 
 def halt(org: str, node: str) -> int:
     """Take one node down hard, as a crash would (its instance stays; `nodes-up` boots it again)."""
-    from fmcluster.providers import provider_for
+    from fmcluster.providers.registry import provider_for
 
     tenant = require_tenant(org)
     try:
@@ -236,7 +237,7 @@ def slurm(org: str, cmd: str, node: str = "") -> int:
 
     from fmcluster.acceptance.gate import client_node
     from fmcluster.inventory import read_nodes
-    from fmcluster.providers import provider_for
+    from fmcluster.providers.registry import provider_for
 
     tenant = require_tenant(org)
     nodes = read_nodes(org)
@@ -257,7 +258,7 @@ def acceptance(org: str) -> int:
     from fmcluster.acceptance.gate import record_pass, run_gate, cluster_state
     from fmcluster.acceptance.slurm import SlurmError
     from fmcluster.inventory import read_nodes
-    from fmcluster.providers import provider_for
+    from fmcluster.providers.registry import provider_for
 
     tenant = require_tenant(org)
     nodes = read_nodes(org)
@@ -283,7 +284,7 @@ def _replacer(tenant: Tenant, what: str) -> Replacer | int:
     """The tenant's Replacer (provider, endpoint, published manifest), or the exit code after saying why not."""
     from fmcluster.inventory import read_manifest
     from fmcluster.lifecycle import Replacer
-    from fmcluster.providers import provider_for
+    from fmcluster.providers.registry import provider_for
 
     endpoint, unreachable = _endpoint(tenant, start=False)
     if unreachable is not None:
@@ -342,7 +343,7 @@ def nodes(org: str, as_json: bool = False, replace: bool = False) -> int:
 
 def replace(org: str, node: str) -> int:
     """Replace one compute node the scheduler's way and wait for positive evidence that its successor serves."""
-    from fmcluster.schedulers import scheduler_for
+    from fmcluster.schedulers.registry import scheduler_for
 
     tenant = require_tenant(org)
     refusal = scheduler_for(tenant).replacement_refusal(node)

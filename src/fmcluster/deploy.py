@@ -22,8 +22,10 @@ from typing import Any
 
 from fmcluster.model import Tenant
 from fmcluster.nodes import Node
-from fmcluster.providers import Provider, provider_for
-from fmcluster.schedulers import Scheduler, scheduler_for
+from fmcluster.providers import Provider
+from fmcluster.providers.registry import provider_for
+from fmcluster.schedulers import Scheduler
+from fmcluster.schedulers.registry import scheduler_for
 from fmcluster.steps import Status, StepOutcome, StepReport
 
 Out = Callable[[str], object]
@@ -256,7 +258,7 @@ def render_summary(tenant: Tenant, reports: list[StepReport], total_steps: int) 
                      f"{len(reports) - changed} had nothing to do.")
     from fmcluster.images import image_lines
 
-    lines += [f"  {line}" for line in image_lines(tenant)]
+    lines += [f"  {line}" for line in image_lines(tenant, scheduler_for(tenant).image, provider_for(tenant).node_image)]
     return "\n".join(lines)
 
 

@@ -627,7 +627,7 @@ def test_nccl_env_task_refuses_a_forged_version_with_exit_2() -> None:
 def test_plan_of_a_local_tenant_starts_no_emulator_and_fleet_says_not_deployed(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], no_aws: None) -> None:
     from fmcluster.doctor.fleet import fleet
-    from fmcluster.providers import provider_for
+    from fmcluster.providers.registry import provider_for
     from fmcluster.stacks import emulator
 
     def refuse(*_a: Any, **_k: Any) -> Any:
@@ -650,7 +650,7 @@ def test_plan_of_a_local_tenant_starts_no_emulator_and_fleet_says_not_deployed(
 
 
 def test_the_aws_provider_may_start_its_endpoint_for_plan() -> None:
-    from fmcluster.providers import provider_for
+    from fmcluster.providers.registry import provider_for
 
     assert provider_for(load_tenant("stockmark")).plan_starts_endpoint is True
 

@@ -15,7 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from fmcluster.model import Tenant
-from fmcluster.parallelcluster.config import ClusterConfig, render_cluster_config, write_cluster_config
+from fmcluster.parallelcluster.config import render_cluster_config, write_cluster_config
+from fmcluster.parallelcluster.rendered import ClusterConfig
 from fmcluster.parallelcluster.schema import SchemaReport, ToolMissing, check_configs, tenant_problems
 from fmcluster.paths import repo_root
 
