@@ -15,6 +15,7 @@ sys.path.insert(0, str(ROOT / "src"))
 os.environ.setdefault("FMCLUSTER_ROOT", str(ROOT))
 
 from fmcluster import commands  # noqa: E402
+from fmcluster.exits import ExitCode  # noqa: E402
 
 
 @task(help={"org": "tenant name (a folder under inventories/)"})
@@ -65,14 +66,14 @@ def new_tenant(
         answers["availability_zone"] = f"{region}a"
     interactive = not org and sys.stdin.isatty()
     if not org and not interactive:
-        raise Exit("new-tenant: pass --org=NAME (or run it in a terminal to be prompted)", code=2)
+        raise Exit("new-tenant: pass --org=NAME (or run it in a terminal to be prompted)", code=ExitCode.INVALID)
     try:
         tenant = render(org or None, answers, interactive=interactive, force=force,
                         output_dir=Path(output_dir) if output_dir else None)
     except (TenantExists, ValueError) as err:
-        raise Exit(f"new-tenant: {err}", code=2) from None
+        raise Exit(f"new-tenant: {err}", code=ExitCode.INVALID) from None
     except TenantInvalid as err:
-        raise Exit(f"new-tenant: the rendered tenant is not valid:\n{err.render(ROOT)}", code=2) from None
+        raise Exit(f"new-tenant: the rendered tenant is not valid:\n{err.render(ROOT)}", code=ExitCode.INVALID) from None
     print(tenant.describe())
     print(f"written to {tenant.spec_path.parent.parent.parent}; next: invoke plan --org={tenant.org}")
 
@@ -122,7 +123,7 @@ def test(c: Context, tier: str = "all", k: str = "") -> None:
     """Run the whole suite in tiers, cheapest first: fast (unit tests, in parallel), slow (real servers,
     playbooks, linters; in parallel), Molecule scenarios, then the e2e tier (serially)."""
     if tier not in (*TIERS, "all"):
-        raise Exit(f"test: unknown tier {tier!r}; one of {', '.join(TIERS)} or all", code=2)
+        raise Exit(f"test: unknown tier {tier!r}; one of {', '.join(TIERS)} or all", code=ExitCode.INVALID)
     extra = f"-k '{k}'" if k else ""
     timings: list[tuple[str, float]] = []
     with c.cd(str(ROOT)):
@@ -144,6 +145,7 @@ def test(c: Context, tier: str = "all", k: str = "") -> None:
 
 
 def _exit(code: int) -> None:
+    """A command's exit code (fmcluster.exits.ExitCode) as invoke's exit."""
     if code:
         raise Exit(code=code)
 
@@ -192,7 +194,7 @@ def nccl_env(c: Context, instance_type: str, plugin_version: str = "") -> None:
     try:
         print(describe(instance_type, plugin_version or None))
     except (KeyError, ValueError) as err:
-        raise Exit(f"nccl-env: {err.args[0] if err.args else err}", code=2) from None
+        raise Exit(f"nccl-env: {err.args[0] if err.args else err}", code=ExitCode.INVALID) from None
 
 
 # --- nodes ---------------------------------------------------------------------------------------------

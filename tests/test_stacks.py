@@ -21,6 +21,7 @@ import yaml
 from conftest import ROOT, venv_tool
 from fmcluster.model import Tenant, load_tenant
 from fmcluster import commands as fmcluster_commands
+from fmcluster.exits import ExitCode
 from fmcluster.stacks import aws, cfn
 from fmcluster.providers.registry import provider_for
 from fmcluster.stacks import api
@@ -357,7 +358,7 @@ def test_destroy_asks_and_deletes_nothing_without_a_terminal_unless_yes(root: Pa
     ensure_emulator("demo", root)
     assert deploy_stacks(load_tenant("demo"), endpoint_of(root), out=quiet).ok
     monkeypatch.setattr("sys.stdin.isatty", lambda: False)
-    assert fmcluster_commands.destroy("demo", yes=False) == fmcluster_commands.EXIT_CANCELLED
+    assert fmcluster_commands.destroy("demo", yes=False) == ExitCode.CANCELLED
     assert stacks_status(load_tenant("demo"), endpoint_of(root), out=quiet).stacks[0].status == "CREATE_COMPLETE"
 
 

@@ -6,6 +6,8 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
+from fmcluster.exits import ExitCode
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="fmcluster", description=__doc__)
@@ -32,8 +34,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.output.write_text(text, encoding="utf-8")
         else:
             print(text, end="")
-        return 0
-    return 1
+        return ExitCode.OK
+    return ExitCode.FAILED  # a command registered but not handled here
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from fmcluster.exits import ExitCode
 from fmcluster.model import Tenant
 from fmcluster.nodes import Node
 from fmcluster.providers import Provider
@@ -274,4 +275,4 @@ def record_run(tenant: Tenant, reports: list[StepReport]) -> None:
 
 def run_deploy(tenant: Tenant, out: Out = print) -> int:
     reports = Deploy(tenant, out).run()
-    return 1 if any(r.outcome.status == "failed" for r in reports) else 0
+    return ExitCode.FAILED if any(r.outcome.status == "failed" for r in reports) else ExitCode.OK

@@ -32,6 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from fmcluster.exits import ExitCode
 from fmcluster.health import slurm as slurm_text
 from fmcluster.health.inventory import INSTALL_DIR
 from fmcluster.health.triage import Finding
@@ -52,7 +53,7 @@ SHOW_NODE = "scontrol show node"
 class LifecycleError(RuntimeError):
     """What `nodes` or `replace` could not do, in words an operator acts on."""
 
-    def __init__(self, message: str, code: int = 1) -> None:
+    def __init__(self, message: str, code: int = ExitCode.FAILED) -> None:
         super().__init__(message)
         self.code = code
 
@@ -70,7 +71,7 @@ def remote(provider: Provider, node: Node, command: str, timeout: float = 60) ->
 def controller_of(nodes: Sequence[Node]) -> Node:
     found = next((n for n in nodes if n.role == "controller"), None)
     if found is None:
-        raise LifecycleError("the cluster has no controller node (nothing deployed?)", 3)
+        raise LifecycleError("the cluster has no controller node (nothing deployed?)", ExitCode.NOT_READY)
     return found
 
 
@@ -227,14 +228,15 @@ class Replacer:
         target = next((n for n in nodes if wanted in (n.name, n.address, n.instance_id)), None)
         compute = ", ".join(n.name for n in nodes if n.role == "compute")
         if target is None:
-            raise LifecycleError(f"no live node {wanted!r} in {self.tenant.org}; compute nodes: {compute or 'none'}", 2)
+            raise LifecycleError(f"no live node {wanted!r} in {self.tenant.org}; compute nodes: {compute or 'none'}",
+                                 ExitCode.INVALID)
         if target.role != "compute":
             raise LifecycleError(
                 f"{target.name} is the cluster's {target.role} node: `invoke replace` replaces compute nodes only. "
                 + ("The controller holds slurmctld's state and the accounting database; rebuild it with a deploy "
                    "after restoring them." if target.role == "controller" else
                    "A login node holds users' sessions; terminate it in its Auto Scaling group when nobody is on it, "
-                   "and `invoke deploy` waits for the new one."), 2)
+                   "and `invoke deploy` waits for the new one."), ExitCode.INVALID)
         return target
 
     def _stage(self, result: Replacement, name: str, began: float, detail: str) -> None:
@@ -244,7 +246,7 @@ class Replacer:
     def replace(self, wanted: str) -> Replacement:
         refusal = scheduler_for(self.tenant).replacement_refusal(wanted)
         if refusal:
-            raise LifecycleError(refusal, 2)
+            raise LifecycleError(refusal, ExitCode.INVALID)
         nodes = self.live_nodes()
         old = self.pick(wanted, nodes)
         controller = controller_of(nodes)

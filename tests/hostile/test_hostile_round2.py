@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from fmcluster import commands
+from fmcluster.exits import ExitCode
 from fmcluster.escape import escaped, neutral
 from fmcluster.model import load_tenant
 from fmcluster.nccl import describe, parse_version
@@ -262,7 +263,7 @@ def test_plan_with_a_linked_generated_subfolder_fails_cleanly(tmp_path: Path, mo
     (tmp_path / "inventories/acme/generated").mkdir()
     (tmp_path / "inventories/acme/generated/cfn").symlink_to(elsewhere)
     monkeypatch.setenv("FMCLUSTER_ROOT", str(tmp_path))
-    assert commands.plan("acme") == commands.EXIT_FAILED
+    assert commands.plan("acme") == ExitCode.FAILED
     err = capsys.readouterr().err
     assert "plan: " in err and "cfn is a symbolic link" in err and "Traceback" not in err
     assert list(elsewhere.iterdir()) == []
@@ -674,7 +675,7 @@ def test_host_names_are_printed_escaped(tmp_path: Path, monkeypatch: pytest.Monk
     monkeypatch.setenv("FMCLUSTER_ROOT", str(tmp_path))
     node = Node(listed, "10.77.128.10", "controller", None, "i-0123456789abcdef0", "m5.xlarge")
     monkeypatch.setattr("fmcluster.inventory.read_nodes", lambda _org: [node])
-    assert commands.slurm("acme", "sinfo", node=wanted) == commands.EXIT_FAILED
+    assert commands.slurm("acme", "sinfo", node=wanted) == ExitCode.FAILED
     out = capsys.readouterr().out
     assert out.startswith("slurm: no node ") and out.count("\n") == 1, out
     assert out.rstrip("\n").isprintable(), out

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from fmcluster.doctor.report import Diagnosis, clean
+from fmcluster.exits import ExitCode
 
 Out = Callable[[str], object]
 Diagnose = Callable[[str], Diagnosis]
@@ -172,4 +173,4 @@ def fleet(out: Out = print, html_path: Path | None = None, root: Path | None = N
     else:
         out(table(rows).rstrip("\n"))
         out(f"report: {path}")
-    return 1 if any(r.state in ("degraded", "invalid") for r in rows) else 0
+    return ExitCode.FAILED if any(r.state in ("degraded", "invalid") for r in rows) else ExitCode.OK

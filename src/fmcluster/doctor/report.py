@@ -11,11 +11,9 @@ from typing import Any, Callable
 
 from fmcluster.doctor import knowledge
 from fmcluster.doctor.detect import Evidence, Finding, findings
+from fmcluster.exits import ExitCode
 
 Out = Callable[[str], object]
-EXIT_HEALTHY = 0
-EXIT_UNHEALTHY = 1
-EXIT_UNREADABLE = 2
 #: Bytes of a log scanned for log-pattern entries (the acceptance parser itself streams the whole file).
 LOG_SCAN_BYTES = 16 * 1024 * 1024
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\x80-\x9f]")
@@ -132,20 +130,20 @@ def doctor(org: str = "", node: str = "", log: str = "", as_json: bool = False, 
 
         if instance_type and instance_type not in load_catalog():
             out(f"doctor: unknown instance type {instance_type!r}; known: {', '.join(sorted(load_catalog()))}")
-            return EXIT_UNREADABLE
+            return ExitCode.INVALID
         try:
             diagnosis = diagnose_log(Path(log), org or None, instance_type or None)
         except OSError as err:
             message = f"cannot read {log}: {err.strerror or err}"
             out(json.dumps({"healthy": False, "error": message}) if as_json else f"doctor: {message}")
-            return EXIT_UNREADABLE
+            return ExitCode.INVALID
     elif instance_type:
         out("doctor: --instance-type judges a --log; a cluster is judged by its tenant (--org)")
-        return EXIT_UNREADABLE
+        return ExitCode.INVALID
     elif not org:
         out("doctor: give --org=NAME (a tenant), or --log=FILE (a job log)")
-        return EXIT_UNREADABLE
+        return ExitCode.INVALID
     else:
         diagnosis = diagnose_cluster(org, node, out=(lambda _l: None) if as_json else out)
     out(json.dumps(diagnosis.to_dict(), indent=1) if as_json else render(diagnosis).rstrip("\n"))
-    return EXIT_HEALTHY if diagnosis.healthy else EXIT_UNHEALTHY
+    return ExitCode.OK if diagnosis.healthy else ExitCode.FAILED
