@@ -80,7 +80,7 @@ def _refused_by_plan_and_deploy(emulated: Emulated, monkeypatch: pytest.MonkeyPa
     from fmcluster.deploy import Deploy
     from fmcluster.providers.aws import AwsProvider
 
-    monkeypatch.setattr(commands, "_endpoint", lambda tenant, start: (emulated.endpoint, None))
+    monkeypatch.setattr(commands.cluster, "_endpoint", lambda tenant, start: (emulated.endpoint, None))
     assert commands.plan(ORG) == ExitCode.INVALID
     out = capsys.readouterr().out
     assert f"tenant.yml:" in out and f" {key}: " in out and words in out and "fix: " in out, out

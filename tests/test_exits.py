@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fmcluster.acceptance.cli import PARSE_EPILOG
+from fmcluster.commands.acceptance_cli import PARSE_EPILOG
 from fmcluster.exits import VERDICT_EXITS, ExitCode, markdown_table, meaning
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -16,7 +16,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_validate.add_argument("org")
     p_schema = sub.add_parser("schema-doc", help="print the tenant spec reference (Markdown) from the JSON Schema")
     p_schema.add_argument("--output", type=Path)
-    from fmcluster.acceptance import cli as acceptance_cli
+    from fmcluster.commands import acceptance_cli
 
     acceptance_cli.register(sub)
     args = parser.parse_args(argv)

@@ -244,7 +244,7 @@ def test_write_fresh_keeps_an_unchanged_file_and_never_reads_a_fifo(tmp_path: Pa
 
 
 def test_fleet_html_link_is_replaced_not_written_through(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from fmcluster.doctor.fleet import fleet
+    from fmcluster.commands.diagnose import fleet
 
     (tmp_path / "inventories").mkdir()
     victim = tmp_path / "victim"
@@ -627,7 +627,7 @@ def test_nccl_env_task_refuses_a_forged_version_with_exit_2() -> None:
 
 def test_plan_of_a_local_tenant_starts_no_emulator_and_fleet_says_not_deployed(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], no_aws: None) -> None:
-    from fmcluster.doctor.fleet import fleet
+    from fmcluster.commands.diagnose import fleet
     from fmcluster.providers.registry import provider_for
     from fmcluster.stacks import emulator
 

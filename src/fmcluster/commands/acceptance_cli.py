@@ -54,14 +54,14 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 def main(args: argparse.Namespace) -> int:
     if args.acceptance_command == "run":
-        from fmcluster import commands
+        from fmcluster.commands import cluster
 
-        return commands.acceptance(args.org)
+        return cluster.acceptance(args.org)
     return parse_command(args)
 
 
 def _queues(org: str) -> tuple[dict[str, InstanceType], float | None]:
-    from fmcluster.commands import require_tenant
+    from fmcluster.commands.cluster import require_tenant
 
     tenant = require_tenant(org)
     return {q.name: q.instance for q in tenant.queues}, tenant.acceptance.min_busbw_gbps

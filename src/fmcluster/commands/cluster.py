@@ -1,5 +1,6 @@
-"""The command layer: one function per task, returning its exit code. tasks.py (invoke) and the `fmcluster`
-CLI map onto these; no library module imports this one.
+"""The cluster commands: one function per task, returning its exit code (validate, plan, deploy, stacks, destroy,
+status, nodes-up, halt, slurm, acceptance, nodes, replace). tasks.py (invoke) and the `fmcluster` CLI call them
+through the package fmcluster.commands.
 
 Every task that changes something validates the tenant first (an invalid spec exits 2 with every problem).
 Exit codes: fmcluster.exits.ExitCode, one table for every command.
@@ -115,7 +116,7 @@ def capacity_preflight(tenant: Tenant, endpoint: str | None, unreachable: NoEndp
 def stacks(org: str) -> int:
     """The stacks alone (network → storage → cluster), without publishing for the nodes or waiting for them."""
     from fmcluster.stacks.api import deploy_stacks
-    from fmcluster.stacks.commands import summarize
+    from fmcluster.commands.stack_helpers import summarize
 
     tenant = require_tenant(org)
     endpoint, unreachable = _endpoint(tenant, start=True)
@@ -136,7 +137,7 @@ def destroy(org: str, yes: bool = False) -> int:
     from fmcluster.providers.registry import provider_for
     from fmcluster.schedulers.registry import scheduler_for
     from fmcluster.stacks.api import destroy_stacks
-    from fmcluster.stacks.commands import forget_generated_state
+    from fmcluster.commands.stack_helpers import forget_generated_state
 
     tenant = require_tenant(org)
     provider = provider_for(tenant)
