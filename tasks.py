@@ -1,4 +1,5 @@
-"""fmcluster's front door: `invoke --list`. Thin on purpose: the logic lives in src/fmcluster."""
+"""fmcluster's front door: `invoke --list`. Thin on purpose: each task calls one function of fmcluster.commands
+(the package the `fmcluster` CLI calls too); the logic lives in src/fmcluster."""
 
 from __future__ import annotations
 
@@ -15,14 +16,13 @@ sys.path.insert(0, str(ROOT / "src"))
 os.environ.setdefault("FMCLUSTER_ROOT", str(ROOT))
 
 from fmcluster import commands  # noqa: E402
+from fmcluster.exits import ExitCode  # noqa: E402
 
 
 @task(help={"org": "tenant name (a folder under inventories/)"})
 def validate(c: Context, org: str) -> None:
     """Validate a tenant spec: schema and catalog checks, every problem with its fix."""
-    code = commands.validate(org)
-    if code:
-        raise Exit(code=code)
+    _exit(commands.validate(org))
 
 
 @task(
@@ -50,31 +50,7 @@ def new_tenant(
     output_dir: str = "",
 ) -> None:
     """Scaffold inventories/<org> from cookiecutters/tenant (prompts when run bare in a terminal)."""
-    from fmcluster.model import TenantInvalid
-    from fmcluster.scaffold import TenantExists, new_tenant as render
-
-    answers = {
-        k: str(v)
-        for k, v in {
-            "instance_type": instance_type, "count": count, "scheduler": scheduler,
-            "region": region, "provider": provider,
-        }.items()
-        if v
-    }
-    if region:
-        answers["availability_zone"] = f"{region}a"
-    interactive = not org and sys.stdin.isatty()
-    if not org and not interactive:
-        raise Exit("new-tenant: pass --org=NAME (or run it in a terminal to be prompted)", code=2)
-    try:
-        tenant = render(org or None, answers, interactive=interactive, force=force,
-                        output_dir=Path(output_dir) if output_dir else None)
-    except (TenantExists, ValueError) as err:
-        raise Exit(f"new-tenant: {err}", code=2) from None
-    except TenantInvalid as err:
-        raise Exit(f"new-tenant: the rendered tenant is not valid:\n{err.render(ROOT)}", code=2) from None
-    print(tenant.describe())
-    print(f"written to {tenant.spec_path.parent.parent.parent}; next: invoke plan --org={tenant.org}")
+    _exit(commands.new_tenant(org, instance_type, count, scheduler, region, provider, force, output_dir))
 
 
 def _venv_bin(name: str) -> str:
@@ -122,7 +98,7 @@ def test(c: Context, tier: str = "all", k: str = "") -> None:
     """Run the whole suite in tiers, cheapest first: fast (unit tests, in parallel), slow (real servers,
     playbooks, linters; in parallel), Molecule scenarios, then the e2e tier (serially)."""
     if tier not in (*TIERS, "all"):
-        raise Exit(f"test: unknown tier {tier!r}; one of {', '.join(TIERS)} or all", code=2)
+        raise Exit(f"test: unknown tier {tier!r}; one of {', '.join(TIERS)} or all", code=ExitCode.INVALID)
     extra = f"-k '{k}'" if k else ""
     timings: list[tuple[str, float]] = []
     with c.cd(str(ROOT)):
@@ -144,6 +120,7 @@ def test(c: Context, tier: str = "all", k: str = "") -> None:
 
 
 def _exit(code: int) -> None:
+    """A command's exit code (fmcluster.exits.ExitCode) as invoke's exit."""
     if code:
         raise Exit(code=code)
 
@@ -192,7 +169,7 @@ def nccl_env(c: Context, instance_type: str, plugin_version: str = "") -> None:
     try:
         print(describe(instance_type, plugin_version or None))
     except (KeyError, ValueError) as err:
-        raise Exit(f"nccl-env: {err.args[0] if err.args else err}", code=2) from None
+        raise Exit(f"nccl-env: {err.args[0] if err.args else err}", code=ExitCode.INVALID) from None
 
 
 # --- nodes ---------------------------------------------------------------------------------------------
@@ -248,18 +225,14 @@ def dashboards(c: Context) -> None:
 def doctor(c: Context, org: str = "", node: str = "", log: str = "", json: bool = False, instance_type: str = "") -> None:
     """Run the knowledge base's detections (node health checks, Slurm, Prometheus, stacks, logs): per finding
     what is wrong, the evidence, the fix and its source. Exit 0 only on positive evidence of health."""
-    from fmcluster.doctor.report import doctor as run_doctor
-
-    _exit(run_doctor(org, node, log, json, instance_type=instance_type))
+    _exit(commands.doctor(org, node, log, json, instance_type=instance_type))
 
 
 @task(help={"json": "print the rows as JSON"})
 def fleet(c: Context, json: bool = False) -> None:
     """Every tenant in inventories/: provider, scheduler, stacks, nodes, last acceptance, alerts, doctor
     findings; a table here and a static page in inventories/fleet.html."""
-    from fmcluster.doctor.fleet import fleet as run_fleet
-
-    _exit(run_fleet(as_json=json))
+    _exit(commands.fleet(as_json=json))
 
 
 # --- node lifecycle (docs/health.md) ---------------------------------------------------------------------

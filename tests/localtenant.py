@@ -12,9 +12,9 @@ import yaml
 
 from fmcluster.model import Tenant
 from fmcluster.nodes import Node, Role, hostname_for
-from fmcluster.providers import provider_for
+from fmcluster.providers.registry import provider_for
 from fmcluster.publish import build_manifest
-from fmcluster.schedulers import scheduler_for
+from fmcluster.schedulers.registry import scheduler_for
 from fmcluster.stacks.render import subnet_cidrs
 
 

@@ -21,6 +21,7 @@ import pytest
 from capacity_helpers import point_tenant_at, reserve
 from conftest import ROOT
 from fmcluster import commands
+from fmcluster.exits import ExitCode
 from fmcluster.capacity import END_MARGIN, preflight, quota_of
 from fmcluster.model import load_tenant
 from fmcluster.stacks import aws
@@ -79,8 +80,8 @@ def _refused_by_plan_and_deploy(emulated: Emulated, monkeypatch: pytest.MonkeyPa
     from fmcluster.deploy import Deploy
     from fmcluster.providers.aws import AwsProvider
 
-    monkeypatch.setattr(commands, "_endpoint", lambda tenant, start: (emulated.endpoint, None))
-    assert commands.plan(ORG) == commands.EXIT_INVALID_SPEC
+    monkeypatch.setattr(commands.cluster, "_endpoint", lambda tenant, start: (emulated.endpoint, None))
+    assert commands.plan(ORG) == ExitCode.INVALID
     out = capsys.readouterr().out
     assert f"tenant.yml:" in out and f" {key}: " in out and words in out and "fix: " in out, out
     assert "nothing was planned or changed" in out and "rendered" not in out, "plan stops before the stacks"

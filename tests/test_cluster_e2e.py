@@ -158,7 +158,7 @@ def reports(*_: object) -> dict[str, dict[str, object]]:
     """Each node's last report, as the bucket holds them (read through the emulator like `invoke status`)."""
     from fmcluster.inventory import read_nodes
     from fmcluster.model import load_tenant
-    from fmcluster.providers import provider_for
+    from fmcluster.providers.registry import provider_for
     from fmcluster.reports import read_report
     from fmcluster.stacks import aws
     from fmcluster.stacks.outputs import read_stack_outputs
@@ -257,7 +257,7 @@ def test_every_node_booted_the_pristine_image_and_brought_itself_everything_else
 
 def test_secrets_reach_neither_the_repository_nor_the_inventory_nor_any_log(cluster: Cluster) -> None:
     from fmcluster.model import load_tenant
-    from fmcluster.providers import provider_for
+    from fmcluster.providers.registry import provider_for
     from fmcluster.stacks import aws
 
     tenant = load_tenant(ORG)
@@ -386,7 +386,7 @@ def test_a_node_killed_while_converging_comes_back_with_nodes_up(cluster: Cluste
 
 def test_a_node_that_cannot_read_the_manifest_reports_what_it_could_not_reach(cluster: Cluster) -> None:
     from fmcluster.model import load_tenant
-    from fmcluster.providers import provider_for
+    from fmcluster.providers.registry import provider_for
     from fmcluster.stacks import aws
     from fmcluster.stacks.outputs import read_stack_outputs
 

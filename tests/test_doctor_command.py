@@ -14,7 +14,8 @@ from fmcluster.cli import main as fmcluster_main
 from fmcluster.doctor import knowledge
 from fmcluster.doctor.detect import Evidence, Finding, Hit
 from fmcluster.doctor.gather import first_json, node_script, parse_node_output
-from fmcluster.doctor.report import Diagnosis, doctor, render
+from fmcluster.commands.diagnose import doctor
+from fmcluster.doctor.report import Diagnosis, render
 from fmcluster.nodes import Node
 
 NCCL = ROOT / "tests" / "fixtures" / "nccl"

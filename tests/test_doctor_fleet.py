@@ -14,7 +14,8 @@ import pytest
 from conftest import ROOT, venv_tool
 from fmcluster.doctor import knowledge
 from fmcluster.doctor.detect import Finding, Hit
-from fmcluster.doctor.fleet import Row, fleet, html_page, last_acceptance, table, tenants
+from fmcluster.commands.diagnose import fleet
+from fmcluster.doctor.fleet import Row, html_page, last_acceptance, table, tenants
 from fmcluster.doctor.report import Diagnosis
 
 HOSTILE = "<img src=x onerror=alert(1)>\"'&\x1b[31m"

@@ -11,7 +11,8 @@ import yaml
 from conftest import ROOT
 from fmcluster.images import ACCELERATORS, COMPONENTS, IMAGES_PATH, ImageCatalogError, image_lines, load_images, parse_catalog
 from fmcluster.model import load_tenant
-from fmcluster.schedulers import scheduler_for
+from fmcluster.providers.registry import provider_for
+from fmcluster.schedulers.registry import scheduler_for
 from fmcluster.stacks.render import ImageRef, render_stacks
 from fmcluster.stacks.templates.slurm_ec2 import AMI_PARAMETERS
 
@@ -59,7 +60,7 @@ def test_each_scheduler_names_a_catalogued_image_for_every_node_kind(org: str) -
     scheduler = scheduler_for(tenant)
     for accelerator in ACCELERATORS:
         assert load_images()[scheduler.image(accelerator)].key
-    lines = image_lines(tenant)
+    lines = image_lines(tenant, scheduler.image, provider_for(tenant).node_image)
     assert lines[0].startswith("Node images") and any("first boot adds:" in line for line in lines)
     assert len(lines) <= 8, "a few lines in plan and the deploy summary"
 

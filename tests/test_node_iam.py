@@ -29,7 +29,7 @@ from conftest import ROOT
 from fmcluster.accounting import secret_roles
 from fmcluster.model import Tenant, load_tenant
 from fmcluster.node.agent import MANIFEST_KEY, Agent, Report, Settings
-from fmcluster.schedulers import scheduler_for
+from fmcluster.schedulers.registry import scheduler_for
 from fmcluster.stacks.render import load_cfn_yaml, render_stacks
 from fmcluster.stacks.templates.common import report_key
 from fmcluster.stacks.templates.storage import PARALLELCLUSTER_POLICIES

@@ -14,11 +14,10 @@ from typing import Any
 import pytest
 
 from fmcluster.health import data, engine, slurm, triage
-from fmcluster.lifecycle import (
-    HYPERPOD_REPLACE_REASON, ClusterView, LifecycleError, NodeLine, Replacer, asg_replace, auto_replacements,
-    hyperpod_replace_command, node_lines, render_lines,
-)
+from fmcluster.lifecycle import ClusterView, LifecycleError, NodeLine, Replacer, auto_replacements, node_lines, render_lines
 from fmcluster.nodes import Node
+from fmcluster.schedulers.hyperpod import HYPERPOD_REPLACE_REASON, hyperpod_replace_command
+from fmcluster.schedulers.slurm_ec2 import asg_replace
 from health_helpers import Recorded, healthy_answers, p5_config
 from slurm_outputs import node_block, show_node
 
@@ -216,7 +215,7 @@ def test_terminating_in_the_group_launches_a_new_instance_from_the_launch_templa
     assert raw == user_data
     # An instance outside any group has nothing to replace it: refused, nothing terminated.
     loose = ec2.run_instances(ImageId="ami-12c6146b", MinCount=1, MaxCount=1, SubnetId=subnet)["Instances"][0]
-    with pytest.raises(LifecycleError, match="in no Auto Scaling group"):
+    with pytest.raises(RuntimeError, match="in no Auto Scaling group"):
         asg_replace(autoscaling, loose["InstanceId"])
     state = ec2.describe_instances(InstanceIds=[loose["InstanceId"]])["Reservations"][0]["Instances"][0]["State"]
     assert state["Name"] == "running"

@@ -20,8 +20,9 @@ from hypothesis import strategies as st
 
 from fmcluster.model import load_spec, load_tenant
 from fmcluster.parallelcluster.config import (
-    CUSTOM_ACTION_KEY, ClusterConfig, placeholder_outputs, render_cluster_config, to_yaml, write_cluster_config,
+    CUSTOM_ACTION_KEY, placeholder_outputs, render_cluster_config, to_yaml, write_cluster_config,
 )
+from fmcluster.parallelcluster.rendered import ClusterConfig
 from fmcluster.parallelcluster.schema import ToolMissing, check_configs
 from fmcluster.stacks.checks import check_stacks
 from fmcluster.stacks.render import load_cfn_yaml, render_stacks

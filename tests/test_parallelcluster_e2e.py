@@ -77,7 +77,7 @@ def test_the_deploy_converges_the_stand_in_cluster_and_passes_acceptance(
 
 def test_nodes_are_found_by_parallelcluster_s_own_tags(deployed: subprocess.CompletedProcess[str]) -> None:
     from fmcluster.model import load_tenant
-    from fmcluster.providers import provider_for
+    from fmcluster.providers.registry import provider_for
     from fmcluster.stacks import aws
 
     tenant = load_tenant(ORG)

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from fmcluster import commands
+from fmcluster.exits import ExitCode
 
 ROOT = Path(__file__).resolve().parent.parent
 PCLAB = yaml.safe_load((ROOT / "inventories/pclab/group_vars/all/tenant.yml").read_text())
@@ -89,7 +90,7 @@ REFUSED: list[tuple[str, Change, str, list[str]]] = [
 def test_parallelcluster_refusal_names_the_tenant_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case_id: str,
                                                       change: Change, key: str, fragments: list[str]) -> None:
     code, output = validate(tmp_path, monkeypatch, spec_with(change))
-    assert code == commands.EXIT_INVALID_SPEC, output
+    assert code == ExitCode.INVALID, output
     assert f"{SPEC_REL}:" in output and f" {key}:" in output, output
     assert "fix:" in output and "nothing was deployed" in output
     for fragment in fragments:

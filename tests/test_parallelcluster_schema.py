@@ -20,7 +20,8 @@ import yaml
 from fmcluster import commands
 from fmcluster.model import load_spec, load_tenant
 from fmcluster.parallelcluster import rules
-from fmcluster.parallelcluster.config import ClusterConfig, render_cluster_config
+from fmcluster.parallelcluster.config import render_cluster_config
+from fmcluster.parallelcluster.rendered import ClusterConfig
 from fmcluster.parallelcluster.schema import SchemaReport, ToolMissing, _offline_env, check_configs, tenant_problems, tool_python
 
 ROOT = Path(__file__).resolve().parent.parent

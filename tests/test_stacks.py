@@ -21,8 +21,9 @@ import yaml
 from conftest import ROOT, venv_tool
 from fmcluster.model import Tenant, load_tenant
 from fmcluster import commands as fmcluster_commands
+from fmcluster.exits import ExitCode
 from fmcluster.stacks import aws, cfn
-from fmcluster.providers import provider_for
+from fmcluster.providers.registry import provider_for
 from fmcluster.stacks import api
 from fmcluster.stacks.api import destroy_stacks, plan_stacks, stacks_status, write_rendered
 from fmcluster.stacks.checks import check_stack
@@ -357,7 +358,7 @@ def test_destroy_asks_and_deletes_nothing_without_a_terminal_unless_yes(root: Pa
     ensure_emulator("demo", root)
     assert deploy_stacks(load_tenant("demo"), endpoint_of(root), out=quiet).ok
     monkeypatch.setattr("sys.stdin.isatty", lambda: False)
-    assert fmcluster_commands.destroy("demo", yes=False) == fmcluster_commands.EXIT_CANCELLED
+    assert fmcluster_commands.destroy("demo", yes=False) == ExitCode.CANCELLED
     assert stacks_status(load_tenant("demo"), endpoint_of(root), out=quiet).stacks[0].status == "CREATE_COMPLETE"
 
 

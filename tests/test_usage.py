@@ -17,7 +17,8 @@ import pytest
 from conftest import ROOT, venv_tool
 from fmcluster import commands
 from fmcluster.cli import main as fmcluster_main
-from fmcluster.doctor.fleet import fleet
+from fmcluster.commands.diagnose import fleet
+from fmcluster.exits import ExitCode
 from fmcluster.nodes import Node
 from fmcluster.usage import (
     METRIC, TRES, Usage, UsageError, check_since, default_since, parse_sacct, parse_tres, render_json,
@@ -163,7 +164,8 @@ CONTROLLER = Node("controller-1", "10.77.0.9", "controller", None, "i-0c00000000
 def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     """The demo tenant 'deployed': its nodes recorded, and a provider whose remote shell is a local bash where
     `sacct` prints the P5 fixture and records how it was called (the node it was asked on, its argv)."""
-    from fmcluster import inventory, providers
+    from fmcluster import inventory
+    from fmcluster.providers import registry
 
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -179,7 +181,7 @@ def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
             asked.append(node.name)
             return ["env", f"PATH={bin_dir}:/usr/bin:/bin", f"NODE={node.name}", "bash", "-c"]
 
-    monkeypatch.setattr(providers, "provider_for", lambda tenant: Shell())
+    monkeypatch.setattr(registry, "provider_for", lambda tenant: Shell())
     monkeypatch.setattr(inventory, "read_nodes", lambda org, root=None: [CONTROLLER, LOGIN])
     return {"calls": calls, "asked": asked}
 
@@ -205,10 +207,10 @@ def test_invoke_usage_json_is_the_report_document(cluster: dict[str, Any]) -> No
 
 def test_a_failing_sacct_or_a_bad_since_is_an_error_not_a_report(cluster: dict[str, Any],
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    assert run_usage(since="2026-11-31")[0] == commands.EXIT_INVALID_SPEC and cluster["asked"] == []
+    assert run_usage(since="2026-11-31")[0] == ExitCode.INVALID and cluster["asked"] == []
     monkeypatch.setenv("SACCT_EXIT", "1")
     code, text = run_usage(since="2026-11-01")
-    assert code == commands.EXIT_FAILED and "on login-1: `sacct` failed (1)" in text
+    assert code == ExitCode.FAILED and "on login-1: `sacct` failed (1)" in text
 
 
 def test_before_a_deploy_there_is_no_cluster_to_ask(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -216,7 +218,7 @@ def test_before_a_deploy_there_is_no_cluster_to_ask(monkeypatch: pytest.MonkeyPa
 
     monkeypatch.setattr(inventory, "read_nodes", lambda org, root=None: [])
     code, text = run_usage(since="2026-11-01")
-    assert code == commands.EXIT_NOT_READY and "run `invoke deploy --org=demo` first" in text
+    assert code == ExitCode.NOT_READY and "run `invoke deploy --org=demo` first" in text
 
 
 def test_the_fmcluster_cli_and_invoke_both_reach_the_command(cluster: dict[str, Any],

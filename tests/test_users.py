@@ -61,9 +61,8 @@ def test_a_tenant_without_people_has_none_and_empty_role_variables(tmp_path: Pat
     assert manifest_vars(tenant) == {
         "user_accounts_users": [], "user_accounts_groups": [], "user_accounts_home_root": "/fsx/home",
         "slurm_associations_org_account": "acme", "slurm_associations_qos": [], "slurm_associations_accounts": [],
-        "slurm_associations_users": [], "slurm_associations_removed_users": [],
-        # No teams: slurm.conf enforces nothing and keeps Slurm's default priority (an existing cluster is unchanged).
-        "slurm_accounting_enforce": [], "slurm_priority_weights": {}}
+        "slurm_associations_users": [], "slurm_associations_removed_users": []}
+    # No teams: no enforcement or priority settings, so the slurm role's defaults (none) keep a cluster as it was.
 
 
 def test_teams_without_a_qos_section_name_no_qos(tmp_path: Path) -> None:

@@ -221,7 +221,7 @@ def preflight(tenant: Tenant, client: Callable[[str], Any], *, stand_in: bool = 
     `stand_in`: the answers come from the emulator's stand-ins, which the lines then say; `instance_quotas`: the
     service whose quotas the nodes count against (the scheduler's `instance_quotas`; default its own)."""
     if instance_quotas is None:
-        from fmcluster.schedulers import scheduler_for
+        from fmcluster.schedulers.registry import scheduler_for
 
         instance_quotas = scheduler_for(tenant).instance_quotas
     check = _Check(tenant, now or datetime.now(timezone.utc))

@@ -6,6 +6,8 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
+from fmcluster.exits import ExitCode
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="fmcluster", description=__doc__)
@@ -18,7 +20,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_usage.add_argument("org")
     p_usage.add_argument("--since", default="", help="first day counted, YYYY-MM-DD (default: the first of this month)")
     p_usage.add_argument("--json", action="store_true", help="print the report as JSON")
-    from fmcluster.acceptance import cli as acceptance_cli
+    from fmcluster.commands import acceptance_cli
 
     acceptance_cli.register(sub)
     args = parser.parse_args(argv)
@@ -40,8 +42,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.output.write_text(text, encoding="utf-8")
         else:
             print(text, end="")
-        return 0
-    return 1
+        return ExitCode.OK
+    return ExitCode.FAILED  # a command registered but not handled here
 
 
 if __name__ == "__main__":

@@ -20,10 +20,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from fmcluster.exits import ExitCode
 from fmcluster.model import Tenant
 from fmcluster.nodes import Node
-from fmcluster.providers import Provider, provider_for
-from fmcluster.schedulers import Scheduler, scheduler_for
+from fmcluster.providers import Provider
+from fmcluster.providers.registry import provider_for
+from fmcluster.schedulers import Scheduler
+from fmcluster.schedulers.registry import scheduler_for
 from fmcluster.steps import Status, StepOutcome, StepReport
 
 Out = Callable[[str], object]
@@ -256,7 +259,7 @@ def render_summary(tenant: Tenant, reports: list[StepReport], total_steps: int) 
                      f"{len(reports) - changed} had nothing to do.")
     from fmcluster.images import image_lines
 
-    lines += [f"  {line}" for line in image_lines(tenant)]
+    lines += [f"  {line}" for line in image_lines(tenant, scheduler_for(tenant).image, provider_for(tenant).node_image)]
     return "\n".join(lines)
 
 
@@ -272,4 +275,4 @@ def record_run(tenant: Tenant, reports: list[StepReport]) -> None:
 
 def run_deploy(tenant: Tenant, out: Out = print) -> int:
     reports = Deploy(tenant, out).run()
-    return 1 if any(r.outcome.status == "failed" for r in reports) else 0
+    return ExitCode.FAILED if any(r.outcome.status == "failed" for r in reports) else ExitCode.OK

@@ -7,6 +7,7 @@ says, for plan and the deploy summary, which image each node kind boots.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -133,23 +134,22 @@ def node_kinds(tenant: Tenant) -> list[tuple[str, str]]:
     return kinds
 
 
-def image_lines(tenant: Tenant) -> list[str]:
-    """For plan and the deploy summary: which image each node kind boots and what first boot adds to it."""
-    from fmcluster.providers import provider_for
-    from fmcluster.schedulers import scheduler_for
-
-    catalog, scheduler = load_images(), scheduler_for(tenant)
+def image_lines(tenant: Tenant, scheduler_image: Callable[[str], str], substrate_image: str | None) -> list[str]:
+    """For plan and the deploy summary: which image each node kind boots and what first boot adds to it.
+    `scheduler_image`: the tenant's scheduler's image for an accelerator (Scheduler.image); `substrate_image`:
+    the image the provider boots instead (Provider.node_image). Passed in, so that this catalog module, which the
+    cluster templates read, depends on neither registry."""
+    catalog = load_images()
     by_image: dict[str, list[str]] = {}
     for kind, accelerator in node_kinds(tenant):
-        by_image.setdefault(scheduler.image(accelerator), []).append(kind)
+        by_image.setdefault(scheduler_image(accelerator), []).append(kind)
     lines = ["Node images (data/images.yml):"]
     for key, kinds in by_image.items():
         image = catalog[key]
         lines += [f"  {', '.join(kinds)}: {image.name} (ships {image.shipped()})",
                   f"    first boot adds: {image.first_boot_adds}"]
     # A substrate that boots its own image instead of AWS's names it (provider local: the pristine rootfs).
-    substrate = provider_for(tenant).node_image
-    if substrate:
-        local = catalog[str(substrate)]
+    if substrate_image:
+        local = catalog[str(substrate_image)]
         lines.append(f"  here every node boots {local.name} instead; first boot adds: {local.first_boot_adds}")
     return lines

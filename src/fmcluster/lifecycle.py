@@ -15,7 +15,7 @@ reason, the check that drained the node and the action it needs (none / drain / 
                      controller (BatchReplaceClusterNodes is not in the pinned botocore)
     parallelcluster  refused: ParallelCluster's clustermgtd replaces unhealthy static nodes itself
 
-then the provider's `boot` (local: the terminated instance's host goes, the new instance's host boots), every
+(each scheduler's `request_replacement`, in its module under fmcluster.schedulers), then the provider's `boot` (local: the terminated instance's host goes, the new instance's host boots), every
 node's report for the published commit and membership, Slurm showing the new node idle and the old one gone,
 Prometheus scraping exactly the current nodes, the health program passing on the new node, and a job across it.
 Node names are data: one is accepted only when it is a live node of the cluster, and reaches a remote shell
@@ -25,7 +25,6 @@ quoted.
 from __future__ import annotations
 
 import json
-import re
 import shlex
 import subprocess
 import time
@@ -33,12 +32,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from fmcluster.exits import ExitCode
 from fmcluster.health import slurm as slurm_text
 from fmcluster.health.inventory import INSTALL_DIR
 from fmcluster.health.triage import Finding
 from fmcluster.model import Tenant
 from fmcluster.nodes import Node
 from fmcluster.providers import Provider
+from fmcluster.schedulers.registry import scheduler_for
 
 Out = Callable[[str], object]
 HEALTH_PROGRAM = f"{INSTALL_DIR}/bin/fmcluster-health"
@@ -47,26 +48,12 @@ CLUSTER_CONFIG = "/etc/fmcluster/health/cluster.json"
 NODE_CONFIG = "/etc/fmcluster/health/config.json"
 TRIAGE = f"{HEALTH_PROGRAM} triage --config {CLUSTER_CONFIG} --json"
 SHOW_NODE = "scontrol show node"
-#: HyperPod's Slurm integration replaces a node set to FAIL with this reason (its documented manual path).
-HYPERPOD_REPLACE_REASON = "Action:Replace"
-PARALLELCLUSTER_REFUSAL = (
-    "ParallelCluster replaces unhealthy static compute nodes itself: its clustermgtd (aws-parallelcluster-node's "
-    "slurm_plugin) terminates a node Slurm marks DOWN, or DRAINED once idle, and launches a new one "
-    "(terminate_down_nodes / terminate_drain_nodes, on by default). Trigger it with "
-    "`invoke slurm --org={org} --cmd='scontrol update nodename={node} state=down reason=replace'`.")
-
-
-def parallelcluster_refusal(org: str, node: str) -> str:
-    """The refusal, with the command that triggers ParallelCluster's own replacement (a name that is not a plain
-    host name is not echoed into a command line)."""
-    plain = node if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}", node) else "<node>"
-    return PARALLELCLUSTER_REFUSAL.format(org=org, node=plain)
 
 
 class LifecycleError(RuntimeError):
     """What `nodes` or `replace` could not do, in words an operator acts on."""
 
-    def __init__(self, message: str, code: int = 1) -> None:
+    def __init__(self, message: str, code: int = ExitCode.FAILED) -> None:
         super().__init__(message)
         self.code = code
 
@@ -84,7 +71,7 @@ def remote(provider: Provider, node: Node, command: str, timeout: float = 60) ->
 def controller_of(nodes: Sequence[Node]) -> Node:
     found = next((n for n in nodes if n.role == "controller"), None)
     if found is None:
-        raise LifecycleError("the cluster has no controller node (nothing deployed?)", 3)
+        raise LifecycleError("the cluster has no controller node (nothing deployed?)", ExitCode.NOT_READY)
     return found
 
 
@@ -186,25 +173,6 @@ def auto_replacements(lines: Sequence[NodeLine], compute_count: int) -> tuple[li
     return wanted, ""
 
 
-# --- the scheduler's replacement ------------------------------------------------------------------------------
-def asg_replace(autoscaling: Any, instance_id: str) -> str:
-    """slurm-ec2: terminate the instance in its Auto Scaling group, keeping the desired capacity, so the group
-    launches a new one from its launch template. Returns the group's name."""
-    found = autoscaling.describe_auto_scaling_instances(InstanceIds=[instance_id]).get("AutoScalingInstances", [])
-    if not found:
-        raise LifecycleError(f"instance {instance_id} is in no Auto Scaling group: nothing would launch its "
-                             "replacement (was it started by hand?)")
-    group = str(found[0]["AutoScalingGroupName"])
-    autoscaling.terminate_instance_in_auto_scaling_group(InstanceId=instance_id, ShouldDecrementDesiredCapacity=False)
-    return group
-
-
-def hyperpod_replace_command(node: str) -> str:
-    """HyperPod (Slurm): the documented manual replacement, as a command for the controller."""
-    return (f"scontrol update nodename={shlex.quote(node)} state=fail "
-            f"reason={shlex.quote(HYPERPOD_REPLACE_REASON)}")
-
-
 # --- replace --------------------------------------------------------------------------------------------------
 @dataclass
 class Replacement:
@@ -260,14 +228,15 @@ class Replacer:
         target = next((n for n in nodes if wanted in (n.name, n.address, n.instance_id)), None)
         compute = ", ".join(n.name for n in nodes if n.role == "compute")
         if target is None:
-            raise LifecycleError(f"no live node {wanted!r} in {self.tenant.org}; compute nodes: {compute or 'none'}", 2)
+            raise LifecycleError(f"no live node {wanted!r} in {self.tenant.org}; compute nodes: {compute or 'none'}",
+                                 ExitCode.INVALID)
         if target.role != "compute":
             raise LifecycleError(
                 f"{target.name} is the cluster's {target.role} node: `invoke replace` replaces compute nodes only. "
                 + ("The controller holds slurmctld's state and the accounting database; rebuild it with a deploy "
                    "after restoring them." if target.role == "controller" else
                    "A login node holds users' sessions; terminate it in its Auto Scaling group when nobody is on it, "
-                   "and `invoke deploy` waits for the new one."), 2)
+                   "and `invoke deploy` waits for the new one."), ExitCode.INVALID)
         return target
 
     def _stage(self, result: Replacement, name: str, began: float, detail: str) -> None:
@@ -275,11 +244,9 @@ class Replacer:
         self.out(f"    {name}: {detail} ({time.monotonic() - began:.1f}s)")
 
     def replace(self, wanted: str) -> Replacement:
-        from fmcluster.schedulers import scheduler_for
-
         refusal = scheduler_for(self.tenant).replacement_refusal(wanted)
         if refusal:
-            raise LifecycleError(refusal, 2)
+            raise LifecycleError(refusal, ExitCode.INVALID)
         nodes = self.live_nodes()
         old = self.pick(wanted, nodes)
         controller = controller_of(nodes)
@@ -307,8 +274,6 @@ class Replacer:
 
         began = time.monotonic()
         self.out("==> asking the scheduler for a new node")
-        from fmcluster.schedulers import scheduler_for
-
         try:
             asked, notes = scheduler_for(self.tenant).request_replacement(
                 old, lambda: self.client("autoscaling"), lambda command: remote(self.provider, controller, command))

@@ -22,7 +22,7 @@ def read_cluster_usage(tenant: Tenant, since: str, root: Path | None = None) -> 
     from fmcluster.acceptance.slurm import SlurmError
     from fmcluster.inventory import read_nodes
     from fmcluster.lifecycle import remote
-    from fmcluster.providers import provider_for
+    from fmcluster.providers.registry import provider_for
 
     nodes = read_nodes(tenant.org, root)
     try:

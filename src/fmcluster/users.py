@@ -63,7 +63,8 @@ def manifest_vars(tenant: Tenant) -> dict[str, Any]:
             {"name": u.name, "accounts": list(u.teams), "default_account": u.teams[0]} for u in users if not u.removed],
         "slurm_associations_removed_users": [u.name for u in users if u.removed],
         # With teams, a job needs its user in a team's account and stays within its QoS; pending jobs are ordered
-        # by the teams' fair share and their QoS priority (the slurm role's slurm.conf settings).
-        "slurm_accounting_enforce": ["associations", "limits", "qos"] if teams else [],
-        "slurm_priority_weights": PRIORITY_WEIGHTS if teams else {},
+        # by the teams' fair share and their QoS priority (the slurm role's slurm.conf settings). Without, the
+        # slurm role's defaults: nothing enforced, Slurm's default priority.
+        **({"slurm_accounting_enforce": ["associations", "limits", "qos"],
+            "slurm_priority_weights": PRIORITY_WEIGHTS} if teams else {}),
     }

@@ -18,6 +18,7 @@ from fmcluster.acceptance.parser import parse_text
 from fmcluster.acceptance.verdict import judge
 from fmcluster.catalog import load_catalog
 from fmcluster.cli import main
+from fmcluster.exits import ExitCode
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "nccl"
 SRC = Path(__file__).resolve().parents[2] / "src"
@@ -64,8 +65,8 @@ def strict_json(text: str) -> dict[str, object]:
     (["p5_2node_all_reduce_ok.log", "--instance-type", "p5.48xlarge"], 0, "pass"),
     (["p5_2node_provider_tcp.log", "--instance-type", "p5.48xlarge"], 1, "fail"),
     (["p5_2node_truncated.log"], 1, "fail"),  # fails any run, instance type or not
-    (["p5_2node_socket_fallback.log"], 3, "not_judged"),
-    (["p5_2node_socket_fallback.log", "--instance-type", "trn1.32xlarge"], 3, "not_judged"),
+    (["p5_2node_socket_fallback.log"], ExitCode.NOT_JUDGED, "not_judged"),
+    (["p5_2node_socket_fallback.log", "--instance-type", "trn1.32xlarge"], ExitCode.NOT_JUDGED, "not_judged"),
     (["no-such.log"], 2, "unreadable"),
     (["p5_2node_all_reduce_ok.log", "--instance-type", "p9.96xlarge"], 2, "unreadable"),
     (["p5_2node_all_reduce_ok.log", "--instance-type", "p5.48xlarge", "--nodes", "0"], 2, "unreadable"),
@@ -89,7 +90,7 @@ def test_the_exit_codes_are_in_the_help(capsys: pytest.CaptureFixture[str]) -> N
         main(["acceptance", "parse", "--help"])
     assert done.value.code == 0
     out = capsys.readouterr().out
-    for line in ("0  pass:", "1  fail:", "2  unreadable:", "3  not judged:"):
+    for line in ("0  pass:", "1  fail:", "2  unreadable:", "5  not judged:"):
         assert line in out
 
 

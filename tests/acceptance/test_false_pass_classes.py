@@ -18,6 +18,7 @@ from fmcluster.acceptance.parser import MAX_LINE_CHARS, canonical_benchmark, par
 from fmcluster.acceptance.verdict import judge, render
 from fmcluster.catalog import CatalogError, load_catalog
 from fmcluster.cli import main
+from fmcluster.exits import ExitCode
 
 from acceptance.judging import fails_with, verdict
 
@@ -119,7 +120,7 @@ def test_8_launcher_prefixes_do_not_hide_the_table() -> None:
 # 9 ------------------------------------------------------------------------------------------------
 def test_9_parse_without_an_instance_type_is_not_judged_or_judged_by_the_platform_line(
         capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["acceptance", "parse", str(FIXTURES / "p5_2node_socket_fallback.log")]) == 3
+    assert main(["acceptance", "parse", str(FIXTURES / "p5_2node_socket_fallback.log")]) == ExitCode.NOT_JUDGED
     out = capsys.readouterr().out
     assert "verdict: NOT JUDGED" in out and "give --instance-type" in out
     assert main(["acceptance", "parse", str(FIXTURES / "p5_2node_gdr_off.log")]) == 1

@@ -23,6 +23,7 @@ from fmcluster.acceptance.parser import LogReadError, parse_file, parse_stream, 
 from fmcluster.acceptance.verdict import judge, render
 from fmcluster.catalog import load_catalog
 from fmcluster.cli import main
+from fmcluster.exits import ExitCode
 
 from acceptance.judging import fails_with, verdict
 
@@ -141,10 +142,10 @@ def test_a_bad_option_is_exit_2_and_never_blames_a_node(args: list[str], capsys:
 # Neuron ----------------------------------------------------------------------------------------------
 def test_nccom_test_output_is_not_judged_never_unreadable(capsys: pytest.CaptureFixture[str]) -> None:
     path = str(FIXTURES / "r2_nccom_test_trn1.log")
-    assert main(["acceptance", "parse", path, "--json"]) == 3
+    assert main(["acceptance", "parse", path, "--json"]) == ExitCode.NOT_JUDGED
     data = json.loads(capsys.readouterr().out)
     assert data["codes"] == ["neuron_not_judged"] and data["log"]["tool"] == "nccom-test"
-    assert main(["acceptance", "parse", path, "--instance-type", "trn1.32xlarge", "--nodes", "2"]) == 3
+    assert main(["acceptance", "parse", path, "--instance-type", "trn1.32xlarge", "--nodes", "2"]) == ExitCode.NOT_JUDGED
     assert "NOT JUDGED" in capsys.readouterr().out
 
 

@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from fmcluster import commands
+from fmcluster.exits import ExitCode
 from fmcluster.escape import escaped, neutral
 from fmcluster.model import load_tenant
 from fmcluster.nccl import describe, parse_version
@@ -243,7 +244,7 @@ def test_write_fresh_keeps_an_unchanged_file_and_never_reads_a_fifo(tmp_path: Pa
 
 
 def test_fleet_html_link_is_replaced_not_written_through(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from fmcluster.doctor.fleet import fleet
+    from fmcluster.commands.diagnose import fleet
 
     (tmp_path / "inventories").mkdir()
     victim = tmp_path / "victim"
@@ -262,7 +263,7 @@ def test_plan_with_a_linked_generated_subfolder_fails_cleanly(tmp_path: Path, mo
     (tmp_path / "inventories/acme/generated").mkdir()
     (tmp_path / "inventories/acme/generated/cfn").symlink_to(elsewhere)
     monkeypatch.setenv("FMCLUSTER_ROOT", str(tmp_path))
-    assert commands.plan("acme") == commands.EXIT_FAILED
+    assert commands.plan("acme") == ExitCode.FAILED
     err = capsys.readouterr().err
     assert "plan: " in err and "cfn is a symbolic link" in err and "Traceback" not in err
     assert list(elsewhere.iterdir()) == []
@@ -626,8 +627,8 @@ def test_nccl_env_task_refuses_a_forged_version_with_exit_2() -> None:
 
 def test_plan_of_a_local_tenant_starts_no_emulator_and_fleet_says_not_deployed(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], no_aws: None) -> None:
-    from fmcluster.doctor.fleet import fleet
-    from fmcluster.providers import provider_for
+    from fmcluster.commands.diagnose import fleet
+    from fmcluster.providers.registry import provider_for
     from fmcluster.stacks import emulator
 
     def refuse(*_a: Any, **_k: Any) -> Any:
@@ -650,7 +651,7 @@ def test_plan_of_a_local_tenant_starts_no_emulator_and_fleet_says_not_deployed(
 
 
 def test_the_aws_provider_may_start_its_endpoint_for_plan() -> None:
-    from fmcluster.providers import provider_for
+    from fmcluster.providers.registry import provider_for
 
     assert provider_for(load_tenant("stockmark")).plan_starts_endpoint is True
 
@@ -674,7 +675,7 @@ def test_host_names_are_printed_escaped(tmp_path: Path, monkeypatch: pytest.Monk
     monkeypatch.setenv("FMCLUSTER_ROOT", str(tmp_path))
     node = Node(listed, "10.77.128.10", "controller", None, "i-0123456789abcdef0", "m5.xlarge")
     monkeypatch.setattr("fmcluster.inventory.read_nodes", lambda _org: [node])
-    assert commands.slurm("acme", "sinfo", node=wanted) == commands.EXIT_FAILED
+    assert commands.slurm("acme", "sinfo", node=wanted) == ExitCode.FAILED
     out = capsys.readouterr().out
     assert out.startswith("slurm: no node ") and out.count("\n") == 1, out
     assert out.rstrip("\n").isprintable(), out

@@ -25,6 +25,7 @@ from fmcluster.acceptance.model import ParsedLog
 from fmcluster.acceptance.slurm import Job, SlurmClient, SlurmError
 from fmcluster.acceptance.verdict import Verdict, human_bytes, judge_file, render
 from fmcluster.catalog import InstanceType
+from fmcluster.exits import ExitCode
 from fmcluster.model import Queue, Tenant
 
 Backend = Literal["nccl", "cpu"]
@@ -96,7 +97,7 @@ class AcceptanceResult:
 
     @property
     def exit_code(self) -> int:
-        return 0 if self.passed else 1
+        return ExitCode.OK if self.passed else ExitCode.FAILED
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -11,19 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from fmcluster.acceptance.verdict import Verdict
-from fmcluster.doctor.knowledge import Entry
+from fmcluster.doctor.knowledge import FACTS, Entry
 
-#: The facts doctor gathers besides checks, logs, Slurm and Prometheus: name → what it holds (one value per
-#: place, e.g. per stack, per reservation, per node).
-FACTS = {
-    "resource_not_created": "CloudFormation resource types in a stack's template that the stack does not hold",
-    "stack_status": "each stack's status (CREATE_COMPLETE, ROLLBACK_COMPLETE, ...)",
-    "dra_lifecycle": "each FSx data repository association's Lifecycle (AVAILABLE, MISCONFIGURED, FAILED, ...)",
-    "capacity_reservation_state": "the State of each capacity reservation the tenant names",
-    "capacity_reservation_mismatch": "a reservation whose instance type or zone differs from its queue's",
-    "node_unreachable": "a node doctor could not run its health checks on (ssh failed, no report came back)",
-    "unreachable": "an API or service doctor could not ask (AWS APIs/emulator, Slurm, Prometheus)",
-}
 MAX_HITS = 5
 MAX_EVIDENCE = 240
 

@@ -1,4 +1,5 @@
-"""`invoke fleet`: every tenant under inventories/ in one table (terminal and a static HTML page).
+"""`invoke fleet`'s rows: every tenant under inventories/ in one table (terminal and a static HTML page); the
+command itself is fmcluster.commands.diagnose.fleet.
 
 Nothing is faked: a local tenant is asked only when its emulator runs (otherwise it is 'not deployed'); an AWS
 tenant without credentials is 'planned' and its live columns stay unknown. Acceptance figures come from the
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import html
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -172,28 +173,3 @@ tr.invalid{{background:#fee}}</style></head>
 {details or "<li>none</li>"}
 </ul></body></html>
 """
-
-
-def fleet(out: Out = print, html_path: Path | None = None, root: Path | None = None,
-          diagnose: Diagnose | None = None, as_json: bool = False, usage_of: UsageOf | None = None) -> int:
-    """Print the table and write the HTML page; exit 0 when no deployed tenant is degraded or invalid."""
-    from datetime import datetime, timezone
-
-    from fmcluster.paths import inventories_dir, write_fresh
-
-    if diagnose is None:
-        from fmcluster.doctor.report import diagnose_cluster
-
-        def diagnose(org: str) -> Diagnosis:
-            return diagnose_cluster(org, out=lambda _l: None)
-
-    rows = [row(org, diagnose, root, usage_of) for org in tenants(root)]
-    path = html_path or inventories_dir(root) / "fleet.html"
-    # Written afresh (temporary file + rename): a `fleet.html -> victim` link is replaced, not written through.
-    write_fresh(path, html_page(rows, datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")), path.parent)
-    if as_json:
-        out(json.dumps([asdict(r) for r in rows], indent=1))
-    else:
-        out(table(rows).rstrip("\n"))
-        out(f"report: {path}")
-    return 1 if any(r.state in ("degraded", "invalid") for r in rows) else 0

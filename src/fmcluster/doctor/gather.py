@@ -188,7 +188,8 @@ def gather(tenant: Tenant, node_filter: str = "", out: Out = print) -> Gathered:
     from fmcluster.acceptance.gate import client_node
     from fmcluster.acceptance.slurm import SlurmError
     from fmcluster.inventory import read_nodes
-    from fmcluster.providers import NoEndpoint, provider_for
+    from fmcluster.providers import NoEndpoint
+    from fmcluster.providers.registry import provider_for
 
     got = Gathered()
     ev = got.evidence

@@ -19,6 +19,18 @@ KINDS = ("health", "acceptance", "log", "slurm", "prometheus", "fact")
 PROVIDERS = ("aws", "local")
 SCHEDULERS = ("slurm-ec2", "hyperpod", "parallelcluster")
 
+#: The facts doctor gathers (fmcluster.doctor.gather) besides checks, logs, Slurm and Prometheus, which a `fact`
+#: detection may name: name → what it holds (one value per place, e.g. per stack, per reservation, per node).
+FACTS = {
+    "resource_not_created": "CloudFormation resource types in a stack's template that the stack does not hold",
+    "stack_status": "each stack's status (CREATE_COMPLETE, ROLLBACK_COMPLETE, ...)",
+    "dra_lifecycle": "each FSx data repository association's Lifecycle (AVAILABLE, MISCONFIGURED, FAILED, ...)",
+    "capacity_reservation_state": "the State of each capacity reservation the tenant names",
+    "capacity_reservation_mismatch": "a reservation whose instance type or zone differs from its queue's",
+    "node_unreachable": "a node doctor could not run its health checks on (ssh failed, no report came back)",
+    "unreachable": "an API or service doctor could not ask (AWS APIs/emulator, Slurm, Prometheus)",
+}
+
 _TEXT: dict[str, Any] = {"type": "string", "minLength": 1}
 _DETECT: dict[str, dict[str, Any]] = {
     "health": {"check": _TEXT, "match": _TEXT},
@@ -102,7 +114,6 @@ class KnowledgeInvalid(ValueError):
 def problems(raw: Mapping[str, Any]) -> list[str]:
     """Every schema or reference problem of a knowledge document (empty: valid)."""
     from fmcluster.acceptance.verdict import CODES
-    from fmcluster.doctor.detect import FACTS
     from fmcluster.health.data import checks_doc
 
     validator = jsonschema.Draft202012Validator(SCHEMA)
@@ -125,7 +136,7 @@ def problems(raw: Mapping[str, Any]) -> list[str]:
         if d["kind"] == "acceptance" and d["code"] not in CODES:
             found.append(f"{where}: no acceptance finding {d['code']!r} in fmcluster.acceptance.verdict.CODES")
         if d["kind"] == "fact" and d["fact"] not in FACTS:
-            found.append(f"{where}: doctor gathers no fact {d['fact']!r} (fmcluster.doctor.detect.FACTS)")
+            found.append(f"{where}: doctor gathers no fact {d['fact']!r} (fmcluster.doctor.knowledge.FACTS)")
         for key in ("match", "pattern", "job"):
             if key in d:
                 try:

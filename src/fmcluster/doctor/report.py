@@ -1,9 +1,9 @@
-"""`invoke doctor`: the knowledge base's detections over a cluster's evidence (or one job log), per finding what
-is wrong, the evidence, the fix and the source; healthy only on positive evidence."""
+"""`invoke doctor`'s diagnosis: the knowledge base's detections over a cluster's evidence (or one job log), per
+finding what is wrong, the evidence, the fix and the source; healthy only on positive evidence. The command
+itself is fmcluster.commands.diagnose.doctor."""
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,9 +13,6 @@ from fmcluster.doctor import knowledge
 from fmcluster.doctor.detect import Evidence, Finding, findings
 
 Out = Callable[[str], object]
-EXIT_HEALTHY = 0
-EXIT_UNHEALTHY = 1
-EXIT_UNREADABLE = 2
 #: Bytes of a log scanned for log-pattern entries (the acceptance parser itself streams the whole file).
 LOG_SCAN_BYTES = 16 * 1024 * 1024
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\x80-\x9f]")
@@ -77,7 +74,7 @@ def render(d: Diagnosis) -> str:
 
 def judge_log(path: Path, org: str | None = None, instance_type: str | None = None) -> tuple[Any, Any]:
     """(parsed log, verdict) exactly as `fmcluster acceptance parse [--org]` judges it (the same calls)."""
-    from fmcluster.acceptance.cli import _queues
+    from fmcluster.commands.acceptance_cli import _queues
     from fmcluster.acceptance.expectation import resolve_expectation
     from fmcluster.acceptance.parser import parse_file
     from fmcluster.acceptance.verdict import judge
@@ -102,7 +99,7 @@ def diagnose_log(path: Path, org: str | None = None, instance_type: str | None =
 
 
 def diagnose_cluster(org: str, node: str = "", out: Out = print) -> Diagnosis:
-    from fmcluster.commands import require_tenant
+    from fmcluster.commands.cluster import require_tenant
     from fmcluster.doctor.gather import gather
 
     tenant = require_tenant(org)
@@ -122,30 +119,3 @@ def node_counts(tenant: Any, ev: Evidence) -> dict[str, int] | None:
     return {"expected": sum(q.count for q in tenant.queues),
             "up": sum(1 for s in states if not s.endswith("*") and not s.startswith(("down", "fail"))),
             "drained": sum(1 for s in states if s.startswith("drain"))}
-
-
-def doctor(org: str = "", node: str = "", log: str = "", as_json: bool = False, out: Out = print,
-           instance_type: str = "") -> int:
-    """The command: exit 0 healthy, 1 unhealthy (or nothing could be read), 2 bad input."""
-    if log:
-        from fmcluster.catalog import load_catalog
-
-        if instance_type and instance_type not in load_catalog():
-            out(f"doctor: unknown instance type {instance_type!r}; known: {', '.join(sorted(load_catalog()))}")
-            return EXIT_UNREADABLE
-        try:
-            diagnosis = diagnose_log(Path(log), org or None, instance_type or None)
-        except OSError as err:
-            message = f"cannot read {log}: {err.strerror or err}"
-            out(json.dumps({"healthy": False, "error": message}) if as_json else f"doctor: {message}")
-            return EXIT_UNREADABLE
-    elif instance_type:
-        out("doctor: --instance-type judges a --log; a cluster is judged by its tenant (--org)")
-        return EXIT_UNREADABLE
-    elif not org:
-        out("doctor: give --org=NAME (a tenant), or --log=FILE (a job log)")
-        return EXIT_UNREADABLE
-    else:
-        diagnosis = diagnose_cluster(org, node, out=(lambda _l: None) if as_json else out)
-    out(json.dumps(diagnosis.to_dict(), indent=1) if as_json else render(diagnosis).rstrip("\n"))
-    return EXIT_HEALTHY if diagnosis.healthy else EXIT_UNHEALTHY

@@ -5,7 +5,7 @@
     plan(tenant, out, root) -> exit code  the same with the outputs the stacks last wrote (if any), and
                                           inventories/<org>/generated/cluster-config.yaml written
 
-Exit codes: 0 accepted; 2 (cli.EXIT_INVALID_SPEC) ParallelCluster refuses a tenant value; 1 the check
+Exit codes (fmcluster.exits.ExitCode): 0 accepted; 2 (INVALID) ParallelCluster refuses a tenant value; 1 (FAILED) the check
 could not run (no tool environment, the checker failed) — never a pass without the check (fail closed).
 """
 
@@ -14,14 +14,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from fmcluster.exits import ExitCode
 from fmcluster.model import Tenant
-from fmcluster.parallelcluster.config import ClusterConfig, render_cluster_config, write_cluster_config
+from fmcluster.parallelcluster.config import render_cluster_config, write_cluster_config
+from fmcluster.parallelcluster.rendered import ClusterConfig
 from fmcluster.parallelcluster.schema import SchemaReport, ToolMissing, check_configs, tenant_problems
 from fmcluster.paths import repo_root
 
 Out = Callable[[str], object]
-EXIT_CHECK_FAILED = 1
-EXIT_REFUSED = 2
 
 #: What only `pcluster create-cluster --dryrun true` can check, because it needs AWS (said after each check).
 NEEDS_AWS = ("whether the reservations really are what the tenant says (type, zone, size, kind), the instance "
@@ -44,7 +44,7 @@ def report_check(cfg: ClusterConfig, report: SchemaReport, out: Out) -> int:
             out(problem.render(root))
         out(f"{len(problems)} problem(s) ParallelCluster {report.pcluster_version} refuses in {shown}; "
             "nothing was deployed or changed.")
-        return EXIT_REFUSED
+        return ExitCode.INVALID
     out(f"ParallelCluster {report.pcluster_version}'s schema loads the cluster config of {cfg.cluster_name} as "
         f"{report.loaded_as}; every validator it registers ran, with the EC2/FSx answers fmcluster holds (instance "
         "catalog, tenant, rendered network and storage stacks; fmcluster.parallelcluster.offline_aws), and found "
@@ -65,7 +65,7 @@ def check_rendered(cfg: ClusterConfig, out: Out) -> int:
     except (ToolMissing, RuntimeError, OSError) as err:
         out(f"ParallelCluster's schema check did not run: {err}")
         out("the cluster config is NOT validated; nothing was deployed or changed.")
-        return EXIT_CHECK_FAILED
+        return ExitCode.FAILED
     return report_check(cfg, report, out)
 
 

@@ -30,17 +30,16 @@ What the config holds (docs/parallelcluster.md):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from fmcluster.model import Queue, Tenant
+from fmcluster.parallelcluster.offline_aws import answers
+from fmcluster.parallelcluster.rendered import ClusterConfig, ConfigPath, KeyPath
 from fmcluster.paths import PACKAGE_DIR, generated_dir, tenant_dir, write_fresh
-
-ConfigPath = tuple[str | int, ...]
-KeyPath = tuple[str | int, ...]
+from fmcluster.stacks.first_boot import first_boot_script
 
 #: The OnNodeConfigured script: its argument check in the repository, followed by the first-boot script every
 #: node runs (scripts/node-user-data.sh); the deploy uploads the two as one object inside the bootstrap prefix.
@@ -59,8 +58,6 @@ def secret_prefix(org: str) -> str:
 def custom_action_script() -> bytes:
     """What ParallelCluster downloads and runs as OnNodeConfigured: the argument check, then the same first
     boot as every other fmcluster node."""
-    from fmcluster.stacks.render import first_boot_script
-
     return CUSTOM_ACTION_SOURCE.read_bytes() + b"\n" + first_boot_script().encode()
 
 
@@ -116,33 +113,6 @@ def placeholder_outputs(tenant: Tenant) -> dict[str, str]:
     }
 
 
-@dataclass
-class ClusterConfig:
-    """A rendered ParallelCluster 3 cluster config and where each of its values came from."""
-
-    org: str
-    cluster_name: str
-    region: str
-    spec_path: Path
-    data: dict[str, Any]
-    provenance: dict[ConfigPath, KeyPath] = field(default_factory=dict)  # config path → tenant key
-    sources: dict[ConfigPath, str] = field(default_factory=dict)  # config path → stack output
-    placeholders: dict[str, str] = field(default_factory=dict)  # stack output → placeholder rendered
-    #: What ParallelCluster's validators get for their AWS calls offline (fmcluster.parallelcluster.offline_aws).
-    offline_answers: dict[str, Any] = field(default_factory=dict)
-
-    def tenant_key(self, path: ConfigPath) -> tuple[KeyPath | None, str | None]:
-        """What the value at a config path was rendered from: (tenant key, None) or (None, stack output),
-        from the deepest recorded prefix of the path; (None, None) when nothing is recorded."""
-        for end in range(len(path), -1, -1):
-            prefix = path[:end]
-            if prefix in self.provenance:
-                return self.provenance[prefix], None
-            if prefix in self.sources:
-                return None, self.sources[prefix]
-        return None, None
-
-
 class _Render:
     def __init__(self, tenant: Tenant, outputs: dict[str, str]) -> None:
         self.tenant = tenant
@@ -193,8 +163,6 @@ class _Render:
         self.key(("Tags", 1), "programme")
         self.cfg.data = data
         self.cfg.placeholders = dict(sorted(self.used.items()))
-        from fmcluster.parallelcluster.offline_aws import answers
-
         self.cfg.offline_answers = answers(t, self.cfg)
         return self.cfg
 

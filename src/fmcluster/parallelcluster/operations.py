@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fmcluster.parallelcluster.config import CUSTOM_ACTION_KEY, CUSTOM_ACTION_SOURCE, ClusterConfig, custom_action_script
+from fmcluster.parallelcluster.config import CUSTOM_ACTION_KEY, CUSTOM_ACTION_SOURCE, custom_action_script
+from fmcluster.parallelcluster.rendered import ClusterConfig
 from fmcluster.parallelcluster.schema import TOOL_VENV
 from fmcluster.paths import source_root
 

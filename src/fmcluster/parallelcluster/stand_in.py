@@ -18,7 +18,7 @@ from typing import Any
 from fmcluster.model import Tenant
 from fmcluster.parallelcluster.config import CUSTOM_ACTION_KEY, cluster_name, on_node_configured_settings
 from fmcluster.stacks import cfn
-from fmcluster.stacks.render import s3_client_writer
+from fmcluster.stacks.first_boot import s3_client_writer
 from fmcluster.stacks.templates import slurm_ec2
 
 #: What ParallelCluster itself does on AWS that the local stand-in does with fmcluster's own pieces.

@@ -2,7 +2,8 @@
 
 Both run the same deploy (fmcluster.deploy): the same CloudFormation templates through the same boto3
 calls, the same secrets, bundle and manifest, the same node bootstrap, reports and acceptance. A provider
-only supplies what differs in the *substrate*:
+only supplies what differs in the *substrate* (the protocol is here; which class serves a tenant is
+fmcluster.providers.registry.provider_for):
 
 - `endpoint`: where the AWS APIs answer (AWS itself: None; local: the tenant's emulator, started on demand);
 - `boot`: what makes the cluster's instances run their user data (EC2 itself; local: one namespace host per
@@ -22,7 +23,6 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from fmcluster.catalog import InstanceType
-from fmcluster.model import Tenant
 from fmcluster.nodes import Node
 
 Out = Callable[[str], object]
@@ -89,16 +89,6 @@ class Provider(Protocol):
 
     def halt(self, node: str, out: Out) -> None:
         """Take one node down hard, as a crash would; its instance stays (local: `nodes-up` boots it again)."""
-
-
-def provider_for(tenant: Tenant) -> Provider:
-    if tenant.provider == "local":
-        from fmcluster.providers.local import LocalProvider
-
-        return LocalProvider(tenant)
-    from fmcluster.providers.aws import AwsProvider
-
-    return AwsProvider(tenant)
 
 
 def ssh_argv(key: str, address: str, user: str) -> list[str]:

@@ -1,7 +1,8 @@
 """How a tenant's cluster is made and scheduled: `slurm-ec2` (self-managed Slurm on EC2 launch templates),
 `hyperpod` (SageMaker HyperPod with Slurm) or `parallelcluster` (AWS ParallelCluster 3).
 
-A scheduler supplies what differs between them, and nothing else branches on it:
+A scheduler supplies what differs between them, and nothing else branches on it (the protocol is here; which
+class serves a tenant is fmcluster.schedulers.registry.scheduler_for):
 - what it needs uploaded before the cluster is made (`before_cluster`: HyperPod's lifecycle scripts,
   ParallelCluster's OnNodeConfigured script) and what makes the cluster beyond our stacks (`make_cluster`:
   ParallelCluster's `pcluster create-cluster`; `delete_cluster`, `status_lines` for the other commands);
@@ -19,12 +20,11 @@ import subprocess
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from fmcluster.model import Tenant
 from fmcluster.nodes import Node, discover
 from fmcluster.stacks.api import DeleteFirst
 from fmcluster.steps import StepOutcome
 
-__all__ = ["Scheduler", "discover", "scheduler_for", "SITE_PLAYBOOK"]
+__all__ = ["Scheduler", "discover", "SITE_PLAYBOOK"]
 
 Out = Callable[[str], object]
 SITE_PLAYBOOK = "playbooks/site.yml"
@@ -74,19 +74,3 @@ class Scheduler(Protocol):
                             on_controller: Callable[[str], subprocess.CompletedProcess[str]]) -> tuple[str, list[str]]:
         """Ask for a new node in place of `node`, the scheduler's way: what was asked (for the summary) and notes.
         Raises RuntimeError when the request is refused."""
-
-
-def scheduler_for(tenant: Tenant) -> Scheduler:
-    if tenant.scheduler == "parallelcluster":
-        from fmcluster.schedulers.parallelcluster import ParallelCluster
-
-        return ParallelCluster(tenant)
-    if tenant.scheduler == "hyperpod":
-        from fmcluster.schedulers.hyperpod import HyperPod
-
-        return HyperPod(tenant)
-    if tenant.scheduler == "slurm-ec2":
-        from fmcluster.schedulers.slurm_ec2 import SlurmEc2
-
-        return SlurmEc2(tenant)
-    raise ValueError(f"scheduler {tenant.scheduler!r} is not supported yet")

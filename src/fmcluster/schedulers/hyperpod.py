@@ -4,6 +4,7 @@ first-boot script as every other node; the nodes are found through SageMaker's L
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -13,9 +14,18 @@ from fmcluster.nodes import Node
 from fmcluster.schedulers import SITE_PLAYBOOK, Out
 from fmcluster.stacks.api import DeleteFirst
 from fmcluster.steps import StepOutcome
-from fmcluster.stacks.render import LIFECYCLE_DIR, LIFECYCLE_PREFIX, USER_DATA_SCRIPT, first_boot_script, lifecycle_environment
+from fmcluster.stacks.first_boot import USER_DATA_SCRIPT, first_boot_script
+from fmcluster.stacks.render import LIFECYCLE_DIR, LIFECYCLE_PREFIX, lifecycle_environment
 
 LIFECYCLE_ENV = "fmcluster-lifecycle.env"
+#: HyperPod's Slurm integration replaces a node set to FAIL with this reason (its documented manual path).
+HYPERPOD_REPLACE_REASON = "Action:Replace"
+
+
+def hyperpod_replace_command(node: str) -> str:
+    """HyperPod (Slurm): the documented manual replacement, as a command for the controller."""
+    return (f"scontrol update nodename={shlex.quote(node)} state=fail "
+            f"reason={shlex.quote(HYPERPOD_REPLACE_REASON)}")
 
 
 class HyperPod:
@@ -79,8 +89,6 @@ class HyperPod:
 
     def request_replacement(self, node: Node, autoscaling: Callable[[], Any],
                             on_controller: Callable[[str], subprocess.CompletedProcess[str]]) -> tuple[str, list[str]]:
-        from fmcluster.lifecycle import HYPERPOD_REPLACE_REASON, hyperpod_replace_command
-
         done = on_controller(hyperpod_replace_command(node.name))
         if done.returncode != 0:
             raise RuntimeError(f"HyperPod replacement request failed: {(done.stderr or done.stdout).strip()}")

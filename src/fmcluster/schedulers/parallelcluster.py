@@ -10,6 +10,7 @@ ParallelCluster's own schema; only `pcluster create-cluster` itself does not run
 
 from __future__ import annotations
 
+import re
 import subprocess
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -20,6 +21,20 @@ from fmcluster.schedulers import SITE_PLAYBOOK, Out
 from fmcluster.stacks.api import DeleteFirst
 from fmcluster.stacks.render import has_parallelcluster_stand_in
 from fmcluster.steps import StepOutcome
+
+#: Why `invoke replace` leaves a node to ParallelCluster, and the command that triggers its own replacement.
+PARALLELCLUSTER_REFUSAL = (
+    "ParallelCluster replaces unhealthy static compute nodes itself: its clustermgtd (aws-parallelcluster-node's "
+    "slurm_plugin) terminates a node Slurm marks DOWN, or DRAINED once idle, and launches a new one "
+    "(terminate_down_nodes / terminate_drain_nodes, on by default). Trigger it with "
+    "`invoke slurm --org={org} --cmd='scontrol update nodename={node} state=down reason=replace'`.")
+
+
+def parallelcluster_refusal(org: str, node: str) -> str:
+    """The refusal, with the command that triggers ParallelCluster's own replacement (a name that is not a plain
+    host name is not echoed into a command line)."""
+    plain = node if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}", node) else "<node>"
+    return PARALLELCLUSTER_REFUSAL.format(org=org, node=plain)
 
 
 class ParallelCluster:
@@ -146,8 +161,6 @@ class ParallelCluster:
             return [f"{cluster_name(self.tenant)}: describe-cluster failed: {err}", *err.lines]
 
     def replacement_refusal(self, node: str) -> str | None:
-        from fmcluster.lifecycle import parallelcluster_refusal
-
         return parallelcluster_refusal(self.tenant.org, node)
 
     def request_replacement(self, node: Node, autoscaling: Callable[[], Any],

@@ -15,6 +15,18 @@ from fmcluster.stacks.templates.slurm_ec2 import SIGNAL_TIMEOUT
 from fmcluster.steps import StepOutcome
 
 
+def asg_replace(autoscaling: Any, instance_id: str) -> str:
+    """slurm-ec2: terminate the instance in its Auto Scaling group, keeping the desired capacity, so the group
+    launches a new one from its launch template. Returns the group's name."""
+    found = autoscaling.describe_auto_scaling_instances(InstanceIds=[instance_id]).get("AutoScalingInstances", [])
+    if not found:
+        raise RuntimeError(f"instance {instance_id} is in no Auto Scaling group: nothing would launch its "
+                           "replacement (was it started by hand?)")
+    group = str(found[0]["AutoScalingGroupName"])
+    autoscaling.terminate_instance_in_auto_scaling_group(InstanceId=instance_id, ShouldDecrementDesiredCapacity=False)
+    return group
+
+
 class SlurmEc2:
     name = "slurm-ec2"
     playbook = SITE_PLAYBOOK
@@ -62,7 +74,5 @@ class SlurmEc2:
 
     def request_replacement(self, node: Node, autoscaling: Callable[[], Any],
                             on_controller: Callable[[str], subprocess.CompletedProcess[str]]) -> tuple[str, list[str]]:
-        from fmcluster.lifecycle import asg_replace
-
         group = asg_replace(autoscaling(), node.instance_id)
         return f"{node.instance_id} terminated in Auto Scaling group {group} (desired capacity kept)", []

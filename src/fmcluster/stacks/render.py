@@ -15,10 +15,6 @@ HyperPod's on_create.sh the same variables.
 
 from __future__ import annotations
 
-import ast
-import base64
-import gzip
-
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,6 +26,9 @@ import yaml
 from fmcluster.model import Tenant
 from fmcluster.paths import PACKAGE_DIR
 from fmcluster.stacks import cfn
+from fmcluster.stacks.first_boot import (
+    S3_CLIENT, S3_CLIENT_PLACEHOLDER, USER_DATA_SCRIPT, first_boot_script, packed_s3_client, s3_client_writer,
+)
 from fmcluster.stacks.templates import hyperpod, network, slurm_ec2, storage
 from fmcluster.stacks.templates.common import (
     BOOTSTRAP_PREFIX, LIFECYCLE_PREFIX, MANIFEST_PREFIX, NODE_READ_PREFIXES, REPORT_PREFIX, logical_name,
@@ -38,8 +37,9 @@ from fmcluster.stacks.templates.slurm_ec2 import AMI_PARAMETERS
 
 __all__ = ["AMI_PARAMETERS", "BOOTSTRAP_PREFIX", "CapacityRef", "EMULATOR_AMI_PARAMETER", "ImageRef", "LIFECYCLE_DIR",
            "LIFECYCLE_PREFIX", "MANIFEST_PREFIX", "NODE_READ_PREFIXES", "OutputRef", "REPORT_PREFIX", "RenderedStack",
-           "STACK_KEYS", "boot_environment", "lifecycle_environment", "load_cfn_yaml", "logical_name",
-           "first_boot_script", "node_user_data", "render_stacks", "user_data_text"]
+           "S3_CLIENT", "S3_CLIENT_PLACEHOLDER", "STACK_KEYS", "USER_DATA_SCRIPT", "boot_environment",
+           "lifecycle_environment", "load_cfn_yaml", "logical_name", "first_boot_script", "node_user_data",
+           "packed_s3_client", "render_stacks", "s3_client_writer", "user_data_text"]
 
 SOURCE_ROOT = PACKAGE_DIR.parent.parent
 CFN_DIR = SOURCE_ROOT / "cfn"
@@ -178,47 +178,6 @@ _USER_DATA_HEAD = """#!/bin/bash
 # then scripts/node-user-data.sh. FMCLUSTER_SIGNAL_RESOURCE names the resource whose CreationPolicy waits
 # for this node's `cloudformation:SignalResource` (the node agent sends it after its first converge).
 """
-#: The rest of every node's first boot: fetch node-bootstrap.sh and run it. The same file is HyperPod's
-#: lifecycle script's tail (on_create.sh runs it) and ParallelCluster's OnNodeConfigured's.
-USER_DATA_SCRIPT = SOURCE_ROOT / "scripts" / "node-user-data.sh"
-#: The first boot's S3 client (Python's standard library alone), written out by the first-boot script.
-S3_CLIENT = SOURCE_ROOT / "scripts" / "fmcluster-s3"
-S3_CLIENT_PLACEHOLDER = "@FMCLUSTER_S3_CLIENT_WRITER@"
-
-
-def first_boot_script() -> str:
-    """scripts/node-user-data.sh with the S3 client inlined: what every node runs at first boot, whatever made
-    it (EC2 user data, HyperPod's on_create.sh, ParallelCluster's OnNodeConfigured)."""
-    script = USER_DATA_SCRIPT.read_text(encoding="utf-8")
-    if script.count(S3_CLIENT_PLACEHOLDER) != 1:
-        raise RuntimeError(f"{USER_DATA_SCRIPT} must hold {S3_CLIENT_PLACEHOLDER} exactly once")
-    return script.replace(S3_CLIENT_PLACEHOLDER + "\n", s3_client_writer('"$bin_dir/fmcluster-s3"'))
-
-
-def s3_client_writer(path: str) -> str:
-    """Shell that writes the packed S3 client to `path` (a shell word): the first-boot script's own lines, and the
-    ParallelCluster stand-in's on images that have no AWS CLI."""
-    return ("python3 -c 'import base64, gzip, sys; sys.stdout.buffer.write(gzip.decompress(base64.b64decode("
-            f"sys.stdin.read())))' \\\n  >{path}.new <<'FMCLUSTER_S3_CLIENT'\n{packed_s3_client()}\nFMCLUSTER_S3_CLIENT\n"
-            f"chmod 0755 {path}.new && mv -f {path}.new {path}\n")
-
-
-def packed_s3_client() -> str:
-    """The S3 client as the first-boot script carries it: without docstrings and comments, gzipped (mtime 0, so
-    byte-stable) and base64 in 76-character lines. EC2 takes 16 KB of user data and CloudFormation 51,200 bytes
-    of template, and every launch template carries a copy."""
-    tree = ast.parse(S3_CLIENT.read_text(encoding="utf-8"))
-    for node in ast.walk(tree):
-        body = getattr(node, "body", None)
-        if (isinstance(node, (ast.Module, ast.FunctionDef, ast.ClassDef)) and isinstance(body, list) and body
-                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
-                and isinstance(body[0].value.value, str)):
-            node.body = body[1:] or [ast.Pass()]
-    source = "#!/usr/bin/env python3\n" + ast.unparse(tree) + "\n"
-    packed = base64.b64encode(gzip.compress(source.encode(), compresslevel=9, mtime=0)).decode()
-    return "\n".join(packed[i:i + 76] for i in range(0, len(packed), 76))
-
-
 def node_user_data(*, org: str, role: str, queue: str, signal_resource: str) -> cfn.Fn:
     """EC2 user data of every slurm-ec2 node (controller, login, compute): export the boot
     environment, then scripts/node-user-data.sh (fetch and run the node bootstrap).

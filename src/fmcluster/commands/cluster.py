@@ -1,7 +1,9 @@
-"""The command layer: one function per task, returning its exit code. tasks.py (invoke) and the `fmcluster`
-CLI map onto these; no library module imports this one.
+"""The cluster commands: one function per task, returning its exit code (validate, plan, deploy, stacks, destroy,
+status, nodes-up, halt, slurm, acceptance, nodes, replace). tasks.py (invoke) and the `fmcluster` CLI call them
+through the package fmcluster.commands.
 
 Every task that changes something validates the tenant first (an invalid spec exits 2 with every problem).
+Exit codes: fmcluster.exits.ExitCode, one table for every command.
 """
 
 from __future__ import annotations
@@ -10,17 +12,13 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from fmcluster.exits import ExitCode
 from fmcluster.model import Tenant, TenantInvalid, load_tenant
 from fmcluster.paths import repo_root
 from fmcluster.providers import NoEndpoint as NoEndpointType
 
 if TYPE_CHECKING:
     from fmcluster.lifecycle import Replacer
-
-EXIT_FAILED = 1
-EXIT_INVALID_SPEC = 2
-EXIT_CANCELLED = 3
-EXIT_NOT_READY = 3
 
 Out = Callable[[str], object]
 
@@ -31,18 +29,18 @@ def require_tenant(org: str) -> Tenant:
         return load_tenant(org)
     except TenantInvalid as err:
         print(err.render(repo_root()), file=sys.stderr)
-        raise SystemExit(EXIT_INVALID_SPEC) from None
+        raise SystemExit(ExitCode.INVALID) from None
 
 
 def validate(org: str, out: Out = print) -> int:
     """Schema and catalog checks, every problem with its fix; then the scheduler's own (ParallelCluster's schema)."""
-    from fmcluster.schedulers import scheduler_for
+    from fmcluster.schedulers.registry import scheduler_for
 
     try:
         tenant = load_tenant(org)
     except TenantInvalid as err:
         out(err.render(repo_root()))
-        return EXIT_INVALID_SPEC
+        return ExitCode.INVALID
     out(tenant.describe())
     return scheduler_for(tenant).validate(out)
 
@@ -55,7 +53,8 @@ def deploy(org: str) -> int:
 
 def _endpoint(tenant: Tenant, start: bool) -> tuple[str | None, NoEndpointType | None]:
     """(endpoint, None), or (None, why it cannot be reached): plan goes offline, others say why."""
-    from fmcluster.providers import NoEndpoint, provider_for
+    from fmcluster.providers import NoEndpoint
+    from fmcluster.providers.registry import provider_for
 
     try:
         return provider_for(tenant).endpoint(start, print), None
@@ -67,8 +66,8 @@ def plan(org: str, show_templates: bool = False) -> int:
     from fmcluster.stacks.api import plan_stacks
 
     from fmcluster.paths import UnsafePath
-    from fmcluster.providers import provider_for
-    from fmcluster.schedulers import scheduler_for
+    from fmcluster.providers.registry import provider_for
+    from fmcluster.schedulers.registry import scheduler_for
 
     tenant = require_tenant(org)
     provider = provider_for(tenant)
@@ -76,7 +75,7 @@ def plan(org: str, show_templates: bool = False) -> int:
     # tenant's emulator needs root and would outlive the plan); otherwise it renders offline.
     endpoint, unreachable = _endpoint(tenant, start=provider.plan_starts_endpoint)
     code, scale_in = capacity_preflight(tenant, endpoint, unreachable)
-    if code != 0:
+    if code != ExitCode.OK:
         return code
     try:
         note = (f"{unreachable}. Above is what the stacks would hold; plan started nothing."
@@ -85,11 +84,11 @@ def plan(org: str, show_templates: bool = False) -> int:
                              image_parameter=provider.image_parameter, offline_note=note, capacity=scale_in)
     except UnsafePath as err:
         print(f"plan: {err}", file=sys.stderr)
-        return EXIT_FAILED
+        return ExitCode.FAILED
     from fmcluster.images import image_lines
 
-    print("\n".join(image_lines(tenant)))
-    code = 0 if result.ok and not result.notes else EXIT_FAILED  # notes: security findings
+    print("\n".join(image_lines(tenant, scheduler_for(tenant).image, provider.node_image)))
+    code = ExitCode.OK if result.ok and not result.notes else ExitCode.FAILED  # notes: security findings
     return scheduler_for(tenant).plan(print) or code
 
 
@@ -103,42 +102,42 @@ def capacity_preflight(tenant: Tenant, endpoint: str | None, unreachable: NoEndp
     if unreachable is not None:
         out(f"[capacity] not checked: {unreachable}; `invoke deploy` checks the reservations and quotas before "
             "any change")
-        return 0, {}
+        return ExitCode.OK, {}
     result = preflight(tenant, lambda service: aws.client(service, tenant.region, endpoint),
                        stand_in=endpoint is not None)
     out("[capacity] reservations and On-Demand quotas (EC2, Service Quotas)")
     render(result, out)
     if not result.ok:
         out(f"{len(result.refusals)} capacity problem(s); nothing was planned or changed.")
-        return EXIT_INVALID_SPEC, {}
-    return 0, result.scale_in
+        return ExitCode.INVALID, {}
+    return ExitCode.OK, result.scale_in
 
 
 def stacks(org: str) -> int:
     """The stacks alone (network → storage → cluster), without publishing for the nodes or waiting for them."""
     from fmcluster.stacks.api import deploy_stacks
-    from fmcluster.stacks.commands import summarize
+    from fmcluster.commands.stack_helpers import summarize
 
     tenant = require_tenant(org)
     endpoint, unreachable = _endpoint(tenant, start=True)
     if unreachable is not None:
         print(unreachable)
-        return EXIT_FAILED
+        return ExitCode.FAILED
     code, scale_in = capacity_preflight(tenant, endpoint, None)
-    if code != 0:
+    if code != ExitCode.OK:
         return code
-    from fmcluster.providers import provider_for
+    from fmcluster.providers.registry import provider_for
 
     result = deploy_stacks(tenant, endpoint, image_parameter=provider_for(tenant).image_parameter, capacity=scale_in)
     summarize(result)
-    return 0 if result.ok else EXIT_FAILED
+    return ExitCode.OK if result.ok else ExitCode.FAILED
 
 
 def destroy(org: str, yes: bool = False) -> int:
-    from fmcluster.providers import provider_for
-    from fmcluster.schedulers import scheduler_for
+    from fmcluster.providers.registry import provider_for
+    from fmcluster.schedulers.registry import scheduler_for
     from fmcluster.stacks.api import destroy_stacks
-    from fmcluster.stacks.commands import forget_generated_state
+    from fmcluster.commands.stack_helpers import forget_generated_state
 
     tenant = require_tenant(org)
     provider = provider_for(tenant)
@@ -152,20 +151,20 @@ def destroy(org: str, yes: bool = False) -> int:
 
     if unreachable is not None and not unreachable.nothing_deployed:
         print(f"destroy: {unreachable}")
-        return EXIT_FAILED
+        return ExitCode.FAILED
     ok = True
     if unreachable is None:
         result = destroy_stacks(tenant, endpoint, confirm=None if yes else confirm,
                                 delete_first=scheduler_for(tenant).delete_cluster(print))
         if "cancelled" in result.notes:
-            return EXIT_CANCELLED
+            return ExitCode.CANCELLED
         ok = result.ok
     else:
         print(f"destroy: {unreachable}; no stacks to delete")
     if ok:
         provider.teardown(print)
         forget_generated_state(tenant)
-    return 0 if ok else EXIT_FAILED
+    return ExitCode.OK if ok else ExitCode.FAILED
 
 
 def status(org: str) -> int:
@@ -174,7 +173,7 @@ def status(org: str) -> int:
     from fmcluster.manifest import digest
     from fmcluster.nodes import discover
     from fmcluster.reports import statuses
-    from fmcluster.schedulers import scheduler_for
+    from fmcluster.schedulers.registry import scheduler_for
     from fmcluster.stacks import aws
     from fmcluster.stacks.api import stacks_status
 
@@ -182,7 +181,7 @@ def status(org: str) -> int:
     endpoint, unreachable = _endpoint(tenant, start=False)
     if unreachable is not None:
         print(f"status: {unreachable}")
-        return EXIT_NOT_READY
+        return ExitCode.NOT_READY
     result = stacks_status(tenant, endpoint)
     for line in scheduler_for(tenant).status_lines():
         print(line)
@@ -198,35 +197,35 @@ def status(org: str) -> int:
               f"commit {str(manifest.get('ref', ''))[:12]}")
         for node_status in found:
             print(f"  {node_status.line()}")
-    return 0 if result.ok else EXIT_FAILED
+    return ExitCode.OK if result.ok else ExitCode.FAILED
 
 
 def nodes_up(org: str) -> int:
     """Boot what the AWS APIs say the cluster has (local: a host per instance; AWS: EC2 does it)."""
-    from fmcluster.providers import provider_for
+    from fmcluster.providers.registry import provider_for
 
     tenant = require_tenant(org)
     provider = provider_for(tenant)
     endpoint, unreachable = _endpoint(tenant, start=False)
     if unreachable is not None:
         print(f"nodes-up: {unreachable}")
-        return EXIT_NOT_READY
+        return ExitCode.NOT_READY
     result = provider.boot(endpoint, print)
     print(f"nodes-up: {len(result.started)} booted, {len(result.kept)} running, {len(result.removed)} removed")
-    return 0
+    return ExitCode.OK
 
 
 def halt(org: str, node: str) -> int:
     """Take one node down hard, as a crash would (its instance stays; `nodes-up` boots it again)."""
-    from fmcluster.providers import provider_for
+    from fmcluster.providers.registry import provider_for
 
     tenant = require_tenant(org)
     try:
         provider_for(tenant).halt(node, print)
     except (RuntimeError, KeyError) as err:
         print(f"halt: {err}")
-        return EXIT_FAILED
-    return 0
+        return ExitCode.FAILED
+    return ExitCode.OK
 
 
 def slurm(org: str, cmd: str, node: str = "") -> int:
@@ -236,19 +235,19 @@ def slurm(org: str, cmd: str, node: str = "") -> int:
 
     from fmcluster.acceptance.gate import client_node
     from fmcluster.inventory import read_nodes
-    from fmcluster.providers import provider_for
+    from fmcluster.providers.registry import provider_for
 
     tenant = require_tenant(org)
     nodes = read_nodes(org)
     if not nodes:
         print(f"slurm: no nodes known for '{org}'; run `invoke deploy --org={org}` first")
-        return EXIT_NOT_READY
+        return ExitCode.NOT_READY
     target = next((n for n in nodes if node in (n.name, n.address)), None) if node else client_node(nodes)
     if target is None:
         from fmcluster.escape import escaped, neutral
 
         print(f"slurm: no node {escaped(node)} in {org}; nodes: {neutral(', '.join(n.name for n in nodes))}")
-        return EXIT_FAILED
+        return ExitCode.FAILED
     argv = [*provider_for(tenant).client_argv(target), cmd]
     return subprocess.run(argv).returncode
 
@@ -257,18 +256,18 @@ def acceptance(org: str) -> int:
     from fmcluster.acceptance.gate import record_pass, run_gate, cluster_state
     from fmcluster.acceptance.slurm import SlurmError
     from fmcluster.inventory import read_nodes
-    from fmcluster.providers import provider_for
+    from fmcluster.providers.registry import provider_for
 
     tenant = require_tenant(org)
     nodes = read_nodes(org)
     if not nodes:
         print(f"acceptance: no nodes known for '{org}'; run `invoke deploy --org={org}` first")
-        return EXIT_NOT_READY
+        return ExitCode.NOT_READY
     try:
         result = run_gate(tenant, provider_for(tenant), nodes, print)
     except SlurmError as err:
         print(f"acceptance: cannot use Slurm: {err}")
-        return EXIT_NOT_READY
+        return ExitCode.NOT_READY
     if result.passed and not result.skipped:
         from fmcluster.inventory import read_manifest
 
@@ -283,16 +282,16 @@ def _replacer(tenant: Tenant, what: str) -> Replacer | int:
     """The tenant's Replacer (provider, endpoint, published manifest), or the exit code after saying why not."""
     from fmcluster.inventory import read_manifest
     from fmcluster.lifecycle import Replacer
-    from fmcluster.providers import provider_for
+    from fmcluster.providers.registry import provider_for
 
     endpoint, unreachable = _endpoint(tenant, start=False)
     if unreachable is not None:
         print(f"{what}: {unreachable}")
-        return EXIT_NOT_READY
+        return ExitCode.NOT_READY
     manifest = read_manifest(tenant.org)
     if not manifest:
         print(f"{what}: nothing published for '{tenant.org}'; run `invoke deploy --org={tenant.org}` first")
-        return EXIT_NOT_READY
+        return ExitCode.NOT_READY
     return Replacer(tenant, provider_for(tenant), endpoint, manifest)
 
 
@@ -324,31 +323,31 @@ def nodes(org: str, as_json: bool = False, replace: bool = False) -> int:
         print(f"{len(unhealthy)} of {len(lines)} node(s) unhealthy"
               + (f"; to replace: {', '.join(to_replace)} (`invoke replace --org={org} --node=N`)" if to_replace else ""))
     if not replace:
-        return EXIT_FAILED if unhealthy else 0
+        return ExitCode.FAILED if unhealthy else ExitCode.OK
     if not tenant.health.auto_replace:
         print(f"nodes --replace: tenant '{org}' has not opted in (health.auto_replace: true in its tenant.yml); "
               f"nothing replaced. Replace one node with `invoke replace --org={org} --node=N`.")
-        return EXIT_FAILED if unhealthy else 0
+        return ExitCode.FAILED if unhealthy else ExitCode.OK
     wanted, why_not = auto_replacements(lines, tenant.compute_nodes)
     if why_not:
         print(f"nodes --replace: {why_not}")
-        return EXIT_FAILED
-    code = 0
+        return ExitCode.FAILED
+    code: int = ExitCode.OK
     for name in wanted:
         print(f"\nnodes --replace: replacing {name} (health.auto_replace)")
         code = max(code, _replace(tenant, replacer, name))
-    return code if wanted else (EXIT_FAILED if unhealthy else 0)
+    return code if wanted else (ExitCode.FAILED if unhealthy else ExitCode.OK)
 
 
 def replace(org: str, node: str) -> int:
     """Replace one compute node the scheduler's way and wait for positive evidence that its successor serves."""
-    from fmcluster.schedulers import scheduler_for
+    from fmcluster.schedulers.registry import scheduler_for
 
     tenant = require_tenant(org)
     refusal = scheduler_for(tenant).replacement_refusal(node)
     if refusal:
         print(f"replace: {refusal}")
-        return EXIT_INVALID_SPEC
+        return ExitCode.INVALID
     replacer = _replacer(tenant, "replace")
     if isinstance(replacer, int):
         return replacer
@@ -367,7 +366,7 @@ def _replace(tenant: Tenant, replacer: Replacer, node: str) -> int:
     print(result.summary())
     # generated/hosts.yml follows the live nodes (acceptance and `invoke slurm` read it).
     write_inventory(tenant, replacer.manifest, replacer.live_nodes())
-    return EXIT_FAILED if result.failed else 0
+    return ExitCode.FAILED if result.failed else ExitCode.OK
 
 
 # --- users and teams (docs/users.md) ------------------------------------------------------------------------
@@ -384,14 +383,14 @@ def usage(org: str, since: str = "", as_json: bool = False, out: Out = print) ->
         since = check_since(since) if since else default_since(datetime.date.today())
     except UsageError as err:
         out(f"usage: {err}")
-        return EXIT_INVALID_SPEC
+        return ExitCode.INVALID
     try:
         _, rows = read_cluster_usage(tenant, since)
     except NoCluster as err:
         out(f"usage: {err}")
-        return EXIT_NOT_READY
+        return ExitCode.NOT_READY
     except UsageError as err:
         out(f"usage: {err}")
-        return EXIT_FAILED
+        return ExitCode.FAILED
     out((render_json if as_json else render_table)(rows, tenant.org, since).rstrip("\n"))
-    return 0
+    return ExitCode.OK

@@ -12,12 +12,8 @@ from fmcluster.acceptance.model import ParsedLog, json_safe
 from fmcluster.acceptance.parser import parse_file
 from fmcluster.acceptance.verdict import Verdict, judge, render
 from fmcluster.catalog import InstanceType, load_catalog
+from fmcluster.exits import VERDICT_EXITS, ExitCode
 
-EXIT_PASS = 0
-EXIT_FAIL = 1
-EXIT_UNREADABLE = 2
-EXIT_NOT_JUDGED = 3
-EXIT_CODES = {"pass": EXIT_PASS, "fail": EXIT_FAIL, "not_judged": EXIT_NOT_JUDGED}
 PARSE_EPILOG = """\
 exit status:
   0  pass: judged, and the log shows the reference size ran, finite, correct, at or above the floor,
@@ -27,7 +23,7 @@ exit status:
   2  unreadable: the file cannot be read (missing, a directory, a device or FIFO, no permission, a
      compression other than gzip/bzip2/xz), or a bad option (an instance type or queue the
      catalog/tenant does not have, an unknown --collective, a --min-busbw that is not a positive number)
-  3  not judged: read, nothing failed, but there is nothing to judge against; give --instance-type
+  5  not judged: read, nothing failed, but there is nothing to judge against; give --instance-type
      (or --org) and, if the log names no hosts, --nodes. Neuron nccom-test output is always not judged.
 
 The instance type is, in order: --instance-type; the tenant's queue (--org [--queue]); the type
@@ -58,14 +54,14 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 def main(args: argparse.Namespace) -> int:
     if args.acceptance_command == "run":
-        from fmcluster import commands
+        from fmcluster.commands import cluster
 
-        return commands.acceptance(args.org)
+        return cluster.acceptance(args.org)
     return parse_command(args)
 
 
 def _queues(org: str) -> tuple[dict[str, InstanceType], float | None]:
-    from fmcluster.commands import require_tenant
+    from fmcluster.commands.cluster import require_tenant
 
     tenant = require_tenant(org)
     return {q.name: q.instance for q in tenant.queues}, tenant.acceptance.min_busbw_gbps
@@ -96,7 +92,7 @@ def parse_command(args: argparse.Namespace) -> int:
         override_gbps=args.min_busbw if args.min_busbw is not None else override, collective=collective,
         require_data_check=args.require_data_check)
     verdict = judge(log, resolution.expectation, not_judged_reason=resolution.reason)
-    code = EXIT_CODES[verdict.status]
+    code = VERDICT_EXITS[verdict.status]
     if args.json:
         print(_json(log, verdict, code, resolution.reason))
     else:
@@ -107,10 +103,10 @@ def parse_command(args: argparse.Namespace) -> int:
 
 def _unreadable(args: argparse.Namespace, message: str) -> int:
     if args.json:
-        print(json.dumps({"status": "unreadable", "exit_code": EXIT_UNREADABLE, "error": message}, allow_nan=False))
+        print(json.dumps({"status": "unreadable", "exit_code": ExitCode.INVALID, "error": message}, allow_nan=False))
     else:
         print(f"acceptance parse: {message}")
-    return EXIT_UNREADABLE
+    return ExitCode.INVALID
 
 
 def _json(log: ParsedLog, verdict: Verdict, code: int, basis: str) -> str:
