@@ -196,6 +196,19 @@ def expectation_for(instance: InstanceType, nodes: int, override_gbps: float | N
     )
 
 
+def platform_instance(platform: str, catalog: dict[str, InstanceType]) -> str | None:
+    """The catalog instance type aws-ofi-nccl's `Running on X platform` names, or None.
+
+    Current plugins print the type (`p5.48xlarge`); older ones (1.1-1.4, seen in public p4d logs) printed the
+    family, capitalised (`P4d`): that names a type when exactly one catalog type has that family prefix.
+    """
+    if platform in catalog:
+        return platform
+    family = platform.lower()
+    matches = [name for name in catalog if name.lower().split(".")[0] == family]
+    return matches[0] if len(matches) == 1 else None
+
+
 @dataclass(frozen=True)
 class Resolution:
     expectation: Expectation | None
@@ -231,11 +244,13 @@ def resolve_expectation(log: ParsedLog, catalog: dict[str, InstanceType], *, ins
             return Resolution(None, f"the tenant has no queue {picked!r}; it has {', '.join(sorted(queues))}")
         instance, basis = queues[picked], f"the tenant's queue {picked}"
     elif log.network.platform:
-        if log.network.platform not in catalog:
+        named = platform_instance(log.network.platform, catalog)
+        if named is None:
             return Resolution(None, f"the log says it ran on {log.network.platform}, which is not in the catalog; "
                                     "give --instance-type")
-        instance, basis = catalog[log.network.platform], (
-            f"instance type {log.network.platform} from aws-ofi-nccl's 'Running on ... platform' line")
+        printed = "" if named == log.network.platform else f" (printed as the family {log.network.platform})"
+        instance, basis = catalog[named], (
+            f"instance type {named} from aws-ofi-nccl's 'Running on ... platform' line{printed}")
     if instance is None:
         return Resolution(None, "no instance type to judge against: give --instance-type (or --org), or a log "
                                 "with aws-ofi-nccl's 'NET/OFI Running on <type> platform' line (NCCL_DEBUG=INFO)")

@@ -296,6 +296,13 @@ def _completeness(log: ParsedLog) -> list[Finding]:
                        f"row (table header: {' '.join(log.columns) or 'none seen'})",
                        "check the launcher's line prefixes and the nccl-tests version; "
                        "`fmcluster acceptance parse LOG` shows what was read")]
+        if log.rank_lines_seen or log.header:
+            # nccl-tests printed its header or rank list, so it started: it hung or died in NCCL's set-up (a
+            # public hang report stops exactly there); "never started" would send the user to the wrong place
+            return [_f("truncated", "fail", "the benchmark started (header and rank list printed) but the log stops "
+                       "before the first result: it hung or died while NCCL set up its communicator",
+                       "rerun with NCCL_DEBUG=INFO and read where each rank stops; check every node reaches the "
+                       "others (security group, NCCL_SOCKET_IFNAME) and bisect if it repeats")]
         return [_f("no_results", "fail", "the log has no size table (the benchmark never started, or this is "
                    "not an nccl-tests log)", "read the job's stderr; check the sbatch script ran")]
     if log.completed:
