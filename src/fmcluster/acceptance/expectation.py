@@ -244,13 +244,13 @@ def resolve_expectation(log: ParsedLog, catalog: dict[str, InstanceType], *, ins
             return Resolution(None, f"the tenant has no queue {picked!r}; it has {', '.join(sorted(queues))}")
         instance, basis = queues[picked], f"the tenant's queue {picked}"
     elif log.network.platform:
-        named = platform_instance(log.network.platform, catalog)
-        if named is None:
+        platform_type = platform_instance(log.network.platform, catalog)
+        if platform_type is None:
             return Resolution(None, f"the log says it ran on {log.network.platform}, which is not in the catalog; "
                                     "give --instance-type")
-        printed = "" if named == log.network.platform else f" (printed as the family {log.network.platform})"
-        instance, basis = catalog[named], (
-            f"instance type {named} from aws-ofi-nccl's 'Running on ... platform' line{printed}")
+        printed = "" if platform_type == log.network.platform else f" (printed as the family {log.network.platform})"
+        instance, basis = catalog[platform_type], (
+            f"instance type {platform_type} from aws-ofi-nccl's 'Running on ... platform' line{printed}")
     if instance is None:
         return Resolution(None, "no instance type to judge against: give --instance-type (or --org), or a log "
                                 "with aws-ofi-nccl's 'NET/OFI Running on <type> platform' line (NCCL_DEBUG=INFO)")
