@@ -519,7 +519,7 @@ def _topology(log: ParsedLog, exp: Expectation) -> list[Finding]:
                 seen.setdefault((r.host, r.device), []).append(r.rank)
         dup = [f"ranks {', '.join(map(str, rs))} on {host} device {dev}" for (host, dev), rs in seen.items()
                if len(rs) > 1]
-        if dup:
+        if dup and log.tables <= 1:  # two runs in one log list every GPU twice; `multiple_tables` says so
             out.append(_f("duplicate_device", "fail", f"two or more ranks on one GPU: {'; '.join(dup[:4])}",
                           "bind one rank per GPU (--gpus-per-task=1 / CUDA_VISIBLE_DEVICES per local rank)"))
         ids = [r.rank for r in ranks]
