@@ -98,3 +98,28 @@ def test_every_rank_of_the_healthy_efa_run_is_seen_on_efa() -> None:
 def test_a_hang_in_set_up_is_not_called_never_started() -> None:
     v = _judge("hang_at_init_gtx1080ti.log", {"instance_type": None, "nodes": None})
     assert v.codes[0] == "truncated" and "never started" not in v.cause and "set up" in v.cause
+
+
+# floors of the other collectives (data/nccl_profiles.yml `collective_floors`) --------------------------------
+def test_all_gather_and_reduce_scatter_floors_come_from_published_figures() -> None:
+    exp = expectation_for(load_catalog()["p5.48xlarge"], 2)
+    for collective in ("all_gather", "reduce_scatter"):
+        floor, source, origin = exp.floor_for(collective, 16)
+        assert origin == "published" and floor == pytest.approx(250 * 370 / 480, abs=0.01)
+        assert "AWS ParallelCluster" in source and "nccl-tests/issues/212" in source
+
+
+def test_collectives_without_a_public_figure_keep_a_floor_marked_derived() -> None:
+    exp = expectation_for(load_catalog()["p5.48xlarge"], 2)
+    for collective in ("alltoall", "broadcast", "sendrecv"):
+        floor, source, origin = exp.floor_for(collective, 16)
+        assert origin == "derived" and source.startswith("derived: 0.125 x the") and floor is not None
+
+
+def test_every_collective_has_a_floor_rule_with_a_cited_source() -> None:
+    from fmcluster.acceptance.expectation import COLLECTIVES, collective_floors
+
+    rules = collective_floors()
+    assert set(rules) == set(COLLECTIVES) - {"all_reduce"}
+    assert all(r.source.count("https://") >= 1 and r.basis in ("published", "derived") for r in rules.values())
+

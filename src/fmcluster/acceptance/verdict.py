@@ -723,6 +723,8 @@ def baseline_sentence(log: ParsedLog, exp: Expectation, row: SizeRow | None, gat
         floor = f"floor {gate.floor_gbps:g} GB/s (catalog: {gate.floor_source})"
     elif gate.floor_from == "derived":
         floor = f"floor {gate.floor_gbps:g} GB/s ({gate.floor_source})"
+    elif gate.floor_from == "published":
+        floor = f"floor {gate.floor_gbps:g} GB/s (published: {gate.floor_source})"
     else:
         floor = f"floor {gate.floor_gbps:g} GB/s (tenant override; the catalog's is {exp.catalog_floor_gbps:g})"
     return f"{head}: {measured}; {floor}; {_public_words(log, exp, row, gate.collective == 'all_reduce')}"
