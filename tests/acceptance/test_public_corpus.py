@@ -46,7 +46,8 @@ def _judge(name: str, case: dict[str, Any]) -> Verdict:
 def test_the_corpus_covers_the_classes_the_issue_names() -> None:
     assert len(LOGS) >= 6
     shows = " ".join(_sidecar(log)["shows"] for log in LOGS).lower()
-    for words in ("healthy 2x p4d", "socket", "wrong results", "hung", "nccl_debug=info", "all_gather"):
+    for words in ("healthy 2x p4d", "socket", "wrong results", "hung", "killed mid-run", "nccl_debug=info",
+                  "all_gather"):
         assert words in shows, words
 
 
