@@ -136,3 +136,22 @@ def test_the_time_cells_rounding_is_allowed_for_and_no_more() -> None:
     foot = "# Out of bounds values : 0 OK\n# Avg bus bandwidth    : 0\n"
     assert "non_physical" not in judge(parse_text(head + ok + foot), None).codes
     assert "non_physical" in judge(parse_text(head + bad + foot), None).codes
+
+
+@pytest.mark.parametrize(("name", "case"), [c for c in _cases() if c[1].get("ranks_per_node") is None],
+                         ids=lambda x: x if isinstance(x, str) else f"{x['instance_type']}x{x['nodes']}")
+def test_the_cli_and_doctor_say_the_same_of_each_public_log(name: str, case: dict[str, Any],
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """One code path: `fmcluster acceptance parse` exits as the expert's verdict says, and doctor --log agrees."""
+    from fmcluster.cli import main
+    from fmcluster.doctor.report import diagnose_log
+
+    args = ["acceptance", "parse", "--json", str(PUBLIC / name)]
+    if case["instance_type"]:
+        args += ["--instance-type", case["instance_type"], "--nodes", str(case["nodes"])]
+    code = main(args)
+    out = json.loads(capsys.readouterr().out)
+    assert (code, out["status"]) == ({"pass": 0, "fail": 1, "not_judged": 3}[case["status"]], case["status"])
+    if case["instance_type"] is None:
+        assert diagnose_log(PUBLIC / name).acceptance == {"status": out["status"], "codes": out["codes"],
+                                                          "cause": out["cause"]}
