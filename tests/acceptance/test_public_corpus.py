@@ -131,7 +131,8 @@ def test_the_time_cells_rounding_is_allowed_for_and_no_more() -> None:
     from fmcluster.acceptance.parser import parse_text
 
     head = (PUBLIC / "rtx3090_1rank_inplace_noop.log").read_text().split("           8  ")[0]
-    ok = "       16384          4096     float     sum      -1     5.47    3.00    0.00      0     0.22   72.87    0.00      0\n"
+    ok = ("       16384          4096     float     sum      -1     5.47    3.00    0.00      0     0.22   72.87"
+          "    0.00      0\n")
     bad = ok.replace("   72.87 ", "   81.50 ")
     foot = "# Out of bounds values : 0 OK\n# Avg bus bandwidth    : 0\n"
     assert "non_physical" not in judge(parse_text(head + ok + foot), None).codes
