@@ -24,11 +24,32 @@ def evidence(raw: dict[str, Any]) -> Evidence:
     ev = Evidence(reports=copy.deepcopy(raw.get("reports", {})), logs=dict(raw.get("logs", {})),
                   sinfo=raw.get("sinfo"), targets=raw.get("targets"),
                   facts={k: [(str(w), str(v)) for w, v in values] for k, values in raw.get("facts", {}).items()})
-    for path, instance_type in raw.get("log_files", []):
+    for path, instance_type, *bound in raw.get("log_files", []):
         full = ROOT / "tests" / "fixtures" / path
-        _, ev.verdicts[path] = judge_log(full, instance_type=instance_type)
-        ev.logs[path] = full.read_text()
+        if bound:
+            ev.verdicts[path] = _judge_with(full, instance_type, **bound[0])
+        else:
+            _, ev.verdicts[path] = judge_log(full, instance_type=instance_type)
+        ev.logs[path] = full.read_bytes().decode("utf-8", "replace")
     return ev
+
+
+def _judge_with(path: Path, instance_type: str | None, max_bytes: int = 4 << 30,
+                require_data_check: bool = False) -> Any:
+    """judge_log with options doctor does not take: a lower byte bound (the parser's 4 GiB is too large for a
+    fixture) or the deploy gate's required data check."""
+    from fmcluster.acceptance.expectation import resolve_expectation
+    from fmcluster.acceptance.parser import LogParser, LogReader
+    from fmcluster.acceptance.verdict import judge
+    from fmcluster.catalog import load_catalog
+
+    reader, parser = LogReader(path, max_bytes=max_bytes), LogParser(str(path))
+    for line, length in reader:
+        parser.feed(line, length)
+    log = parser.result(encoding=reader.encoding, bytes_capped=reader.capped)
+    found = resolve_expectation(log, load_catalog(), instance_type=instance_type,
+                                require_data_check=require_data_check)
+    return judge(log, found.expectation, not_judged_reason=found.reason)
 
 
 HEALTHY = evidence(CASES["healthy"])

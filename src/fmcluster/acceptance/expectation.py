@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Literal
 
 from fmcluster.acceptance.model import ParsedLog
@@ -59,10 +60,6 @@ COLLECTIVES: dict[str, Collective] = {
     "hypercube": Collective(_ring, lambda nodes, g: _ring(nodes)),
 }
 """Every collective nccl-tests ships a `<name>_perf` binary for."""
-DERIVED_FLOOR_SHARE = 0.125
-"""Where no public floor exists (every collective but all_reduce), the floor is this share of the collective's
-physical ceiling on the fabric: fmcluster's choice, low enough for any healthy run (healthy runs reach 50-95% of
-the ceiling), high enough to catch a fabric off EFA (sockets, the tcp provider) or a run on a fraction of its NICs."""
 CEILING_TOLERANCE = 0.05
 """Headroom over the computed ceiling before a busbw counts as non-physical (rounding, GB vs GiB slips)."""
 
@@ -150,9 +147,66 @@ class Expectation:
                    if self.instance and self.transport != "socket" else None)
         if ceiling is None:
             return None, f"no public {collective} floor and no hardware ceiling to derive one from", "none"
-        floor = round(ceiling[0] * DERIVED_FLOOR_SHARE, 2)
-        return floor, (f"derived: {DERIVED_FLOOR_SHARE:g} x the {collective} ceiling {ceiling[0]:.1f} GB/s "
+        rule = collective_floors()[collective]
+        if rule.basis == "published":
+            floor = round(min(self.min_busbw_gbps * rule.factor, ceiling[0]), 2)
+            origin = "published" if self.floor_from == "catalog" else self.floor_from
+            return floor, (f"{rule.ratio_words} x the all_reduce floor {self.min_busbw_gbps:g} GB/s "
+                           f"({self.floor_source}); the ratio: {rule.source}"), origin
+        floor = round(ceiling[0] * rule.factor, 2)
+        return floor, (f"derived: {rule.factor:g} x the {collective} ceiling {ceiling[0]:.1f} GB/s "
                        f"({ceiling[1]}); no public {collective} floor exists"), "derived"
+
+
+@dataclass(frozen=True)
+class CollectiveFloor:
+    """How one collective's floor is set (data/nccl_profiles.yml `collective_floors`)."""
+
+    basis: str
+    """"published": the all_reduce floor x a public busbw ratio; "derived": a share of the collective's ceiling."""
+    factor: float
+    ratio_words: str
+    """The ratio as the source gives it (`370/480`), for the verdict's sentence."""
+    source: str
+
+
+FLOOR_BASES = ("published", "derived")
+
+
+@lru_cache(maxsize=1)
+def collective_floors() -> dict[str, CollectiveFloor]:
+    """Every collective's floor rule but all_reduce's; a missing or malformed entry is an error naming the key."""
+    from fmcluster.nccl import NCCL_PROFILES_PATH, load_profiles
+
+    raw = load_profiles()
+    where = f"{NCCL_PROFILES_PATH}: collective_floors"
+    table = raw.get("collective_floors")
+    if not isinstance(table, dict):
+        raise ValueError(f"{where} is missing; add one entry per collective but all_reduce")
+    out: dict[str, CollectiveFloor] = {}
+    for name in COLLECTIVES:
+        if name == "all_reduce":
+            continue
+        entry = table.get(name)
+        if not isinstance(entry, dict) or entry.get("basis") not in FLOOR_BASES:
+            raise ValueError(f"{where}.{name}: needs basis: {' or '.join(FLOOR_BASES)}")
+        source = entry.get("source")
+        if source not in raw["sources"]:
+            raise ValueError(f"{where}.{name}: source {source!r} is not in `sources`; cite one of them")
+        if entry["basis"] == "published":
+            ratio = entry.get("ratio") or {}
+            num, den = ratio.get("numerator"), ratio.get("denominator")
+            if not (isinstance(num, (int, float)) and isinstance(den, (int, float)) and 0 < num <= den):
+                raise ValueError(f"{where}.{name}.ratio: needs numerator and denominator, 0 < numerator <= "
+                                 "denominator (a floor above all_reduce's has no source)")
+            factor, words = num / den, f"{num:g}/{den:g}"
+        else:
+            share = entry.get("share")
+            if not (isinstance(share, (int, float)) and 0 < share < 1):
+                raise ValueError(f"{where}.{name}.share: needs a share of the ceiling between 0 and 1")
+            factor, words = float(share), f"{share:g}"
+        out[name] = CollectiveFloor(entry["basis"], factor, words, " ".join(str(raw["sources"][source]).split()))
+    return out
 
 
 def transport_for(instance: InstanceType, nodes: int) -> Transport:
@@ -196,6 +250,19 @@ def expectation_for(instance: InstanceType, nodes: int, override_gbps: float | N
     )
 
 
+def platform_instance(platform: str, catalog: dict[str, InstanceType]) -> str | None:
+    """The catalog instance type aws-ofi-nccl's `Running on X platform` names, or None.
+
+    Current plugins print the type (`p5.48xlarge`); older ones (seen in a public p4d log, NCCL 2.9) printed the
+    family, capitalised (`P4d`): that names a type when exactly one catalog type has that family prefix.
+    """
+    if platform in catalog:
+        return platform
+    family = platform.lower()
+    matches = [name for name in catalog if name.lower().split(".")[0] == family]
+    return matches[0] if len(matches) == 1 else None
+
+
 @dataclass(frozen=True)
 class Resolution:
     expectation: Expectation | None
@@ -231,11 +298,13 @@ def resolve_expectation(log: ParsedLog, catalog: dict[str, InstanceType], *, ins
             return Resolution(None, f"the tenant has no queue {picked!r}; it has {', '.join(sorted(queues))}")
         instance, basis = queues[picked], f"the tenant's queue {picked}"
     elif log.network.platform:
-        if log.network.platform not in catalog:
+        platform_type = platform_instance(log.network.platform, catalog)
+        if platform_type is None:
             return Resolution(None, f"the log says it ran on {log.network.platform}, which is not in the catalog; "
                                     "give --instance-type")
-        instance, basis = catalog[log.network.platform], (
-            f"instance type {log.network.platform} from aws-ofi-nccl's 'Running on ... platform' line")
+        printed = "" if platform_type == log.network.platform else f" (printed as the family {log.network.platform})"
+        instance, basis = catalog[platform_type], (
+            f"instance type {platform_type} from aws-ofi-nccl's 'Running on ... platform' line{printed}")
     if instance is None:
         return Resolution(None, "no instance type to judge against: give --instance-type (or --org), or a log "
                                 "with aws-ofi-nccl's 'NET/OFI Running on <type> platform' line (NCCL_DEBUG=INFO)")

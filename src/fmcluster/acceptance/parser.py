@@ -396,7 +396,9 @@ class LogParser:
             raw = raw[:MAX_LINE_CHARS]
         if "\x1b" in raw:
             raw = _ANSI.sub("", raw)
-        line = _strip_prefixes(raw.rstrip("\r\n"))
+        # lstrip: logs pasted into docs and tickets are indented (Markdown lists, `kubectl logs | sed`), and a
+        # footer read as "not a comment" would turn a complete run into a truncated one
+        line = _strip_prefixes(raw.rstrip("\r\n").lstrip())
         if not line.strip():
             return
         if " INFO " in line or " WARN " in line:
