@@ -10,7 +10,8 @@ from fmcluster.model import Tenant
 from fmcluster.stacks.cfn import GetAtt, Ref, Sub, text
 from fmcluster.stacks.templates.common import (
     LIFECYCLE_PREFIX, ON_AWS, PROVIDER_PARAMETER, TEMPLATE_VERSION, assume_role, bucket_name, controller_statements,
-    description, metadata, node_statements, output, resource_tags, security_group_id, spec_file, subnet_id,
+    description, metadata, node_statements, output, remote_write_statements, resource_tags, security_group_id,
+    spec_file, subnet_id,
 )
 
 MANAGED_POLICIES = ("AmazonSageMakerClusterInstanceRolePolicy", "CloudWatchAgentServerPolicy")
@@ -120,7 +121,8 @@ def build(tenant: Tenant) -> dict[str, Any]:
                                f"{prefix} HyperPod login and compute instances"),
         "ControllerExecutionRole": _role(tenant, "hyperpod-controller-role",
                                          [*node_statements(tenant, controller=True), *controller_statements(),
-                                          *discovery_statements(tenant), *network_statements()], f"{prefix} HyperPod controller"),
+                                          *remote_write_statements(tenant), *discovery_statements(tenant),
+                                          *network_statements()], f"{prefix} HyperPod controller"),
         "Cluster": {"Type": "AWS::SageMaker::Cluster", "Properties": {
             "ClusterName": prefix,
             "InstanceGroups": instance_groups(tenant),
