@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from conftest import ROOT
 from fmcluster.manifest import assemble_inventory
@@ -137,19 +138,28 @@ def runs(conditions: list[str], variables: Mapping[str, Any]) -> bool:
     return all(t.evaluate_conditional(trusted(c)) for c in conditions)
 
 
-def installing_uses(inventory: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """(play, role) of every Slurm/munge-installing role that would run with this inventory's variables: the play's
-    and the role's `when`, with the play's vars, templated by Ansible."""
-    all_vars = inventory["all"]["vars"]
+def installing_uses(inventory: Mapping[str, Any], tmp_path: Path) -> list[tuple[str, str, str]]:
+    """(play, role, host) of every Slurm/munge-installing role that would run with this inventory: Ansible's own
+    inventory resolves each play's host pattern and each host's variables; the play's and the role's `when`, with
+    the play's vars, are templated by Ansible."""
+    from ansible.inventory.manager import InventoryManager
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.vars.manager import VariableManager
+
+    path = tmp_path / "hosts.yml"
+    path.write_text(yaml.safe_dump(dict(inventory)))
+    loader = DataLoader()
+    hosts = InventoryManager(loader=loader, sources=[str(path)])
+    variables = VariableManager(loader=loader, inventory=hosts)
     installers = slurm_installers()
     found = []
     for play in plays(ROOT / SITE_PLAYBOOK):
-        play_vars = {**all_vars, **(play.get("vars") or {})}
-        if not runs(_conditions(play.get("when")), play_vars):
-            continue
-        for role, conditions, role_vars in role_uses(play):
-            if role in installers and runs(conditions, {**play_vars, **role_vars}):
-                found.append((str(play.get("name")), role))
+        for host in hosts.get_hosts(play["hosts"]):
+            play_vars = {**variables.get_vars(host=host), **(play.get("vars") or {})}
+            if not runs(_conditions(play.get("when")), play_vars):
+                continue
+            found += [(str(play.get("name")), role, host.name) for role, conditions, role_vars in role_uses(play)
+                      if role in installers and runs(conditions, {**play_vars, **role_vars})]
     return found
 
 
@@ -166,16 +176,17 @@ def test_the_playbooks_have_slurm_and_munge_installing_roles_for_this_test_to_fi
     assert "munge" in installers["munge"] and "slurmctld" in installers["slurm_controller"]
 
 
-def test_no_play_installs_slurm_or_munge_on_a_hyperpod_node() -> None:
+def test_no_play_installs_slurm_or_munge_on_a_hyperpod_node(tmp_path: Path) -> None:
     inventory = inventory_of(hyperpod())
-    assert installing_uses(inventory) == [], "HyperPod ships its own Slurm and munge under /opt/slurm"
+    assert installing_uses(inventory, tmp_path) == [], "HyperPod ships its own Slurm and munge under /opt/slurm"
 
 
-def test_fmcluster_installs_its_own_slurm_where_the_scheduler_is_slurm_ec2() -> None:
-    """The same evaluation, on a scheduler whose Slurm is fmcluster's: it finds the installing roles (so an empty
-    answer above means skipped, not unseen)."""
-    uses = installing_uses(inventory_of(load_tenant("stockmark", ROOT)))
-    assert {role for _, role in uses} >= {"munge", "slurm_controller", "slurm_compute", "slurm_login"}, uses
+def test_fmcluster_installs_its_own_slurm_where_the_scheduler_is_slurm_ec2(tmp_path: Path) -> None:
+    """The same evaluation, on a scheduler whose Slurm is fmcluster's: it finds the installing roles on the nodes
+    that need them (so an empty answer above means skipped, not unseen)."""
+    uses = installing_uses(inventory_of(load_tenant("stockmark", ROOT)), tmp_path)
+    assert {role for _, role, _ in uses} >= {"munge", "slurm_controller", "slurm_compute", "slurm_login"}, uses
+    assert len({host for _, role, host in uses if role == "munge"}) == len(nodes_for(load_tenant("stockmark", ROOT)))
 
 
 def test_the_hyperpod_manifest_hands_the_roles_hyperpods_slurm() -> None:
