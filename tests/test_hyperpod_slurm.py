@@ -329,3 +329,62 @@ def test_the_lifecycle_starts_a_configless_slurmd_on_compute_nodes(tmp_path: Pat
 def test_the_lifecycle_starts_nothing_on_a_host_hyperpod_does_not_list(tmp_path: Path) -> None:
     ran, calls = run_start(tmp_path, "10.9.9.9", None)
     assert ran.returncode != 0 and calls == [] and "10.9.9.9" in ran.stderr
+
+
+# --- the mounts come with HyperPod's Slurm -------------------------------------------------------------------------
+
+def test_hyperpod_mounts_the_storage_stacks_file_systems_on_every_group(tmp_path: Path) -> None:
+    """As ParallelCluster's SharedStorage does: the scheduler that brings its own Slurm mounts the file systems
+    (fmcluster's shared_storage role runs with fmcluster's Slurm only), from the storage stack's outputs."""
+    tenant = hyperpod()
+    cluster = next(s for s in render_stacks(tenant) if s.key == "cluster")
+    template = load_cfn_yaml(cluster.body)
+    for group in template["Resources"]["Cluster"]["Properties"]["InstanceGroups"]:
+        assert {"Fn::If": ["MountLustre", {"FsxLustreConfig": {
+            "DnsName": {"Ref": "LustreDnsName"}, "MountName": {"Ref": "LustreMountName"},
+            "MountPath": tenant.storage.lustre.mount_point}}, {"Ref": "AWS::NoValue"}]} \
+            in group["InstanceStorageConfigs"], group["InstanceGroupName"]
+    outputs = {"storage": {"LustreDnsName": "fs-0123456789abcdef0.fsx.us-east-2.amazonaws.com",
+                           "LustreMountName": "abcdefgh", "DataBucketName": "b"},
+               "network": {k: "x" for k in ("PrivateSubnetId", "PublicSubnetId", "EfaSecurityGroupId",
+                                            "NodeSecurityGroupId", "LoginSecurityGroupId")}}
+    params, _ = cluster.resolved_parameters(outputs)
+    assert (params["LustreDnsName"], params["LustreMountName"]) == ("fs-0123456789abcdef0.fsx.us-east-2.amazonaws.com",
+                                                                    "abcdefgh")
+    # On the emulator (no FSx, so no DNS name) the mount is left out, said in the deploy's notes.
+    del outputs["storage"]["LustreDnsName"], outputs["storage"]["LustreMountName"]
+    params, notes = cluster.resolved_parameters(outputs)
+    assert params["LustreDnsName"] == "" and any(note.startswith("LustreDnsName:") for note in notes)
+    # And the inventory the nodes get runs no shared_storage role there.
+    inventory = inventory_of(tenant)
+    path = tmp_path / "hosts.yml"
+    path.write_text(yaml.safe_dump(inventory))
+    from ansible.inventory.manager import InventoryManager
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.vars.manager import VariableManager
+
+    loader = DataLoader()
+    hosts = InventoryManager(loader=loader, sources=[str(path)])
+    variables = VariableManager(loader=loader, inventory=hosts)
+    mounting = [(role, host.name) for play in plays(ROOT / "playbooks" / "shared-storage.yml")
+                for host in hosts.get_hosts(play["hosts"]) for role, conditions, role_vars in role_uses(play)
+                if runs(conditions, {**variables.get_vars(host=host), **(play.get("vars") or {}), **role_vars})]
+    assert mounting == [], "HyperPod mounts them; fmcluster's role does not mount them a second time"
+
+
+def test_a_hyperpod_tenant_with_an_openzfs_home_has_hyperpod_mount_it_too() -> None:
+    import dataclasses
+
+    from fmcluster.model import OpenZfs
+
+    tenant = hyperpod()
+    with_home = dataclasses.replace(tenant, storage=dataclasses.replace(
+        tenant.storage, openzfs=OpenZfs(64, 160, "/home")))
+    cluster = next(s for s in render_stacks(with_home) if s.key == "cluster")
+    template = load_cfn_yaml(cluster.body)
+    assert template["Conditions"]["MountHome"] == {"Fn::Not": [{"Fn::Equals": [{"Ref": "HomeDnsName"}, ""]}]}
+    for group in template["Resources"]["Cluster"]["Properties"]["InstanceGroups"]:
+        assert {"Fn::If": ["MountHome", {"FsxOpenZfsConfig": {"DnsName": {"Ref": "HomeDnsName"}, "MountPath": "/home"}},
+                           {"Ref": "AWS::NoValue"}]} in group["InstanceStorageConfigs"]
+    assert "HomeDnsName" in cluster.parameters and "HomeDnsName" not in next(
+        s for s in render_stacks(tenant) if s.key == "cluster").parameters
