@@ -217,58 +217,65 @@ def root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     shutil.copytree(ROOT / "inventories", tmp_path / "inventories", ignore=shutil.ignore_patterns("generated", "hosts.yml"))
     monkeypatch.setenv("FMCLUSTER_ROOT", str(tmp_path))
     yield tmp_path
-    stop_emulator("demo", tmp_path)
+    stop_emulator(ORG, tmp_path)
+
+
+ORG = "stockmark"  # 16 × p5.48xlarge in one GPU queue, rehearsed on the emulator as tests/test_stacks.py does
 
 
 def set_in_spec(root: Path, old: str, new: str) -> None:
-    spec = root / "inventories" / "demo" / "group_vars" / "all" / "tenant.yml"
+    spec = root / "inventories" / ORG / "group_vars" / "all" / "tenant.yml"
     text = spec.read_text(encoding="utf-8")
     assert old in text
     spec.write_text(text.replace(old, new, 1), encoding="utf-8")
 
 
 @pytest.mark.slow
-def test_the_emulator_does_not_roll_the_group_while_a_job_runs_on_it_and_rolls_it_once_drained(root: Path) -> None:
-    endpoint = ensure_emulator("demo", root).endpoint
-    tenant = load_tenant("demo")
+def test_the_emulator_does_not_roll_the_gpu_group_while_a_job_runs_on_it_and_rolls_it_once_drained(root: Path) -> None:
+    set_in_spec(root, "provider: aws", "provider: local")
+    endpoint = ensure_emulator(ORG, root).endpoint
+    tenant = load_tenant(ORG)
     image = provider_for(tenant).image_parameter
     assert api.deploy_stacks(tenant, endpoint, image_parameter=image, out=quiet).ok
     ec2 = aws.client("ec2", tenant.region, endpoint)
     cf = aws.client("cloudformation", tenant.region, endpoint)
+    stack_name = f"fmc-{ORG}-cluster"
 
     def versions() -> tuple[int, str]:
-        lt_id = cf.describe_stack_resource(StackName="fmc-demo-cluster", LogicalResourceId="QueueCpuLaunchTemplate")[
+        lt_id = cf.describe_stack_resource(StackName=stack_name, LogicalResourceId="QueueGpuLaunchTemplate")[
             "StackResourceDetail"]["PhysicalResourceId"]
         (lt,) = ec2.describe_launch_templates(LaunchTemplateIds=[lt_id])["LaunchTemplates"]
-        return int(lt["LatestVersionNumber"]), cf.describe_stacks(StackName="fmc-demo-cluster")["Stacks"][0]["StackStatus"]
+        return int(lt["LatestVersionNumber"]), cf.describe_stacks(StackName=stack_name)["Stacks"][0]["StackStatus"]
 
     from fmcluster.nodes import discover
 
-    nodes = discover({"kind": "ec2", "tag": "fmcluster:org"}, lambda s: aws.client(s, tenant.region, endpoint), "demo")
-    cpu = sorted(n.name for n in nodes if n.queue == "cpu")
-    assert len(cpu) == 3
+    nodes = discover({"kind": "ec2", "tag": "fmcluster:org"}, lambda s: aws.client(s, tenant.region, endpoint), ORG)
+    gpu = sorted(n.name for n in nodes if n.queue == "gpu")
+    assert len(gpu) == 16
     before = versions()
 
-    set_in_spec(root, "instance_type: c5.2xlarge", "instance_type: m5.2xlarge")  # a new launch template version
-    changed = load_tenant("demo")
-    slurm = FakeSlurm(dict.fromkeys(cpu, "IDLE"), "cpu", jobs={"4242": cpu[:1]})
+    set_in_spec(root, "instance_type: p5.48xlarge", "instance_type: p5en.48xlarge")  # a new launch template version
+    changed = load_tenant(ORG)
+    slurm = FakeSlurm(dict.fromkeys(gpu, "IDLE"), "gpu", jobs={"4242": gpu[:2]})
 
     def members(roll: Roll) -> list[str]:
         return [n.name for n in nodes if n.role == roll.role and (n.queue or "") == roll.queue]
 
     refused = api.deploy_stacks(changed, endpoint, image_parameter=image, out=quiet, before_execute=ReplaceGate(
         False, members, lambda: slurm.run, quiet, deployed=deployed_template(cf)))
-    assert not refused.ok and refused.stacks[2].failure is not None
-    assert "QueueCpuGroup (queue cpu): 3 instance(s) replaced" in refused.stacks[2].failure.reason
-    assert f"{cpu[0]}: allocated, jobs 4242" in refused.stacks[2].failure.reason
+    failure = refused.stacks[2].failure
+    assert not refused.ok and failure is not None and failure.status == "REFUSED"
+    assert "QueueGpuGroup (queue gpu): 16 instance(s) replaced, 4 at a time, because its launch template " \
+           "QueueGpuLaunchTemplate changes" in failure.reason
+    assert f"{gpu[0]}: allocated, jobs 4242" in failure.reason
     assert versions() == before, "the change set was not executed: no new launch template version, stack untouched"
-    pending = [c for c in cf.list_change_sets(StackName="fmc-demo-cluster")["Summaries"]
-               if c.get("StackName") == "fmc-demo-cluster" and c.get("ExecutionStatus") == "AVAILABLE"]
+    pending = [c for c in cf.list_change_sets(StackName=stack_name)["Summaries"]
+               if c.get("StackName") == stack_name and c.get("ExecutionStatus") == "AVAILABLE"]
     assert pending == [], "the refused change set is deleted, not left to be executed by hand"
 
     slurm.finish_after = 2
     gate = ReplaceGate(True, members, lambda: slurm.run, quiet, poll_s=0.0, deployed=deployed_template(cf))
     done = api.deploy_stacks(changed, endpoint, image_parameter=image, out=quiet, before_execute=gate)
-    assert done.ok and done.changed == ["fmc-demo-cluster"], done.failure
-    assert slurm.drained == set(cpu) and slurm.jobs == {}, "rolled only after every cpu node was drained and idle"
+    assert done.ok and done.changed == [stack_name], done.failure
+    assert slurm.drained == set(gpu) and slurm.jobs == {}, "rolled only after every GPU node was drained and idle"
     assert versions() == (before[0] + 1, "UPDATE_COMPLETE")
