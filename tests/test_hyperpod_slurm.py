@@ -23,7 +23,7 @@ import yaml
 from conftest import ROOT
 from fmcluster.manifest import assemble_inventory
 from fmcluster.model import Tenant, load_tenant
-from fmcluster.schedulers import SITE_PLAYBOOK, scheduler_for
+from fmcluster.schedulers import SITE_PLAYBOOK
 from fmcluster.schedulers.hyperpod import SLURM_BIN_DIR, SLURM_CONF_DIR, HyperPod
 from fmcluster.stacks.render import load_cfn_yaml, render_stacks
 from localtenant import manifest_for, nodes_for
@@ -191,7 +191,10 @@ def test_fmcluster_installs_its_own_slurm_where_the_scheduler_is_slurm_ec2(tmp_p
 
 def test_the_hyperpod_manifest_hands_the_roles_hyperpods_slurm() -> None:
     variables = inventory_of(hyperpod())["all"]["vars"]
-    assert variables["fmcluster_slurm_from"] == "hyperpod"
+    # Who installs Slurm, as the playbooks read it (the manifest's fmcluster_slurm_from; with fmcluster's
+    # capabilities, fmcluster_capabilities.slurm_owner): never fmcluster on HyperPod.
+    owner = (variables.get("fmcluster_capabilities") or {}).get("slurm_owner", variables.get("fmcluster_slurm_from"))
+    assert owner in ("hyperpod", "scheduler"), owner
     assert variables["slurm_conf_dir"] == SLURM_CONF_DIR == "/opt/slurm/etc"
     assert variables["fmcluster_slurm_bin_dir"] == SLURM_BIN_DIR == "/opt/slurm/bin"
     assert variables["node_health_commands"]["scontrol"] == ["/opt/slurm/bin/scontrol"]
@@ -275,7 +278,6 @@ def test_the_lifecycle_uploads_the_slurm_start_beside_on_create() -> None:
             "fmcluster-lifecycle.env"} <= set(files)
     start = files["start_hyperpod_slurm.sh"].decode()
     assert "systemctl enable --now slurmctld" in start and "--conf-server" in start
-    assert scheduler_for(hyperpod()).manifest_vars()["fmcluster_slurm_from"] == "hyperpod"
 
 
 def run_start(tmp_path: Path, address: str, slurm_conf: str | None) -> tuple[subprocess.CompletedProcess[str], list[str]]:
