@@ -125,11 +125,14 @@ def _exit(code: int) -> None:
         raise Exit(code=code)
 
 
-@task(help={"org": "tenant name"})
-def deploy(c: Context, org: str) -> None:
+@task(help={"org": "tenant name",
+            "approve_replace": "a stack update may replace instances: their Slurm nodes are drained first and "
+                               "replaced once no job runs on them (without it such an update is refused, naming them)"})
+def deploy(c: Context, org: str, approve_replace: bool = False) -> None:
     """Validate, secrets and key pair, stacks, boot, wait for every node's own converge report, check
-    monitoring and acceptance, summarize. The deploy machine pushes nothing to the nodes."""
-    _exit(commands.deploy(org))
+    monitoring and acceptance, summarize. The deploy machine pushes nothing to the nodes. A stack update that would
+    replace instances is refused, naming them, unless approved: then their Slurm nodes are drained first."""
+    _exit(commands.deploy(org, approve_replace=approve_replace))
 
 
 @task(help={"org": "tenant name", "show_templates": "print the rendered templates too"})

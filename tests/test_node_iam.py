@@ -12,6 +12,7 @@ statements with IAM's wildcard and policy-variable semantics), for slurm-ec2, Hy
 from __future__ import annotations
 
 import ast
+import dataclasses
 import functools
 import io
 import json
@@ -58,13 +59,18 @@ def _names(tenant: Tenant) -> dict[str, str]:
 @functools.lru_cache(maxsize=None)
 def rendered(org: str) -> dict[str, dict[str, Any]]:
     """Stack key → the rendered stack's Resources."""
-    return {s.key: load_cfn_yaml(s.body)["Resources"] for s in render_stacks(load_tenant(org, ROOT))}
+    return render(load_tenant(org, ROOT))
 
 
-def role_policies(tenant: Tenant) -> dict[str, list[dict[str, Any]]]:
+def render(tenant: Tenant) -> dict[str, dict[str, Any]]:
+    return {s.key: load_cfn_yaml(s.body)["Resources"] for s in render_stacks(tenant)}
+
+
+def role_policies(tenant: Tenant, stacks: dict[str, dict[str, Any]] | None = None) -> dict[str, list[dict[str, Any]]]:
     """fmcluster role → the resolved policy documents fmcluster gives that role's nodes (managed AWS policies
-    aside: nothing of ours may depend on them)."""
-    stacks = rendered(tenant.org)
+    aside: nothing of ours may depend on them); `stacks`: the tenant's rendered stacks (default: the bundled
+    tenant's of that org)."""
+    stacks = stacks if stacks is not None else rendered(tenant.org)
     if "cluster" in stacks and tenant.scheduler != "parallelcluster":
         roles = {name: res for name, res in stacks["cluster"].items() if res["Type"] == "AWS::IAM::Role"}
         controller = next(n for n in roles if n.startswith("Controller"))
@@ -412,6 +418,39 @@ def test_hyperpod_discovery_is_limited_to_clusters_carrying_the_tenants_org_tag(
             assert not allows(policies, Request(action, cluster, {}))
         assert not allows(policies, Request("sagemaker:DeleteCluster", cluster,
                                             {"aws:ResourceTag/fmcluster:org": tenant.org}))
+
+
+WORKSPACE = "ws-00000000-0000-0000-0000-000000000000"
+
+
+@pytest.mark.parametrize("scheduler", sorted(ORGS))
+def test_prometheus_on_the_controller_may_remote_write_to_the_tenants_amp_workspace_only(
+        scheduler: str, tenants: dict[str, Tenant]) -> None:
+    """Prometheus runs on the controller (ParallelCluster: the head node) and signs its remote write with the
+    instance role: aps:RemoteWrite on the tenant's workspace, on the controller only, and only when the tenant
+    configures remote write."""
+    tenant = tenants[scheduler]
+    region = tenant.region
+    url = f"https://aps-workspaces.{region}.amazonaws.com/workspaces/{WORKSPACE}/api/v1/remote_write"
+    writing = dataclasses.replace(tenant, monitoring=dataclasses.replace(tenant.monitoring, remote_write_url=url))
+    quiet = dataclasses.replace(tenant, monitoring=dataclasses.replace(tenant.monitoring, remote_write_url=None))
+    workspace = f"arn:aws:aps:{region}:{ACCOUNT}:workspace/{WORKSPACE}"
+    for role, policies in role_policies(writing, render(writing)).items():
+        assert allows(policies, Request("aps:RemoteWrite", workspace, context(tenant))) == (role == "controller"), role
+        for other in (f"arn:aws:aps:{region}:{ACCOUNT}:workspace/ws-11111111-0000-0000-0000-000000000000",
+                      f"arn:aws:aps:{region}:210987654321:workspace/{WORKSPACE}"):
+            assert not allows(policies, Request("aps:RemoteWrite", other, context(tenant))), (role, other)
+        for action in ("aps:QueryMetrics", "aps:DeleteWorkspace"):
+            assert not allows(policies, Request(action, workspace, context(tenant))), (role, action)
+    for role, policies in role_policies(quiet, render(quiet)).items():
+        assert not allows(policies, Request("aps:RemoteWrite", workspace, context(tenant))), role
+
+
+def test_the_bundled_hyperpod_tenant_with_remote_write_grants_it(tenants: dict[str, Tenant]) -> None:
+    tenant = tenants["hyperpod"]
+    assert tenant.monitoring.remote_write_url, "neuronlab configures remote write to Amazon Managed Prometheus"
+    workspace = f"arn:aws:aps:{tenant.region}:{ACCOUNT}:workspace/{WORKSPACE}"
+    assert allows(role_policies(tenant)["controller"], Request("aps:RemoteWrite", workspace, context(tenant)))
 
 
 # --- the evaluator itself ---------------------------------------------------------------------------------

@@ -48,10 +48,11 @@ FIELDS: list[tuple[Any, ...]] = [
     ("acceptance", "tests", 0),
 ]
 # Parsed by the renderer: a hostile value is refused, never rendered.
-REFUSED = {("network", "vpc_cidr"), ("queues", 0, "capacity_reservation_type"), ("storage", "lustre", "deployment_type")}
+# (The remote-write URL: the controller's aps:RemoteWrite grant names the workspace it parses out of it.)
+REFUSED = {("network", "vpc_cidr"), ("queues", 0, "capacity_reservation_type"), ("storage", "lustre", "deployment_type"),
+           ("monitoring", "remote_write_url")}
 # Never rendered into a template: the bodies stay byte-for-byte the same.
-NOT_IN_TEMPLATES = {("region",), ("monitoring", "remote_write_url"),
-                    ("monitoring", "alert_receivers", 0, "target"), ("acceptance", "tests", 0)}
+NOT_IN_TEMPLATES = {("region",), ("monitoring", "alert_receivers", 0, "target"), ("acceptance", "tests", 0)}
 # Become part of logical ids (letters and digits only): the ids may differ, the structure may not.
 NAMES_IN_IDS = {("queues", 0, "name")}
 # Not in the HyperPod tenant's model (no OpenZFS, no reservation, no alert receiver, no SSH CIDR).

@@ -18,7 +18,7 @@ import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fmcluster.exits import ExitCode
 from fmcluster.model import Tenant
@@ -29,14 +29,20 @@ from fmcluster.schedulers import Scheduler
 from fmcluster.schedulers.registry import scheduler_for
 from fmcluster.steps import Status, StepOutcome, StepReport
 
+if TYPE_CHECKING:
+    from fmcluster.stacks.rollout import ReplaceGate
+
 Out = Callable[[str], object]
 
 
 class Deploy:
     """One run of the flow: the tenant, its provider and scheduler, and what the steps learn on the way."""
 
-    def __init__(self, tenant: Tenant, out: Out = print, converge_timeout_s: float | None = None) -> None:
+    def __init__(self, tenant: Tenant, out: Out = print, converge_timeout_s: float | None = None,
+                 approve_replace: bool = False) -> None:
         self.tenant, self.out = tenant, out
+        #: The operator approved replacing instances (`--approve-replace`): drain their Slurm nodes first.
+        self.approve_replace = approve_replace
         self.provider: Provider = provider_for(tenant)
         self.scheduler: Scheduler = scheduler_for(tenant)
         self.endpoint: str | None = None
@@ -93,14 +99,17 @@ class Deploy:
     def stacks(self) -> StepOutcome:
         from fmcluster.stacks.api import deploy_stacks
 
+        gate = self.replace_gate()
         result = deploy_stacks(self.tenant, self.endpoint, before_cluster=self.publish,
-                               image_parameter=self.provider.image_parameter, out=self.out, capacity=self.scale_in)
+                               image_parameter=self.provider.image_parameter, out=self.out, capacity=self.scale_in,
+                               before_execute=gate)
         if not result.ok:
+            gate.resume()  # the update did not happen or rolled back: the nodes the gate drained serve again
             failure = next((s.failure for s in result.stacks if s.failure), None)
             return StepOutcome("failed", failure.render() if failure else "; ".join(result.notes) or "a stack did not deploy",
                                [f"{s.name}: {s.action} {s.status}" for s in result.stacks])
         self.outputs = dict(result.outputs)
-        details = [f"{s.name}: {s.action}" for s in result.stacks]
+        details = [f"{s.name}: {s.action}" for s in result.stacks] + gate.notes
         missing = [f"{lid} ({kind})" for s in result.stacks for lid, kind in s.not_created]
         if missing:
             details.append(f"not created by the AWS emulator (exist only on AWS): {', '.join(missing)}")
@@ -134,6 +143,26 @@ class Deploy:
         self.published_changed = bool(done.written)
         self.published = ([f"published commit {self.ref[:12]} and the manifest to s3://{bucket}/fmcluster/"]
                           if done.written else [f"commit {self.ref[:12]} and the manifest already published"]) + lines
+
+    def replace_gate(self) -> ReplaceGate:
+        """What keeps a stack update from replacing instances under running jobs (fmcluster.stacks.rollout): the
+        group's Slurm nodes are the nodes the cluster's discovery lists for its role and queue; Slurm is asked on
+        the controller the way every deploy step reaches a node (fmcluster.lifecycle.remote)."""
+        from fmcluster.lifecycle import remote
+        from fmcluster.stacks.rollout import ReplaceGate, Roll, RunOnController, SlurmUnreadable, deployed_template
+
+        def members(roll: Roll) -> list[str]:
+            return [n.name for n in self.list_nodes()
+                    if (n.role == roll.role or not roll.role) and (n.queue or "") == roll.queue]
+
+        def controller() -> RunOnController:
+            found = next((n for n in self.list_nodes() if n.role == "controller"), None)
+            if found is None:
+                raise SlurmUnreadable("the cluster's discovery lists no controller node")
+            return lambda command: remote(self.provider, found, command)
+
+        return ReplaceGate(self.approve_replace, members, controller, lambda line: self.out(line),
+                           deployed=deployed_template(self.client("cloudformation")))
 
     def cluster(self) -> StepOutcome:
         return self.scheduler.make_cluster(self.outputs, self.out)
@@ -273,6 +302,6 @@ def record_run(tenant: Tenant, reports: list[StepReport]) -> None:
                 tenant_dir(tenant.org))
 
 
-def run_deploy(tenant: Tenant, out: Out = print) -> int:
-    reports = Deploy(tenant, out).run()
+def run_deploy(tenant: Tenant, out: Out = print, approve_replace: bool = False) -> int:
+    reports = Deploy(tenant, out, approve_replace=approve_replace).run()
     return ExitCode.FAILED if any(r.outcome.status == "failed" for r in reports) else ExitCode.OK

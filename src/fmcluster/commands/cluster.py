@@ -45,10 +45,10 @@ def validate(org: str, out: Out = print) -> int:
     return scheduler_for(tenant).validate(out)
 
 
-def deploy(org: str) -> int:
+def deploy(org: str, approve_replace: bool = False) -> int:
     from fmcluster.deploy import run_deploy
 
-    return run_deploy(require_tenant(org))
+    return run_deploy(require_tenant(org), approve_replace=approve_replace)
 
 
 def _endpoint(tenant: Tenant, start: bool) -> tuple[str | None, NoEndpointType | None]:
@@ -128,7 +128,14 @@ def stacks(org: str) -> int:
         return code
     from fmcluster.providers.registry import provider_for
 
-    result = deploy_stacks(tenant, endpoint, image_parameter=provider_for(tenant).image_parameter, capacity=scale_in)
+    from fmcluster.stacks import aws
+    from fmcluster.stacks.rollout import ReplaceGate, deployed_template, no_controller
+
+    # `invoke stacks` reaches no node: an update that would replace instances is refused (the deploy drains first).
+    gate = ReplaceGate(False, lambda roll: [], no_controller,
+                       deployed=deployed_template(aws.client("cloudformation", tenant.region, endpoint)))
+    result = deploy_stacks(tenant, endpoint, image_parameter=provider_for(tenant).image_parameter, capacity=scale_in,
+                           before_execute=gate)
     summarize(result)
     return ExitCode.OK if result.ok else ExitCode.FAILED
 

@@ -1,6 +1,13 @@
-"""Scheduler `hyperpod`: SageMaker HyperPod with Slurm (cfn/cluster-hyperpod.yaml). HyperPod makes the
-instances and runs the lifecycle script on each (cfn/hyperpod-lifecycle/on_create.sh), which runs the same
-first-boot script as every other node; the nodes are found through SageMaker's ListClusterNodes."""
+"""Scheduler `hyperpod`: SageMaker HyperPod with Slurm (fmcluster.stacks.templates.hyperpod). HyperPod makes the
+instances and runs the lifecycle script on each (cfn/hyperpod-lifecycle/on_create.sh), which starts HyperPod's
+own Slurm and runs the same first-boot script as every other node; the nodes are found through SageMaker's
+ListClusterNodes.
+
+One Slurm per cluster, HyperPod's, as ParallelCluster's is on its clusters: HyperPod's AMI ships Slurm and munge
+under /opt/slurm, its cluster agent writes slurm.conf there (nodes and partitions from the instance groups'
+SlurmConfig), its deep health checks and NodeRecovery replace failing nodes. The manifest says so
+(`fmcluster_slurm_from: hyperpod`), so the playbooks install no Slurm or munge, and it gives the roles that work
+around Slurm (health program, Slurm metrics, acceptance) HyperPod's paths (docs/stacks.md)."""
 
 from __future__ import annotations
 
@@ -18,13 +25,22 @@ from fmcluster.stacks.first_boot import USER_DATA_SCRIPT, first_boot_script
 from fmcluster.stacks.render import LIFECYCLE_DIR, LIFECYCLE_PREFIX, lifecycle_environment
 
 LIFECYCLE_ENV = "fmcluster-lifecycle.env"
+#: Where HyperPod's Slurm lives on its AMI (AWS's HyperPod lifecycle samples: slurm.conf, accounting.conf and
+#: slurmdbd.conf under /opt/slurm/etc; the binaries under /opt/slurm/bin; configless slurmd's cache in its spool).
+SLURM_PREFIX = "/opt/slurm"
+SLURM_CONF_DIR = f"{SLURM_PREFIX}/etc"
+SLURM_BIN_DIR = f"{SLURM_PREFIX}/bin"
+SLURMD_SPOOL_DIR = "/var/spool/slurmd"
+#: The Slurm commands fmcluster's programs run (health checks, Slurm metrics, acceptance): HyperPod's, by path,
+#: since a supervised service's PATH does not have /opt/slurm/bin.
+SLURM_COMMANDS = ("scontrol", "squeue", "sinfo", "sbatch", "srun", "sacctmgr")
 #: HyperPod's Slurm integration replaces a node set to FAIL with this reason (its documented manual path).
 HYPERPOD_REPLACE_REASON = "Action:Replace"
 
 
 def hyperpod_replace_command(node: str) -> str:
     """HyperPod (Slurm): the documented manual replacement, as a command for the controller."""
-    return (f"scontrol update nodename={shlex.quote(node)} state=fail "
+    return (f"{SLURM_BIN_DIR}/scontrol update nodename={shlex.quote(node)} state=fail "
             f"reason={shlex.quote(HYPERPOD_REPLACE_REASON)}")
 
 
@@ -53,12 +69,22 @@ class HyperPod:
         return "hyperpod-default"
 
     def manifest_vars(self) -> dict[str, Any]:
-        # HyperPod's instances live in a service account, not in the tenant's EC2: Prometheus scrapes the
-        # nodes the controller's inventory lists (it re-converges when nodes join or leave).
-        return {"prometheus_node_discovery": {"kind": "inventory"}}
+        return {
+            # HyperPod's instances live in a service account, not in the tenant's EC2: Prometheus scrapes the
+            # nodes the controller's inventory lists (it re-converges when nodes join or leave).
+            "prometheus_node_discovery": {"kind": "inventory"},
+            # Who installs and configures Slurm and munge (playbooks/slurm-cluster.yml): HyperPod.
+            "fmcluster_slurm_from": "hyperpod",
+            # HyperPod's Slurm, for the roles that configure around it.
+            "slurm_conf_dir": SLURM_CONF_DIR,
+            "slurm_spool_dir": SLURMD_SPOOL_DIR,
+            "fmcluster_slurm_bin_dir": SLURM_BIN_DIR,
+            "node_health_commands": {name: [f"{SLURM_BIN_DIR}/{name}"] for name in SLURM_COMMANDS},
+        }
 
     def lifecycle_files(self, bucket: str) -> dict[str, bytes]:
-        files = {script.name: script.read_bytes() for script in sorted(LIFECYCLE_DIR.glob("*.sh"))}
+        files = {script.name: script.read_bytes() for script in sorted(LIFECYCLE_DIR.iterdir())
+                 if script.suffix in (".sh", ".py")}
         files[USER_DATA_SCRIPT.name] = first_boot_script().encode()
         # The same FMCLUSTER_* variables as the EC2 user data (shell-quoted: on_create.sh sources the file).
         files[LIFECYCLE_ENV] = lifecycle_environment(self.tenant, bucket, f"{self.tenant.stack_prefix}-cluster").encode()

@@ -23,7 +23,7 @@ from fmcluster.model import Tenant
 from fmcluster.paths import generated_dir, tenant_dir, write_fresh
 from fmcluster.stacks import aws
 from fmcluster.stacks.changesets import (
-    apply_stack, delete_stack, not_created, render_changes, resource_details, stack_outputs, stack_status,
+    BeforeExecute, apply_stack, delete_stack, not_created, render_changes, resource_details, stack_outputs, stack_status,
     undeclared_outputs,
 )
 from fmcluster.stacks.checks import check_stacks
@@ -118,7 +118,8 @@ def image_resolver(tenant: Tenant, cf: Any, stack: RenderedStack, endpoint: str 
 def deploy_stacks(tenant: Tenant, endpoint: str | None, *, before_cluster: BeforeCluster | None = None,
                   image_parameter: Callable[[str], str] = lambda path: path, out: Out = print,
                   root: Path | None = None, refresh_images: bool = False,
-                  capacity: dict[str, str] | None = None) -> StacksResult:
+                  capacity: dict[str, str] | None = None,
+                  before_execute: BeforeExecute | None = None) -> StacksResult:
     """Create or update the tenant's stacks in order and write generated/stack_outputs.yml.
 
     `endpoint` is where the AWS APIs answer (None: AWS itself; the tenant's emulator on provider local);
@@ -127,7 +128,9 @@ def deploy_stacks(tenant: Tenant, endpoint: str | None, *, before_cluster: Befor
     Unchanged stacks are skipped; the first failure stops the run (later stacks: not-attempted) and
     is reported with the failing resource and reason; re-running resumes where it failed. AMIs are
     pinned when the cluster stack is created; `refresh_images` resolves them again. `capacity`: the capacity
-    pre-flight's scale-in times by queue (fmcluster.capacity.Preflight.scale_in), for Capacity Block queues."""
+    pre-flight's scale-in times by queue (fmcluster.capacity.Preflight.scale_in), for Capacity Block queues.
+    `before_execute`: asked with each update's change set before it runs (fmcluster.stacks.rollout.ReplaceGate:
+    a change that would replace a group's instances is refused or waits for Slurm to drain them)."""
     stacks = render_stacks(tenant, image_parameter)
     result = StacksResult(tenant.org, tenant.provider, None)
     findings = _security_gate(stacks, out)
@@ -155,7 +158,7 @@ def deploy_stacks(tenant: Tenant, endpoint: str | None, *, before_cluster: Befor
         try:
             url = large_template_url(tenant, stack, outputs.get("storage", {}), result.endpoint)
             outcome = apply_stack(cf, stack, params, tenant.tags, execute=True, emulator=emulator, out=out,
-                                  template_url=url)
+                                  template_url=url, before_execute=before_execute)
         except (ClientError, BotoCoreError) as err:
             outcome = StackOutcome(stack.key, stack.name, "failed",
                                    failure=Failure(stack.name, "AWS::CloudFormation::Stack", "API_ERROR", str(err)))

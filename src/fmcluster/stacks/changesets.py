@@ -217,9 +217,15 @@ def stack_outputs(stack_desc: dict[str, Any] | None) -> dict[str, str]:
     return {o["OutputKey"]: o["OutputValue"] for o in (stack_desc or {}).get("Outputs") or []}
 
 
+#: Asked with an update's change set before it is executed; a Failure leaves it unexecuted (fmcluster.stacks.rollout).
+BeforeExecute = Callable[[RenderedStack, list[ResourceChange]], "Failure | None"]
+
+
 def apply_stack(cf: Any, stack: RenderedStack, parameters: dict[str, str], tags: dict[str, str], *,
-                execute: bool, emulator: bool, out: Out, template_url: str | None = None) -> StackOutcome:
-    """Create/update one stack through a change set; with execute=False only show the change set."""
+                execute: bool, emulator: bool, out: Out, template_url: str | None = None,
+                before_execute: BeforeExecute | None = None) -> StackOutcome:
+    """Create/update one stack through a change set; with execute=False only show the change set.
+    `before_execute`: asked with an update's changes before they are executed (the replacement gate)."""
     poll_s, timeout_s = (0.2, 120.0) if emulator else (5.0, 3 * 3600.0)
     outcome = StackOutcome(stack.key, stack.name, "failed")
     if len(stack.body.encode()) > MAX_TEMPLATE_BODY and template_url is None:
@@ -291,6 +297,12 @@ def apply_stack(cf: Any, stack: RenderedStack, parameters: dict[str, str], tags:
         outcome.status = current["StackStatus"] if current else "(does not exist)"
         return outcome
 
+    if before_execute is not None and change_set_type == "UPDATE":
+        refused = before_execute(stack, changes)
+        if refused is not None:
+            cf.delete_change_set(StackName=stack.name, ChangeSetName=change_set)
+            outcome.failure, outcome.status = refused, current["StackStatus"] if current else ""
+            return outcome
     out(f"  {stack.name}: {change_set_type.lower()} ({len(changes)} resource change(s))")
     since = _latest_event_id(cf, stack.name)
     cf.execute_change_set(StackName=stack.name, ChangeSetName=change_set)

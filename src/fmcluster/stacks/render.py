@@ -286,6 +286,10 @@ def render_stacks(tenant: Tenant, image_parameter: Callable[[str], str] = lambda
         "LoginSecurityGroupId": OutputRef(net, "LoginSecurityGroupId"),
         "PlacementGroupName": OutputRef(net, "PlacementGroupName", when_missing=""),
         "DataBucketName": OutputRef("storage", "DataBucketName"),
+        # The file systems a scheduler's service mounts itself (HyperPod); aws only: empty on the emulator.
+        "LustreDnsName": OutputRef("storage", "LustreDnsName", when_missing=""),
+        "LustreMountName": OutputRef("storage", "LustreMountName", when_missing=""),
+        "HomeDnsName": OutputRef("storage", "HomeDnsName", when_missing=""),
     }
     if tenant.scheduler == "slurm-ec2" or has_parallelcluster_stand_in(tenant):
         for kind in slurm_ec2.image_kinds(tenant):

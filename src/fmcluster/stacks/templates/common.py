@@ -175,3 +175,24 @@ def controller_statements() -> list[dict[str, Any]]:
     return [{"Sid": "PrometheusEc2Discovery", "Effect": "Allow",
              "Action": ["ec2:DescribeAvailabilityZones", "ec2:DescribeInstances", "ec2:DescribeTags"],
              "Resource": "*"}]
+
+
+#: An Amazon Managed Prometheus remote-write URL (fmcluster.validation checks the tenant's): region, workspace id.
+AMP_REMOTE_WRITE_URL = re.compile(
+    r"https://aps-workspaces\.([a-z0-9-]+)\.amazonaws\.com/workspaces/(ws-[0-9a-f-]{1,64})/api/v1/remote_write")
+
+
+def remote_write_statements(tenant: Tenant) -> list[dict[str, Any]]:
+    """Prometheus on the controller (head node) sends to the tenant's Amazon Managed Prometheus workspace
+    (monitoring.remote_write_url, SigV4 with the instance role): aps:RemoteWrite on that workspace alone."""
+    url = tenant.monitoring.remote_write_url
+    if not url:
+        return []
+    match = AMP_REMOTE_WRITE_URL.fullmatch(url)
+    if match is None:
+        raise ValueError(f"monitoring.remote_write_url {url!r} is not an Amazon Managed Prometheus remote-write URL "
+                         "(https://aps-workspaces.REGION.amazonaws.com/workspaces/ws-ID/api/v1/remote_write)")
+    region, workspace = match.groups()
+    return [{"Sid": "PrometheusRemoteWrite", "Effect": "Allow", "Action": "aps:RemoteWrite",
+             "Resource": text("arn:${AWS::Partition}:aps:{region}:${AWS::AccountId}:workspace/{workspace}",
+                              region=region, workspace=workspace)}]

@@ -7,10 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 from fmcluster.model import Tenant
-from fmcluster.stacks.cfn import GetAtt, Ref, Sub, text
+from fmcluster.stacks.cfn import NO_VALUE, Fn, GetAtt, Ref, Sub, if_, text
 from fmcluster.stacks.templates.common import (
     LIFECYCLE_PREFIX, ON_AWS, PROVIDER_PARAMETER, TEMPLATE_VERSION, assume_role, bucket_name, controller_statements,
-    description, metadata, node_statements, output, resource_tags, security_group_id, spec_file, subnet_id,
+    description, metadata, node_statements, output, remote_write_statements, resource_tags, security_group_id,
+    spec_file, subnet_id,
 )
 
 MANAGED_POLICIES = ("AmazonSageMakerClusterInstanceRolePolicy", "CloudWatchAgentServerPolicy")
@@ -20,6 +21,28 @@ RESERVED_GROUP_NAMES = ("controller", "login")
 DEEP_HEALTH_CHECKS = ["InstanceStress", "InstanceConnectivity"]
 # Extra EBS volume HyperPod mounts at /opt/sagemaker on each node (containers, logs, local scratch).
 EBS_GIB = {"controller": 200, "login": 200, "compute": 500}
+# HyperPod mounts the storage stack's file systems itself (InstanceStorageConfigs FsxLustreConfig and
+# FsxOpenZfsConfig), as ParallelCluster's SharedStorage does: the scheduler that brings its own Slurm also
+# brings the mounts (fmcluster's shared_storage role does not run there). The DNS names exist only on AWS
+# (the emulator creates no FSx): empty, the mount is left out.
+MOUNT_LUSTRE, MOUNT_HOME = "MountLustre", "MountHome"
+
+
+def _given(*parameters: str) -> Fn:
+    checks = [Fn("Not", [Fn("Equals", [Ref(p), ""])]) for p in parameters]
+    return checks[0] if len(checks) == 1 else Fn("And", checks)
+
+
+def storage_configs(tenant: Tenant, node_type: str) -> list[Any]:
+    """The node's extra EBS volume, and the shared file systems HyperPod mounts on it."""
+    configs: list[Any] = [{"EbsVolumeConfig": {"VolumeSizeInGB": EBS_GIB[node_type.lower()]}},
+                          if_(MOUNT_LUSTRE, {"FsxLustreConfig": {
+                              "DnsName": Ref("LustreDnsName"), "MountName": Ref("LustreMountName"),
+                              "MountPath": tenant.storage.lustre.mount_point}}, NO_VALUE)]
+    if tenant.storage.openzfs is not None:
+        configs.append(if_(MOUNT_HOME, {"FsxOpenZfsConfig": {
+            "DnsName": Ref("HomeDnsName"), "MountPath": tenant.storage.openzfs.mount_point}}, NO_VALUE))
+    return configs
 
 
 def network_statements() -> list[dict[str, Any]]:
@@ -100,8 +123,7 @@ def instance_groups(tenant: Tenant) -> list[dict[str, Any]]:
             "LifeCycleConfig": {"SourceS3Uri": Sub("s3://${DataBucketName}/" + LIFECYCLE_PREFIX),
                                 "OnCreate": "on_create.sh"},
             "SlurmConfig": slurm,
-            "InstanceStorageConfigs": [{"EbsVolumeConfig": {
-                "VolumeSizeInGB": EBS_GIB[node_type.lower()]}}],
+            "InstanceStorageConfigs": storage_configs(tenant, node_type),
         }
         if accelerated:
             group["OnStartDeepHealthChecks"] = DEEP_HEALTH_CHECKS
@@ -120,7 +142,8 @@ def build(tenant: Tenant) -> dict[str, Any]:
                                f"{prefix} HyperPod login and compute instances"),
         "ControllerExecutionRole": _role(tenant, "hyperpod-controller-role",
                                          [*node_statements(tenant, controller=True), *controller_statements(),
-                                          *discovery_statements(tenant), *network_statements()], f"{prefix} HyperPod controller"),
+                                          *remote_write_statements(tenant), *discovery_statements(tenant),
+                                          *network_statements()], f"{prefix} HyperPod controller"),
         "Cluster": {"Type": "AWS::SageMaker::Cluster", "Properties": {
             "ClusterName": prefix,
             "InstanceGroups": instance_groups(tenant),
@@ -156,8 +179,16 @@ def build(tenant: Tenant) -> dict[str, Any]:
                 "Security group of every node (network stack output NodeSecurityGroupId)."),
             "DataBucketName": bucket_name(
                 "The tenant data bucket (storage stack output), holding the lifecycle scripts."),
+            "LustreDnsName": {"Type": "String", "Default": "", "Description":
+                              "DNS name of FSx for Lustre (storage stack output; empty where it does not exist)."},
+            "LustreMountName": {"Type": "String", "Default": "", "Description":
+                                "Lustre mount name (storage stack output; empty where it does not exist)."},
+            **({"HomeDnsName": {"Type": "String", "Default": "", "Description":
+                                "DNS name of the FSx for OpenZFS home (storage stack output; empty where it does "
+                                "not exist)."}} if tenant.storage.openzfs is not None else {}),
         },
-        "Conditions": ON_AWS,
+        "Conditions": {**ON_AWS, MOUNT_LUSTRE: _given("LustreDnsName", "LustreMountName"),
+                       **({MOUNT_HOME: _given("HomeDnsName")} if tenant.storage.openzfs is not None else {})},
         "Resources": resources,
         "Outputs": outputs,
     }

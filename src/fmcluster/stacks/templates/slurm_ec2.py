@@ -14,7 +14,7 @@ from fmcluster.stacks.cfn import NO_VALUE, Fn, GetAtt, Ref, if_, text
 from fmcluster.stacks.templates.common import (
     TEMPLATE_VERSION, assume_role, bucket_name, controller_statements, description, logical_name, metadata,
     node_statements,
-    output, resource_tags, security_group_id, spec_file, subnet_id,
+    output, remote_write_statements, resource_tags, security_group_id, spec_file, subnet_id,
 )
 
 # The image parameter of each accelerator kind and the public SSM parameter of the image it boots (the image
@@ -265,7 +265,8 @@ def build(tenant: Tenant, user_data: UserData, role_tags: RoleTags = fmcluster_r
                              "${AWS::StackName}/*")}], f"{tenant.stack_prefix} login and compute nodes"),
         "NodeInstanceProfile": {"Type": "AWS::IAM::InstanceProfile", "Properties": {"Roles": [Ref("NodeRole")]}},
         "ControllerRole": _role(tenant, "controller-role",
-                                [*node_statements(tenant, controller=True), *controller_statements()],
+                                [*node_statements(tenant, controller=True), *controller_statements(),
+                                 *remote_write_statements(tenant)],
                                 f"{tenant.stack_prefix} Slurm controller"),
         "ControllerInstanceProfile": {"Type": "AWS::IAM::InstanceProfile",
                                       "Properties": {"Roles": [Ref("ControllerRole")]}},

@@ -10,7 +10,8 @@ from fmcluster.model import Tenant
 from fmcluster.stacks.cfn import Fn, GetAtt, Ref, Sub, text
 from fmcluster.stacks.templates.common import (
     BOOTSTRAP_PREFIX, MANIFEST_PREFIX, ON_AWS, PROVIDER_PARAMETER, TEMPLATE_VERSION, description, metadata, output,
-    own_report_keys, resource_tags, secret_arns, secrets_of, security_group_id, spec_file, subnet_id, vpc_id,
+    own_report_keys, remote_write_statements, resource_tags, secret_arns, secrets_of, security_group_id, spec_file,
+    subnet_id, vpc_id,
 )
 
 FILE_SYSTEM_PORTS = (
@@ -231,6 +232,8 @@ def parallelcluster_node_policy(tenant: Tenant, roles: tuple[str, ...]) -> dict[
             {"Sid": "ReadOwnSecrets", "Effect": "Allow", "Action": "secretsmanager:GetSecretValue",
              "Resource": secret_arns(tenant.org, secrets_of(tenant, roles))},
             {"Sid": "FindClusterNodes", "Effect": "Allow", "Action": describe, "Resource": "*"},
+            # Prometheus on the head node: remote write to the tenant's Amazon Managed Prometheus, if any.
+            *(remote_write_statements(tenant) if head else []),
         ]},
     }}
 

@@ -1,0 +1,49 @@
+#!/bin/bash
+# Starts the Slurm SageMaker HyperPod ships and configures; fmcluster installs no Slurm and no munge on HyperPod
+# (one Slurm per cluster: HyperPod's). HyperPod's AMI has Slurm under /opt/slurm with its systemd units, and
+# HyperPod's cluster agent writes /opt/slurm/etc/slurm.conf (nodes and partitions from the cluster's SlurmConfig)
+# and the munge key; what is left to the lifecycle script is starting the daemons: slurmctld on the controller
+# group, a configless slurmd (--conf-server: it fetches slurm.conf from slurmctld) on the other groups. Login nodes
+# run slurmd too: that is how they get slurm.conf (they are not Slurm nodes, so it does not stay up).
+# Where: AWS's HyperPod lifecycle samples (awsome-distributed-training, LifecycleScripts/base-config) and
+# docs/stacks.md, "Which Slurm each scheduler runs".
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+config=${FMCLUSTER_HYPERPOD_RESOURCE_CONFIG:-/opt/ml/config/resource_config.json}
+slurm_conf=${FMCLUSTER_HYPERPOD_SLURM_CONF:-/opt/slurm/etc/slurm.conf}
+wait_s=${FMCLUSTER_HYPERPOD_SLURM_WAIT_S:-300}
+units=${FMCLUSTER_SYSTEMD_UNIT_DIR:-/etc/systemd/system}
+
+if [ ! -f "$config" ]; then
+  echo "fmcluster: $config is absent (not a HyperPod instance): HyperPod's Slurm is not started here"
+  exit 0
+fi
+# shellcheck disable=SC2046  # one argument per address
+found=$(python3 "$here/hyperpod_slurm_role.py" "$config" $(hostname -I))  # exits non-zero: this script does too
+read -r role controllers <<<"$found"
+controller=${controllers%%,*}
+echo "fmcluster: HyperPod Slurm role $role, controller $controller"
+
+if [ "$role" = controller ]; then
+  # HyperPod's agent writes slurm.conf naming the controller; slurmctld started before that would run without it.
+  for _ in $(seq 1 "$((wait_s / 5))"); do
+    grep -qF "$controller" "$slurm_conf" 2>/dev/null && break
+    sleep 5
+  done
+  if ! grep -qF "$controller" "$slurm_conf" 2>/dev/null; then
+    echo "fmcluster: $slurm_conf does not name the controller $controller after ${wait_s}s: HyperPod's agent has" \
+      "not configured Slurm; see /var/log/provision and the cluster's CloudWatch logs" >&2
+    exit 1
+  fi
+  systemctl mask slurmd
+  systemctl enable --now slurmctld
+else
+  # The unit's ExecStart reads $SLURMD_OPTIONS (AWS's samples set it the same way); a drop-in, not an edited unit.
+  install -d -m 0755 "$units/slurmd.service.d"
+  printf '[Service]\nEnvironment="SLURMD_OPTIONS=--conf-server %s"\n' "$controller" \
+    > "$units/slurmd.service.d/fmcluster-conf-server.conf"
+  systemctl mask slurmctld
+  systemctl daemon-reload
+  systemctl enable slurmd
+  systemctl restart slurmd || [ "$role" = login ]  # a login node is no Slurm node: slurmd fetches the config, then stops
+fi
