@@ -173,7 +173,7 @@ def run_size(n: int, endpoint: str, work: Path, counter: CallCounter) -> dict[st
     from fmcluster.inventory import write_inventory
     from fmcluster.model import load_tenant
     from fmcluster.paths import generated_dir
-    from fmcluster.providers import provider_for
+    from fmcluster.providers.registry import provider_for
     from fmcluster.reports import ReportReader, statuses, wait_for_reports
     from fmcluster.stacks import api as stacks_api
     from fmcluster.stacks import aws

@@ -23,7 +23,7 @@ import pytest
 
 from conftest import ROOT
 from fmcluster.model import load_tenant
-from fmcluster.providers import provider_for
+from fmcluster.providers.registry import provider_for
 from fmcluster.stacks import api, aws
 from fmcluster.stacks.emulator import ensure_emulator, stop_emulator
 from fmcluster.stacks.render import RenderedStack, load_cfn_yaml, render_stacks

@@ -146,13 +146,14 @@ def test_the_cli_and_doctor_say_the_same_of_each_public_log(name: str, case: dic
     """One code path: `fmcluster acceptance parse` exits as the expert's verdict says, and doctor --log agrees."""
     from fmcluster.cli import main
     from fmcluster.doctor.report import diagnose_log
+    from fmcluster.exits import ExitCode
 
     args = ["acceptance", "parse", "--json", str(PUBLIC / name)]
     if case["instance_type"]:
         args += ["--instance-type", case["instance_type"], "--nodes", str(case["nodes"])]
     code = main(args)
     out = json.loads(capsys.readouterr().out)
-    assert (code, out["status"]) == ({"pass": 0, "fail": 1, "not_judged": 3}[case["status"]], case["status"])
+    assert (code, out["status"]) == ({"pass": ExitCode.OK, "fail": ExitCode.FAILED, "not_judged": ExitCode.NOT_JUDGED}[case["status"]], case["status"])
     if case["instance_type"] is None:
         assert diagnose_log(PUBLIC / name).acceptance == {"status": out["status"], "codes": out["codes"],
                                                           "cause": out["cause"]}
