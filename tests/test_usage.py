@@ -1,4 +1,4 @@
-"""`invoke usage` (fmcluster.usage): sacct's job allocations become GPU-, CPU- and node-hours per team and user;
+"""`invoke usage` (fmcluster.health.usage): sacct's job allocations become GPU-, CPU- and node-hours per team and user;
 garbage in sacct's output is an error naming the line, never a figure quietly dropped; the three renderings (table,
 JSON, Prometheus text checked by the real promtool) hold the same numbers; the command reaches the cluster the way
 `invoke slurm` does (the provider's remote shell on the login node), here a local shell with a recording sacct."""
@@ -20,7 +20,7 @@ from fmcluster.cli import main as fmcluster_main
 from fmcluster.commands.diagnose import fleet
 from fmcluster.exits import ExitCode
 from fmcluster.nodes import Node
-from fmcluster.usage import (
+from fmcluster.health.usage import (
     METRIC, TRES, Usage, UsageError, check_since, default_since, parse_sacct, parse_tres, render_json,
     render_prometheus, render_table, sacct_argv, sacct_command, summarize,
 )
@@ -119,20 +119,11 @@ def test_the_json_holds_rows_teams_and_totals() -> None:
     assert {(r["team"], r["user"]): r["jobs"] for r in document["rows"]} == {k: v[0] for k, v in HOURS.items()}
 
 
-#: promtool's one lint finding: the metric is named in hours, the unit the brief's dashboards read, where Prometheus'
-#: naming guide asks for base units (seconds). promtool exits 3 for lint findings, 1 for text it cannot parse.
-UNIT_LINT = f'{METRIC} use base unit "seconds" instead of "hours"'
-
-
 def promtool_check(text: str) -> subprocess.CompletedProcess[str]:
-    """promtool check metrics: parsed, and no finding but the unit's (exit 0 then)."""
+    """promtool check metrics: parsed and lint-clean (exit 3 for lint findings, 1 for text it cannot parse)."""
     if not Path(PROMTOOL).is_file():
         pytest.skip("promtool is not installed")
-    done = subprocess.run([PROMTOOL, "check", "metrics"], input=text, capture_output=True, text=True)
-    findings = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
-    if done.returncode == 3 and findings == [UNIT_LINT]:
-        return subprocess.CompletedProcess(done.args, 0, done.stdout, done.stderr)
-    return done
+    return subprocess.run([PROMTOOL, "check", "metrics"], input=text, capture_output=True, text=True)
 
 
 def test_the_prometheus_text_passes_promtool_with_one_sample_per_team_user_and_tres() -> None:
@@ -141,12 +132,12 @@ def test_the_prometheus_text_passes_promtool_with_one_sample_per_team_user_and_t
     assert done.returncode == 0, done.stdout + done.stderr
     samples = [line for line in text.splitlines() if line.startswith(METRIC + "{")]
     assert len(samples) == len(HOURS) * len(TRES)
-    assert f'{METRIC}{{org="acme",team="vision",user="carol",tres="gres/gpu"}} 1' in samples
+    assert f'{METRIC}{{org="acme",team="vision",user="carol",tres="gres/gpu"}} 3600' in samples
     assert promtool_check(render_prometheus([], "acme")).returncode == 0
 
 
 def test_a_hostile_name_from_sacct_stays_one_label_value_and_one_table_cell() -> None:
-    hostile = 'x"} 1\nfmcluster_usage_tres_hours{org="evil"} 9 # \\\x1b[2J'
+    hostile = 'x"} 1\nfmcluster_usage_tres_seconds{org="evil"} 9 # \\\x1b[2J'
     rows = [Usage("llm", hostile, 1, {"gres/gpu": 1.0, "cpu": 2.0, "node": 1.0})]
     text = render_prometheus(rows, "acme")
     assert promtool_check(text).returncode == 0
@@ -246,19 +237,19 @@ def test_fleet_shows_a_deployed_org_s_usage_this_month(tmp_path: Path, cluster: 
 
 
 def test_the_module_runs_with_the_system_python_alone_and_writes_the_textfile(tmp_path: Path) -> None:
-    """Standard library only: what a node has. `python3 -m fmcluster.usage` runs sacct where it is (the controller)
+    """Standard library only: what a node has. `python3 -m fmcluster.health.usage` runs sacct where it is (the controller)
     and writes the metric for node_exporter's textfile collector."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "sacct").write_text(f"#!/bin/sh\ncat {SACCT / 'p5_month.txt'}\n")
     (bin_dir / "sacct").chmod(0o755)
     output = tmp_path / "textfile" / "usage.prom"
-    done = subprocess.run(["/usr/bin/python3", "-S", "-m", "fmcluster.usage", "--org=acme", "--since=2026-11-01",
+    done = subprocess.run(["/usr/bin/python3", "-S", "-m", "fmcluster.health.usage", "--org=acme", "--since=2026-11-01",
                            "--format=prometheus", f"--output={output}"], cwd=tmp_path, capture_output=True, text=True,
                           env={"PATH": f"{bin_dir}:/usr/bin:/bin", "PYTHONPATH": str(ROOT / "src")}, timeout=60)
     assert done.returncode == 0, done.stderr
     assert output.read_text() == render_prometheus(summarize(parse_sacct(P5)), "acme")
-    failing = subprocess.run(["/usr/bin/python3", "-S", "-m", "fmcluster.usage", "--org=acme"], cwd=tmp_path,
+    failing = subprocess.run(["/usr/bin/python3", "-S", "-m", "fmcluster.health.usage", "--org=acme"], cwd=tmp_path,
                              capture_output=True, text=True, env={"PATH": "/nonexistent", "PYTHONPATH": str(ROOT / "src")},
                              timeout=60)
     assert failing.returncode == 1 and failing.stderr.startswith("usage: ")
@@ -269,3 +260,27 @@ def test_a_month_without_jobs_is_a_report_of_zeros_not_an_error() -> None:
     assert rows == []
     assert render_table(rows, "acme", "2026-12-01").splitlines()[-1].split() == ["total", "0.0", "0.0", "0"]
     assert json.loads(render_json(rows, "acme", "2026-12-01"))["total"] == {t: 0 for t in TRES}
+
+
+def test_the_controller_s_collector_writes_this_month_s_usage_and_says_when_sacct_does_not_answer(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """fmcluster-health usage-metrics on the controller: the usage series with fmcluster_usage_up 1, or only
+    fmcluster_usage_up 0 when sacct fails (last round's figures are never left looking current)."""
+    from fmcluster.health.usage import collect
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    sacct = bin_dir / "sacct"
+    sacct.write_text(f"#!/bin/bash\ncat {SACCT / 'p5_month.txt'}\nexit ${{SACCT_EXIT:-0}}\n")
+    sacct.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    textfile = tmp_path / "fmcluster_usage.prom"
+    assert collect("acme", str(textfile), now=lambda: 1.5)
+    text = textfile.read_text()
+    assert promtool_check(text).returncode == 0, promtool_check(text).stdout
+    assert "fmcluster_usage_up 1" in text and f'{METRIC}{{org="acme",team="llm",user="dave",tres="node"}} 6000' in text
+    monkeypatch.setenv("SACCT_EXIT", "1")
+    assert not collect("acme", str(textfile), now=lambda: 2.5)
+    text = textfile.read_text()
+    assert "fmcluster_usage_up 0" in text and METRIC not in text.replace(f"# HELP {METRIC}", "")
+    assert promtool_check(text).returncode == 0

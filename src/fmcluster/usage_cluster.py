@@ -1,4 +1,4 @@
-"""The usage report (fmcluster.usage) read on a tenant's cluster: sacct on its login node (else the controller),
+"""The usage report (fmcluster.health.usage) read on a tenant's cluster: sacct on its login node (else the controller),
 through the provider's ssh, as `invoke slurm` runs a command there. Used by `invoke usage` and `invoke fleet`."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from fmcluster.model import Tenant
-from fmcluster.usage import Usage, UsageError, read
+from fmcluster.health.usage import Usage, UsageError, read
 
 #: sacct over a month of a busy cluster's allocations takes seconds; a minute is a cluster that does not answer.
 TIMEOUT_S = 60.0

@@ -382,7 +382,7 @@ def usage(org: str, since: str = "", as_json: bool = False, out: Out = print) ->
     from sacct on the login node (else the controller), as `invoke slurm` reaches it."""
     import datetime
 
-    from fmcluster.usage import UsageError, check_since, default_since, render_json, render_table
+    from fmcluster.health.usage import UsageError, check_since, default_since, render_json, render_table
     from fmcluster.usage_cluster import NoCluster, read_cluster_usage
 
     tenant = require_tenant(org)

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 Out = Callable[[str], object]
 Diagnose = Callable[[str], Diagnosis]
-#: A deployed tenant's usage this month as one cell, e.g. "12.5 GPU-h, 40.0 CPU-h" (fmcluster.usage).
+#: A deployed tenant's usage this month as one cell, e.g. "12.5 GPU-h, 40.0 CPU-h" (fmcluster.health.usage).
 UsageOf = Callable[["Tenant"], str]
 COLUMNS = ("tenant", "provider", "scheduler", "stack", "nodes", "acceptance", "vs floor", "alerts", "findings",
            "usage (month)", "state")
@@ -94,7 +94,7 @@ def month_usage(tenant: Tenant, root: Path | None = None) -> str:
     """The org's GPU- and CPU-hours since the first of this month, read with sacct on its cluster; '?' when not."""
     import datetime
 
-    from fmcluster.usage import UsageError, default_since, totals
+    from fmcluster.health.usage import UsageError, default_since, totals
     from fmcluster.usage_cluster import read_cluster_usage
 
     try:

@@ -7,6 +7,7 @@
     cluster       the controller's pass (once, or --every N seconds)
     slurm-metrics Slurm's state into a node_exporter textfile (once, or --every N seconds)
     triage        unhealthy nodes and what each needs, from slurmctld and the nodes' reports
+    usage-metrics this month's GPU/CPU hours per team and user (sacct) into a node_exporter textfile
     slurm-associations  the tenant's QoS, team accounts and users' associations into slurmdbd (sacctmgr)
 """
 
@@ -64,6 +65,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     triage.add_argument("--config", required=True, help="cluster config (JSON: checks, XID table, reports)")
     triage.add_argument("--json", action="store_true")
 
+    usage = sub.add_parser("usage-metrics", help="this month's usage per team and user into a node_exporter textfile")
+    usage.add_argument("--org", required=True, help="the organization (the series' org label)")
+    usage.add_argument("--textfile", required=True, help="e.g. <textfile dir>/fmcluster_usage.prom")
+    usage.add_argument("--slurm-conf", default="", help="SLURM_CONF for sacct")
+    usage.add_argument("--every", type=float, default=0.0, help="repeat every N seconds (0: once)")
+
     assoc = sub.add_parser("slurm-associations", help="teams, users and QoS into slurmdbd (sacctmgr)")
     assoc.add_argument("--config", required=True, help="desired state (JSON, fmcluster.health.accounts); - for standard input")
     assoc.add_argument("--slurm-conf", default="", help="SLURM_CONF for sacctmgr")
@@ -108,6 +115,11 @@ def _dispatch(args: argparse.Namespace) -> int:
         return metrics.run_forever(args.textfile, args.every, args.slurm_conf, rounds=None if args.every > 0 else 1)
     if args.command == "triage":
         return _triage(args.config, args.json)
+    if args.command == "usage-metrics":
+        from fmcluster.health import usage
+
+        return usage.collect_forever(args.org, args.textfile, args.every, args.slurm_conf,
+                                     rounds=None if args.every > 0 else 1)
     if args.command == "slurm-associations":
         from fmcluster.health import accounts
 

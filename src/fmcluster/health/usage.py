@@ -13,7 +13,7 @@ number of seconds, or a counted TRES that is not a finite non-negative number is
 a figure quietly left out.
 
 Standard library only (it could run on a node as `python3 -m`); rendered as a table, JSON, or Prometheus text
-(`fmcluster_usage_tres_hours{org,team,user,tres}`, fmcluster.health.textfile's exposition).
+(`fmcluster_usage_tres_seconds{org,team,user,tres}`, fmcluster.health.textfile's exposition).
 """
 
 from __future__ import annotations
@@ -31,9 +31,10 @@ from fmcluster.health.textfile import Exposition
 FIELDS = ("JobID", "User", "Account", "ElapsedRaw", "AllocTRES", "State")
 #: The TRES counted, in the order every rendering shows them (AllocTRES names, Slurm's tres.html).
 TRES = ("gres/gpu", "cpu", "node")
-METRIC = "fmcluster_usage_tres_hours"
-METRIC_HELP = ("TRES-hours (allocated count x elapsed time) of the Slurm jobs of an organization's team and user "
-               "since the report's start, from sacct")
+#: In seconds, Prometheus' base unit (promtool's lint asks for it); a dashboard divides by 3600 for GPU-hours.
+METRIC = "fmcluster_usage_tres_seconds"
+METRIC_HELP = ("TRES-seconds (allocated count x elapsed time) of the Slurm jobs of an organization's team and user "
+               "since the first of the month, from sacct")
 #: One AllocTRES item: a TRES name (type[/name[:subname]]) and its value (a count; memory carries a unit).
 TRES_ITEM = re.compile(r"([a-z_]+(?:/[A-Za-z0-9_.-]+(?::[A-Za-z0-9_.-]+)?)?)=([^,=]+)")
 SINCE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
@@ -186,14 +187,59 @@ def render_json(rows: Sequence[Usage], org: str, since: str) -> str:
 
 
 def render_prometheus(rows: Sequence[Usage], org: str) -> str:
-    """`fmcluster_usage_tres_hours{org,team,user,tres}`, one sample per row and TRES."""
+    """`fmcluster_usage_tres_seconds{org,team,user,tres}`, one sample per row and TRES."""
     exposition = Exposition()
     exposition.declare(METRIC, METRIC_HELP)
     for r in rows:
         for tres in TRES:
-            exposition.add(METRIC, METRIC_HELP, round(r.hours[tres], 6),
+            exposition.add(METRIC, METRIC_HELP, round(r.hours[tres] * 3600, 3),
                            {"org": org, "team": r.team, "user": r.user, "tres": tres})
     return exposition.render() if rows else f"# HELP {METRIC} {METRIC_HELP}\n# TYPE {METRIC} gauge\n"
+
+
+def collect(org: str, textfile: str, slurm_conf: str = "", now: Callable[[], float] | None = None) -> bool:
+    """One round of the controller's usage collector: this month's usage as the node_exporter textfile, with
+    `fmcluster_usage_up` 1; when sacct fails or answers garbage, only `fmcluster_usage_up 0` (never last round's
+    figures passed off as current). Returns whether sacct answered."""
+    import os
+    import subprocess
+    import time
+
+    from fmcluster.health.textfile import write_atomic
+
+    env = {**os.environ, **({"SLURM_CONF": slurm_conf} if slurm_conf else {})}
+
+    def run(command: str) -> tuple[int, str, str]:
+        done = subprocess.run(shlex.split(command), capture_output=True, text=True, timeout=120, check=False, env=env)
+        return done.returncode, done.stdout, done.stderr
+
+    up_help = "1 when sacct answered this collection round (the usage series are current), else 0 and none."
+    try:
+        rows = read(run, default_since(dt.date.today()))
+        text = render_prometheus(rows, org)
+        ok = True
+    except (UsageError, OSError, subprocess.TimeoutExpired):
+        text, ok = "", False
+    stamp = (now or time.time)()
+    text += (f"# HELP fmcluster_usage_up {up_help}\n# TYPE fmcluster_usage_up gauge\nfmcluster_usage_up {int(ok)}\n"
+             "# HELP fmcluster_usage_last_update_timestamp_seconds When the usage collector last ran.\n"
+             "# TYPE fmcluster_usage_last_update_timestamp_seconds gauge\n"
+             f"fmcluster_usage_last_update_timestamp_seconds {round(stamp, 3)}\n")
+    write_atomic(textfile, text)
+    return ok
+
+
+def collect_forever(org: str, textfile: str, every: float, slurm_conf: str = "", rounds: int | None = None) -> int:
+    """collect() every `every` seconds (`rounds` times, for tests; None: until stopped)."""
+    import time
+
+    done = 0
+    while rounds is None or done < rounds:
+        collect(org, textfile, slurm_conf)
+        done += 1
+        if rounds is None or done < rounds:
+            time.sleep(every)
+    return 0
 
 
 #: Runs one command line where sacct answers (the cluster's login or controller node): (exit status, stdout, stderr).
@@ -210,7 +256,7 @@ def read(run: Run, since: str) -> list[Usage]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python3 -m fmcluster.usage --org=X`: the report where sacct runs (the controller), e.g. as a node_exporter
+    """`python3 -m fmcluster.health.usage --org=X`: the report where sacct runs (the controller), e.g. as a node_exporter
     textfile (--format=prometheus --output=/var/lib/node_exporter/textfile/usage.prom, written atomically)."""
     import argparse
     import subprocess
@@ -218,7 +264,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from fmcluster.health.textfile import write_atomic
 
-    parser = argparse.ArgumentParser(prog="python3 -m fmcluster.usage", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python3 -m fmcluster.health.usage", description=__doc__.split("\n\n")[0])
     parser.add_argument("--org", required=True, help="the organization, as the metric's org label")
     parser.add_argument("--since", default="", help="YYYY-MM-DD (default: the first of this month)")
     parser.add_argument("--format", choices=("table", "json", "prometheus"), default="table")
