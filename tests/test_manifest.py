@@ -107,6 +107,23 @@ def test_extra_vars_of_the_node_are_added_and_reach_the_scrape_configs(demo: Ten
     assert {c["ec2_sd_configs"][0]["endpoint"] for c in all_vars["prometheus_scrape_configs"]} == {"http://10.77.128.1:4566"}
 
 
+def test_the_scheduler_gate_is_one_group_holding_every_node_whose_slurm_fmcluster_installs(demo: Tenant) -> None:
+    import dataclasses
+
+    children = inventory(demo)["all"]["children"]
+    assert children["fmcluster_slurm"] == {"children": {"controller": {}, "login": {}, "compute": {}}}
+    pcdemo_on_aws = dataclasses.replace(load_tenant("pcdemo"), provider="aws")  # ParallelCluster installs Slurm
+    assert "fmcluster_slurm" not in inventory(pcdemo_on_aws)["all"]["children"]
+    assert "fmcluster_slurm" in inventory(load_tenant("pcdemo"))["all"]["children"]  # its local stand-in: ours
+
+
+def test_a_manifest_without_the_capabilities_is_refused_not_guessed(demo: Tenant) -> None:
+    manifest = manifest_for(demo)
+    del manifest["vars"]["fmcluster_capabilities"]
+    with pytest.raises(ValueError, match="fmcluster_capabilities.slurm_owner is None"):
+        assemble_inventory(manifest, nodes_for(demo))
+
+
 # --- Slurm ---------------------------------------------------------------------------------------------------
 
 def test_slurm_nodes_and_partitions_are_the_live_compute_nodes_of_each_queue(tmp_path: Path) -> None:
