@@ -227,6 +227,22 @@ def test_hyperpod_tenants_scrape_the_nodes_their_inventory_lists(tmp_path: Path)
     assert [len(c["static_configs"]) for c in configs] == [len(nodes_for(tenant))]
 
 
+def test_a_queue_named_with_a_dash_has_the_same_label_on_node_info_and_on_its_prometheus_target(tmp_path: Path) -> None:
+    import jinja2
+
+    tenant = load_tenant("t-dash", make_root(tmp_path, "t-dash", "10.93.23.0/24", provider="aws",
+                                                 scheduler="hyperpod", queues={"gpu-1": 1}))
+    document = assemble_inventory(manifest_for(tenant), nodes_for(tenant))
+    group = document["all"]["children"]["compute"]["children"]["queue_gpu_1"]  # a group name cannot hold `-`
+    # node_info's queue label, as playbooks/monitoring.yml renders it from the node's group vars.
+    play = next(p for p in yaml.safe_load((Path(__file__).parent.parent / "playbooks" / "monitoring.yml").read_text())
+                if p["name"] == "Exporters on every node")
+    node_info_queue = jinja2.Environment().from_string(play["vars"]["monitoring_labels"]["queue"]).render(group["vars"])
+    node_job = next(c for c in document["all"]["vars"]["prometheus_scrape_configs"] if c["job_name"] == "node")
+    (target,) = [t for t in node_job["static_configs"] if t["labels"]["role"] == "compute"]
+    assert node_info_queue == target["labels"]["queue"] == "gpu-1"
+
+
 # --- what the manifest holds -------------------------------------------------------------------------------
 
 def test_the_manifest_names_the_secrets_and_where_nodes_keep_them_never_their_values(demo: Tenant) -> None:

@@ -106,9 +106,12 @@ def assemble_inventory(manifest: Mapping[str, Any], nodes: Sequence[Node],
     all_vars.update(extra_vars or {})
     all_vars["prometheus_scrape_configs"] = scrape_configs(all_vars, nodes)
 
-    def group(members: Sequence[Node], spec: Mapping[str, Any]) -> dict[str, Any]:
+    def group(members: Sequence[Node], spec: Mapping[str, Any], queue: str | None = None) -> dict[str, Any]:
         doc: dict[str, Any] = {"hosts": {n.name: _host_vars(n) for n in members}} if members else {}
         doc["vars"] = {"fmcluster_instance_type": spec["instance_type"], "fmcluster_instance": spec["instance"],
+                       # The queue's own name: its label everywhere (node_info, Prometheus targets), never
+                       # recovered from the group name (queue_group folds `-` into `_`).
+                       **({"fmcluster_queue": queue} if queue is not None else {}),
                        **spec.get("vars", {})}
         return doc
 
@@ -116,7 +119,7 @@ def assemble_inventory(manifest: Mapping[str, Any], nodes: Sequence[Node],
     children: dict[str, Any] = {
         "controller": group(controllers, groups["controller"]),
         "login": group(logins or controllers, login_spec),
-        "compute": {"children": {queue_group(name): group([n for n in compute if n.queue == name], q)
+        "compute": {"children": {queue_group(name): group([n for n in compute if n.queue == name], q, name)
                                  for name, q in queues.items()}},
     }
     if slurm_owner(manifest["vars"]) == "fmcluster":
