@@ -122,9 +122,10 @@ def assemble_inventory(manifest: Mapping[str, Any], nodes: Sequence[Node],
         "compute": {"children": {queue_group(name): group([n for n in compute if n.queue == name], q, name)
                                  for name, q in queues.items()}},
     }
-    if slurm_owner(manifest["vars"]) == "fmcluster":
-        # The playbooks' one scheduler gate: plays of fmcluster's Slurm, munge and mounts target this group.
-        children[FMCLUSTER_SLURM_GROUP] = {"children": {"controller": {}, "login": {}, "compute": {}}}
+    # The playbooks' one scheduler gate: plays of fmcluster's Slurm, munge and mounts target this group (always
+    # declared, so a play on it matches no node rather than warning of an unknown pattern).
+    children[FMCLUSTER_SLURM_GROUP] = ({"children": {"controller": {}, "login": {}, "compute": {}}}
+                                       if slurm_owner(manifest["vars"]) == "fmcluster" else {})
     return {"all": {"vars": all_vars, "children": children}}
 
 
