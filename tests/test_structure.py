@@ -167,7 +167,7 @@ def test_every_scheduler_s_cluster_stack_has_a_template() -> None:
     ("aws", "parallelcluster", False, "scheduler"),
     ("local", "parallelcluster", True, "fmcluster"),
     ("aws", "slurm-ec2", False, "fmcluster"),
-    ("local", "hyperpod", False, "fmcluster"),
+    ("local", "hyperpod", False, "scheduler"),  # HyperPod's own Slurm, on either provider
 ])
 def test_a_service_made_cluster_is_stood_in_where_the_provider_has_no_cluster_services(
         provider: str, scheduler: str, stand_in: bool, slurm_owner: str) -> None:
