@@ -28,7 +28,7 @@ def main(org: str = "demo") -> None:
         from fmcluster.stacks.emulator import stop_emulator
 
         tenant = load_tenant(org)
-        if tenant.provider != "local":
+        if not tenant.capabilities.provider.emulated_apis:
             raise SystemExit(f"{org} is a provider-{tenant.provider} tenant; this measures the local emulator only")
         try:
             start = time.monotonic()

@@ -67,7 +67,7 @@ def healthy_answers(smi: str | None = None) -> dict[tuple[str, ...], tuple[Any, 
     }
 
 
-def p5_config(tmp: Path, kmsg: str = "kmsg-clean.txt", efa_count: int | None = None, provider: str = "aws",
+def p5_config(tmp: Path, kmsg: str = "kmsg-clean.txt", efa_count: int | None = None, real_accelerators: bool = True,
               **overrides: Any) -> dict[str, Any]:
     """A p5.48xlarge compute node's config (built like the node_health role builds it) whose evidence files
     are fixtures under tmp. `efa_count` overrides the catalog's 32 EFA interfaces (the sysfs fixture has 2)."""
@@ -87,4 +87,4 @@ def p5_config(tmp: Path, kmsg: str = "kmsg-clean.txt", efa_count: int | None = N
                                     disk=[{"path": str(tmp), "min_free_percent": 0, "min_free_mib": 0}],
                                     paths=paths)
     settings.update(overrides)
-    return data.node_config(NODE, instance, provider, P5_REAL_MEMORY_MB, **settings)
+    return data.node_config(NODE, instance, real_accelerators, P5_REAL_MEMORY_MB, **settings)

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
+from fmcluster.capabilities import capabilities
 from fmcluster.catalog import load_catalog
 from fmcluster.nccl import queue_vars
 
@@ -51,7 +52,8 @@ def write_inventory(path: Path, provider: str, types: list[str], out: Path | Non
                      **queue_vars(instance_type)},
         }
     inventory = {"all": {
-        "vars": {"fmcluster_provider": provider, "ansible_connection": "local", "ansible_python_interpreter": sys.executable},
+        "vars": {**capabilities(provider, "slurm-ec2").manifest_vars(), "ansible_connection": "local",
+                 "ansible_python_interpreter": sys.executable},
         "children": {"compute": {"children": queues}},
     }}
     path.write_text(yaml.safe_dump(inventory, sort_keys=False), encoding="utf-8")

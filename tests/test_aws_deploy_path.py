@@ -223,7 +223,7 @@ def test_parallelcluster_nodes_would_fetch_the_same_first_boot_through_on_node_c
     assert custom_action_script().endswith(USER_DATA_SCRIPT.encode())
     manifest = _manifest(deploy)
     assert manifest["discovery"] == {"kind": "ec2", "tag": "fmcluster:org", "node_tags": "parallelcluster"}
-    assert manifest["vars"]["fmcluster_slurm_from"] == "parallelcluster", "ParallelCluster's own Slurm on AWS"
+    assert manifest["vars"]["fmcluster_capabilities"]["slurm_owner"] == "scheduler", "ParallelCluster's own Slurm on AWS"
     config = render_cluster_config(deploy.tenant, deploy.outputs).data
     action = config["Scheduling"]["SlurmQueues"][0]["CustomActions"]["OnNodeConfigured"]
     assert action["Script"] == f"s3://{bucket}/{CUSTOM_ACTION_KEY}"

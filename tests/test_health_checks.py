@@ -194,7 +194,7 @@ def test_the_efa_check_and_the_efa_exporter_find_the_same_devices(tmp_path: Path
 
 
 def test_on_provider_local_the_gpu_and_efa_checks_skip_and_say_why(tmp_path: Path) -> None:
-    report = run(p5_config(tmp_path, provider="local"), healthy_answers())
+    report = run(p5_config(tmp_path, real_accelerators=False), healthy_answers())
     skipped = {r.check: r.detail for r in report.results if r.status == "skip"}
     assert set(skipped) == {"gpu-count", "xid", "row-remap", "ecc", "gpu-throttle", "dcgm", "efa"}
     assert skipped["gpu-count"] == ("provider local: this namespace node has none of the 8 GPUs the catalog "

@@ -41,7 +41,7 @@ def setup(tmp: Path, state: str = "IDLE", reason: str = "", by: str = "root", mu
         "scontrol": stand_in(bin_dir / "scontrol", "" if scontrol_error else shown, 1 if scontrol_error else 0,
                              scontrol_error, log),
     }
-    config = data.node_config("%n", load_catalog()["c5.2xlarge"].as_vars(), "local", 1, commands=commands,
+    config = data.node_config("%n", load_catalog()["c5.2xlarge"].as_vars(), False, 1, commands=commands,
                               disk=[{"path": str(tmp), "min_free_percent": min_free_percent}],
                               report_dir=str(tmp / "reports"), state_dir=str(tmp / "state" / "%n"),
                               textfile_dir=str(tmp / "textfile" / "%n"))

@@ -94,7 +94,7 @@ def test_a_tampered_efa_tarball_from_the_mirror_is_refused_by_its_checksum(tmp_p
     url, root = mirror
     work = tmp_path / "efa-work"
     rc, run = run_role(tmp_path, "efa", {
-        "accel_detect_root": str(node), "efa_expected_interfaces": 2, "efa_provider": "local", "efa_source": "s3",
+        "accel_detect_root": str(node), "efa_expected_interfaces": 2, "efa_require_devices": False, "efa_source": "s3",
         "efa_mirror_url": url, "efa_work_dir": str(work), "efa_limits_file": str(tmp_path / "limits.conf"),
     })
     assert rc != 0

@@ -107,6 +107,23 @@ def test_extra_vars_of_the_node_are_added_and_reach_the_scrape_configs(demo: Ten
     assert {c["ec2_sd_configs"][0]["endpoint"] for c in all_vars["prometheus_scrape_configs"]} == {"http://10.77.128.1:4566"}
 
 
+def test_the_scheduler_gate_is_one_group_holding_every_node_whose_slurm_fmcluster_installs(demo: Tenant) -> None:
+    import dataclasses
+
+    children = inventory(demo)["all"]["children"]
+    assert children["fmcluster_slurm"] == {"children": {"controller": {}, "login": {}, "compute": {}}}
+    pcdemo_on_aws = dataclasses.replace(load_tenant("pcdemo"), provider="aws")  # ParallelCluster installs Slurm
+    assert inventory(pcdemo_on_aws)["all"]["children"]["fmcluster_slurm"] == {}  # declared, no node
+    assert inventory(load_tenant("pcdemo"))["all"]["children"]["fmcluster_slurm"]["children"]  # its stand-in: ours
+
+
+def test_a_manifest_without_the_capabilities_is_refused_not_guessed(demo: Tenant) -> None:
+    manifest = manifest_for(demo)
+    del manifest["vars"]["fmcluster_capabilities"]
+    with pytest.raises(ValueError, match="fmcluster_capabilities.slurm_owner is None"):
+        assemble_inventory(manifest, nodes_for(demo))
+
+
 # --- Slurm ---------------------------------------------------------------------------------------------------
 
 def test_slurm_nodes_and_partitions_are_the_live_compute_nodes_of_each_queue(tmp_path: Path) -> None:
@@ -208,6 +225,22 @@ def test_hyperpod_tenants_scrape_the_nodes_their_inventory_lists(tmp_path: Path)
     assert manifest["discovery"]["kind"] == "hyperpod" and manifest["discovery"]["cluster_name"] == "fmc-t-hp-cluster"
     configs = assemble_inventory(manifest, nodes_for(tenant))["all"]["vars"]["prometheus_scrape_configs"]
     assert [len(c["static_configs"]) for c in configs] == [len(nodes_for(tenant))]
+
+
+def test_a_queue_named_with_a_dash_has_the_same_label_on_node_info_and_on_its_prometheus_target(tmp_path: Path) -> None:
+    import jinja2
+
+    tenant = load_tenant("t-dash", make_root(tmp_path, "t-dash", "10.93.23.0/24", provider="aws",
+                                                 scheduler="hyperpod", queues={"gpu-1": 1}))
+    document = assemble_inventory(manifest_for(tenant), nodes_for(tenant))
+    group = document["all"]["children"]["compute"]["children"]["queue_gpu_1"]  # a group name cannot hold `-`
+    # node_info's queue label, as playbooks/monitoring.yml renders it from the node's group vars.
+    play = next(p for p in yaml.safe_load((Path(__file__).parent.parent / "playbooks" / "monitoring.yml").read_text())
+                if p["name"] == "Exporters on every node")
+    node_info_queue = jinja2.Environment().from_string(play["vars"]["monitoring_labels"]["queue"]).render(group["vars"])
+    node_job = next(c for c in document["all"]["vars"]["prometheus_scrape_configs"] if c["job_name"] == "node")
+    (target,) = [t for t in node_job["static_configs"] if t["labels"]["role"] == "compute"]
+    assert node_info_queue == target["labels"]["queue"] == "gpu-1"
 
 
 # --- what the manifest holds -------------------------------------------------------------------------------

@@ -36,7 +36,8 @@ def inventory(tmp: Path) -> Path:
                 "unmunge": stand_in(bin_dir / "unmunge", "STATUS: Success (0)\n")}
     common = {
         "ansible_connection": "local", "ansible_python_interpreter": "/usr/bin/python3",
-        "fmcluster_provider": "local", "fmcluster_instance": load_catalog()["c5.2xlarge"].as_vars(),
+        "fmcluster_capabilities": {"real_accelerators": False, "slurm_owner": "fmcluster"},
+        "fmcluster_instance": load_catalog()["c5.2xlarge"].as_vars(),
         "slurm_nodes": [{"name": "cpu-7", "real_memory_mb": 1024}],
         "node_health_install_dir": str(tmp / "health"),
         "node_health_config_path": str(tmp / "nodes" / "%n" / "health" / "config.json"),
@@ -102,7 +103,7 @@ def test_node_health_converges_idempotently_and_runs_as_slurm_runs_it(tmp_path: 
 
         # The config the role wrote is the one fmcluster builds for the same node (doctor runs the same checks).
         installed = json.loads((tmp_path / "nodes" / "cpu-7" / "health" / "config.json").read_text())
-        built = data.node_config("cpu-7", load_catalog()["c5.2xlarge"].as_vars(), "local", 1024,
+        built = data.node_config("cpu-7", load_catalog()["c5.2xlarge"].as_vars(), False, 1024,
                                  # a compute node is configless: scontrol reads the copy slurmd caches
                                  slurm_conf="/var/spool/slurmd/conf-cache/slurm.conf", munge_socket="",
                                  report_dir=str(tmp_path / "reports"),

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from fmcluster.capabilities import Capabilities, capabilities
 from fmcluster.health import data, engine, slurm, triage
 from fmcluster.lifecycle import ClusterView, LifecycleError, NodeLine, Replacer, auto_replacements, node_lines, render_lines
 from fmcluster.nodes import Node
@@ -99,6 +100,10 @@ def test_the_automatic_mode_replaces_at_most_a_quarter_of_the_compute_nodes_in_o
 # --- which node: a live compute node, named exactly ----------------------------------------------------------
 class Tenantish:
     org, region, scheduler, provider = "acme", REGION, "slurm-ec2", "aws"
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return capabilities(self.provider, self.scheduler)
 
 
 def replacer(scheduler: str = "slurm-ec2") -> Replacer:

@@ -56,6 +56,11 @@ def placement_group_output_key(queue: str) -> str:
     return f"{_camel(queue)}PlacementGroup"
 
 
+#: The inventory group of the nodes whose Slurm, munge and shared mounts fmcluster's roles install
+#: (capability slurm_owner: fmcluster); every node when it applies, none otherwise.
+FMCLUSTER_SLURM_GROUP = "fmcluster_slurm"
+
+
 def queue_group(queue: str) -> str:
     return f"queue_{queue.replace('-', '_')}"
 
@@ -101,22 +106,36 @@ def assemble_inventory(manifest: Mapping[str, Any], nodes: Sequence[Node],
     all_vars.update(extra_vars or {})
     all_vars["prometheus_scrape_configs"] = scrape_configs(all_vars, nodes)
 
-    def group(members: Sequence[Node], spec: Mapping[str, Any]) -> dict[str, Any]:
+    def group(members: Sequence[Node], spec: Mapping[str, Any], queue: str | None = None) -> dict[str, Any]:
         doc: dict[str, Any] = {"hosts": {n.name: _host_vars(n) for n in members}} if members else {}
         doc["vars"] = {"fmcluster_instance_type": spec["instance_type"], "fmcluster_instance": spec["instance"],
+                       # The queue's own name: its label everywhere (node_info, Prometheus targets), never
+                       # recovered from the group name (queue_group folds `-` into `_`).
+                       **({"fmcluster_queue": queue} if queue is not None else {}),
                        **spec.get("vars", {})}
         return doc
 
     login_spec = groups.get("login") or groups["controller"]
-    return {"all": {
-        "vars": all_vars,
-        "children": {
-            "controller": group(controllers, groups["controller"]),
-            "login": group(logins or controllers, login_spec),
-            "compute": {"children": {queue_group(name): group([n for n in compute if n.queue == name], q)
-                                     for name, q in queues.items()}},
-        },
-    }}
+    children: dict[str, Any] = {
+        "controller": group(controllers, groups["controller"]),
+        "login": group(logins or controllers, login_spec),
+        "compute": {"children": {queue_group(name): group([n for n in compute if n.queue == name], q, name)
+                                 for name, q in queues.items()}},
+    }
+    # The playbooks' one scheduler gate: plays of fmcluster's Slurm, munge and mounts target this group (always
+    # declared, so a play on it matches no node rather than warning of an unknown pattern).
+    children[FMCLUSTER_SLURM_GROUP] = ({"children": {"controller": {}, "login": {}, "compute": {}}}
+                                       if slurm_owner(manifest["vars"]) == "fmcluster" else {})
+    return {"all": {"vars": all_vars, "children": children}}
+
+
+def slurm_owner(variables: Mapping[str, Any]) -> str:
+    """Who installs Slurm on the nodes (fmcluster.capabilities), from the manifest's vars; fails closed."""
+    owner = (variables.get("fmcluster_capabilities") or {}).get("slurm_owner")
+    if owner not in ("fmcluster", "scheduler"):
+        raise ValueError(f"the manifest's vars.fmcluster_capabilities.slurm_owner is {owner!r}, not fmcluster or "
+                         "scheduler: publish the manifest again with this fmcluster (invoke deploy)")
+    return str(owner)
 
 
 def scrape_configs(variables: Mapping[str, Any], nodes: Sequence[Node]) -> list[dict[str, Any]]:
@@ -126,10 +145,14 @@ def scrape_configs(variables: Mapping[str, Any], nodes: Sequence[Node]) -> list[
     scraped or dropped without any converge; `inventory`: the nodes listed now (the controller re-converges
     when they change). Either way the labels are the same: node, role, queue, instance_type."""
     discovery = variables.get("prometheus_node_discovery", {"kind": "inventory"})
+    kind = discovery.get("kind")
+    if kind not in ("ec2", "inventory"):
+        raise ValueError(f"prometheus_node_discovery.kind is {kind!r}: Prometheus finds nodes by ec2 or inventory "
+                         "(the scheduler's manifest_vars)")
     configs: list[dict[str, Any]] = []
     for job in variables.get("prometheus_scrape_jobs", []):
         types = list(job.get("instance_types") or [])
-        if discovery.get("kind") == "ec2":
+        if kind == "ec2":
             sd: dict[str, Any] = {
                 "region": discovery["region"], "port": job["port"],
                 "refresh_interval": variables.get("prometheus_sd_refresh_interval", "30s"),

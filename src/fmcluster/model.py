@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from fmcluster.capabilities import Capabilities, capabilities, scheduler_capabilities
 from fmcluster.catalog import InstanceType, load_catalog
 from fmcluster.paths import generated_dir, inventories_dir, tenant_dir, tenant_spec_path
 from fmcluster.validation import Problem, apply_defaults, dotted, org_problem, problems_in
@@ -214,6 +215,11 @@ class Tenant:
         return f"fmc-{self.org}"
 
     @property
+    def capabilities(self) -> Capabilities:
+        """What this tenant's provider and scheduler can do (fmcluster.capabilities): read these, not the names."""
+        return capabilities(self.provider, self.scheduler)
+
+    @property
     def tags(self) -> dict[str, str]:
         """Cost-allocation tags put on every stack and resource."""
         return {"fmcluster:org": self.org, "fmcluster:programme": self.programme}
@@ -298,7 +304,7 @@ def _build(spec_path: Path, raw: dict[str, Any]) -> Tenant:
             ssh_key_name=pcluster.get("ssh_key_name"),
             accounting=Accounting(accounting.get("uri"), accounting["user_name"], accounting.get("password_secret_arn"),
                                   accounting.get("database_name")) if accounting is not None else None,
-        ) if doc["scheduler"] == "parallelcluster" else None,
+        ) if scheduler_capabilities(doc["scheduler"]).own_section is not None else None,
         health=Health(auto_replace=doc["health"]["auto_replace"]),
         qos=tuple(Qos(q["name"], q["priority"], q.get("max_gpus_per_user"), q.get("max_cpus_per_user"),
                       q.get("max_nodes_per_user")) for q in doc["qos"]),

@@ -124,7 +124,25 @@ def node_at(nodes: Sequence[Node], address: str) -> Node | None:
 
 def discover(discovery: Mapping[str, Any], client: Callable[[str], Any], org: str) -> list[Node]:
     """The cluster's live nodes, as a manifest's `discovery` entry says to find them (deploy machine and nodes)."""
-    if discovery.get("kind") == "hyperpod":
-        groups: dict[str, Role] = dict(discovery["groups"])
-        return hyperpod_nodes(client("sagemaker"), str(discovery["cluster_name"]), groups)
+    finder = DISCOVERY.get(str(discovery.get("kind")))
+    if finder is None:
+        raise ValueError(f"the manifest's discovery kind {discovery.get('kind')!r} is not one of "
+                         f"{', '.join(sorted(DISCOVERY))} (the scheduler's discovery())")
+    return finder(discovery, client, org)
+
+
+def _by_ec2_tags(discovery: Mapping[str, Any], client: Callable[[str], Any], org: str) -> list[Node]:
     return ec2_nodes(client("ec2"), org, NODE_TAGS[str(discovery.get("node_tags", "fmcluster"))])
+
+
+def _by_cluster_node_list(discovery: Mapping[str, Any], client: Callable[[str], Any], org: str) -> list[Node]:
+    groups: dict[str, Role] = dict(discovery["groups"])
+    return hyperpod_nodes(client("sagemaker"), str(discovery["cluster_name"]), groups)
+
+
+#: How a manifest's `discovery` entry finds the nodes, by its kind (what the scheduler's discovery() writes):
+#: EC2 instance tags, or SageMaker's node list of a HyperPod cluster.
+DISCOVERY: dict[str, Callable[[Mapping[str, Any], Callable[[str], Any], str], list[Node]]] = {
+    "ec2": _by_ec2_tags,
+    "hyperpod": _by_cluster_node_list,
+}

@@ -124,6 +124,7 @@ def build_manifest(tenant: Tenant, ref: str, stack_outputs: Mapping[str, str],
         **accounting.manifest_vars(tenant),
         **users.manifest_vars(tenant),
         **health.manifest_vars(tenant, storage),
+        **tenant.capabilities.manifest_vars(),
         **scheduler_vars,
         **provider_vars,
     }

@@ -24,6 +24,7 @@ import jsonschema
 import jsonschema.validators
 import yaml
 
+from fmcluster.capabilities import PROVIDERS, SCHEDULERS
 from fmcluster.catalog import InstanceType, load_catalog
 from fmcluster.escape import escaped, neutral
 from fmcluster.parallelcluster import rules as parallelcluster_rules
@@ -420,7 +421,8 @@ def _semantic_problems(loaded: LoadedYaml, out: _Collector) -> None:
         out.add((*t, "availability_zone"), f"{show(az)} is not an availability zone of region {show(region)}",
                 f"use the region followed by a zone letter, e.g. '{region if region in KNOWN_REGIONS else 'us-east-1'}a'")
 
-    if tenant.get("scheduler") == "parallelcluster":
+    scheduler = SCHEDULERS.get(str(tenant.get("scheduler")))  # None: the schema names it
+    if scheduler is not None and scheduler.own_section is not None:
         parallelcluster_rules.check_tenant(tenant, out.add)
     else:
         parallelcluster_rules.check_not_parallelcluster(tenant, out.add)
@@ -428,8 +430,9 @@ def _semantic_problems(loaded: LoadedYaml, out: _Collector) -> None:
     controller = _check_instance(out, (*t, "controller", "instance_type"), _get(tenant, "controller", "instance_type"), catalog)
     login = _check_instance(out, (*t, "login", "instance_type"), _get(tenant, "login", "instance_type"), catalog)
 
-    # Options HyperPod would silently ignore are refused, never dropped.
-    hyperpod = tenant.get("scheduler") == "hyperpod"
+    # Options a scheduler would silently ignore (HyperPod: reservations, ssh ingress) are refused, never dropped.
+    reservations = scheduler is None or scheduler.capacity_reservations
+    ssh_ingress = scheduler is None or scheduler.ssh_ingress
     queues = tenant.get("queues")
     compute: list[tuple[InstanceType, int]] = []
     if isinstance(queues, list):
@@ -470,12 +473,12 @@ def _semantic_problems(loaded: LoadedYaml, out: _Collector) -> None:
                 defaults += 1
                 if defaults > 1:
                     out.add((*q, "default"), "more than one queue is marked default", "mark at most one queue `default: true`")
-            if hyperpod and "capacity_reservation_id" in queue:
+            if not reservations and "capacity_reservation_id" in queue:
                 out.add((*q, "capacity_reservation_id"),
                         "HyperPod instance groups do not launch into EC2 capacity reservations; the reservation would be ignored",
                         "remove it (HyperPod reserves capacity with SageMaker training plans), or use scheduler: slurm-ec2")
 
-    if hyperpod and isinstance(_get(tenant, "network", "ssh_ingress_cidr"), str):
+    if not ssh_ingress and isinstance(_get(tenant, "network", "ssh_ingress_cidr"), str):
         out.add((*t, "network", "ssh_ingress_cidr"),
                 "HyperPod nodes are not reachable by ssh from outside the VPC; the range would only create an unused "
                 "security group", "remove it and reach the nodes through SSM (aws ssm start-session), "
@@ -581,7 +584,8 @@ def _check_network(out: _Collector, tenant: dict[str, Any], t: KeyPath, controll
         return
     # The network stack's subnets (fmcluster.stacks.render._subnets): private = the upper half, public = the first
     # /24 (or first quarter) of the lower half. Nodes, file systems and HyperPod groups sit in the private one.
-    public_login = isinstance(ssh, str) and tenant.get("scheduler") == "slurm-ec2"
+    scheduler = SCHEDULERS.get(str(tenant.get("scheduler")))
+    public_login = isinstance(ssh, str) and scheduler is not None and scheduler.public_login
     parts = [(f"{count} × {itype.name} × {addresses_per_node(itype)}", count * addresses_per_node(itype))
              for itype, count in compute]
     if controller is not None:
@@ -776,7 +780,8 @@ def _check_monitoring(out: _Collector, tenant: dict[str, Any], t: KeyPath) -> No
 
 def _check_accounting(out: _Collector, tenant: dict[str, Any], t: KeyPath) -> None:
     endpoint = _get(tenant, "accounting", "database_endpoint")
-    if isinstance(endpoint, str) and tenant.get("provider") == "local":
+    provider = PROVIDERS.get(str(tenant.get("provider")))  # None: the schema names it
+    if isinstance(endpoint, str) and provider is not None and not provider.external_database:
         out.add((*t, "accounting", "database_endpoint"), "provider local cannot reach a database endpoint: its "
                 "accounting database is MariaDB on the controller node", "remove database_endpoint for a local tenant")
 

@@ -114,7 +114,7 @@ def row(org: str, diagnose: Diagnose, root: Path | None = None, usage_of: UsageO
         return Row(org, state="invalid", stack="invalid spec (invoke validate)")
     r = Row(org, tenant.provider, tenant.scheduler, expected=sum(q.count for q in tenant.queues))
     r.acceptance, r.ratio = last_acceptance(org, root)
-    if tenant.provider == "local":
+    if tenant.capabilities.provider.emulated_apis:  # deployed only while its emulator runs
         from fmcluster.stacks.emulator import running_emulator
 
         if running_emulator(org, root) is None:

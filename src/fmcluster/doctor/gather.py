@@ -135,7 +135,7 @@ def stack_facts(tenant: Tenant, endpoint: str | None, got: Gathered) -> None:
     for stack in result.stacks:
         got.evidence.add_fact("stack_status", stack.name, str(stack.status or "absent"))
         for lid, rtype in stack.not_created:
-            if tenant.provider == "local":
+            if tenant.capabilities.provider.emulated_apis:
                 got.notes.append(f"the AWS emulator did not create {lid} ({rtype}) in {stack.name}: "
                                  "its entries apply on AWS only")
             else:
@@ -201,7 +201,7 @@ def gather(tenant: Tenant, node_filter: str = "", out: Out = print) -> Gathered:
         return got
     out(f"doctor: reading the stacks of {tenant.org}")
     stack_facts(tenant, endpoint, got)
-    if tenant.provider == "aws":
+    if not tenant.capabilities.provider.emulated_apis:  # the emulator has no reservations or associations
         from fmcluster.stacks import aws
 
         aws_facts(tenant, lambda service: aws.client(service, tenant.region, endpoint), got)

@@ -40,7 +40,7 @@ def xid_doc() -> Dict[str, Any]:
     return _load(XID_PATH)
 
 
-def node_config(node: str, instance: Mapping[str, Any], provider: str, real_memory_mb: int,
+def node_config(node: str, instance: Mapping[str, Any], real_accelerators: bool, real_memory_mb: int,
                 mounts: Sequence[Mapping[str, str]] = (), slurm_conf: str = "", munge_socket: str = "",
                 report_dir: str = "", report_requires_mount: str = "", state_dir: str = "", textfile_dir: str = "",
                 disk: Optional[Sequence[Mapping[str, Any]]] = None, timeouts: Optional[Mapping[str, float]] = None,
@@ -51,7 +51,7 @@ def node_config(node: str, instance: Mapping[str, Any], provider: str, real_memo
         "generated_by": "fmcluster (role node_health); edits will be reverted",
         "node": node,
         "facts": {
-            "provider": provider,
+            "real_accelerators": bool(real_accelerators),
             "instance_type": str(instance.get("name", "unknown")),
             "accelerator": str(instance.get("accelerator", "none")),
             "accelerators_per_node": int(instance.get("accelerators_per_node", 0) or 0),

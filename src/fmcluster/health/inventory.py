@@ -9,10 +9,6 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from fmcluster.model import Tenant
 
-#: Seconds between health runs (Slurm's HealthCheckInterval, and the controller's pass).
-INTERVAL = {"aws": 300, "local": 30}
-#: Seconds between Slurm metrics rounds.
-METRICS_INTERVAL = {"aws": 30, "local": 15}
 #: Where the health program is installed on every node.
 INSTALL_DIR = "/opt/fmcluster/health"
 #: /proc/self/mountinfo's file system type of each kind of shared storage (fmcluster.publish.shared_storage).
@@ -28,8 +24,9 @@ def mounts(storage: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
 
 def manifest_vars(tenant: Tenant, storage: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Role variables for the manifest's `vars`; `storage` is the manifest's fmcluster_shared_storage."""
-    local = tenant.provider == "local"
-    interval = INTERVAL["local" if local else "aws"]
+    # Seconds between health runs (Slurm's HealthCheckInterval, and the controller's pass): the provider's.
+    provider = tenant.capabilities.provider
+    interval = provider.health_interval_s
     lustre = tenant.storage.lustre.mount_point.rstrip("/")
     return {
         "node_health_install_dir": INSTALL_DIR,
@@ -40,7 +37,7 @@ def manifest_vars(tenant: Tenant, storage: Sequence[Mapping[str, Any]]) -> dict[
         "node_health_reports_shared": True,
         "node_health_interval": interval,
         "slurm_metrics_install_dir": INSTALL_DIR,
-        "slurm_metrics_interval": METRICS_INTERVAL["local" if local else "aws"],
+        "slurm_metrics_interval": provider.metrics_interval_s,
         "slurm_health_check_program": f"{INSTALL_DIR}/bin/fmcluster-health-slurmd",
         "slurm_health_check_interval": interval,
         "slurm_health_check_node_state": "ANY",

@@ -7,7 +7,7 @@ pool and queue) whose instances carry ParallelCluster's own tags and whose user 
 does once a node is configured: download the OnNodeConfigured script named in the rendered cluster config and
 run it with that config's Args. From there every node runs the same first boot as on AWS. Slurm, munge and the
 shared file systems, which ParallelCluster installs itself on AWS, are installed by fmcluster's own roles here
-(the manifest says so: `fmcluster_slurm_from`). `STOOD_IN` is what the deploy's summary says about it.
+(the manifest says so: `fmcluster_capabilities.slurm_owner`). `STOOD_IN` is what the deploy's summary says about it.
 """
 
 from __future__ import annotations

@@ -13,7 +13,8 @@ fmcluster.providers.registry.provider_for):
 - `console_output`: what a silent node printed (EC2's console; local: the host's cloud-init log);
 - `teardown`: what remains once the stacks are gone.
 
-No other module branches on the provider.
+No other module branches on the provider: what the rest of fmcluster needs to know about it is a capability
+(`capabilities`, fmcluster.capabilities.PROVIDERS), which the manifest carries to the roles.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from fmcluster.capabilities import ProviderCapabilities
 from fmcluster.catalog import InstanceType
 from fmcluster.nodes import Node
 
@@ -48,6 +50,8 @@ class BootResult:
 
 class Provider(Protocol):
     name: str
+    #: What the substrate has and lacks (fmcluster.capabilities.PROVIDERS[name]).
+    capabilities: ProviderCapabilities
     #: How long the deploy waits for every node's first converge (a local host boots in seconds; an EC2 GPU
     #: instance installs drivers and EFA for many minutes).
     boot_timeout_s: float

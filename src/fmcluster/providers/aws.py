@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from fmcluster.capabilities import PROVIDERS, ProviderCapabilities
 from fmcluster.catalog import InstanceType
 from fmcluster.model import Tenant
 from fmcluster.nodes import Node
@@ -22,6 +23,7 @@ class AwsProvider:
     plan_starts_endpoint = True  # the endpoint is AWS itself: nothing to start
     node_image: str | None = None  # nodes boot their launch template's (or the scheduler's) image
     name = "aws"
+    capabilities: ProviderCapabilities = PROVIDERS["aws"]
 
     def __init__(self, tenant: Tenant) -> None:
         self.tenant = tenant

@@ -2,7 +2,8 @@
 `hyperpod` (SageMaker HyperPod with Slurm) or `parallelcluster` (AWS ParallelCluster 3).
 
 A scheduler supplies what differs between them, and nothing else branches on it (the protocol is here; which
-class serves a tenant is fmcluster.schedulers.registry.scheduler_for):
+class serves a tenant is fmcluster.schedulers.registry.scheduler_for; what other modules need to know is a
+capability, `capabilities`: fmcluster.capabilities.SCHEDULERS):
 - what it needs uploaded before the cluster is made (`before_cluster`: HyperPod's lifecycle scripts,
   ParallelCluster's OnNodeConfigured script) and what makes the cluster beyond our stacks (`make_cluster`:
   ParallelCluster's `pcluster create-cluster`; `delete_cluster`, `status_lines` for the other commands);
@@ -20,6 +21,7 @@ import subprocess
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+from fmcluster.capabilities import SchedulerCapabilities
 from fmcluster.nodes import Node, discover
 from fmcluster.stacks.api import DeleteFirst
 from fmcluster.steps import StepOutcome
@@ -32,6 +34,8 @@ SITE_PLAYBOOK = "playbooks/site.yml"
 
 class Scheduler(Protocol):
     name: str
+    #: How it makes and runs its cluster (fmcluster.capabilities.SCHEDULERS[name]).
+    capabilities: SchedulerCapabilities
     playbook: str
     #: How long a node's first boot may take before the service that made it gives up: (what, seconds), or None
     #: where the service documents none. The deploy warns when a node's measured first boot comes near it.

@@ -6,7 +6,8 @@ ListClusterNodes.
 One Slurm per cluster, HyperPod's, as ParallelCluster's is on its clusters: HyperPod's AMI ships Slurm and munge
 under /opt/slurm, its cluster agent writes slurm.conf there (nodes and partitions from the instance groups'
 SlurmConfig), its deep health checks and NodeRecovery replace failing nodes. The manifest says so
-(`fmcluster_slurm_from: hyperpod`), so the playbooks install no Slurm or munge, and it gives the roles that work
+(capability `service_installs_slurm`, so `fmcluster_capabilities.slurm_owner: scheduler` and no node is in
+the inventory group fmcluster_slurm), so the playbooks install no Slurm or munge, and it gives the roles that work
 around Slurm (health program, Slurm metrics, acceptance) HyperPod's paths (docs/stacks.md)."""
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import subprocess
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from fmcluster.capabilities import SCHEDULERS, SchedulerCapabilities
 from fmcluster.model import Tenant
 from fmcluster.nodes import Node
 from fmcluster.schedulers import SITE_PLAYBOOK, Out
@@ -46,6 +48,7 @@ def hyperpod_replace_command(node: str) -> str:
 
 class HyperPod:
     name = "hyperpod"
+    capabilities: SchedulerCapabilities = SCHEDULERS["hyperpod"]
     playbook = SITE_PLAYBOOK
     # HyperPod documents no time limit of its own for a lifecycle script (on_create.sh).
     first_boot_window: tuple[str, float] | None = None
@@ -73,8 +76,8 @@ class HyperPod:
             # HyperPod's instances live in a service account, not in the tenant's EC2: Prometheus scrapes the
             # nodes the controller's inventory lists (it re-converges when nodes join or leave).
             "prometheus_node_discovery": {"kind": "inventory"},
-            # Who installs and configures Slurm and munge (playbooks/slurm-cluster.yml): HyperPod.
-            "fmcluster_slurm_from": "hyperpod",
+            # Who installs and configures Slurm and munge (playbooks/slurm-cluster.yml) is the capability
+            # service_installs_slurm (fmcluster.capabilities): HyperPod.
             # HyperPod's Slurm, for the roles that configure around it.
             "slurm_conf_dir": SLURM_CONF_DIR,
             "slurm_spool_dir": SLURMD_SPOOL_DIR,

@@ -15,6 +15,7 @@ import subprocess
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from fmcluster.capabilities import SCHEDULERS, SchedulerCapabilities
 from fmcluster.model import Tenant
 from fmcluster.nodes import Node
 from fmcluster.schedulers import SITE_PLAYBOOK, Out
@@ -39,6 +40,7 @@ def parallelcluster_refusal(org: str, node: str) -> str:
 
 class ParallelCluster:
     name = "parallelcluster"
+    capabilities: SchedulerCapabilities = SCHEDULERS["parallelcluster"]
     playbook = SITE_PLAYBOOK
     # DevSettings/Timeouts: ComputeNodeBootstrapTimeout and HeadNodeBootstrapTimeout, 1800 s by default
     # (https://docs.aws.amazon.com/parallelcluster/latest/ug/DevSettings-v3.html).
@@ -62,9 +64,8 @@ class ParallelCluster:
         return {
             "prometheus_node_discovery": {"kind": "ec2", "region": self.tenant.region, "tag": "fmcluster:org",
                                           "value": self.tenant.org, "node_tags": "parallelcluster"},
-            # Who installs Slurm, munge and the shared-storage mounts (playbooks/slurm-cluster.yml and
-            # shared-storage.yml): ParallelCluster on AWS; fmcluster's roles for the local stand-in.
-            "fmcluster_slurm_from": "fmcluster" if self.stand_in else "parallelcluster",
+            # Who installs Slurm, munge and the shared-storage mounts is a capability (fmcluster_capabilities.
+            # slurm_owner): ParallelCluster on AWS; fmcluster's roles for the local stand-in.
             # ParallelCluster's own daemons (clustermgtd, computemgtd ...) run as pcluster-admin and use the
             # instance role: the IMDS rule (roles/imds_guard) lets that account through.
             "imds_guard_scheduler_users": [] if self.stand_in else ["pcluster-admin"],

@@ -7,6 +7,7 @@ import subprocess
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from fmcluster.capabilities import SCHEDULERS, SchedulerCapabilities
 from fmcluster.model import Tenant
 from fmcluster.nodes import Node
 from fmcluster.schedulers import SITE_PLAYBOOK, Out
@@ -29,6 +30,7 @@ def asg_replace(autoscaling: Any, instance_id: str) -> str:
 
 class SlurmEc2:
     name = "slurm-ec2"
+    capabilities: SchedulerCapabilities = SCHEDULERS["slurm-ec2"]
     playbook = SITE_PLAYBOOK
     first_boot_window: tuple[str, float] | None = (f"the cluster stack's CreationPolicy signal timeout ({SIGNAL_TIMEOUT})",
                          float(int(SIGNAL_TIMEOUT.removeprefix("PT").removesuffix("M")) * 60))

@@ -72,14 +72,14 @@ def emulator_ignored(stack: RenderedStack) -> list[str]:
     return ignored
 
 
-def _emulator_summary(outcome: StackOutcome, stack: RenderedStack, provider: str, out: Out) -> None:
+def _emulator_summary(outcome: StackOutcome, stack: RenderedStack, emulated_apis: bool, out: Out) -> None:
     for lid, rtype in outcome.not_created:
         out(f"    ! {lid} ({rtype}): NOT created by the emulator (moto has no {rtype})")
     ignored = emulator_ignored(stack)
     if ignored:
         outcome.notes.append(f"accepted but not applied by the emulator: {', '.join(ignored)}")
         out(f"    ! accepted but not applied by the emulator: {', '.join(ignored)}")
-    missing = undeclared_outputs(stack, provider)
+    missing = undeclared_outputs(stack, emulated_apis)
     if missing:
         outcome.notes.append(f"outputs declared on aws only (their resources are not emulated): {', '.join(missing)}")
         out(f"    ! outputs only on aws: {', '.join(missing)}")
@@ -171,7 +171,7 @@ def deploy_stacks(tenant: Tenant, endpoint: str | None, *, before_cluster: Befor
             continue
         out(f"  {stack.name}: {outcome.action}" + (f" ({outcome.status})" if outcome.status else ""))
         if emulator:
-            _emulator_summary(outcome, stack, tenant.provider, out)
+            _emulator_summary(outcome, stack, tenant.capabilities.provider.emulated_apis, out)
         outputs[stack.key] = outcome.outputs
     if result.ok and before_cluster is not None and not any(s.key == "cluster" for s in stacks):
         # ParallelCluster on AWS makes the cluster after our stacks: what its nodes fetch must be there first.

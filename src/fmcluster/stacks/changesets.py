@@ -205,9 +205,9 @@ def not_created(cf: Any, stack: RenderedStack) -> list[tuple[str, str]]:
     return [(lid, rtype) for lid, rtype in template_resources(stack).items() if lid not in present]
 
 
-def undeclared_outputs(stack: RenderedStack, provider: str) -> list[str]:
+def undeclared_outputs(stack: RenderedStack, emulated_apis: bool) -> list[str]:
     """Outputs declared only on AWS (Condition OnAws): absent on the emulator, by design."""
-    if provider != "local":
+    if not emulated_apis:
         return []
     outputs = load_cfn_yaml(stack.body).get("Outputs", {})
     return [key for key, spec in outputs.items() if spec.get("Condition") == "OnAws"]

@@ -227,16 +227,43 @@ def lifecycle_environment(tenant: Tenant, bucket: str, stack: str) -> str:
 
 # --- rendering ----------------------------------------------------------------------------------------
 
+def _build_stand_in(tenant: Tenant) -> dict[str, Any]:
+    from fmcluster.parallelcluster import stand_in
+
+    return stand_in.build(tenant)
+
+
+#: Each cluster stack a scheduler's capabilities name (cluster_stack, stand_in_stack): the template file it is
+#: rendered from and how it is built.
+CLUSTER_STACKS: dict[str, tuple[str, Callable[[Tenant], dict[str, Any]]]] = {
+    "slurm_ec2": ("slurm_ec2.py", lambda tenant: slurm_ec2.build(tenant, node_user_data)),
+    "hyperpod": ("hyperpod.py", hyperpod.build),
+    "parallelcluster_stand_in": ("slurm_ec2.py", _build_stand_in),  # through fmcluster.parallelcluster.stand_in
+}
+CLUSTER_TEMPLATES = {key: template for key, (template, _) in CLUSTER_STACKS.items()}
+#: Cluster stacks made of fmcluster's launch templates: they take the pinned AMIs as parameters.
+LAUNCH_TEMPLATE_STACKS = ("slurm_ec2", "parallelcluster_stand_in")
+
+
+def _cluster_stack(tenant: Tenant) -> str | None:
+    stack = tenant.capabilities.cluster_stack
+    if stack is not None and stack not in CLUSTER_TEMPLATES:
+        raise ValueError(f"scheduler {tenant.scheduler!r} has no cluster template yet "
+                         f"(cluster stack {stack!r}; src/fmcluster/stacks/templates/)")
+    return stack
+
+
 def cluster_template_name(tenant: Tenant) -> str:
-    if has_parallelcluster_stand_in(tenant):
-        return "slurm_ec2.py"  # through fmcluster.parallelcluster.stand_in
-    return "slurm_ec2.py" if tenant.scheduler == "slurm-ec2" else f"{tenant.scheduler}.py"
+    stack = _cluster_stack(tenant)
+    if stack is None:
+        raise ValueError(f"scheduler {tenant.scheduler!r} makes its own cluster stack: fmcluster renders none")
+    return CLUSTER_TEMPLATES[stack]
 
 
 def has_parallelcluster_stand_in(tenant: Tenant) -> bool:
     """On AWS, ParallelCluster makes a parallelcluster tenant's cluster stack itself; offline nothing does, so
     provider local creates its stand-in (fmcluster.parallelcluster.stand_in)."""
-    return tenant.scheduler == "parallelcluster" and tenant.provider == "local"
+    return tenant.capabilities.stand_in
 
 
 def _build(tenant: Tenant, key: str) -> dict[str, Any]:
@@ -244,13 +271,10 @@ def _build(tenant: Tenant, key: str) -> dict[str, Any]:
         return network.build(tenant)
     if key == "storage":
         return storage.build(tenant)
-    if tenant.scheduler == "slurm-ec2":
-        return slurm_ec2.build(tenant, node_user_data)
-    if has_parallelcluster_stand_in(tenant):
-        from fmcluster.parallelcluster import stand_in
-
-        return stand_in.build(tenant)
-    return hyperpod.build(tenant)
+    stack = _cluster_stack(tenant)
+    if stack is None:
+        raise ValueError(f"scheduler {tenant.scheduler!r} makes its own cluster stack: fmcluster builds none")
+    return CLUSTER_STACKS[stack][1](tenant)
 
 
 def subnet_cidrs(vpc_cidr: str) -> dict[str, str]:
@@ -265,9 +289,7 @@ def render_stacks(tenant: Tenant, image_parameter: Callable[[str], str] = lambda
     Scheduler parallelcluster has no cluster stack of ours on AWS: ParallelCluster creates its own from the
     cluster config fmcluster.parallelcluster renders (network and storage stay ours); on provider local the
     stand-in's stack takes its place."""
-    if tenant.scheduler not in ("slurm-ec2", "hyperpod", "parallelcluster"):
-        raise ValueError(f"scheduler {tenant.scheduler!r} has no cluster template yet "
-                         "(src/fmcluster/stacks/templates/)")
+    cluster_stack = _cluster_stack(tenant)
     provider, net = tenant.provider, "network"
     network_params: dict[str, ParameterValue] = {"Provider": provider}
     storage_params: dict[str, ParameterValue] = {
@@ -291,18 +313,18 @@ def render_stacks(tenant: Tenant, image_parameter: Callable[[str], str] = lambda
         "LustreMountName": OutputRef("storage", "LustreMountName", when_missing=""),
         "HomeDnsName": OutputRef("storage", "HomeDnsName", when_missing=""),
     }
-    if tenant.scheduler == "slurm-ec2" or has_parallelcluster_stand_in(tenant):
+    if cluster_stack in LAUNCH_TEMPLATE_STACKS:
         for kind in slurm_ec2.image_kinds(tenant):
             name, path = AMI_PARAMETERS[kind]
             cluster_params[name] = ImageRef(image_parameter(path))
         for group in slurm_ec2.node_groups(tenant):
             if group.capacity_block and group.queue is not None:
                 cluster_params[group.scale_in_parameter] = CapacityRef(group.queue.name)
-    sources = {"network": "network.py", "storage": "storage.py", "cluster": cluster_template_name(tenant)}
+    sources = {"network": "network.py", "storage": "storage.py",
+               **({"cluster": CLUSTER_TEMPLATES[cluster_stack]} if cluster_stack is not None else {})}
     params = {"network": network_params, "storage": storage_params, "cluster": cluster_params}
     stacks = []
-    own_cluster = tenant.scheduler != "parallelcluster" or has_parallelcluster_stand_in(tenant)
-    for key in STACK_KEYS if own_cluster else ("network", "storage"):
+    for key in STACK_KEYS if cluster_stack is not None else ("network", "storage"):
         template = _build(tenant, key)
         declared = template.get("Parameters", {})
         stacks.append(RenderedStack(

@@ -27,6 +27,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from fmcluster.capabilities import PROVIDERS, ProviderCapabilities
 from fmcluster.catalog import InstanceType
 from fmcluster.escape import escaped, neutral
 from fmcluster.model import Tenant
@@ -57,6 +58,7 @@ class LocalProvider:
     plan_starts_endpoint = False  # the emulator needs root and outlives the plan: plan renders offline
     node_image: str | None = image.NAME  # the pristine rootfs, whatever the launch template's image id says
     name = "local"
+    capabilities: ProviderCapabilities = PROVIDERS["local"]
 
     def __init__(self, tenant: Tenant) -> None:
         self.tenant = tenant

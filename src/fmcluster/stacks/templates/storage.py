@@ -158,7 +158,7 @@ def build(tenant: Tenant) -> dict[str, Any]:
             "HomeDnsName": output("DNS name nodes mount the shared home from over NFS (aws only).",
                                   GetAtt("OpenZfsFileSystem", "DNSName"), "OnAws"),
         })
-    if tenant.scheduler == "parallelcluster":
+    if tenant.capabilities.scheduler.storage_node_policies:
         for name, roles in PARALLELCLUSTER_POLICIES.items():
             resources[name] = parallelcluster_node_policy(tenant, roles)
             outputs[f"{name}Arn"] = output(

@@ -1,0 +1,182 @@
+"""Values are data; names are not switches.
+
+Only fmcluster.providers and fmcluster.schedulers may compare a provider or scheduler name; everything else
+(stacks, validation, health, doctor, fleet, roles, playbooks, templates) reads a capability
+(fmcluster.capabilities, the manifest's fmcluster_capabilities). These tests read the source (Python by its
+syntax tree, Ansible by its Jinja) and list every comparison they find as file:line.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+from fmcluster.capabilities import PROVIDERS, SCHEDULERS, UnknownName, capabilities
+
+NAMES = frozenset(PROVIDERS) | frozenset(SCHEDULERS)
+#: Fields that hold a provider or scheduler name (tenant.provider, doc["scheduler"], tenant.get("provider")).
+NAME_FIELDS = frozenset({"provider", "scheduler"})
+#: Where names may be compared: the modules that *are* the providers and schedulers.
+OWNERS = (ROOT / "src" / "fmcluster" / "providers", ROOT / "src" / "fmcluster" / "schedulers")
+#: Comparisons that look like a name but are not one: (file, source text) → why.
+NOT_A_NAME = {
+    ("src/fmcluster/parallelcluster/rules.py", '"parallelcluster" in tenant'):
+        "the tenant's `parallelcluster:` section is present (a key), not the scheduler's name",
+}
+
+
+def _names_a_name(node: ast.expr) -> bool:
+    """Whether an operand of a comparison is a provider/scheduler name or a field that holds one."""
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, str) and node.value in NAMES
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return any(_names_a_name(element) for element in node.elts)
+    if isinstance(node, ast.Attribute):
+        return node.attr in NAME_FIELDS
+    if isinstance(node, ast.Subscript):
+        return isinstance(node.slice, ast.Constant) and node.slice.value in NAME_FIELDS
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get" and node.args:
+        first = node.args[0]
+        return isinstance(first, ast.Constant) and first.value in NAME_FIELDS
+    return False
+
+
+def name_comparisons(source: str, filename: str) -> list[tuple[int, str]]:
+    """(line, source text) of every comparison in `source` that involves a provider or scheduler name."""
+    found = []
+    for node in ast.walk(ast.parse(source, filename)):
+        if isinstance(node, ast.Compare) and any(_names_a_name(op) for op in [node.left, *node.comparators]):
+            text = ast.get_source_segment(source, node) or ""
+            if (filename, text) not in NOT_A_NAME:
+                found.append((node.lineno, text))
+    return found
+
+
+def python_files() -> list[Path]:
+    roots = [ROOT / "src", ROOT / "scripts", ROOT / "roles"]
+    files = [ROOT / "tasks.py", *(p for root in roots for p in root.rglob("*.py"))]
+    return sorted(p for p in files if p.is_file() and not any(p.is_relative_to(owner) for owner in OWNERS))
+
+
+#: A Jinja comparison (==, !=, in, is) next to a variable that holds a provider or scheduler name, or any read of
+#: the manifest's names (fmcluster_provider, fmcluster_scheduler) or of the old scheduler switch.
+_NAME_VAR = r"\b(?:fmcluster_provider|fmcluster_scheduler|\w*_slurm_from|\w+_provider|\w+_scheduler)\b"
+_COMPARE = re.compile(rf"{_NAME_VAR}[^\n]*?(?:==|!=|\bnot in\b|\bin\b|\bis\b)|(?:==|!=)\s*{_NAME_VAR}")
+_READS_NAME = re.compile(r"\b(?:fmcluster_provider|fmcluster_scheduler|fmcluster_slurm_from)\b")
+
+
+def jinja_name_comparisons(text: str) -> list[tuple[int, str]]:
+    found = []
+    for number, line in enumerate(text.splitlines(), 1):
+        code = line.split("#", 1)[0] if line.lstrip().startswith("#") or " #" in line else line
+        code = re.sub(r"\{#.*?#\}", "", code)
+        if _COMPARE.search(code) or _READS_NAME.search(code):
+            found.append((number, line.strip()))
+    return found
+
+
+def ansible_files() -> list[Path]:
+    files = [*(ROOT / "roles").rglob("*.yml"), *(ROOT / "roles").rglob("*.j2"), *(ROOT / "playbooks").rglob("*.yml")]
+    return sorted(p for p in files if p.is_file())
+
+
+def test_no_python_outside_providers_and_schedulers_compares_a_provider_or_scheduler_name() -> None:
+    found = [f"{path.relative_to(ROOT)}:{line}: {text}"
+             for path in python_files()
+             for line, text in name_comparisons(path.read_text(encoding="utf-8"), str(path.relative_to(ROOT)))]
+    assert not found, ("compare a capability (fmcluster.capabilities), not a provider or scheduler name:\n"
+                       + "\n".join(found))
+
+
+def test_no_role_playbook_or_template_compares_a_provider_or_scheduler_name() -> None:
+    found = [f"{path.relative_to(ROOT)}:{line}: {text}"
+             for path in ansible_files() for line, text in jinja_name_comparisons(path.read_text(encoding="utf-8"))]
+    assert not found, ("read fmcluster_capabilities (or the inventory group fmcluster_slurm), not a provider or "
+                       "scheduler name:\n" + "\n".join(found))
+
+
+@pytest.mark.parametrize(("source", "comparison"), [
+    ('if tenant.provider == "local": pass', 'tenant.provider == "local"'),
+    ('x = doc["scheduler"] != other', 'doc["scheduler"] != other'),
+    ('y = tenant.get("scheduler") in ("slurm-ec2", "hyperpod")', 'tenant.get("scheduler") in ("slurm-ec2", "hyperpod")'),
+    ('ok = "aws" == where', '"aws" == where'),
+    ('ok = self.scheduler is None', 'self.scheduler is None'),
+])
+def test_the_python_check_finds_a_name_comparison(source: str, comparison: str) -> None:
+    assert name_comparisons(source, "example.py") == [(1, comparison)]
+
+
+@pytest.mark.parametrize("source", [
+    'if tenant.capabilities.provider.emulated_apis: pass',
+    'interval = PROVIDERS[name].health_interval_s',
+    'if kind == "ec2": pass',
+    'if slurm_accounting_database == "local_db": pass',
+])
+def test_the_python_check_lets_a_capability_through(source: str) -> None:
+    assert name_comparisons(source, "example.py") == []
+
+
+@pytest.mark.parametrize("line", [
+    "      when: fmcluster_slurm_from | default('fmcluster') == 'fmcluster'",
+    "    - efa_provider == 'aws'",
+    "node_health_provider: \"{{ fmcluster_provider | default('aws') }}\"",
+    "  when: fmcluster_scheduler in ['hyperpod']",
+])
+def test_the_ansible_check_finds_a_name_comparison(line: str) -> None:
+    assert jinja_name_comparisons(line) == [(1, line.strip())]
+
+
+@pytest.mark.parametrize("line", [
+    "    - efa_require_devices | bool",
+    "      when: slurm_accounting_database == 'local'",
+    "# fmcluster_provider used to decide this",
+    "  hosts: controller:&fmcluster_slurm",
+])
+def test_the_ansible_check_lets_a_capability_through(line: str) -> None:
+    assert jinja_name_comparisons(line) == []
+
+
+def test_every_provider_and_scheduler_class_publishes_its_row_of_capabilities() -> None:
+    from fmcluster.providers.aws import AwsProvider
+    from fmcluster.providers.local import LocalProvider
+    from fmcluster.schedulers.hyperpod import HyperPod
+    from fmcluster.schedulers.parallelcluster import ParallelCluster
+    from fmcluster.schedulers.slurm_ec2 import SlurmEc2
+
+    for cls in (AwsProvider, LocalProvider):
+        assert cls.capabilities is PROVIDERS[cls.name]
+    for sched in (HyperPod, ParallelCluster, SlurmEc2):
+        assert sched.capabilities is SCHEDULERS[sched.name]
+    assert set(PROVIDERS) == {AwsProvider.name, LocalProvider.name}
+    assert set(SCHEDULERS) == {HyperPod.name, ParallelCluster.name, SlurmEc2.name}
+
+
+def test_every_scheduler_s_cluster_stack_has_a_template() -> None:
+    from fmcluster.stacks.render import CLUSTER_TEMPLATES, TEMPLATES_DIR
+
+    stacks = {s.cluster_stack for s in SCHEDULERS.values()} | {s.stand_in_stack for s in SCHEDULERS.values()}
+    for stack in stacks - {None}:
+        assert (TEMPLATES_DIR / CLUSTER_TEMPLATES[str(stack)]).is_file(), stack
+
+
+@pytest.mark.parametrize(("provider", "scheduler", "stand_in", "slurm_owner"), [
+    ("aws", "parallelcluster", False, "scheduler"),
+    ("local", "parallelcluster", True, "fmcluster"),
+    ("aws", "slurm-ec2", False, "fmcluster"),
+    ("local", "hyperpod", False, "scheduler"),  # HyperPod's own Slurm, on either provider
+])
+def test_a_service_made_cluster_is_stood_in_where_the_provider_has_no_cluster_services(
+        provider: str, scheduler: str, stand_in: bool, slurm_owner: str) -> None:
+    caps = capabilities(provider, scheduler)
+    assert (caps.stand_in, caps.slurm_owner) == (stand_in, slurm_owner)
+
+
+def test_an_unknown_provider_or_scheduler_has_no_capabilities_and_says_which_exist() -> None:
+    with pytest.raises(UnknownName, match=r"provider 'gcp' has no capabilities .*known: aws, local"):
+        capabilities("gcp", "slurm-ec2")
+    with pytest.raises(UnknownName, match=r"scheduler 'k8s'.*known: hyperpod, parallelcluster, slurm-ec2"):
+        capabilities("aws", "k8s")
