@@ -46,6 +46,7 @@ class Deploy:
         self.provider: Provider = provider_for(tenant)
         self.scheduler: Scheduler = scheduler_for(tenant)
         self.endpoint: str | None = None
+        self._clients: dict[tuple[str, str | None], Any] = {}
         self.outputs: dict[str, str] = {}
         self.manifest: dict[str, Any] = {}
         self.ref = ""
@@ -57,9 +58,14 @@ class Deploy:
         self.converge_timeout_s = converge_timeout_s or self.provider.boot_timeout_s
 
     def client(self, service: str) -> Any:
+        """One boto3 client per service for the whole run: the report polls ask every few seconds, and a new
+        client each time re-reads botocore's service model (tens of milliseconds and megabytes each)."""
         from fmcluster.stacks import aws
 
-        return aws.client(service, self.tenant.region, self.endpoint)
+        key = (service, self.endpoint)  # the endpoint is known only once the emulator (or AWS) is chosen
+        if key not in self._clients:
+            self._clients[key] = aws.client(service, self.tenant.region, self.endpoint)
+        return self._clients[key]
 
     # --- steps --------------------------------------------------------------------------------------------
     def validate(self) -> StepOutcome:
