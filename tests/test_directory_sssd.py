@@ -22,7 +22,7 @@ import yaml
 from conftest import ROOT, venv_tool
 from fmcluster.model import Directory
 from fmcluster.providers.local import harness
-from fmcluster.providers.local.directory import PORT, ensure_directory, stop_directory
+from fmcluster.providers.local.directory import PORT, bind_password, ensure_directory, stop_directory
 from fmcluster.providers.local.hosts import Host, host_run, remove_all, router_address
 from fmcluster.providers.local.packages import stop_package_source
 from fmcluster.stacks.render import subnet_cidrs
@@ -37,6 +37,8 @@ ORG = "t-directory"
 VPC = "10.95.40.0/24"
 BASE_DN = "dc=example,dc=org"
 TEAMS = [("llm", 30010), ("vision", 30011)]
+READER = f"cn=fmcluster-reader,{BASE_DN}"
+SECRET = "ldap-bind-password"
 
 
 @pytest.fixture(scope="module")
@@ -72,20 +74,31 @@ def test_two_nodes_join_the_directory_and_agree_on_alice(substrate: Path, tmp_pa
     inventory = tmp_path / "hosts.yml"
     hosts: list[Host] = harness.up(ORG, VPC, 2, inventory).hosts
     router = router_address(subnet_cidrs(VPC)["private"]).split("/")[0]
-    server = ensure_directory(ORG, router, BASE_DN, TEAMS, "/fsx/home")
+    server = ensure_directory(ORG, router, BASE_DN, TEAMS, "/fsx/home", bind_dn=READER)
     assert server.uri == f"ldaps://{router}:{PORT}" and [p.name for p in server.people] == ["alice", "bob"]
     ca = (substrate / ORG / "directory" / "ca.pem").read_text()
 
-    # The directory answers over TLS, checked against the substrate's CA, with the generated tree.
-    search = subprocess.run(["ldapsearch", "-x", "-LLL", "-H", server.uri, "-b", BASE_DN, "(uid=alice)", "uidNumber"],
-                            env={**os.environ, "LDAPTLS_CACERT": str(substrate / ORG / "directory" / "ca.pem")},
-                            capture_output=True, text=True, timeout=30)
-    assert "uidNumber: 20001" in search.stdout, search.stderr
+    # The directory answers over TLS, checked against the substrate's CA, with the generated tree: to the bind
+    # account only (an anonymous search sees nothing).
+    def search(*bind: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["ldapsearch", "-x", "-LLL", "-H", server.uri, *bind, "-b", BASE_DN, "(uid=alice)",
+                               "uidNumber"], env={**os.environ, "LDAPTLS_CACERT": str(substrate / ORG / "directory" / "ca.pem")},
+                              capture_output=True, text=True, timeout=30)
+
+    assert "uidNumber: 20001" in search("-D", READER, "-w", bind_password(ORG)).stdout
+    assert "uidNumber" not in search().stdout
+
+    # What the node agent does on a node: the bind secret from Secrets Manager into /etc/fmcluster/secrets/.
+    for host in hosts:
+        wrote = host_run(host, ["sh", "-c", f"install -d -m 0700 /etc/fmcluster/secrets && umask 077 && "
+                                            f"cat > /etc/fmcluster/secrets/{SECRET}"], input_text=bind_password(ORG))
+        assert wrote.returncode == 0, wrote.stderr
 
     variables = sssd_vars(Directory(uri=server.uri, base_dn=BASE_DN, user_search_base=f"ou=people,{BASE_DN}",
-                                    group_search_base=f"ou=groups,{BASE_DN}", ca_cert_pem=ca), ORG, "/fsx/home")
+                                    group_search_base=f"ou=groups,{BASE_DN}", bind_dn=READER,
+                                    bind_password_secret=SECRET, ca_cert_pem=ca), ORG, "/fsx/home")
     playbook = tmp_path / "converge.yml"
-    playbook.write_text(yaml.safe_dump([{"name": "Join the directory", "hosts": "all", "become": False,
+    playbook.write_text(yaml.safe_dump([{"name": "Join the directory", "hosts": "all", "gather_facts": False,
                                          "vars": variables, "roles": ["sssd_client"]}], sort_keys=False))
     first = converge(inventory, playbook)
     assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-2000:]
@@ -97,6 +110,8 @@ def test_two_nodes_join_the_directory_and_agree_on_alice(substrate: Path, tmp_pa
     for host in hosts:
         conf = host_run(host, ["stat", "-c", "%a %U", "/etc/sssd/sssd.conf"])
         assert conf.stdout.split() == ["600", "root"]
+        nsswitch = host_run(host, ["grep", "-E", "^(passwd|group):", "/etc/nsswitch.conf"]).stdout
+        assert all(line.split()[-1] == "sss" for line in nsswitch.splitlines()), nsswitch
         passwd = host_run(host, ["getent", "passwd", "alice"])
         assert passwd.returncode == 0, f"{host.hostname}: {passwd.stderr}"
         ident = host_run(host, ["id", "alice"])
