@@ -73,6 +73,10 @@ def test_the_bind_password_is_a_secret_every_node_reads_and_no_value_is_in_the_m
     tenant = tenant_with(tmp_path, FULL)
     assert manifest_secrets(tenant) == {"ldap-bind-password": ("controller", "login", "compute")}
     assert secret_roles(tenant)["ldap-bind-password"] == ("controller", "login", "compute")
+    # Each node role's IAM policy grants the secret (the stacks read the same list).
+    from fmcluster.stacks.templates.common import secrets_of
+
+    assert all("ldap-bind-password" in secrets_of(tenant, [role]) for role in ("controller", "login", "compute"))
     anonymous = tenant_with(tmp_path, {"uri": "ldaps://ldap.example.org", "base_dn": "dc=example,dc=org"})
     assert manifest_secrets(anonymous) == {} and "ldap-bind-password" not in secret_roles(anonymous)
 
