@@ -14,6 +14,7 @@ APT_PACKAGES=(
   git rsync sudo                                 # ansible-pull from a local git server; become
   mmdebstrap                                     # the local nodes' pristine Debian 12 image
   apt-cacher-ng                                  # the local VPC's package source (a caching proxy of Debian's archive)
+  slapd ldap-utils openssl                       # the local substrate's directory (OpenLDAP, TLS) for `directory:`
 )
 
 missing=()

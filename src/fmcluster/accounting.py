@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from fmcluster import users
 from fmcluster.manifest import NODE_SECRETS_DIR, SECRET_ROLES, secret_id
 
 if TYPE_CHECKING:
@@ -44,4 +45,4 @@ def manifest_secrets(tenant: Tenant) -> dict[str, tuple[str, ...]]:
 def secret_roles(tenant: Tenant) -> dict[str, tuple[str, ...]]:
     """Every secret the tenant's nodes read (name → roles of the nodes that read it): the manifest lists these,
     and each node role's IAM policy grants exactly its own."""
-    return {**SECRET_ROLES, **manifest_secrets(tenant)}
+    return {**SECRET_ROLES, **manifest_secrets(tenant), **users.manifest_secrets(tenant)}

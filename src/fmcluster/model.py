@@ -155,6 +155,23 @@ class User:
 
 
 @dataclass(frozen=True)
+class Directory:
+    """`directory:`: the organization's LDAP directory the nodes join through SSSD (docs/users.md), instead of
+    `users:`. `ca_cert_pem`: the text of the `ca_cert` file next to tenant.yml, "" for the system CA bundle."""
+
+    uri: str
+    base_dn: str
+    start_tls: bool = False
+    user_search_base: str | None = None
+    group_search_base: str | None = None
+    bind_dn: str | None = None
+    bind_password_secret: str | None = None
+    ca_cert_pem: str = ""
+    user_filter: str | None = None
+    group_filter: str | None = None
+
+
+@dataclass(frozen=True)
 class Network:
     vpc_cidr: str
     ssh_ingress_cidr: str | None
@@ -208,6 +225,7 @@ class Tenant:
     qos: tuple[Qos, ...] = ()
     teams: tuple[Team, ...] = ()
     users: tuple[User, ...] = ()
+    directory: Directory | None = None
 
     @property
     def stack_prefix(self) -> str:
@@ -312,7 +330,21 @@ def _build(spec_path: Path, raw: dict[str, Any]) -> Tenant:
                     for team in doc["teams"]),
         users=tuple(User(u["name"], u["uid"], tuple(u["teams"]), tuple(u["ssh_keys"]), u["removed"])
                     for u in doc["users"]),
+        directory=_directory(spec_path, doc.get("directory")),
     )
+
+
+def _directory(spec_path: Path, given: dict[str, Any] | None) -> Directory | None:
+    if given is None:
+        return None
+    ca_cert = given.get("ca_cert")
+    return Directory(
+        uri=given["uri"], base_dn=given["base_dn"], start_tls=given["start_tls"],
+        user_search_base=given.get("user_search_base"), group_search_base=given.get("group_search_base"),
+        bind_dn=given.get("bind_dn"), bind_password_secret=given.get("bind_password_secret"),
+        # Validation has read it already: a PEM certificate in the tenant's folder.
+        ca_cert_pem=(spec_path.parent / ca_cert).read_text(encoding="ascii") if ca_cert else "",
+        user_filter=given.get("user_filter"), group_filter=given.get("group_filter"))
 
 
 def load_spec(spec_path: Path) -> Tenant:

@@ -4,6 +4,9 @@
                             fixed uid (private group gid = uid), team groups, ssh keys; removed users locked
     slurm_associations_*    the slurm_associations role, on the controller through sacctmgr: the org's account,
                             one account per team under it, QoS with their per-user limits, users' associations
+    sssd_client_*           the sssd_client role, on every node, with `directory:`: SSSD joined to the tenant's
+                            LDAP directory, so people, uids and groups come from it (user_accounts then makes
+                            no team group: the directory has them)
 
 Every list is sorted by name, and empty when the tenant has none, so the roles never test for a missing key.
 docs/users.md describes what the roles do with them.
@@ -13,13 +16,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from fmcluster.manifest import NODE_SECRETS_DIR
+
 if TYPE_CHECKING:
-    from fmcluster.model import Qos, Tenant
+    from fmcluster.model import Directory, Qos, Tenant
 
 #: priority/multifactor weights with teams: fair share and QoS first, then how long a job has waited.
 PRIORITY_WEIGHTS = {"Fairshare": 10000, "QOS": 10000, "Age": 1000}
 #: Where homes live when the tenant has no OpenZFS home: a folder of the Lustre file system.
 LUSTRE_HOME = "home"
+#: Every node joins the directory, so every node reads its bind password.
+DIRECTORY_SECRET_ROLES = ("controller", "login", "compute")
 
 
 def home_root(tenant: Tenant) -> str:
@@ -43,14 +50,48 @@ def max_tres_per_user(qos: Qos) -> str:
     return ",".join(f"{tres}={count}" for tres, count in limits if count is not None)
 
 
+def manifest_secrets(tenant: Tenant) -> dict[str, tuple[str, ...]]:
+    """Secrets the node agent reads for the directory (name → roles): bind_dn's password, when one is named."""
+    directory = tenant.directory
+    if directory is None or directory.bind_password_secret is None:
+        return {}
+    return {directory.bind_password_secret: DIRECTORY_SECRET_ROLES}
+
+
+def sssd_vars(directory: Directory | None, org: str, home_root: str) -> dict[str, Any]:
+    """The sssd_client role's variables (roles/sssd_client/defaults/main.yml says what each does); none without a
+    directory (the role's default sssd_client_enabled is false)."""
+    if directory is None:
+        return {}
+    return {
+        "sssd_client_enabled": True,
+        "sssd_client_domain": org,
+        "sssd_client_uri": directory.uri,
+        "sssd_client_start_tls": directory.start_tls,
+        "sssd_client_search_base": directory.base_dn,
+        "sssd_client_user_search_base": directory.user_search_base or "",
+        "sssd_client_group_search_base": directory.group_search_base or "",
+        "sssd_client_bind_dn": directory.bind_dn or "",
+        "sssd_client_bind_password_file": (f"{NODE_SECRETS_DIR}/{directory.bind_password_secret}"
+                                           if directory.bind_password_secret else ""),
+        "sssd_client_ca_cert": directory.ca_cert_pem,
+        "sssd_client_access_filter": directory.user_filter or "",
+        "sssd_client_group_filter": directory.group_filter or "",
+        # Homes on the shared file system whatever homeDirectory the directory gives, as for `users:`.
+        "sssd_client_home_root": home_root,
+    }
+
+
 def manifest_vars(tenant: Tenant) -> dict[str, Any]:
     users = sorted(tenant.users, key=lambda u: u.name)
     teams = sorted(tenant.teams, key=lambda t: t.name)
     return {
+        **sssd_vars(tenant.directory, tenant.org, home_root(tenant)),
         "user_accounts_users": [
             {"name": u.name, "uid": u.uid, "gid": u.gid, "groups": list(u.teams), "ssh_keys": list(u.ssh_keys),
              "removed": u.removed} for u in users],
-        "user_accounts_groups": [{"name": t.name, "gid": t.gid} for t in teams],
+        # With a directory the teams' groups are the directory's: a local group of the same name would shadow it.
+        "user_accounts_groups": [] if tenant.directory else [{"name": t.name, "gid": t.gid} for t in teams],
         "user_accounts_home_root": home_root(tenant),
         "slurm_associations_org_account": org_account(tenant),
         "slurm_associations_qos": [

@@ -6,6 +6,7 @@ are collected before anything is reported, so one run shows the whole list.
 
 from __future__ import annotations
 
+import base64
 import difflib
 import ipaddress
 import json
@@ -27,6 +28,7 @@ import yaml
 from fmcluster.capabilities import PROVIDERS, SCHEDULERS
 from fmcluster.catalog import InstanceType, load_catalog
 from fmcluster.escape import escaped, neutral
+from fmcluster.manifest import SECRET_NAMES
 from fmcluster.parallelcluster import rules as parallelcluster_rules
 from fmcluster.paths import RESERVED_ACCOUNTS_PATH, SCHEMA_PATH
 from fmcluster.sshkeys import key_problem
@@ -490,6 +492,7 @@ def _semantic_problems(loaded: LoadedYaml, out: _Collector) -> None:
     _check_monitoring(out, tenant, t)
     _check_accounting(out, tenant, t)
     _check_people(out, tenant, t)
+    _check_directory(out, tenant, t, loaded.path)
 
 
 def _check_queue_name(out: _Collector, q: KeyPath, i: int, name: str, seen: dict[str, int],
@@ -893,6 +896,90 @@ def _check_people(out: _Collector, tenant: dict[str, Any], t: KeyPath) -> None:
         for j, key in _named(user.get("ssh_keys")):
             if isinstance(key, str) and (why := key_problem(key)) is not None:
                 out.add((*up, "ssh_keys", j), f"{why[0]}", why[1])
+
+
+#: Secrets fmcluster itself keeps under fmcluster/<org>/ (the manifest's, and accounting's external database's).
+OWN_SECRETS = (*SECRET_NAMES, "slurmdbd-storage-password")
+MAX_CA_CERT_BYTES = 65536
+PEM_BLOCK = re.compile(r"-----BEGIN ([A-Z0-9 ]+)-----\r?\n([A-Za-z0-9+/=\r\n]+)-----END \1-----")
+
+
+def _balanced(text: str) -> bool:
+    depth = 0
+    for char in text:
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth < 0:
+            return False
+    return depth == 0
+
+
+def _pem_problem(path: Path) -> str | None:
+    """Why the file is not a PEM bundle of CA certificates, or None."""
+    if path.is_symlink() or not path.is_file():
+        return "is not a regular file in the tenant's folder"
+    data = path.read_bytes()
+    if len(data) > MAX_CA_CERT_BYTES:
+        return f"is {len(data)} bytes long (a CA bundle is at most {MAX_CA_CERT_BYTES})"
+    try:
+        text = data.decode("ascii")
+    except UnicodeDecodeError:
+        return "is not PEM text (ASCII)"
+    blocks = PEM_BLOCK.findall(text)
+    if any("PRIVATE" in kind for kind, _ in blocks) or "PRIVATE KEY-----" in text:
+        return "contains a private key"
+    certificates = [body for kind, body in blocks if kind == "CERTIFICATE"]
+    if not certificates or len(certificates) != len(blocks):
+        return "holds no PEM certificate (-----BEGIN CERTIFICATE-----), or blocks other than certificates"
+    for body in certificates:
+        try:
+            base64.b64decode("".join(body.split()), validate=True)
+        except ValueError:
+            return "has a certificate whose base64 does not decode"
+    return None
+
+
+def _check_directory(out: _Collector, tenant: dict[str, Any], t: KeyPath, spec: Path) -> None:
+    """`directory:` (docs/users.md): what the schema cannot say about the LDAP connection."""
+    directory = tenant.get("directory")
+    if not isinstance(directory, dict):
+        return
+    d: KeyPath = (*t, "directory")
+    if isinstance(tenant.get("users"), list) and tenant["users"]:
+        out.add((*t, "users"), "`users:` and `directory:` are both given: with a directory, the people, their uids "
+                "and groups come from it, and fmcluster makes no local account",
+                "remove `users:` (add the people to the directory, in the groups named as their teams), or remove "
+                "`directory:`")
+    uri, start_tls = directory.get("uri"), directory.get("start_tls", False)
+    if isinstance(uri, str) and uri.startswith("ldap://") and start_tls is not True:
+        out.add((*d, "uri"), f"{show(uri)} is plain LDAP: the bind password and the directory's answers would "
+                "cross the network in clear", "use ldaps://, or set start_tls: true if the server offers StartTLS")
+    if isinstance(uri, str) and uri.startswith("ldaps://") and start_tls is True:
+        out.add((*d, "start_tls"), "start_tls is true on an ldaps:// connection, which is TLS from the start",
+                "remove start_tls (or use ldap:// with start_tls: true)")
+    port = uri.rpartition(":")[2] if isinstance(uri, str) and uri.count(":") == 2 else None
+    if port is not None and port.isdigit() and not 1 <= int(port) <= 65535:
+        out.add((*d, "uri"), f"port {port} is not a TCP port", "use a port from 1 to 65535 (ldaps: 636, ldap: 389)")
+    bind_dn, secret = directory.get("bind_dn"), directory.get("bind_password_secret")
+    if bind_dn is not None and secret is None:
+        out.add((*d, "bind_dn"), "bind_dn is given without bind_password_secret",
+                "add bind_password_secret: the name of the secret under fmcluster/<org>/ that holds its password "
+                "(e.g. ldap-bind-password), or remove bind_dn to bind anonymously")
+    if secret is not None and bind_dn is None:
+        out.add((*d, "bind_password_secret"), "bind_password_secret is given without bind_dn (whose password is it?)",
+                "add bind_dn, e.g. cn=fmcluster-reader,dc=example,dc=org, or remove bind_password_secret")
+    if isinstance(secret, str) and secret in OWN_SECRETS:
+        out.add((*d, "bind_password_secret"), f"{show(secret)} is a secret fmcluster keeps for itself",
+                f"name the secret otherwise, e.g. ldap-bind-password (fmcluster's own: {', '.join(OWN_SECRETS)})")
+    for key in ("user_filter", "group_filter"):
+        value = directory.get(key)
+        if isinstance(value, str) and not _balanced(value):
+            out.add((*d, key), f"{show(value)} has unbalanced parentheses",
+                    "write one LDAP filter, e.g. (&(objectClass=posixAccount)(memberOf=cn=hpc,dc=example,dc=org))")
+    ca_cert = directory.get("ca_cert")
+    if isinstance(ca_cert, str) and (why := _pem_problem(spec.parent / ca_cert)) is not None:
+        out.add((*d, "ca_cert"), f"{show(ca_cert)} (next to {spec.name}) {why}",
+                f"put the directory's CA certificate(s) as PEM in {spec.parent / ca_cert}, or remove ca_cert to use "
+                "the nodes' system CA bundle")
 
 
 def problems_in(loaded: LoadedYaml) -> list[Problem]:

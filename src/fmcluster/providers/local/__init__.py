@@ -15,6 +15,10 @@
 - The VPC's package source is a caching proxy of Debian's archive on the router address
   (fmcluster.providers.local.packages); at first boot each host's apt is pointed at it, as cloud-init's
   `apt: proxy:` does.
+- The tenant's directory (`directory:`) is a real OpenLDAP slapd on the router address, holding a demo tree
+  (fmcluster.providers.local.directory); the nodes' SSSD is pointed at it instead of the spec's uri, and the
+  bind account's password, when the spec names one, is put into the emulator's Secrets Manager as the tenant
+  would.
 - Shared file systems the emulator does not create (FSx for Lustre, OpenZFS) are directories of this
   machine bound at the same mount points on every host.
 """
@@ -30,6 +34,7 @@ from typing import Any
 from fmcluster.capabilities import PROVIDERS, ProviderCapabilities
 from fmcluster.catalog import InstanceType
 from fmcluster.escape import escaped, neutral
+from fmcluster.manifest import secret_id
 from fmcluster.model import Tenant
 from fmcluster.nodes import LIVE_STATES, Node, hostname_for
 from fmcluster.paths import repo_root, secrets_dir
@@ -38,9 +43,10 @@ from fmcluster.providers.local.hosts import (
     Bind, Host, HostSpec, SubstrateError, bridge_name, ensure_network, host_run, host_spawn, load_hosts,
     reconcile_hosts, remove_all, remove_host, router_address, substrate_root,
 )
-from fmcluster.providers.local import image, packages
+from fmcluster.providers.local import directory, image, packages
 from fmcluster.providers.local.packages import APT_CONF_PATH, PackageSource, ensure_package_source, stop_package_source
 from fmcluster.stacks import aws
+from fmcluster.users import home_root
 
 #: Share of this machine's memory each local node offers Slurm (slurmd drains a node whose configured
 #: RealMemory exceeds what it detects, and every host detects this whole machine).
@@ -130,6 +136,7 @@ class LocalProvider:
         source = ensure_package_source(self.tenant.org, self.router)
         if source.started:
             out(f"  {source.note}")
+        self._directory(endpoint, out)
         for instance in instances:
             address = instance.get("PrivateIpAddress", "")
             if not address or ipaddress.IPv4Address(address) not in vpc:
@@ -150,6 +157,29 @@ class LocalProvider:
             result.started.append(host.hostname)
         result.kept = [h.hostname for h in hosts if h not in created]
         return result
+
+    def _directory(self, endpoint: str | None, out: Out) -> None:
+        """Start the stand-in directory (before any host boots and reads its bind secret)."""
+        spec = self.tenant.directory
+        if spec is None:
+            return
+        server = directory.ensure_directory(self.tenant.org, self.router, spec.base_dn,
+                                            [(t.name, t.gid) for t in self.tenant.teams], home_root(self.tenant),
+                                            bind_dn=spec.bind_dn or "")
+        if server.started:
+            out(f"  {server.note}")
+        if spec.bind_password_secret is not None:
+            secrets = aws.client("secretsmanager", self.tenant.region, endpoint)
+            name, value = secret_id(self.tenant.org, spec.bind_password_secret), directory.bind_password(self.tenant.org)
+            try:
+                current = secrets.get_secret_value(SecretId=name)["SecretString"]
+            except secrets.exceptions.ResourceNotFoundException:
+                secrets.create_secret(Name=name, SecretString=value, Tags=[{"Key": k, "Value": v}
+                                                                           for k, v in self.tenant.tags.items()])
+                out(f"  created secret {name}: the stand-in directory's password for {spec.bind_dn}")
+            else:
+                if current != value:
+                    secrets.put_secret_value(SecretId=name, SecretString=value)
 
     def _first_boot(self, host: Host, instance: dict[str, Any], ec2: Any, endpoint: str | None,
                     source: PackageSource) -> None:
@@ -199,7 +229,19 @@ class LocalProvider:
 
     def manifest_vars(self) -> dict[str, Any]:
         # Polling is cheap here: the agent checks often, so a node joining shows up within seconds.
-        return {"node_convergence_interval": 5, "prometheus_sd_refresh_interval": "10s"}
+        values: dict[str, Any] = {"node_convergence_interval": 5, "prometheus_sd_refresh_interval": "10s"}
+        if self.tenant.directory is not None:
+            # The nodes join the stand-in directory, checked against the substrate's CA; its demo people get
+            # their teams' Slurm associations as the tenant's would be given by hand.
+            people = directory.demo_people([(t.name, t.gid) for t in self.tenant.teams])
+            values.update({
+                "sssd_client_uri": f"ldaps://{self.router}:{directory.PORT}",
+                "sssd_client_start_tls": False,
+                "sssd_client_ca_cert": directory.ensure_certificates(self.tenant.org, self.router),
+                "slurm_associations_users": [{"name": p.name, "accounts": list(p.teams), "default_account": p.teams[0]}
+                                             for p in people if p.teams],
+            })
+        return values
 
     def client_argv(self, node: Node) -> list[str]:
         return ssh_argv(str(secrets_dir(self.tenant.org) / "ssh" / "id_ed25519"), node.address, "root")
@@ -219,6 +261,10 @@ class LocalProvider:
                  f"({image.image_dir()}): {', '.join(image.PACKAGES)}; first boot adds the rest",
                  f"package source: apt-cacher-ng (Debian's archive) on {self.router}:{packages.PORT}, "
                  "the VPC router address (on AWS: the archive through the NAT)"]
+        if self.tenant.directory is not None:
+            notes.append(f"directory: OpenLDAP slapd (Debian's package) on ldaps://{self.router}:{directory.PORT}, "
+                         f"standing in for the tenant's {self.tenant.directory.uri} with a demo tree "
+                         f"({directory.directory_root(self.tenant.org)})")
         storage = [("FSx for Lustre", "lustre", self.tenant.storage.lustre.mount_point)]
         if self.tenant.storage.openzfs is not None:
             storage.append(("FSx for OpenZFS", "home", self.tenant.storage.openzfs.mount_point))
@@ -243,6 +289,8 @@ class LocalProvider:
 
         if stop_package_source(self.tenant.org):
             out(f"  stopped the package source of '{self.tenant.org}' (its cache is kept)")
+        if directory.stop_directory(self.tenant.org):
+            out(f"  stopped the stand-in directory of '{self.tenant.org}' (slapd)")
         for line in remove_all(self.tenant.org):
             out(f"  removed {line}")
         if stop_emulator(self.tenant.org):
