@@ -168,8 +168,7 @@ def render_slurm_conf(variables: dict[str, Any], controller: str) -> str:
 
 def run_size(n: int, endpoint: str, work: Path, counter: CallCounter) -> dict[str, Measure]:
     from fmcluster import commands
-    from fmcluster.doctor.fleet import fleet
-    from fmcluster.doctor.report import doctor
+    from fmcluster.commands.diagnose import doctor, fleet
     from fmcluster.inventory import write_inventory
     from fmcluster.model import load_tenant
     from fmcluster.paths import generated_dir
@@ -267,7 +266,7 @@ def run_size(n: int, endpoint: str, work: Path, counter: CallCounter) -> dict[st
     def counted_client(service: str, region: str, endpoint_url: str | None) -> Any:
         return counter.attach(patched_client(service, region, endpoint_url))
 
-    with mock.patch("fmcluster.providers.provider_for", lambda _tenant: standin), \
+    with mock.patch("fmcluster.providers.registry.provider_for", lambda _tenant: standin), \
             mock.patch("fmcluster.stacks.api.stacks_status", stacks_status), \
             mock.patch("fmcluster.stacks.aws.client", counted_client):
         operations: list[tuple[str, Callable[[], int]]] = [

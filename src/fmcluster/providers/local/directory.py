@@ -18,17 +18,14 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import os
 import secrets
 import shutil
-import signal
-import socket
 import subprocess
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from fmcluster.providers.local.daemons import answers, read_state, runs, start, stop
 from fmcluster.providers.local.hosts import SubstrateError, substrate_root
 
 PORT = 636
@@ -192,22 +189,6 @@ def _state_path(org: str) -> Path:
     return directory_root(org) / "state.json"
 
 
-def _is_ours(pid: int, conf: Path) -> bool:
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return False
-    return bool(cmdline) and cmdline[0].endswith(b"slapd") and str(conf).encode() in cmdline
-
-
-def _answers(address: str, port: int) -> bool:
-    try:
-        with socket.create_connection((address, port), timeout=2):
-            return True
-    except OSError:
-        return False
-
-
 def _load(folder: Path, conf: Path, ldif: str) -> None:
     """A fresh database holding exactly `ldif` (slapadd, slapd stopped)."""
     data = folder / "data"
@@ -251,12 +232,9 @@ def ensure_directory(org: str, address: str, base_dn: str, teams: Sequence[tuple
         hash_path.write_text(ssha(bind_password(org), secrets.token_bytes(8)))
     conf_text = slapd_conf(folder, base_dn, bind_dn, hash_path.read_text() if bind_dn else "")
     digest = hashlib.sha256((conf_text + ldif + address).encode()).hexdigest()
-    try:
-        known = json.loads(_state_path(org).read_text())
-    except (OSError, ValueError):
-        known = {}
+    known = read_state(_state_path(org))
     pid = int(known.get("pid", 0))
-    if pid and known.get("digest") == digest and _is_ours(pid, conf) and _answers(address, PORT):
+    if known.get("digest") == digest and runs(pid, "slapd", str(conf)) and answers(address, PORT):
         return DirectoryServer(address, PORT, pid, False, base_dn, people)
     stop_directory(org)
     conf.touch(mode=0o600)
@@ -265,44 +243,19 @@ def ensure_directory(org: str, address: str, base_dn: str, teams: Sequence[tuple
     argv = [SLAPD, "-f", str(conf), "-h", f"ldaps://{address}:{PORT}/",
             # -d keeps slapd in the foreground, so the pid started is the daemon's (no fork to lose it by).
             "-d", "0"]
-    with (folder / "console.log").open("ab") as sink:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT,
-                                start_new_session=True)  # outlives this task; stopped by stop_directory
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while not _answers(address, PORT):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise SubstrateError(f"the directory (slapd on {address}:{PORT}) did not start; see "
-                                 f"{folder / 'console.log'}")
-        time.sleep(0.1)
-    _state_path(org).write_text(json.dumps({"pid": proc.pid, "address": address, "digest": digest}) + "\n")
-    return DirectoryServer(address, PORT, proc.pid, True, base_dn, people)
+    pid = start(argv, folder / "console.log", address, PORT, START_TIMEOUT_S, "the directory (slapd)")
+    _state_path(org).write_text(json.dumps({"pid": pid, "address": address, "digest": digest}) + "\n")
+    return DirectoryServer(address, PORT, pid, True, base_dn, people)
 
 
 def stop_directory(org: str, timeout_s: float = 10.0) -> bool:
     """Stop the tenant's stand-in directory if it runs (its files stay until the substrate is removed). True if
     one was stopped."""
     state = _state_path(org)
-    try:
-        known = json.loads(state.read_text())
-    except (OSError, ValueError):
-        return False
+    known = read_state(state)
     state.unlink(missing_ok=True)
     pid = int(known.get("pid", 0))
-    if not (pid and _is_ours(pid, directory_root(org) / "slapd.conf")):
+    if not runs(pid, "slapd", str(directory_root(org) / "slapd.conf")):
         return False
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout_s
-    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
-        try:
-            if os.waitpid(pid, os.WNOHANG)[0]:
-                break
-        except ChildProcessError:
-            pass
-        time.sleep(0.05)
-    if Path(f"/proc/{pid}").exists():
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    stop(pid, timeout_s)
     return True

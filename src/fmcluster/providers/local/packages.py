@@ -13,16 +13,14 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
-import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from fmcluster.providers.local.hosts import SubstrateError, substrate_root
+from fmcluster.providers.local.daemons import answers, read_state, runs, start, stop
+from fmcluster.providers.local.hosts import substrate_root
 from fmcluster.providers.local.image import MIRROR
 
+PROGRAM = "apt-cacher-ng"
 PORT = 3142
 START_TIMEOUT_S = 20.0
 #: Where a node's apt is told to find the package source (cloud-init writes the same kind of file).
@@ -60,86 +58,39 @@ def _state_path(org: str) -> Path:
     return substrate_root(org) / "package-source.json"
 
 
-def _is_ours(pid: int, address: str) -> bool:
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return False
-    return bool(cmdline) and cmdline[0].endswith(b"apt-cacher-ng") and f"BindAddress={address}".encode() in cmdline
-
-
-def _answers(address: str, port: int) -> bool:
-    try:
-        with socket.create_connection((address, port), timeout=2):
-            return True
-    except OSError:
-        return False
-
-
 def ensure_package_source(org: str, address: str, cache: str = "") -> PackageSource:
     """The tenant's package source on `address` (the VPC router address), started unless it runs; its cache is
     cache_root()/<cache, by default the org's>."""
     state = _state_path(org)
-    try:
-        known = json.loads(state.read_text())
-    except (OSError, ValueError):
-        known = {}
+    known = read_state(state)
     pid = int(known.get("pid", 0))
-    if pid and known.get("address") == address and _is_ours(pid, address) and _answers(address, PORT):
+    if known.get("address") == address and runs(pid, PROGRAM, f"BindAddress={address}") and answers(address, PORT):
         return PackageSource(address, PORT, pid, False)
-    if pid and _is_ours(pid, str(known.get("address", ""))):
+    if runs(pid, PROGRAM, f"BindAddress={known.get('address', '')}"):
         stop_package_source(org)
     cache_dir = cache_root() / (cache or org)
     logs = substrate_root(org) / "package-source"
     for folder in (cache_dir, logs):
         folder.mkdir(parents=True, exist_ok=True)
-    argv = ["apt-cacher-ng", "-c", "/etc/apt-cacher-ng", "ForeGround=1", f"BindAddress={address}", f"Port={PORT}",
+    argv = [PROGRAM, "-c", "/etc/apt-cacher-ng", "ForeGround=1", f"BindAddress={address}", f"Port={PORT}",
             f"CacheDir={cache_dir}", f"LogDir={logs}", f"PidFile={logs}/pid", f"SocketPath={logs}/socket",
             "ExThreshold=4",
             # Debian's archive as the one backend: the package's own list is empty until debconf fills it in,
             # and apt-cacher-ng then answers every request "503 Host not found".
             f"Remap-debrep=file:deb_mirror*.gz /debian ; {MIRROR}/"]
-    with (logs / "console.log").open("ab") as sink:
-        try:
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT,
-                                    start_new_session=True)  # outlives this task; stopped by stop_package_source
-        except FileNotFoundError:
-            raise SubstrateError("apt-cacher-ng is missing; run scripts/bootstrap.sh (it installs Debian's "
-                                 "apt-cacher-ng, the local VPC's package source)") from None
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while not _answers(address, PORT):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise SubstrateError(f"the package source (apt-cacher-ng on {address}:{PORT}) did not start; see "
-                                 f"{logs}/console.log")
-        time.sleep(0.1)
-    state.write_text(json.dumps({"pid": proc.pid, "address": address, "port": PORT}) + "\n")
-    return PackageSource(address, PORT, proc.pid, True)
+    pid = start(argv, logs / "console.log", address, PORT, START_TIMEOUT_S,
+                "the package source (apt-cacher-ng)")
+    state.write_text(json.dumps({"pid": pid, "address": address, "port": PORT}) + "\n")
+    return PackageSource(address, PORT, pid, True)
 
 
 def stop_package_source(org: str, timeout_s: float = 10.0) -> bool:
     """Stop the tenant's package source if it runs (its cache is kept). True if one was stopped."""
     state = _state_path(org)
-    try:
-        known = json.loads(state.read_text())
-    except (OSError, ValueError):
-        return False
+    known = read_state(state)
     state.unlink(missing_ok=True)
     pid = int(known.get("pid", 0))
-    if not (pid and _is_ours(pid, str(known.get("address", "")))):
+    if not runs(pid, PROGRAM, f"BindAddress={known.get('address', '')}"):
         return False
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout_s
-    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
-        try:
-            if os.waitpid(pid, os.WNOHANG)[0]:
-                break
-        except ChildProcessError:
-            pass
-        time.sleep(0.05)
-    if Path(f"/proc/{pid}").exists():
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    stop(pid, timeout_s)
     return True
