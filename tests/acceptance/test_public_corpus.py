@@ -157,3 +157,46 @@ def test_the_cli_and_doctor_say_the_same_of_each_public_log(name: str, case: dic
     if case["instance_type"] is None:
         assert diagnose_log(PUBLIC / name).acceptance == {"status": out["status"], "codes": out["codes"],
                                                           "cause": out["cause"]}
+
+
+# --- every class, from a real public log edited the same way -------------------------------------------------
+#: The healthy 2x p4d EFA run (aws-samples/aws-efa-eks, see its .source.json) and its 1 GiB reference row.
+HEALTHY = (PUBLIC / "p4d_2node_efa_info_eks.log").read_bytes()
+ROW = b"  1073741824     268435456   float     sum    47392   22.66   42.48  5e-07    47420   22.64   42.46  5e-07"
+RANK9 = b"[1,9]<stdout>:nccl-tests-efa-16-worker-1:26:"
+EDITS: dict[str, tuple[bytes, str | None]] = {
+    # class: (the real log edited, the finding that must fail it; None: it must still pass)
+    "a row's busbw disagrees with its algbw": (HEALTHY.replace(ROW, ROW.replace(b"42.48", b"84.96", 1)), "non_physical"),
+    "a non-finite figure": (HEALTHY.replace(ROW, ROW.replace(b"42.48", b"  nan", 1)), "non_finite"),
+    "a figure above the fabric's ceiling": (HEALTHY.replace(ROW, ROW.replace(b"47392   22.66   42.48",
+                                                                              b"  473 2270.0 4248.0", 1)), "non_physical"),
+    "wrong data": (HEALTHY.replace(ROW, ROW.replace(b"5e-07    47420", b"    3    47420", 1)), "wrong_data"),
+    "one rank's channel over sockets": (HEALTHY.replace(
+        RANK9 + b"67 [1] NCCL INFO Channel 00 : 9[101d0] -> 0[101c0] [send] via NET/AWS Libfabric/1/GDRDMA",
+        RANK9 + b"67 [1] NCCL INFO Channel 00 : 9[101d0] -> 0[101c0] [send] via NET/Socket/0"), "rank_off_efa"),
+    "one rank's network is Socket, its channels still say Libfabric": (HEALTHY.replace(
+        RANK9 + b"26 [1] NCCL INFO Using network AWS Libfabric", RANK9 + b"26 [1] NCCL INFO Using network Socket"),
+        "rank_off_efa"),
+    "a failure line in the middle": (HEALTHY.replace(ROW, ROW + b"\n[1,3]<stdout>:nccl-tests-efa-16-worker-0: Test NCCL "
+                                                     b"failure common.cu:1000 'unhandled system error'", 1), "test_failure"),
+    "the run cut before its footer": (HEALTHY[:HEALTHY.index(b"# Out of bounds")], "truncated"),
+    "CRLF line ends and ANSI colours": (HEALTHY.replace(b"\n", b"\r\n").replace(ROW, b"\x1b[32m" + ROW + b"\x1b[0m"), None),
+}
+
+
+@pytest.mark.parametrize("name", list(EDITS))
+def test_each_class_fails_on_the_real_healthy_log_edited_to_show_it(name: str, tmp_path: Path) -> None:
+    from fmcluster.acceptance.expectation import expectation_for
+    from fmcluster.acceptance.parser import parse_file
+    from fmcluster.acceptance.verdict import judge, render
+    from fmcluster.catalog import load_catalog
+
+    edited, code = EDITS[name]
+    assert edited != HEALTHY or code is None, "the edit did not apply: the public log changed"
+    log = tmp_path / "edited.log"
+    log.write_bytes(edited)
+    v = judge(parse_file(log), expectation_for(load_catalog()["p4d.24xlarge"], 2))
+    if code is None:
+        assert v.passed, render(v)
+    else:
+        assert not v.passed and code in v.codes, render(v)

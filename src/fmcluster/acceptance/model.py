@@ -142,12 +142,14 @@ class RankDevice:
 
 @dataclass(frozen=True)
 class ProcessNet:
-    """What one process's aws-ofi-nccl said: every provider it selected and the NICs it found."""
+    """What one process's aws-ofi-nccl said: every provider it selected and the NICs it found; and every network
+    NCCL said that process uses (`Using network AWS Libfabric`, `Using network Socket`)."""
 
     host: str
     pid: int
     providers: tuple[str, ...]
     nics: tuple[int, ...]
+    networks: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

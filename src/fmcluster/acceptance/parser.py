@@ -382,7 +382,7 @@ class LogParser:
         self.tool = "nccl-tests"
         self.rank_map: dict[int, RankDevice] = {}
         self.rank_lines_seen = 0
-        self.procs: dict[tuple[str, int], tuple[list[str], list[int]]] = {}
+        self.procs: dict[tuple[str, int], tuple[list[str], list[int], list[str]]] = {}
         self.rank_net: dict[tuple[int, str], str] = {}
         self.versions: list[str] = []
 
@@ -439,7 +439,7 @@ class LogParser:
         msg = lib.group("msg")
         if "NCCL version" in msg and (m := _NCCL_VERSION.search(msg)):
             self._version(m.group(1))
-        if lib.group("lib") == "NCCL" and lib.group("level") == "INFO" and "NET/" in msg:
+        if lib.group("lib") == "NCCL" and lib.group("level") == "INFO" and ("NET/" in msg or "Using network" in msg):
             self._per_rank(before, msg)
         if "anks " in msg and (m := _NRANKS.search(msg)):
             self.nranks = max(self.nranks or 0, int(m.group(1)))
@@ -460,11 +460,18 @@ class LogParser:
             key = (host, int(proc.group(2)))
             if key not in self.procs and len(self.procs) >= MAX_RANK_RECORDS:
                 return
-            providers, nics = self.procs.setdefault(key, ([], []))
+            providers, nics, _ = self.procs.setdefault(key, ([], [], []))
             if m.group(1) not in providers:
                 providers.append(m.group(1))
             if m.group(2) and int(m.group(2)) not in nics:
                 nics.append(int(m.group(2)))
+        elif "Using network" in msg and (m := _USING_NETWORK.search(msg)) and proc:
+            key = (host, int(proc.group(2)))
+            if key not in self.procs and len(self.procs) >= MAX_RANK_RECORDS:
+                return
+            networks = self.procs.setdefault(key, ([], [], []))[2]
+            if m.group(1) not in networks:
+                networks.append(m.group(1))
         elif " via NET/" in msg and (m := _CONNECTION.search(msg)) and (ends := _ENDS.match(m.group(1))):
             rank = int(ends.group(2) if ends.group(3) == "receive" else ends.group(1))
             kind = m.group(2).split("/")[1] if "/" in m.group(2) else m.group(2)
@@ -597,7 +604,8 @@ class LogParser:
             bytes_capped=bytes_capped,
             rank_map=tuple(self.rank_map[r] for r in sorted(self.rank_map, key=lambda r: (r < 0, abs(r)))),
             rank_lines_seen=self.rank_lines_seen,
-            processes=tuple(ProcessNet(h, pid, tuple(p), tuple(n)) for (h, pid), (p, n) in self.procs.items()),
+            processes=tuple(ProcessNet(h, pid, tuple(p), tuple(n), tuple(w))
+                            for (h, pid), (p, n, w) in self.procs.items()),
             rank_transports=tuple(RankTransport(r, h, k) for (r, k), h in sorted(self.rank_net.items())),
             nccl_versions=tuple(self.versions),
         )

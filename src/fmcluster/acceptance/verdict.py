@@ -501,6 +501,12 @@ def _ranks_off_efa(log: ParsedLog, exp: Expectation) -> list[Finding]:
             rank = by_proc.get((proc.host, proc.pid))
             who = f"rank {rank}" if rank is not None else f"pid {proc.pid}"
             off.append(f"{who} on {proc.host} selected provider {', '.join(others)}")
+        # A process that says it uses another network is off EFA whatever its channel lines claim.
+        elsewhere = [n for n in proc.networks if "Libfabric" not in n]
+        if elsewhere:
+            rank = by_proc.get((proc.host, proc.pid))
+            who = f"rank {rank}" if rank is not None else f"pid {proc.pid}"
+            off.append(f"{who} on {proc.host} uses network {', '.join(elsewhere)}")
     for rt in log.rank_transports:
         if "Libfabric" not in rt.transport:
             off.append(f"rank {rt.rank} on {rt.host} sends over NET/{rt.transport}")
