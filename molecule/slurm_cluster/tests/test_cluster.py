@@ -1,5 +1,6 @@
-"""The converged mol-cluster tenant is a working Slurm cluster of local hosts, checked from its controller; the
-compute nodes are configless (their slurmd fetched the controller's configuration)."""
+"""The converged mol-cluster tenant is a working Slurm cluster of local hosts, checked from its controller: munge on
+every host with the tenant's key, compute nodes configless (their slurmd fetched the controller's configuration),
+the tenant's users and teams on every host and in slurmdbd."""
 
 from __future__ import annotations
 
@@ -85,5 +86,37 @@ def test_a_user_runs_within_the_qos_and_is_refused_over_it(host: testinfra.host.
     assert ok.rc == 0 and ok.stdout.strip() == "20001", ok.stderr
     over = host.run("cd /fsx/home/alice && runuser -u alice -- srun --ntasks=4 hostname")
     assert over.rc != 0 and "QOS" in over.stderr, over.stderr
-    account = host.check_output("sacct --user=alice --noheader --parsable2 --allocations --format=Account | tail -1")
+    # slurmctld hands finished jobs to slurmdbd asynchronously: ask until the record is there (30 s at most).
+    account = host.check_output("for _ in $(seq 30); do a=$(sacct --user=alice --noheader --parsable2 --allocations "
+                                "--format=Account | tail -1); [ -n \"$a\" ] && break; sleep 1; done; echo \"$a\"")
     assert account.strip() == "llm"
+
+
+# munge on every host (the scenario munge once had its own hosts for this; the cluster's hosts carry it anyway).
+HOSTS = ["ip-10-79-1-132", *COMPUTE]
+
+
+def test_every_host_has_the_tenant_key_readable_by_munge_only(host: testinfra.host.Host) -> None:
+    for name in HOSTS:
+        node = RUNNER.get_host(name)
+        key = node.file("/etc/munge/munge.key")
+        assert (key.user, key.mode, key.size) == ("munge", 0o400, 64), name
+        assert key.sha256sum == node.file("/etc/fmcluster/secrets/munge-key").sha256sum, name
+
+
+def test_each_host_runs_its_own_munged_as_the_munge_user(host: testinfra.host.Host) -> None:
+    for name in HOSTS:
+        node = RUNNER.get_host(name)
+        pid = node.file("/run/munge/munged.pid").content_string.strip()
+        assert node.check_output(f"ps -o user= -p {pid}").strip() == "munge", name
+        assert node.check_output(f"readlink /proc/{pid}/ns/net") == node.check_output("readlink /proc/self/ns/net"), \
+            f"{name}: the munged of this host, not another's"
+
+
+def test_a_credential_encoded_on_the_controller_decodes_on_every_host_with_its_payload(
+        host: testinfra.host.Host) -> None:
+    credential = host.check_output("munge -s fmcluster")
+    for name in HOSTS:
+        out = RUNNER.get_host(name).check_output(f"echo {credential} | unmunge")
+        assert "STATUS:          Success (0)" in out, name
+        assert out.rstrip().endswith("fmcluster"), name
