@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -33,3 +35,17 @@ def no_aws(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
     monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+
+
+@contextmanager
+def substrate_root_at(root: Path) -> Iterator[Path]:
+    """FMCLUSTER_SUBSTRATE_ROOT at `root` while a module-scoped fixture lives (monkeypatch is per test), then as before."""
+    previous = os.environ.get("FMCLUSTER_SUBSTRATE_ROOT")
+    os.environ["FMCLUSTER_SUBSTRATE_ROOT"] = str(root)
+    try:
+        yield root
+    finally:
+        if previous is None:
+            del os.environ["FMCLUSTER_SUBSTRATE_ROOT"]
+        else:
+            os.environ["FMCLUSTER_SUBSTRATE_ROOT"] = previous

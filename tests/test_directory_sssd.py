@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import ROOT, venv_tool
+from conftest import ROOT, substrate_root_at, venv_tool
 from fmcluster.model import Directory
 from fmcluster.providers.local import harness
 from fmcluster.providers.local.directory import PORT, bind_password, ensure_directory, stop_directory
@@ -44,18 +44,13 @@ SECRET = "ldap-bind-password"
 @pytest.fixture(scope="module")
 def substrate(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     root = tmp_path_factory.mktemp("substrate")
-    previous = os.environ.get("FMCLUSTER_SUBSTRATE_ROOT")
-    os.environ["FMCLUSTER_SUBSTRATE_ROOT"] = str(root)
-    try:
-        yield root
-    finally:
-        stop_directory(ORG)
-        stop_package_source(ORG)
-        remove_all(ORG)
-        if previous is None:
-            del os.environ["FMCLUSTER_SUBSTRATE_ROOT"]
-        else:
-            os.environ["FMCLUSTER_SUBSTRATE_ROOT"] = previous
+    with substrate_root_at(root):
+        try:
+            yield root
+        finally:
+            stop_directory(ORG)
+            stop_package_source(ORG)
+            remove_all(ORG)
 
 
 def converge(inventory: Path, playbook: Path) -> subprocess.CompletedProcess[str]:

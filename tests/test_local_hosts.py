@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import substrate_root_at
 from fmcluster.providers.local import harness
 from fmcluster.providers.local.packages import APT_CONF_PATH, stop_package_source
 from fmcluster.providers.local.hosts import (
@@ -86,16 +87,11 @@ def substrate(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     if os.geteuid() != 0:
         pytest.skip("namespaces, veth and mounts need root")
     root = tmp_path_factory.mktemp("substrate")
-    previous = os.environ.get("FMCLUSTER_SUBSTRATE_ROOT")
-    os.environ["FMCLUSTER_SUBSTRATE_ROOT"] = str(root)
-    try:
-        yield root
-    finally:
-        remove_all(ORG)
-        if previous is None:
-            del os.environ["FMCLUSTER_SUBSTRATE_ROOT"]
-        else:
-            os.environ["FMCLUSTER_SUBSTRATE_ROOT"] = previous
+    with substrate_root_at(root):
+        try:
+            yield root
+        finally:
+            remove_all(ORG)
 
 
 @pytest.fixture(scope="module")
