@@ -346,6 +346,10 @@ def test_a_compute_node_added_joins_without_the_others_converging_again(cluster:
     for name, report in before.items():
         if report["role"] == "compute":  # configless slurmd: nothing on the other compute nodes changes
             assert after[name]["finished"] == report["finished"], name
+        else:  # the controller and login nodes rewrite only what membership changes (playbooks/membership.yml)
+            assert after[name]["playbook"] == "playbooks/membership.yml", after[name]
+            MEASURED[f"join_membership_pass_{report['role']}_s"] = after[name]["seconds"]
+    print("measured:", json.dumps(MEASURED))
     assert "Prometheus scrapes exactly the 6 current nodes" in grown.stdout
     done = slurm("srun -N4 hostname")
     assert done.returncode == 0 and new[0] in done.stdout.split(), done.stdout + done.stderr
@@ -359,6 +363,9 @@ def test_a_compute_node_removed_leaves_slurm_and_prometheus(cluster: Cluster) ->
     assert "Prometheus scrapes exactly the 5 current nodes" in shrunk.stdout
     listed = slurm("sinfo -h -N -o %N").stdout.split()
     assert len(listed) == 3 and set(listed) <= set(reports())
+    controller = next(r for r in reports().values() if r["role"] == "controller")
+    assert controller["playbook"] == "playbooks/membership.yml", controller
+    MEASURED["leave_membership_pass_controller_s"] = controller["seconds"]
 
 
 def test_a_node_killed_while_converging_comes_back_with_nodes_up(cluster: Cluster) -> None:
@@ -772,6 +779,10 @@ def test_a_drained_node_is_listed_with_its_check_and_replaced_by_a_new_one_that_
     assert uids_everywhere()[new.group(1)] == [str(uid) for uid, _ in USERS.values()] * 2
     jobs = sacct_jobs()
     assert {k: v for k, v in jobs.items() if k in jobs_before} == jobs_before, "accounting lost a job"
+    for report in reports().values():
+        if report["role"] in ("controller", "login"):  # the new membership, without a whole converge
+            assert report["playbook"] == "playbooks/membership.yml", report
+            MEASURED[f"replace_membership_pass_{report['role']}_s"] = report["seconds"]
     print("measured:", json.dumps(MEASURED))
 
 

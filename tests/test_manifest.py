@@ -8,6 +8,7 @@ The same two functions run on the deploy machine (inventories/<org>/generated/ho
 from __future__ import annotations
 
 import json
+import re
 import os
 import subprocess
 from pathlib import Path
@@ -22,7 +23,8 @@ from conftest import venv_tool
 from fmcluster.catalog import load_catalog
 from fmcluster.inventory import HEADER, read_manifest, read_nodes, write_inventory, write_manifest
 from fmcluster.manifest import (
-    assemble_inventory, load_inventory_yaml, digest, membership_digest, placement_group_output_key, scrape_configs,
+    MEMBERSHIP_PLAYBOOK, assemble_inventory, load_inventory_yaml, digest, membership_digest, membership_playbook,
+    placement_group_output_key, scrape_configs,
 )
 from fmcluster.model import Tenant, load_tenant
 from fmcluster.nodes import Node, sort_nodes
@@ -183,6 +185,49 @@ def test_the_membership_digest_changes_when_a_node_joins_or_leaves_never_with_or
     # The manifest does not depend on the nodes: a node joining changes the membership, not the manifest.
     assert inventory(demo, nodes=nodes[:-1])["all"]["vars"]["fmcluster_manifest_digest"] == \
         inventory(demo)["all"]["vars"]["fmcluster_manifest_digest"]
+
+
+# --- membership changes without a converge ----------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+#: The inventory variables derived from the live node list (assemble_inventory).
+MEMBERSHIP_VARS = ("common_hosts", "slurm_nodes", "slurm_partitions", "slurm_topology", "fmcluster_nodes",
+                   "fmcluster_membership_digest")
+#: What playbooks/membership.yml runs: the /etc/hosts task, and the slurm role (a dependency of
+#: slurm_controller's service entry) with its templates.
+MEMBERSHIP_FILES = {"roles/common/tasks/hosts.yml", "roles/slurm/tasks/main.yml", "roles/slurm/templates/slurm.conf.j2",
+                    "roles/slurm/templates/restart-settings.j2", "roles/slurm/templates/gres.conf.j2",
+                    "roles/slurm/templates/topology.conf.j2"}
+#: Readers of a membership variable that a membership pass need not rerun, and why.
+NOT_MEMBERSHIP = {
+    "roles/slurm_metrics/tasks/main.yml": "only whether the inventory has a Slurm cluster at all",
+}
+
+
+def test_a_membership_change_runs_the_membership_playbook_where_prometheus_finds_the_nodes_itself(
+        demo: Tenant, stockmark: Tenant) -> None:
+    for tenant in (demo, stockmark, load_tenant("pclab")):  # EC2 discovery: joins need only Slurm's node list
+        assert membership_playbook(manifest_for(tenant)) == MEMBERSHIP_PLAYBOOK
+    assert (ROOT / MEMBERSHIP_PLAYBOOK).is_file()
+    # HyperPod lists Prometheus's targets in the inventory: a join re-renders prometheus.yml, so a whole converge.
+    assert membership_playbook(manifest_for(load_tenant("neuronlab"))) is None
+    assert membership_playbook({"vars": {}}) is None
+
+
+def test_every_task_or_template_reading_the_node_list_is_rerun_by_the_membership_playbook() -> None:
+    readers = set()
+    for path in [*ROOT.glob("roles/*/tasks/*.yml"), *ROOT.glob("roles/*/templates/*"), *ROOT.glob("playbooks/*.yml")]:
+        text = path.read_text()
+        if any(re.search(rf"\b{name}\b", text) for name in MEMBERSHIP_VARS):
+            readers.add(str(path.relative_to(ROOT)))
+    assert readers - MEMBERSHIP_FILES - set(NOT_MEMBERSHIP) == set(), (
+        "these read the node list but a membership change does not rerun them: add them to playbooks/membership.yml")
+    played = yaml.safe_load((ROOT / MEMBERSHIP_PLAYBOOK).read_text())
+    used = {(task.get("ansible.builtin.include_role") or task.get("ansible.builtin.import_role") or {}).get("name")
+            for play in played for task in play.get("tasks", [])} | {
+            role["role"] for play in played for role in play.get("roles", [])}
+    assert used == {"common", "slurm_controller", "slurm"}
+    assert yaml.safe_load((ROOT / "roles/slurm_controller/meta/main.yml").read_text())["dependencies"] == [{"role": "slurm"}]
 
 
 # --- Prometheus discovery ----------------------------------------------------------------------------------

@@ -129,6 +129,19 @@ def assemble_inventory(manifest: Mapping[str, Any], nodes: Sequence[Node],
     return {"all": {"vars": all_vars, "children": children}}
 
 
+#: What the controller and login nodes run when only the membership changed (see membership_playbook).
+MEMBERSHIP_PLAYBOOK = "playbooks/membership.yml"
+
+
+def membership_playbook(manifest: Mapping[str, Any]) -> str | None:
+    """The playbook a membership-only change runs on the controller and login nodes, or None for a full converge.
+
+    Targeted only when nothing but /etc/hosts and Slurm's node list follows the node list: Prometheus finds the
+    nodes itself (`ec2` discovery). With `inventory` discovery its targets are written by a converge too."""
+    discovery = manifest.get("vars", {}).get("prometheus_node_discovery") or {}
+    return MEMBERSHIP_PLAYBOOK if discovery.get("kind") == "ec2" else None
+
+
 def slurm_owner(variables: Mapping[str, Any]) -> str:
     """Who installs Slurm on the nodes (fmcluster.capabilities), from the manifest's vars; fails closed."""
     owner = (variables.get("fmcluster_capabilities") or {}).get("slurm_owner")

@@ -38,7 +38,9 @@ class NodeStatus:
             stages = r.get("boot_stages") or {}
             boot = (f"; first boot {sum(stages.values()):.0f}s: " + ", ".join(f"{k} {v:.1f}s" for k, v in stages.items())
                     if isinstance(stages, dict) and stages else "")
-            return (f"{where}: converged {r.get('ref', '')[:12]} in {r.get('seconds', '?')}s, "
+            # A membership pass (a node joined or left) is named: it is the controller's share of a join.
+            scope = " (membership pass)" if str(r.get("playbook", "")).endswith("membership.yml") else ""
+            return (f"{where}: converged {r.get('ref', '')[:12]} in {r.get('seconds', '?')}s{scope}, "
                     f"changed={r.get('changed')}{boot}")
         if self.state == "failed":
             return f"{where}: FAILED at {r.get('stage')}: {r.get('error', '')}"

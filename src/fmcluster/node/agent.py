@@ -33,7 +33,7 @@ import boto3
 import yaml
 from botocore.config import Config
 
-from fmcluster.manifest import assemble_inventory, digest, inventory_yaml, membership_digest
+from fmcluster.manifest import assemble_inventory, digest, inventory_yaml, membership_digest, membership_playbook
 from fmcluster.nodes import Node, discover, node_at
 
 STATE_DIR = Path("/var/lib/fmcluster")
@@ -101,6 +101,8 @@ class Report:
     ref: str = ""
     manifest_digest: str = ""
     membership_digest: str = ""
+    #: The playbook this converge ran: site.yml, or membership.yml when only the membership changed.
+    playbook: str = ""
     changed: int | None = None
     failed_tasks: list[dict[str, str]] = field(default_factory=list)
     seconds: float = 0.0
@@ -216,7 +218,7 @@ class Agent:
             path.write_text(text)
         return path
 
-    def run_playbook(self, me: Node, inventory: Path, report: Report) -> int:
+    def run_playbook(self, me: Node, inventory: Path, report: Report, playbook: str) -> int:
         import ansible_runner
 
         log = Path("/var/log/fmcluster/converge.log")
@@ -246,7 +248,7 @@ class Agent:
         argv = ["--url", str(self.state_dir / "repo.git"), "--checkout", self.settings.ref,
                 "--directory", str(self.state_dir / "pull"), "--full", "--clean",
                 "--limit", me.name, "--extra-vars", "ansible_connection=local",
-                "--extra-vars", f"ansible_python_interpreter={sys.executable}", self.settings.playbook]
+                "--extra-vars", f"ansible_python_interpreter={sys.executable}", playbook]
         env = {**clean_environment(), "PATH": f"{venv_bin}:{os.environ.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}",
                "ANSIBLE_INVENTORY": str(inventory), "ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_NOCOLOR": "1"}
         stdout, stderr, rc = ansible_runner.run_command(
@@ -258,7 +260,10 @@ class Agent:
         report.log_tail = (stdout + stderr).strip().splitlines()[-LOG_TAIL_LINES:]
         return int(rc)
 
-    def converge(self, trigger: str) -> Report:
+    def converge(self, trigger: str, membership_only: bool = False) -> Report:
+        """Converge this node and report. `membership_only`: the commit and the manifest are the ones last
+        converged and only the node list changed: the manifest's membership playbook (when it names one) runs
+        instead of the whole site playbook."""
         started = time.monotonic()
         report = Report(address="unknown", trigger=trigger, started=now(), ref=self.settings.ref)
         try:
@@ -277,7 +282,8 @@ class Agent:
             report.stage = "inventory"
             inventory = self.write_inventory(manifest, nodes)
             report.stage = "converge"
-            rc = self.run_playbook(me, inventory, report)
+            report.playbook = (membership_only and membership_playbook(manifest)) or self.settings.playbook
+            rc = self.run_playbook(me, inventory, report, report.playbook)
             if rc != 0:
                 first = report.failed_tasks[0] if report.failed_tasks else {}
                 raise StageFailed("converge", f"ansible-pull exited {rc}" +
@@ -446,7 +452,11 @@ def watch_main(interval: float) -> int:
                     stale = [k for k, v in wanted.items() if agent.converged().get(k) != v]
                     if not stale:
                         continue
-                    report = agent.converge(f"changed: {', '.join(stale)}")
+                    trigger = f"changed: {', '.join(stale)}"
+                    report = agent.converge(trigger, membership_only=stale == ["membership_digest"])
+                    if not report.ok and report.playbook != settings.playbook:
+                        # The targeted pass failed: the whole converge repairs whatever it could not.
+                        report = agent.converge(f"{trigger} (membership pass failed: {report.error})")
                 if report.ok:
                     backoff, failed_for = interval, {}
                 else:
