@@ -563,12 +563,20 @@ def test_users_of_two_teams_run_within_their_qos_and_usage_reports_their_hours(c
         assert done.returncode == 0, done.stdout + done.stderr
     refused = as_user("alice", "srun --ntasks=6 --job-name=over-qos hostname")
     assert refused.returncode != 0 and "QOS" in refused.stdout + refused.stderr, refused.stdout + refused.stderr
-    done = slurm("sacct --allusers --allocations --noheader --parsable2 --starttime=2020-01-01 "
-                 "--format=User,Account,JobName,State,ElapsedRaw,AllocTRES")
-    assert done.returncode == 0, done.stderr
-    rows = [line.split("|") for line in done.stdout.splitlines()]
-    charged = {(u, a) for u, a, name, state, _, _ in rows if name.startswith("usage-") and state == "COMPLETED"}
-    assert charged == {(u, team) for u, (_, team) in USERS.items()}, rows
+    def accounted() -> list[list[str]]:
+        done = slurm("sacct --allusers --allocations --noheader --parsable2 --starttime=2020-01-01 "
+                     "--format=User,Account,JobName,State,ElapsedRaw,AllocTRES")
+        assert done.returncode == 0, done.stderr
+        return [line.split("|") for line in done.stdout.splitlines()]
+
+    def charged(rows: list[list[str]]) -> set[tuple[str, str]]:
+        return {(u, a) for u, a, name, state, _, _ in rows if name.startswith("usage-") and state == "COMPLETED"}
+
+    # slurmctld hands a finished job to slurmdbd asynchronously: the last job may reach sacct a moment after srun returns.
+    wanted = {(u, team) for u, (_, team) in USERS.items()}
+    wait_for("usage jobs in accounting", lambda: charged(accounted()) == wanted, 60,
+             lambda: f"\n{accounted()}")
+    rows = accounted()
     cpu_hours: dict[tuple[str, str], float] = {}
     for user, account, _, _, elapsed, tres in rows:
         cpus = dict(item.split("=", 1) for item in tres.split(",") if "=" in item).get("cpu", "0")
