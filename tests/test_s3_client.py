@@ -14,6 +14,7 @@ import hashlib
 import importlib.machinery
 import importlib.util
 import re
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -162,3 +163,21 @@ def test_the_first_boot_script_carries_the_client_packed_and_runnable(tmp_path: 
     assert usage.returncode == 2 and usage.stderr.startswith("usage: fmcluster-s3")
     # EC2 takes 16 KB of user data (raw); the first-boot script leaves room for the settings before it.
     assert len(script.encode()) < 8 * 1024, len(script.encode())
+
+
+def test_whoami_names_the_caller_as_iam_s_aws_userid_does(s3_endpoint: str) -> None:
+    """An instance role's session is "<role id>:<instance id>" (what the report-key policy grants on); the
+    emulator's STS gives assumed-role sessions that form, as AWS does."""
+    iam: Any = aws.client("iam", REGION, s3_endpoint)
+    role = iam.create_role(RoleName="whoami-node", AssumeRolePolicyDocument=json.dumps(
+        {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"},
+                                                 "Action": "sts:AssumeRole"}]}))["Role"]
+    session = aws.client("sts", REGION, s3_endpoint).assume_role(RoleArn=role["Arn"],
+                                                                 RoleSessionName="i-0123456789abcdef0")["Credentials"]
+    env = {"PATH": "/usr/bin:/bin", "AWS_ENDPOINT_URL": s3_endpoint, "AWS_ACCESS_KEY_ID": session["AccessKeyId"],
+           "AWS_SECRET_ACCESS_KEY": session["SecretAccessKey"], "AWS_SESSION_TOKEN": session["SessionToken"],
+           "FMCLUSTER_REGION": REGION}
+    done = subprocess.run(["/usr/bin/python3", str(CLIENT), "whoami"], capture_output=True, text=True, env=env,
+                          timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"{role['RoleId']}:i-0123456789abcdef0\n"
