@@ -49,8 +49,8 @@ stage_done() {
   started=$now
 }
 
-# The address this node reaches AWS from (its primary private address): what its report is filed under
-# until the agent knows its name.
+# The address this node reaches AWS from (its primary private address): named in its report, which is filed
+# under its caller identity (report_failure).
 my_address() {
   local target=${AWS_ENDPOINT_URL:-http://169.254.169.254}
   target=${target#*://}
@@ -58,15 +58,21 @@ my_address() {
   ip -4 -o route get "$target" 2>/dev/null | sed -nE 's/.* src ([0-9.]+).*/\1/p'
 }
 
-# A failure before the agent runs: file a report the deploy can read, naming what could not be reached.
+# A failure before the agent runs: file a report the deploy can read, naming what could not be reached. It goes
+# under this node's aws:userid ("<role id>:<instance id>"): the one report key the node's role may write, and
+# the instance the deploy reads it for.
 report_failure() {
-  local stage=$1 message=$2 address
+  local stage=$1 message=$2 address identity
   address=$(my_address || true)
   say "FAILED at $stage: $message"
   printf '{"address": "%s", "ok": false, "stage": "%s", "error": %s, "finished": "%s"}\n' \
     "${address:-unknown}" "$stage" "$(printf '%s' "$message" | python3 -c 'import json,sys; print(json.dumps(sys.stdin.read()))')" \
     "$(date -u +%FT%TZ)" >"$state/report.json"
-  "$s3client" put "$state/report.json" "$s3/report/${address:-unknown}.json" || true
+  if identity=$("$s3client" whoami 2>"$state/whoami.err"); then
+    "$s3client" put "$state/report.json" "$s3/report/${identity}.json" || true
+  else
+    say "cannot file the report: STS gave no caller identity: $(tail -n 1 "$state/whoami.err" 2>/dev/null)"
+  fi
   exit 1
 }
 
@@ -110,7 +116,7 @@ fi
 {
   echo "# written by fmcluster-bootstrap; rewritten at each fetch"
   for var in FMCLUSTER_BUCKET FMCLUSTER_REGION FMCLUSTER_ORG FMCLUSTER_STACK FMCLUSTER_SIGNAL_RESOURCE \
-             AWS_ENDPOINT_URL AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY; do
+             AWS_ENDPOINT_URL AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY AWS_SESSION_TOKEN; do
     [[ -n ${!var:-} ]] && printf '%s=%q\n' "$var" "${!var}"
   done
   printf 'FMCLUSTER_REF=%s\nFMCLUSTER_PLAYBOOK=%s\n' "$FMCLUSTER_REF" "$FMCLUSTER_PLAYBOOK"

@@ -167,7 +167,7 @@ def reports(*_: object) -> dict[str, dict[str, object]]:
     endpoint = provider_for(tenant).endpoint(False, print)
     s3 = aws.client("s3", tenant.region, endpoint)
     bucket = read_stack_outputs(ORG)["DataBucketName"]
-    return {n.name: read_report(s3, bucket, n.address) or {} for n in read_nodes(ORG)}
+    return {n.name: read_report(s3, bucket, n.instance_id) or {} for n in read_nodes(ORG)}
 
 
 def slurm(cmd: str) -> subprocess.CompletedProcess[str]:

@@ -157,8 +157,12 @@ class Node:
         assert done.returncode == 0, done.stderr
         return done.stdout
 
+    def report_key(self, suffix: str = ".json") -> str:
+        """Where the node files its report: under its caller identity, the credentials env() hands it."""
+        return f"fmcluster/report/{self.client('sts').get_caller_identity()['UserId']}{suffix}"
+
     def report(self, bucket: str = BUCKET) -> dict[str, Any]:
-        body = self.client("s3").get_object(Bucket=bucket, Key=f"fmcluster/report/{ADDRESS}.json")["Body"].read()
+        body = self.client("s3").get_object(Bucket=bucket, Key=self.report_key())["Body"].read()
         loaded: dict[str, Any] = json.loads(body)
         return loaded
 
@@ -342,7 +346,7 @@ def test_a_node_converges_itself_reports_to_the_bucket_and_never_shows_a_secret(
         assert node.read(f"/etc/fmcluster/secrets/{name}") == value
         assert node.run(f"stat -c %a /etc/fmcluster/secrets/{name}").stdout.strip() == "600"
     assert node.run("stat -c %a /etc/fmcluster/secrets").stdout.strip() == "700"
-    log = node.client("s3").get_object(Bucket=BUCKET, Key=f"fmcluster/report/{ADDRESS}.log")["Body"].read().decode()
+    log = node.client("s3").get_object(Bucket=BUCKET, Key=node.report_key(".log"))["Body"].read().decode()
     inventory = node.read("/var/lib/fmcluster/inventory/hosts.yml")
     for value in values:
         for where, text in (("report", json.dumps(report)), ("log", log), ("inventory", inventory),

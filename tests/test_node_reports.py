@@ -6,6 +6,7 @@ evidence is never "converged" or "passed".
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
@@ -102,18 +103,46 @@ def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         stop_emulator("t-reports", root)
 
 
-def put(s3: Any, node: Node, body: bytes) -> None:
-    s3.put_object(Bucket=BUCKET, Key=f"fmcluster/report/{node.address}.json", Body=body)
+#: The instance role's id: a node files under its aws:userid, "<role id>:<instance id>".
+ROLE_ID = "AROAEXAMPLENODEROLE01"
+
+
+def key(node: Node, role_id: str = ROLE_ID) -> str:
+    return f"fmcluster/report/{role_id}:{node.instance_id}.json"
+
+
+def put(s3: Any, node: Node, body: bytes, role_id: str = ROLE_ID) -> None:
+    s3.put_object(Bucket=BUCKET, Key=key(node, role_id), Body=body)
 
 
 
 @pytest.mark.slow
 def test_an_unreadable_report_is_a_failure_and_an_absent_one_silence(s3: Any) -> None:
     put(s3, COMPUTE, b"{not json")
-    assert read_report(s3, BUCKET, COMPUTE.address) == {"ok": False, "stage": "report", "error": "unreadable report (9 bytes)"}
-    assert read_report(s3, BUCKET, "10.9.9.9") is None
+    assert read_report(s3, BUCKET, COMPUTE.instance_id) == {"ok": False, "stage": "report",
+                                                            "error": "unreadable report (9 bytes)"}
+    assert read_report(s3, BUCKET, "i-0999999999999999") is None
     put(s3, COMPUTE, b"[1, 2]")
-    assert read_report(s3, BUCKET, COMPUTE.address) is None
+    assert read_report(s3, BUCKET, COMPUTE.instance_id) is None
+
+
+@pytest.mark.slow
+def test_a_report_speaks_for_the_instance_its_key_names_never_for_what_its_body_claims(s3: Any) -> None:
+    """A node may write only fmcluster/report/<its aws:userid>.json: the key, not the body, says whose it is."""
+    s3.delete_object(Bucket=BUCKET, Key=key(CONTROLLER))
+    forged = {**report(), "address": CONTROLLER.address, "instance_id": CONTROLLER.instance_id, "node": CONTROLLER.name}
+    put(s3, COMPUTE, json.dumps(forged).encode())
+    assert read_report(s3, BUCKET, CONTROLLER.instance_id) is None
+    for stem in (CONTROLLER.address, CONTROLLER.instance_id, f"{ROLE_ID}:", f":{CONTROLLER.instance_id}"):
+        s3.put_object(Bucket=BUCKET, Key=f"fmcluster/report/{stem}.json", Body=json.dumps(report()).encode())
+        assert read_report(s3, BUCKET, CONTROLLER.instance_id) is None, stem
+        s3.delete_object(Bucket=BUCKET, Key=f"fmcluster/report/{stem}.json")
+    # The instance's role replaced (a new role id): its newest report speaks for it.
+    put(s3, CONTROLLER, json.dumps(report(ref=OLD)).encode())
+    time.sleep(1.1)  # S3's LastModified has whole seconds
+    put(s3, CONTROLLER, json.dumps(report()).encode(), role_id="AROAEXAMPLENEWROLE02")
+    assert read_report(s3, BUCKET, CONTROLLER.instance_id) == report()
+    s3.delete_object(Bucket=BUCKET, Key=key(CONTROLLER, "AROAEXAMPLENEWROLE02"))
 
 
 @pytest.mark.slow
@@ -128,7 +157,7 @@ def test_waiting_stops_at_the_first_failure_and_names_it(s3: Any) -> None:
 
 @pytest.mark.slow
 def test_waiting_for_a_silent_node_ends_after_the_bound_and_is_not_a_pass(s3: Any) -> None:
-    s3.delete_object(Bucket=BUCKET, Key=f"fmcluster/report/{COMPUTE.address}.json")
+    s3.delete_object(Bucket=BUCKET, Key=key(COMPUTE))
     put(s3, CONTROLLER, json.dumps(report()).encode())
     wait = wait_for_reports(s3, BUCKET, lambda: NODES, REF, MANIFEST, timeout_s=0.3, out=lambda _: None, poll_s=0.1)
     assert wait.timed_out and not wait.ok
@@ -156,19 +185,20 @@ def test_a_poll_lists_the_reports_and_reads_only_those_filed_or_changed_since_th
     for node in NODES:
         put(s3, node, json.dumps(report()).encode())
     reader, calls = ReportReader(s3, BUCKET), counted(s3)
-    first = reader.read([n.address for n in NODES])
-    assert first[COMPUTE.address] == report() and calls["GetObject"] == 2 and calls["ListObjectsV2"] == 1
+    ids = [n.instance_id for n in NODES]
+    first = reader.read(ids)
+    assert first[COMPUTE.instance_id] == report() and calls["GetObject"] == 2 and calls["ListObjectsV2"] == 1
     calls.clear()
-    assert reader.read([n.address for n in NODES]) == first and calls == Counter({"ListObjectsV2": 1})
+    assert reader.read(ids) == first and calls == Counter({"ListObjectsV2": 1})
     put(s3, COMPUTE, json.dumps(report(ref=OLD)).encode())
     calls.clear()
-    assert reader.read([n.address for n in NODES])[COMPUTE.address]["ref"] == OLD and calls["GetObject"] == 1
-    s3.delete_object(Bucket=BUCKET, Key=f"fmcluster/report/{COMPUTE.address}.json")
-    assert reader.read([n.address for n in NODES])[COMPUTE.address] is None, "a report gone is silence, not the old one"
+    assert reader.read(ids)[COMPUTE.instance_id]["ref"] == OLD and calls["GetObject"] == 1
+    s3.delete_object(Bucket=BUCKET, Key=key(COMPUTE))
+    assert reader.read(ids)[COMPUTE.instance_id] is None, "a report gone is silence, not the old one"
 
 
 @pytest.mark.slow
-def test_without_a_listing_every_report_is_read(s3: Any) -> None:
+def test_without_a_listing_no_report_is_taken_and_the_wait_says_why(s3: Any) -> None:
     for node in NODES:
         put(s3, node, json.dumps(report()).encode())
     denied = aws.client("s3", "ap-northeast-1", s3.meta.endpoint_url)
@@ -180,8 +210,10 @@ def test_without_a_listing_every_report_is_read(s3: Any) -> None:
     calls = counted(denied)
     reader = ReportReader(denied, BUCKET)
     for _ in range(2):
-        assert [s.state for s in statuses(denied, BUCKET, NODES, REF, MANIFEST, reader)] == ["converged", "converged"]
-    assert calls["GetObject"] == 4
+        found = statuses(denied, BUCKET, NODES, REF, MANIFEST, reader)
+        assert [s.state for s in found] == ["silent", "silent"]
+        assert found[0].detail == f"cannot list s3://{BUCKET}/fmcluster/report/: PermissionError: s3:ListBucket denied"
+    assert calls["GetObject"] == 0
 
 
 # --- reusing the last acceptance PASS --------------------------------------------------------------------------

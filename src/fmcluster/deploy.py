@@ -219,7 +219,7 @@ class Deploy:
                 report = status.report or {}
                 for task in report.get("failed_tasks", [])[:3]:
                     details.append(f"    task '{task.get('task')}': {task.get('msg')}")
-                details += [f"    log: {line}" for line in (read_log(s3, bucket, status.node.address, 12)
+                details += [f"    log: {line}" for line in (read_log(s3, bucket, status.node.instance_id, 12)
                                                           or report.get("log_tail", [])[-12:])]
         why = "timed out" if wait.timed_out else "a node failed"
         return StepOutcome("failed", f"{why} after {wait.seconds:.0f}s: "

@@ -1,4 +1,8 @@
-"""The nodes' convergence reports, read where the nodes file them: s3://<bucket>/fmcluster/report/<address>.json.
+"""The nodes' convergence reports, read where the nodes file them: s3://<bucket>/fmcluster/report/<userid>.json.
+
+A node files under its own caller identity, aws:userid "<role id>:<instance id>" (the only report key its role may
+write), so a report is read for the instance its key names, never for what its body claims: a node cannot speak
+for another.
 
 `wait_for_reports` is the deploy's converge step: it waits, with progress, until every node of the cluster
 has reported converging the published commit and manifest (and the controller and login nodes the current
@@ -86,9 +90,40 @@ def first_boot_warnings(statuses: Sequence[NodeStatus], window: tuple[str, float
     return warnings
 
 
-def read_report(s3: Any, bucket: str, address: str) -> dict[str, Any] | None:
+def report_instance(stem: str) -> str:
+    """The instance a report key's stem names ("<role id>:<instance id>" → the instance id); "" for any other."""
+    role_id, sep, session = stem.rpartition(":")
+    return session if sep and role_id and session.startswith("i-") else ""
+
+
+@dataclass(frozen=True)
+class Listed:
+    stem: str
+    etag: str
+    modified: float
+
+
+def list_reports(s3: Any, bucket: str) -> dict[str, Listed]:
+    """Instance id → its newest report object (one listing; 1,000 keys a page). Raises what the listing raises."""
+    found: dict[str, Listed] = {}
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=REPORT_PREFIX):
+        for item in page.get("Contents", []):
+            key = str(item["Key"])
+            if not key.endswith(".json"):
+                continue
+            stem = key[len(REPORT_PREFIX):-len(".json")]
+            instance = report_instance(stem)
+            modified = item.get("LastModified")
+            listed = Listed(stem, str(item.get("ETag", "")), modified.timestamp() if modified else 0.0)
+            # The same instance under two role ids (its role was replaced): the newer report speaks for it.
+            if instance and (instance not in found or listed.modified >= found[instance].modified):
+                found[instance] = listed
+    return found
+
+
+def _read_object(s3: Any, bucket: str, key: str) -> dict[str, Any] | None:
     try:
-        body = s3.get_object(Bucket=bucket, Key=f"{REPORT_PREFIX}{address}.json")["Body"].read()
+        body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
     except Exception:  # noqa: BLE001 - not filed yet (or unreadable): the node is still silent
         return None
     try:
@@ -98,19 +133,32 @@ def read_report(s3: Any, bucket: str, address: str) -> dict[str, Any] | None:
     return loaded if isinstance(loaded, dict) else None
 
 
-def read_log(s3: Any, bucket: str, address: str, lines: int = 20) -> list[str]:
+def read_report(s3: Any, bucket: str, instance_id: str) -> dict[str, Any] | None:
+    """The last report of one instance (None: none filed, or the listing failed)."""
     try:
-        body = s3.get_object(Bucket=bucket, Key=f"{REPORT_PREFIX}{address}.log")["Body"].read()
+        listed = list_reports(s3, bucket).get(instance_id)
+    except Exception:  # noqa: BLE001 - no listing: nothing can be said to be this node's
+        return None
+    return _read_object(s3, bucket, f"{REPORT_PREFIX}{listed.stem}.json") if listed else None
+
+
+def read_log(s3: Any, bucket: str, instance_id: str, lines: int = 20) -> list[str]:
+    try:
+        listed = list_reports(s3, bucket).get(instance_id)
+        if listed is None:
+            return []
+        body = s3.get_object(Bucket=bucket, Key=f"{REPORT_PREFIX}{listed.stem}.log")["Body"].read()
     except Exception:  # noqa: BLE001
         return []
     text: str = body.decode(errors="replace")
     return text.strip().splitlines()[-lines:]
 
 
-def node_status(node: Node, report: dict[str, Any] | None, ref: str, manifest: str, membership: str) -> NodeStatus:
+def node_status(node: Node, report: dict[str, Any] | None, ref: str, manifest: str, membership: str,
+                silent: str = "no report yet") -> NodeStatus:
     """A node's state against what the deploy published (fail closed: no report, or an old one, is not converged)."""
     if report is None:
-        return NodeStatus(node, None, "silent", "no report yet")
+        return NodeStatus(node, None, "silent", silent)
     current = report.get("ref") == ref and report.get("manifest_digest") == manifest
     if node.role in MEMBERSHIP_ROLES:
         current = current and report.get("membership_digest") == membership
@@ -134,50 +182,45 @@ class ReportReader:
     already holds. A wait over N nodes and P polls so costs P × ceil(N/1000) listings plus one read per report
     filed, not P × N reads (at 1,000 nodes and a 2 s poll, 500 reads a second, one after another). A report
     rewritten between the listing and the read is read new and listed new next time: it is read once more.
-    Should the listing fail, every report is read, as before (fail closed: nothing is assumed unchanged)."""
+    Should the listing fail, no report is taken as any node's (fail closed: the keys name the nodes) and
+    `error` says why."""
 
     def __init__(self, s3: Any, bucket: str) -> None:
         self.s3, self.bucket = s3, bucket
         self._held: dict[str, tuple[str, dict[str, Any] | None]] = {}
+        self.error = ""
 
-    def _etags(self) -> dict[str, str] | None:
-        etags: dict[str, str] = {}
+    def read(self, instance_ids: Sequence[str]) -> dict[str, dict[str, Any] | None]:
         try:
-            for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=REPORT_PREFIX):
-                for item in page.get("Contents", []):
-                    key = str(item["Key"])
-                    if key.endswith(".json"):
-                        etags[key[len(REPORT_PREFIX):-len(".json")]] = str(item.get("ETag", ""))
-        except Exception:  # noqa: BLE001 - no listing (permissions, a flaky endpoint): read each report instead
-            return None
-        return etags
-
-    def read(self, addresses: Sequence[str]) -> dict[str, dict[str, Any] | None]:
-        etags = self._etags()
-        if etags is None:
-            return {a: read_report(self.s3, self.bucket, a) for a in addresses}
+            listed = list_reports(self.s3, self.bucket)
+            self.error = ""
+        except Exception as err:  # noqa: BLE001 - permissions, a flaky endpoint: said, and every node silent
+            self.error = f"cannot list s3://{self.bucket}/{REPORT_PREFIX}: {type(err).__name__}: {err}"
+            return {i: None for i in instance_ids}
         found: dict[str, dict[str, Any] | None] = {}
-        for address in addresses:
-            etag = etags.get(address)
-            held = self._held.get(address)
-            if etag is None:
-                found[address] = None  # not filed (yet)
-            elif held is not None and etag and held[0] == etag:
-                found[address] = held[1]
+        for instance in instance_ids:
+            item = listed.get(instance)
+            held = self._held.get(instance)
+            if item is None:
+                found[instance] = None  # not filed (yet)
+            elif held is not None and item.etag and held[0] == f"{item.stem}/{item.etag}":
+                found[instance] = held[1]
             else:
-                found[address] = read_report(self.s3, self.bucket, address)
-                if found[address] is None:  # listed but not read (a transient error): read it again next poll
-                    self._held.pop(address, None)
+                found[instance] = _read_object(self.s3, self.bucket, f"{REPORT_PREFIX}{item.stem}.json")
+                if found[instance] is None:  # listed but not read (a transient error): read it again next poll
+                    self._held.pop(instance, None)
                 else:
-                    self._held[address] = (etag, found[address])
+                    self._held[instance] = (f"{item.stem}/{item.etag}", found[instance])
         return found
 
 
 def statuses(s3: Any, bucket: str, nodes: Sequence[Node], ref: str, manifest: str,
              reader: ReportReader | None = None) -> list[NodeStatus]:
     membership = membership_digest(nodes)
-    reports = (reader or ReportReader(s3, bucket)).read([n.address for n in nodes])
-    return [node_status(n, reports[n.address], ref, manifest, membership) for n in nodes]
+    reader = reader or ReportReader(s3, bucket)
+    reports = reader.read([n.instance_id for n in nodes])
+    detail = reader.error or "no report yet"
+    return [node_status(n, reports[n.instance_id], ref, manifest, membership, detail) for n in nodes]
 
 
 def wait_for_reports(s3: Any, bucket: str, list_nodes: Callable[[], list[Node]], ref: str, manifest: str,

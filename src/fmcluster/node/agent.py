@@ -7,8 +7,9 @@
 
 It runs on the node's own toolchain (/opt/fmcluster/venv: ansible-core, ansible-runner, boto3, PyYAML) from
 its checkout of the pinned commit, with the settings fmcluster-bootstrap wrote to /etc/fmcluster/node.env.
-Every report goes to s3://<bucket>/fmcluster/report/<address>.json (and the log next to it), where
-`invoke deploy` and `invoke status` read it: no ssh from the deploy machine.
+Every report goes to s3://<bucket>/fmcluster/report/<aws:userid>.json (and the log next to it): the node's own
+caller identity, "<role id>:<instance id>", the one report key its role may write. `invoke deploy` and
+`invoke status` read it there for that instance: no ssh from the deploy machine.
 """
 
 from __future__ import annotations
@@ -153,9 +154,19 @@ class Agent:
         self.session = boto3.session.Session(region_name=settings.region)
         self.config = config
         self.s3 = self.client("s3")
+        self._identity = ""
 
     def client(self, service: str) -> Any:
         return self.session.client(service, config=self.config)
+
+    def identity(self) -> str:
+        """This node's aws:userid (STS GetCallerIdentity, allowed to every caller): its report's name."""
+        if not self._identity:
+            user_id = str(self.client("sts").get_caller_identity()["UserId"])
+            if not user_id or "/" in user_id:
+                raise StageFailed("report", f"STS gave no usable caller identity ({user_id!r})")
+            self._identity = user_id
+        return self._identity
 
     # --- what the deploy published ----------------------------------------------------------------------
     def manifest(self) -> dict[str, Any]:
@@ -350,6 +361,7 @@ class Agent:
         (self.state_dir / "report.json").write_text(body + "\n")
         key = f"{REPORT_PREFIX}{report.address}"
         try:
+            key = f"{REPORT_PREFIX}{self.identity()}"
             self.s3.put_object(Bucket=self.settings.bucket, Key=f"{key}.json", Body=body.encode())
             if report.log and Path(report.log).is_file():
                 self.s3.put_object(Bucket=self.settings.bucket, Key=f"{key}.log", Body=Path(report.log).read_bytes())

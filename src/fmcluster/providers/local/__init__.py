@@ -43,7 +43,7 @@ from fmcluster.providers.local.hosts import (
     Bind, Host, HostSpec, SubstrateError, bridge_name, ensure_network, host_run, host_spawn, load_hosts,
     reconcile_hosts, remove_all, remove_host, router_address, substrate_root,
 )
-from fmcluster.providers.local import directory, image, packages
+from fmcluster.providers.local import directory, image, instance_role, packages
 from fmcluster.providers.local.packages import APT_CONF_PATH, PackageSource, ensure_package_source, stop_package_source
 from fmcluster.stacks import aws
 from fmcluster.users import home_root
@@ -201,9 +201,12 @@ class LocalProvider:
         if not user_data:
             return
         self._write(host, USER_DATA_PATH, user_data, "0700")
+        # The instance role's session, as IMDS would hand it: the node's own identity (its own report key).
+        stacks = [f"{self.tenant.stack_prefix}-{kind}" for kind in ("cluster", "storage", "network")]
+        session = instance_role.role_session(instance, lambda service: aws.client(service, self.tenant.region, endpoint),
+                                             stacks)
         env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-               "HOME": "/root", "LANG": "C.UTF-8", "AWS_ENDPOINT_URL": str(endpoint),
-               **{k.upper(): v for k, v in aws.EMULATOR_CREDENTIALS.items()}}
+               "HOME": "/root", "LANG": "C.UTF-8", "AWS_ENDPOINT_URL": str(endpoint), **session}
         # Fault tests shorten the nodes' retries (node-bootstrap.sh and the agent honour it); unset normally.
         if os.environ.get("FMCLUSTER_FETCH_TRIES"):
             env["FMCLUSTER_FETCH_TRIES"] = os.environ["FMCLUSTER_FETCH_TRIES"]
@@ -260,7 +263,9 @@ class LocalProvider:
                  f"image: {image.NAME}, a pristine Debian 12 root file system built by mmdebstrap from Debian's packages "
                  f"({image.image_dir()}): {', '.join(image.PACKAGES)}; first boot adds the rest",
                  f"package source: apt-cacher-ng (Debian's archive) on {self.router}:{packages.PORT}, "
-                 "the VPC router address (on AWS: the archive through the NAT)"]
+                 "the VPC router address (on AWS: the archive through the NAT)",
+                 "instance credentials: no IMDS here; each host's user data gets the emulator's STS session of the "
+                 "role in its instance profile, named by its instance id, as IMDS would hand it"]
         if self.tenant.directory is not None:
             notes.append(f"directory: OpenLDAP slapd (Debian's package) on ldaps://{self.router}:{directory.PORT}, "
                          f"standing in for the tenant's {self.tenant.directory.uri} with a demo tree "

@@ -124,13 +124,11 @@ REPORT_SUFFIXES = (".json", ".log")
 
 
 def own_report_keys(bucket: Sub) -> list[Any]:
-    """The report objects a node may write (`bucket`: the bucket's ARN as a Sub, e.g. bucket_arn()).
-
-    Not yet only its own: nodes file their report under their address (agent.file_report, node-bootstrap.sh),
-    which no policy variable holds. Scoping to fmcluster/report/<aws:userid>.json needs the key to change on
-    the nodes and, on the local substrate, per-instance credentials (every local node shares the emulator's,
-    so every node would have one userid): left for a later change, and said so in docs/stacks.md."""
-    return [Sub(bucket.template + "/" + REPORT_PREFIX + "*")]
+    """The report objects a node may write (`bucket`: the bucket's ARN as a Sub, e.g. bucket_arn()): its own
+    report and log, fmcluster/report/<aws:userid>.json and .log, and nothing else. A node files under the UserId
+    STS gives its own credentials (fmcluster-s3 whoami, the agent's get_caller_identity); on the local substrate
+    each host gets its instance role's session as EC2 would give it (providers/local)."""
+    return [join([bucket, "/" + REPORT_PREFIX + NODE_IDENTITY + suffix]) for suffix in REPORT_SUFFIXES]
 
 
 def report_key(user_id: str, suffix: str = ".json") -> str:
