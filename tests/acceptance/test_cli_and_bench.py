@@ -123,17 +123,26 @@ def _free_port() -> int:
 
 
 def run_bench(op: str, ranks: int = 2, sizes: tuple[str, str] = ("1M", "4M"), **extra: str) -> str:
-    """`ranks` real processes of the bench on 127.0.0.1, as srun starts them (Slurm's variables, no Slurm)."""
-    env = {**os.environ, "PYTHONPATH": str(SRC), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()),
-           "SLURM_NTASKS": str(ranks), **extra}
+    """`ranks` real processes of the bench on 127.0.0.1, as srun starts them (Slurm's variables, no Slurm).
+    A port another test took between _free_port and rank 0's bind is tried again with a new one."""
     argv = [sys.executable, "-m", "fmcluster.acceptance.bench", "--op", op, "-b", sizes[0], "-e", sizes[1],
             "-n", "2", "-w", "1", "-T", "60"]
-    peers = [subprocess.Popen(argv, env={**env, "SLURM_PROCID": str(r)}, stdout=subprocess.PIPE, text=True)
-             for r in range(1, ranks)]
-    try:
-        rank0 = subprocess.run(argv, env={**env, "SLURM_PROCID": "0"}, capture_output=True, text=True, timeout=120)
-    finally:
-        peer_out = "".join(p.communicate(timeout=60)[0] for p in peers)
+    for attempt in range(3):
+        env = {**os.environ, "PYTHONPATH": str(SRC), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()),
+               "SLURM_NTASKS": str(ranks), **extra}
+        peers = [subprocess.Popen(argv, env={**env, "SLURM_PROCID": str(r)}, stdout=subprocess.PIPE, text=True)
+                 for r in range(1, ranks)]
+        rank0 = None
+        try:
+            rank0 = subprocess.run(argv, env={**env, "SLURM_PROCID": "0"}, capture_output=True, text=True, timeout=120)
+        finally:
+            if rank0 is None or rank0.returncode != 0:
+                for p in peers:  # they would wait out their own 60 s for a rank 0 that is gone
+                    p.kill()
+            peer_out = "".join(p.communicate(timeout=90)[0] for p in peers)
+        if rank0.returncode != 0 and "Address already in use" in rank0.stdout + rank0.stderr and attempt < 2:
+            continue
+        break
     assert rank0.returncode == 0, rank0.stdout + rank0.stderr
     assert all(p.returncode == 0 for p in peers), peer_out
     return rank0.stdout + peer_out
