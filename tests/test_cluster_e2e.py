@@ -348,7 +348,10 @@ def test_a_compute_node_added_joins_without_the_others_converging_again(cluster:
             assert after[name]["finished"] == report["finished"], name
         else:  # the controller and login nodes rewrite only what membership changes (playbooks/membership.yml)
             assert after[name]["playbook"] == "playbooks/membership.yml", after[name]
+            assert any("in the checkout of" in note for note in after[name]["notes"]), after[name]["notes"]
+            assert after[name]["slowest_tasks"], after[name]
             MEASURED[f"join_membership_pass_{report['role']}_s"] = after[name]["seconds"]
+            MEASURED[f"join_membership_pass_{report['role']}_slowest"] = after[name]["slowest_tasks"][:4]
     print("measured:", json.dumps(MEASURED))
     assert "Prometheus scrapes exactly the 6 current nodes" in grown.stdout
     done = slurm("srun -N4 hostname")

@@ -20,6 +20,10 @@ import sys
 import time
 from pathlib import Path
 
+#: Between two readiness checks: a restarted slurmctld answers within a second or two, and a membership change
+#: waits for it (the checks are one short command each).
+POLL_S = 0.5
+
 
 def alive(pidfile: Path) -> bool:
     try:
@@ -50,7 +54,7 @@ def main() -> int:
         if args.pidfile and args.start_argv and not alive(args.pidfile):
             subprocess.run(json.loads(args.start_argv.read_text()), check=False)
             starts += 1
-        time.sleep(2)
+        time.sleep(POLL_S)
     tail = args.log.read_text(errors="replace").splitlines()[-20:] if args.log.is_file() else ["(no log)"]
     print(f"not ready after {args.timeout:.0f}s and {starts} restart(s); last check said: {last}\n"
           f"log {args.log}:\n" + "\n".join(tail), file=sys.stderr)

@@ -113,6 +113,20 @@ class Report:
     notes: list[str] = field(default_factory=list)
     #: First boot only: seconds of each stage (the bootstrap's fetch, packages, toolchain, commit; then converge).
     boot_stages: dict[str, float] = field(default_factory=dict)
+    #: The converge's slowest tasks, {"task", "seconds"}, slowest first: where a node's time went.
+    slowest_tasks: list[dict[str, Any]] = field(default_factory=list)
+
+
+#: How many of a converge's slowest tasks its report names.
+SLOWEST_TASKS = 8
+
+
+def checked_out(checkout: Path, ref: str) -> bool:
+    """Whether `checkout` holds commit `ref` with nothing changed (tracked or not): what ansible-pull --clean leaves."""
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", "-C", str(checkout), *args], capture_output=True, text=True, check=False)
+        return done.stdout.strip() if done.returncode == 0 else "\0"
+    return (checkout / ".git").exists() and git("rev-parse", "HEAD") == ref and git("status", "--porcelain") == ""
 
 
 def now() -> str:
@@ -237,10 +251,15 @@ class Agent:
         report.log = str(log)
         failed: list[dict[str, str]] = []
         stats: dict[str, Any] = {}
+        took: dict[str, float] = {}
 
         def on_event(event: dict[str, Any]) -> bool:
             data = event.get("event_data", {})
             kind = event.get("event")
+            if kind in ("runner_on_ok", "runner_on_failed", "runner_on_skipped") and \
+                    isinstance(data.get("duration"), (int, float)):
+                task = str(data.get("task", ""))
+                took[task] = took.get(task, 0.0) + float(data["duration"])
             if kind == "playbook_on_task_start":
                 print(f"fmcluster-node: [{me.name}] {data.get('task', '')}", flush=True)
             elif kind == "runner_on_failed" and not data.get("ignore_errors"):
@@ -253,19 +272,29 @@ class Agent:
 
         private = self.state_dir / "runner"
         venv_bin = Path(sys.executable).parent
-        # The inventory goes through ANSIBLE_INVENTORY, not --inventory: ansible-pull then checks the repository out
-        # on `localhost` alone, whereas with the inventory it would also run the checkout for this node's own
-        # name (its hostname is in the inventory) at the same time, into the same directory.
-        argv = ["--url", str(self.state_dir / "repo.git"), "--checkout", self.settings.ref,
-                "--directory", str(self.state_dir / "pull"), "--full", "--clean",
-                "--limit", me.name, "--extra-vars", "ansible_connection=local",
+        checkout = self.state_dir / "pull"
+        play = ["--limit", me.name, "--extra-vars", "ansible_connection=local",
                 "--extra-vars", f"ansible_python_interpreter={sys.executable}", playbook]
         env = {**clean_environment(), "PATH": f"{venv_bin}:{os.environ.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}",
                "ANSIBLE_INVENTORY": str(inventory), "ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_NOCOLOR": "1"}
+        if playbook != self.settings.playbook and checked_out(checkout, self.settings.ref):
+            # A membership pass of the commit already checked out (and unmodified): ansible-pull would only
+            # check the same commit out again, a whole Ansible run of its own before the play.
+            executable, argv, cwd = venv_bin / "ansible-playbook", play, str(checkout)
+            report.notes.append(f"ran {playbook} in the checkout of {self.settings.ref[:12]} (no new commit to pull)")
+        else:
+            # The inventory goes through ANSIBLE_INVENTORY, not --inventory: ansible-pull then checks the repository
+            # out on `localhost` alone, whereas with the inventory it would also run the checkout for this node's
+            # own name (its hostname is in the inventory) at the same time, into the same directory.
+            executable, cwd = venv_bin / "ansible-pull", None
+            argv = ["--url", str(self.state_dir / "repo.git"), "--checkout", self.settings.ref,
+                    "--directory", str(checkout), "--full", "--clean", *play]
         stdout, stderr, rc = ansible_runner.run_command(
-            executable_cmd=str(venv_bin / "ansible-pull"), cmdline_args=argv, private_data_dir=str(private),
+            executable_cmd=str(executable), cmdline_args=argv, private_data_dir=str(private), host_cwd=cwd,
             event_handler=on_event, envvars=env, quiet=True, timeout=CONVERGE_TIMEOUT_S, rotate_artifacts=3)
         log.write_text(stdout + ("\n" + stderr if stderr else ""))
+        report.slowest_tasks = [{"task": task, "seconds": round(seconds, 1)} for task, seconds
+                                in sorted(took.items(), key=lambda item: -item[1])[:SLOWEST_TASKS]]
         report.failed_tasks = failed
         report.changed = sum((stats.get("changed") or {}).values()) if stats else None
         report.log_tail = (stdout + stderr).strip().splitlines()[-LOG_TAIL_LINES:]

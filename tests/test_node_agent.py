@@ -1,0 +1,45 @@
+"""The node agent's choice of how to run a membership pass: in the checkout ansible-pull left, only when that
+checkout is exactly the commit the node runs (tests/test_cluster_e2e.py runs it on the local cluster)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from fmcluster.node.agent import checked_out
+
+
+def git(where: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(where), "-c", "user.email=t@example.org", "-c", "user.name=t", *args],
+                          capture_output=True, text=True, check=True).stdout.strip()
+
+
+@pytest.fixture
+def checkout(tmp_path: Path) -> tuple[Path, str]:
+    repo = tmp_path / "pull"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    (repo / "site.yml").write_text("---\n")
+    git(repo, "add", "site.yml")
+    git(repo, "commit", "-qm", "one")
+    return repo, git(repo, "rev-parse", "HEAD")
+
+
+def test_the_commit_checked_out_unchanged_is_reused(checkout: tuple[Path, str]) -> None:
+    repo, ref = checkout
+    assert checked_out(repo, ref)
+
+
+def test_another_commit_a_changed_or_an_extra_file_or_no_checkout_is_pulled_again(
+        checkout: tuple[Path, str], tmp_path: Path) -> None:
+    repo, ref = checkout
+    assert not checked_out(repo, "0" * 40)
+    assert not checked_out(repo, ref[:12]), "only the full commit id is compared"
+    (repo / "site.yml").write_text("--- # edited on the node\n")
+    assert not checked_out(repo, ref)
+    git(repo, "checkout", "-q", "site.yml")
+    (repo / "stray.yml").write_text("---\n")
+    assert not checked_out(repo, ref)
+    assert not checked_out(tmp_path / "missing", ref)
