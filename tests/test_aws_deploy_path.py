@@ -21,7 +21,10 @@ import pytest
 
 from capacity_helpers import reserve_what_the_tenant_names
 from conftest import ROOT
-from fmcluster.stacks.render import first_boot_script
+from fmcluster.model import load_tenant
+from fmcluster.stacks.api import TEMPLATES_PREFIX
+from fmcluster.stacks.changesets import MAX_TEMPLATE_BODY
+from fmcluster.stacks.render import first_boot_script, render_stacks
 
 pytestmark = pytest.mark.slow
 USER_DATA_SCRIPT = first_boot_script()
@@ -132,7 +135,11 @@ def test_sixteen_p5_nodes_would_boot_the_same_bootstrap_with_the_tenant_s_bucket
     s3 = deploy.client("s3")
     listed = sorted(o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="fmcluster/")["Contents"])
     wheels = [k for k in listed if k.startswith("fmcluster/bootstrap/wheelhouse/")]
-    assert [k for k in listed if k not in wheels] == [
+    # A template over CloudFormation's inline limit went by TemplateURL, from the bucket; the others inline.
+    large = [f"{TEMPLATES_PREFIX}fmc-stockmark-{s.key}.yaml" for s in render_stacks(load_tenant("stockmark", ROOT))
+             if len(s.body.encode()) > MAX_TEMPLATE_BODY]
+    assert [k for k in listed if k.startswith(TEMPLATES_PREFIX)] == large
+    assert [k for k in listed if k not in wheels and k not in large] == [
         "fmcluster/bootstrap/converge.env", "fmcluster/bootstrap/fmcluster-s3", "fmcluster/bootstrap/node-bootstrap.sh",
         "fmcluster/bootstrap/repo.bundle", "fmcluster/manifest/cluster.json"]
     # The toolchain the nodes build at first boot travels with the bundle: pip and every pin, as wheels.
