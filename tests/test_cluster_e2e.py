@@ -192,6 +192,8 @@ def test_the_first_deploy_builds_the_cluster_with_every_node_converging_itself(c
     assert "acceptance passed" in out
     assert "not created by the AWS emulator" in out and "bound at /fsx on every host" in out
     assert "2 secret(s) created" in out and "published commit" in out
+    # No node has a public address here: every node-facing step went through the (stood-in) Session Manager channel.
+    assert "reaching the nodes through a Session Manager session" in out and "channel is stood in" in out
 
 
 def in_host(host: Any, command: str) -> str:

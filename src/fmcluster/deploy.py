@@ -237,7 +237,11 @@ class Deploy:
         controller = next((n for n in self.nodes if n.role == "controller"), None)
         if controller is None:
             return StepOutcome("failed", "no controller node: nowhere to ask Prometheus")
-        return scrape_targets(self.provider.client_argv(controller), self.nodes, self.out)
+        route = self.provider.route(controller)
+        self.out(f"  reaching the nodes through {route.via}")
+        outcome = scrape_targets(self.provider.client_argv(controller), self.nodes, self.out)
+        outcome.details.append(f"operator access: the controller through {route.via}")
+        return outcome
 
     def acceptance(self) -> StepOutcome:
         from fmcluster.acceptance.gate import deploy_acceptance

@@ -9,7 +9,9 @@ fmcluster.providers.registry.provider_for):
 - `boot`: what makes the cluster's instances run their user data (EC2 itself; local: one namespace host per
   instance the emulator reports, which then runs that instance's decoded user data);
 - `queue_resources`: what Slurm may schedule on a node of an instance type;
-- `client`: how an operator reaches a node (ssh with the tenant's key to the address the AWS APIs give);
+- `client_argv`: how an operator reaches a node: ssh with the tenant's key, routed by `route_to` (direct to a
+  public address, through a public login node, or through a Session Manager session, whose substrate the
+  provider supplies: `aws ssm start-session` on AWS, a channel into the host's own network locally);
 - `console_output`: what a silent node printed (EC2's console; local: the host's cloud-init log);
 - `teardown`: what remains once the stacks are gone.
 
@@ -19,6 +21,7 @@ No other module branches on the provider: what the rest of fmcluster needs to kn
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -79,8 +82,11 @@ class Provider(Protocol):
     def manifest_vars(self) -> dict[str, Any]:
         """Role variables the substrate needs (e.g. packages already in the local image)."""
 
+    def route(self, node: Node) -> Route:
+        """How the deploy machine reaches `node` (route_to, with this substrate's Session Manager channel)."""
+
     def client_argv(self, node: Node) -> list[str]:
-        """argv prefix that runs a command on `node` as an operator would (ssh with the tenant's key)."""
+        """argv prefix that runs a command on `node` as an operator would (ssh with the tenant's key, routed)."""
 
     def console_output(self, endpoint: str | None, node: Node) -> str:
         """The last lines a node printed while booting (for a node that never reported)."""
@@ -95,10 +101,40 @@ class Provider(Protocol):
         """Take one node down hard, as a crash would; its instance stays (local: `nodes-up` boots it again)."""
 
 
-def ssh_argv(key: str, address: str, user: str) -> list[str]:
-    """ssh as an operator reaches a node: the tenant's key, no host-key prompt for a cluster just made."""
+def ssh_argv(key: str, address: str, user: str, proxy: Sequence[str] = ()) -> list[str]:
+    """ssh as an operator reaches a node: the tenant's key, no host-key prompt for a cluster just made; `proxy`:
+    the ProxyCommand that carries the connection (a login node, a Session Manager session), none for direct."""
+    via = ["-o", f"ProxyCommand={shlex.join(proxy)}"] if proxy else []
     return ["ssh", "-i", key, "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
-            "-o", "LogLevel=ERROR", "-o", "ConnectTimeout=10", f"{user}@{address}"]
+            "-o", "LogLevel=ERROR", "-o", "ConnectTimeout=10", *via, f"{user}@{address}"]
+
+
+@dataclass(frozen=True)
+class Route:
+    """How the deploy machine reaches a node's sshd: `via` says it in words; `proxy` is the ProxyCommand (with
+    ssh's %h/%p), empty when the node's own address is reachable."""
+
+    via: str
+    address: str
+    proxy: tuple[str, ...] = ()
+
+
+def route_to(node: Node, nodes: Sequence[Node], key: str, user: str,
+             session: Callable[[Node], tuple[str, ...]]) -> Route:
+    """The one rule every node-facing step follows (the tenant's data decides, no name does):
+    - a node with a public address (a login node where the tenant opened `network.ssh_ingress_cidr`): direct;
+    - else, where a login node has a public address: through it (ssh -W, the tenant's key on both hops);
+    - else: a Session Manager session to the instance (`session(node)`: the provider's ProxyCommand), which
+      needs no inbound rule at all (the nodes' AmazonSSMManagedInstanceCore policy).
+    The controller has no public address and its security group admits only the cluster: it is never direct."""
+    if node.public_address:
+        return Route("its public address", node.public_address)
+    jump = next((n for n in nodes if n.role == "login" and n.public_address), None)
+    if jump is not None:
+        hop = ssh_argv(key, jump.public_address, user)
+        return Route(f"login node {jump.name} ({jump.public_address})", node.address,
+                     (*hop[:-1], "-W", "%h:%p", hop[-1]))
+    return Route("a Session Manager session", node.address, session(node))
 
 
 def live_names(nodes: Sequence[Node]) -> list[str]:

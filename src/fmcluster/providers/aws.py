@@ -9,7 +9,7 @@ from fmcluster.catalog import InstanceType
 from fmcluster.model import Tenant
 from fmcluster.nodes import Node
 from fmcluster.paths import secrets_dir
-from fmcluster.providers import BootResult, NoEndpoint, Out, ssh_argv
+from fmcluster.providers import BootResult, NoEndpoint, Out, Route, route_to, ssh_argv
 from fmcluster.stacks import aws
 
 #: Share of an instance's nominal memory given to Slurm (RealMemory), as ParallelCluster does (95 %).
@@ -54,9 +54,24 @@ class AwsProvider:
         # The instances reach Grafana's package repository (this machine and the local substrate do not).
         return {"grafana_install": True}
 
+    def route(self, node: Node) -> Route:
+        from fmcluster.inventory import read_nodes
+        from fmcluster.schedulers.registry import scheduler_for
+        from fmcluster.stacks.outputs import read_stack_outputs
+
+        def session(target: Node) -> tuple[str, ...]:
+            # The Session Manager plugin on the operator's machine, the AWS-StartSSHSession document on the node.
+            instance = scheduler_for(self.tenant).session_target(target, read_stack_outputs(self.tenant.org))
+            return ("aws", "ssm", "start-session", "--region", self.tenant.region, "--target", instance,
+                    "--document-name", "AWS-StartSSHSession", "--parameters", "portNumber=%p")
+        return route_to(node, read_nodes(self.tenant.org), self._key(), LOGIN_USER, session)
+
+    def _key(self) -> str:
+        return str(secrets_dir(self.tenant.org) / "ssh" / "id_ed25519")
+
     def client_argv(self, node: Node) -> list[str]:
-        return ssh_argv(str(secrets_dir(self.tenant.org) / "ssh" / "id_ed25519"), node.public_address or node.address,
-                        LOGIN_USER)
+        route = self.route(node)
+        return ssh_argv(self._key(), route.address, LOGIN_USER, route.proxy)
 
     def console_output(self, endpoint: str | None, node: Node) -> str:
         ec2 = aws.client("ec2", self.tenant.region, endpoint)

@@ -71,6 +71,10 @@ class Scheduler(Protocol):
     def status_lines(self) -> list[str]:
         """For `invoke status`: what the cluster's own service says about it."""
 
+    def session_target(self, node: Node, outputs: Mapping[str, str]) -> str:
+        """The Session Manager target of `node` (`aws ssm start-session --target`): its instance id, or the
+        cluster's own form where the instances are the service's (HyperPod). Raises RuntimeError when unknown."""
+
     def replacement_refusal(self, node: str) -> str | None:
         """Why `invoke replace` leaves `node` to the cluster's own service (ParallelCluster); None: it does not."""
 

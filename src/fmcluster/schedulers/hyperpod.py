@@ -113,6 +113,15 @@ class HyperPod:
     def status_lines(self) -> list[str]:
         return []
 
+    def session_target(self, node: Node, outputs: Mapping[str, str]) -> str:
+        # HyperPod's instances are SageMaker's: SSM names them sagemaker-cluster:<cluster id>_<group>-<instance id>.
+        cluster_id = outputs.get("ClusterArn", "").rpartition("/")[2]
+        if not cluster_id:
+            raise RuntimeError("no ClusterArn among the cluster stack's outputs (generated/stack_outputs.yml): "
+                               "cannot name the HyperPod node's Session Manager target; run `invoke deploy` again")
+        group = node.queue if node.role == "compute" else node.role
+        return f"sagemaker-cluster:{cluster_id}_{group}-{node.instance_id}"
+
     def replacement_refusal(self, node: str) -> str | None:
         return None
 

@@ -161,6 +161,9 @@ class ParallelCluster:
         except operations.PclusterError as err:
             return [f"{cluster_name(self.tenant)}: describe-cluster failed: {err}", *err.lines]
 
+    def session_target(self, node: Node, outputs: Mapping[str, str]) -> str:
+        return node.instance_id  # an EC2 instance of the tenant's account, managed by SSM as any other
+
     def replacement_refusal(self, node: str) -> str | None:
         return parallelcluster_refusal(self.tenant.org, node)
 

@@ -71,6 +71,9 @@ class SlurmEc2:
     def status_lines(self) -> list[str]:
         return []
 
+    def session_target(self, node: Node, outputs: Mapping[str, str]) -> str:
+        return node.instance_id  # an EC2 instance of the tenant's account, managed by SSM as any other
+
     def replacement_refusal(self, node: str) -> str | None:
         return None
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import base64
 import ipaddress
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -38,12 +39,12 @@ from fmcluster.manifest import secret_id
 from fmcluster.model import Tenant
 from fmcluster.nodes import LIVE_STATES, Node, hostname_for
 from fmcluster.paths import repo_root, secrets_dir
-from fmcluster.providers import BootResult, NoEndpoint, Out, ssh_argv
+from fmcluster.providers import BootResult, NoEndpoint, Out, Route, route_to, ssh_argv
 from fmcluster.providers.local.hosts import (
     Bind, Host, HostSpec, SubstrateError, bridge_name, ensure_network, host_run, host_spawn, load_hosts,
     reconcile_hosts, remove_all, remove_host, router_address, substrate_root,
 )
-from fmcluster.providers.local import directory, image, instance_role, packages
+from fmcluster.providers.local import channel, directory, image, instance_role, packages
 from fmcluster.providers.local.packages import APT_CONF_PATH, PackageSource, ensure_package_source, stop_package_source
 from fmcluster.stacks import aws
 from fmcluster.users import home_root
@@ -246,8 +247,25 @@ class LocalProvider:
             })
         return values
 
+    def route(self, node: Node) -> Route:
+        from fmcluster.inventory import read_nodes
+
+        def session(target: Node) -> tuple[str, ...]:
+            # Session Manager's channel stood in: into the instance's own network, found by its instance id (as SSM
+            # targets it), to its sshd; the deploy machine's route to the bridge is not used.
+            host = next((h for h in load_hosts(self.tenant.org) if h.key == target.instance_id), None)
+            if host is None:
+                raise SubstrateError(f"no local host for instance {escaped(target.instance_id)} "
+                                     f"({escaped(target.name)}): nothing to open a session to")
+            return ("ip", "netns", "exec", host.netns, sys.executable, "-I", str(Path(channel.__file__)), "%h", "%p")
+        return route_to(node, read_nodes(self.tenant.org), self._key(), "root", session)
+
+    def _key(self) -> str:
+        return str(secrets_dir(self.tenant.org) / "ssh" / "id_ed25519")
+
     def client_argv(self, node: Node) -> list[str]:
-        return ssh_argv(str(secrets_dir(self.tenant.org) / "ssh" / "id_ed25519"), node.address, "root")
+        route = self.route(node)
+        return ssh_argv(self._key(), route.address, "root", route.proxy)
 
     def console_output(self, endpoint: str | None, node: Node) -> str:
         host = next((h for h in load_hosts(self.tenant.org) if h.key == node.instance_id), None)
@@ -264,6 +282,9 @@ class LocalProvider:
                  f"({image.image_dir()}): {', '.join(image.PACKAGES)}; first boot adds the rest",
                  f"package source: apt-cacher-ng (Debian's archive) on {self.router}:{packages.PORT}, "
                  "the VPC router address (on AWS: the archive through the NAT)",
+                 "operator access: a node without a public address is reached by a Session Manager session; its "
+                 "channel is stood in (ssh's ProxyCommand enters the instance's own network namespace, found by its "
+                 "instance id, and connects to its sshd, as the SSM agent forwards AWS-StartSSHSession)",
                  "instance credentials: no IMDS here; each host's user data gets the emulator's STS session of the "
                  "role in its instance profile, named by its instance id, as IMDS would hand it"]
         if self.tenant.directory is not None:

@@ -1,0 +1,143 @@
+"""How the deploy and every operator command reach a node (issue 23): directly only at a public address, else
+through a login node the tenant opened to ssh, else through a Session Manager session. One rule for every
+provider (fmcluster.providers.route_to); the provider supplies only the session's substrate, the scheduler only
+the session's target. The e2e tier runs every node-facing step through the local session channel."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import ROOT
+from fmcluster.model import load_tenant
+from fmcluster.nodes import Node
+from fmcluster.providers import route_to
+from fmcluster.providers.local import channel
+from fmcluster.providers.registry import provider_for
+from fmcluster.schedulers.registry import scheduler_for
+
+CONTROLLER = Node("ip-10-0-0-4", "10.0.0.4", "controller", None, "i-0c0000000000000c1", "m5.xlarge")
+LOGIN = Node("ip-10-0-1-5", "10.0.1.5", "login", None, "i-0a0000000000000a1", "m5.xlarge", "203.0.113.10")
+PRIVATE_LOGIN = Node("ip-10-0-1-5", "10.0.1.5", "login", None, "i-0a0000000000000a1", "m5.xlarge")
+COMPUTE = Node("ip-10-0-2-6", "10.0.2.6", "compute", "gpu", "i-0b0000000000000b1", "p5.48xlarge")
+
+
+def session(node: Node) -> tuple[str, ...]:
+    return ("open-session", node.instance_id, "%p")
+
+
+def test_a_node_with_a_public_address_is_reached_directly() -> None:
+    route = route_to(LOGIN, [CONTROLLER, LOGIN, COMPUTE], "/k", "ubuntu", session)
+    assert (route.address, route.proxy) == ("203.0.113.10", ())
+
+
+@pytest.mark.parametrize("node", [CONTROLLER, COMPUTE])
+def test_a_private_node_is_reached_through_the_public_login_node(node: Node) -> None:
+    route = route_to(node, [CONTROLLER, LOGIN, COMPUTE], "/k", "ubuntu", session)
+    assert route.address == node.address and route.via == "login node ip-10-0-1-5 (203.0.113.10)"
+    assert route.proxy[0] == "ssh" and route.proxy[-3:] == ("-W", "%h:%p", "ubuntu@203.0.113.10")
+    assert route.proxy[route.proxy.index("-i") + 1] == "/k", "the tenant's key on the jump too"
+
+
+@pytest.mark.parametrize("node", [CONTROLLER, PRIVATE_LOGIN, COMPUTE])
+def test_without_a_public_login_node_every_node_is_reached_by_a_session(node: Node) -> None:
+    route = route_to(node, [CONTROLLER, PRIVATE_LOGIN, COMPUTE], "/k", "ubuntu", session)
+    assert (route.via, route.proxy) == ("a Session Manager session", ("open-session", node.instance_id, "%p"))
+
+
+def test_the_controller_is_never_reached_at_its_private_address_from_outside() -> None:
+    for nodes in ([CONTROLLER, LOGIN], [CONTROLLER, PRIVATE_LOGIN], [CONTROLLER]):
+        assert route_to(CONTROLLER, nodes, "/k", "ubuntu", session).proxy, nodes
+
+
+def test_session_targets_are_the_instance_or_hyperpod_s_own_form() -> None:
+    assert scheduler_for(load_tenant("stockmark", ROOT)).session_target(COMPUTE, {}) == COMPUTE.instance_id
+    assert scheduler_for(load_tenant("pclab", ROOT)).session_target(COMPUTE, {}) == COMPUTE.instance_id
+    hyperpod = scheduler_for(load_tenant("neuronlab", ROOT))
+    arn = {"ClusterArn": "arn:aws:sagemaker:us-east-1:123456789012:cluster/a1b2c3d4e5f6"}
+    assert hyperpod.session_target(COMPUTE, arn) == "sagemaker-cluster:a1b2c3d4e5f6_gpu-i-0b0000000000000b1"
+    assert hyperpod.session_target(CONTROLLER, arn) == "sagemaker-cluster:a1b2c3d4e5f6_controller-i-0c0000000000000c1"
+    with pytest.raises(RuntimeError, match="no ClusterArn"):
+        hyperpod.session_target(COMPUTE, {})
+
+
+def _root_with_nodes(tmp_path: Path, org: str, nodes: list[Node], outputs: dict[str, str]) -> Path:
+    shutil.copytree(ROOT / "inventories" / org / "group_vars", tmp_path / "inventories" / org / "group_vars")
+    generated = tmp_path / "inventories" / org / "generated"
+    generated.mkdir()
+    (generated / "hosts.yml").write_text(yaml.safe_dump({"all": {"vars": {"fmcluster_nodes": [n.as_dict() for n in nodes]}}}))
+    (generated / "stack_outputs.yml").write_text(yaml.safe_dump({"all": {"vars": {"fmcluster_stack_outputs": outputs}}}))
+    return tmp_path
+
+
+def test_on_aws_the_session_is_session_managers_ssh_document(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FMCLUSTER_ROOT", str(_root_with_nodes(tmp_path, "stockmark", [CONTROLLER, PRIVATE_LOGIN], {})))
+    argv = provider_for(load_tenant("stockmark", tmp_path)).client_argv(CONTROLLER)
+    proxy = next(a for a in argv if a.startswith("ProxyCommand="))
+    assert proxy == ("ProxyCommand=aws ssm start-session --region ap-northeast-1 --target i-0c0000000000000c1 "
+                     "--document-name AWS-StartSSHSession --parameters portNumber=%p")
+    assert argv[-1] == "ubuntu@10.0.0.4"
+
+
+def test_on_aws_with_a_public_login_node_the_controller_goes_through_it(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FMCLUSTER_ROOT", str(_root_with_nodes(tmp_path, "stockmark", [CONTROLLER, LOGIN], {})))
+    argv = provider_for(load_tenant("stockmark", tmp_path)).client_argv(CONTROLLER)
+    proxy = next(a for a in argv if a.startswith("ProxyCommand="))
+    assert proxy.startswith("ProxyCommand=ssh -i ") and proxy.endswith(" -W %h:%p ubuntu@203.0.113.10")
+    assert argv[-1] == "ubuntu@10.0.0.4"
+
+
+# --- the local session channel, for real: a network namespace with a server in it -----------------------------
+
+@pytest.fixture
+def namespace() -> Iterator[tuple[str, str]]:
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        pytest.skip("needs root and iproute2 to make a network namespace")
+    name = f"fmc-chan-{uuid.uuid4().hex[:6]}"
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    try:
+        subprocess.run(["ip", "-n", name, "link", "set", "lo", "up"], check=True)
+        yield name, "127.0.0.1"
+    finally:
+        subprocess.run(["ip", "netns", "del", name], check=False)
+
+
+def test_the_local_session_channel_carries_bytes_to_a_port_inside_the_instance_s_own_network(
+        namespace: tuple[str, str]) -> None:
+    name, address = namespace
+    server = subprocess.Popen(
+        ["ip", "netns", "exec", name, sys.executable, "-c",
+         "import socket; s = socket.create_server(('127.0.0.1', 47122)); print('ready', flush=True); "
+         "c, _ = s.accept(); data = b''\n"
+         "while chunk := c.recv(4096): data += chunk\n"
+         "c.sendall(b'echo:' + data); c.close()"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout is not None and server.stdout.readline().strip() == "ready"
+        done = subprocess.run(["ip", "netns", "exec", name, sys.executable, "-I", channel.__file__, address, "47122"],
+                              input=b"hello " * 20000, capture_output=True, timeout=30)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout == b"echo:" + b"hello " * 20000
+        # Nothing listens at this port of this machine's own network: the channel ran inside the namespace.
+        with socket.socket() as probe:
+            assert probe.connect_ex(("127.0.0.1", 47122)) != 0
+    finally:
+        server.kill()
+        server.wait()
+
+
+def test_the_channel_names_what_it_could_not_reach(namespace: tuple[str, str]) -> None:
+    name, address = namespace
+    done = subprocess.run(["ip", "netns", "exec", name, sys.executable, "-I", channel.__file__, address, "47123"],
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 1 and f"cannot reach {address}:47123 inside the instance" in done.stderr
