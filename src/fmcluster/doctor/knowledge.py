@@ -12,12 +12,15 @@ from typing import Any, Mapping
 import jsonschema
 import yaml
 
+from fmcluster.capabilities import PROVIDERS as PROVIDER_CAPABILITIES, SCHEDULERS as SCHEDULER_CAPABILITIES
 from fmcluster.paths import DATA_DIR
 
 KNOWLEDGE_PATH = DATA_DIR / "knowledge.yml"
 KINDS = ("health", "acceptance", "log", "slurm", "prometheus", "fact")
-PROVIDERS = ("aws", "local")
-SCHEDULERS = ("slurm-ec2", "hyperpod", "parallelcluster")
+#: Every provider and scheduler fmcluster has (their registries): an entry without `applies:` covers each, a new
+#: one included, and `applies:` may name no other.
+PROVIDERS = tuple(PROVIDER_CAPABILITIES)
+SCHEDULERS = tuple(SCHEDULER_CAPABILITIES)
 
 #: The facts doctor gathers (fmcluster.doctor.gather) besides checks, logs, Slurm and Prometheus, which a `fact`
 #: detection may name: name → what it holds (one value per place, e.g. per stack, per reservation, per node).
