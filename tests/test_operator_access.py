@@ -141,3 +141,17 @@ def test_the_channel_names_what_it_could_not_reach(namespace: tuple[str, str]) -
     done = subprocess.run(["ip", "netns", "exec", name, sys.executable, "-I", channel.__file__, address, "47123"],
                           capture_output=True, text=True, timeout=30)
     assert done.returncode == 1 and f"cannot reach {address}:47123 inside the instance" in done.stderr
+
+
+def test_the_node_list_is_read_again_only_when_the_inventory_changes(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from fmcluster.providers import known_nodes
+
+    root = _root_with_nodes(tmp_path, "stockmark", [CONTROLLER, PRIVATE_LOGIN], {})
+    monkeypatch.setenv("FMCLUSTER_ROOT", str(root))
+    first = known_nodes("stockmark")
+    assert first == [CONTROLLER, PRIVATE_LOGIN] and known_nodes("stockmark") is first
+    hosts = root / "inventories" / "stockmark" / "generated" / "hosts.yml"
+    hosts.write_text(yaml.safe_dump({"all": {"vars": {"fmcluster_nodes": [CONTROLLER.as_dict(), LOGIN.as_dict()]}}}))
+    os.utime(hosts, ns=(hosts.stat().st_atime_ns, hosts.stat().st_mtime_ns + 1_000_000))
+    assert known_nodes("stockmark") == [CONTROLLER, LOGIN]

@@ -119,6 +119,25 @@ class Route:
     proxy: tuple[str, ...] = ()
 
 
+_KNOWN: dict[str, tuple[int, list[Node]]] = {}
+
+
+def known_nodes(org: str) -> list[Node]:
+    """The nodes the last deploy wrote to generated/hosts.yml, read again only when that file changes: a command
+    reaching every node (doctor over 1,000 nodes) routes each without parsing the inventory each time."""
+    from fmcluster.inventory import inventory_path, read_nodes
+
+    path = inventory_path(org)
+    try:
+        stamp = path.stat().st_mtime_ns
+    except OSError:
+        return []
+    cached = _KNOWN.get(str(path))
+    if cached is None or cached[0] != stamp:
+        cached = _KNOWN[str(path)] = (stamp, read_nodes(org))
+    return cached[1]
+
+
 def route_to(node: Node, nodes: Sequence[Node], key: str, user: str,
              session: Callable[[Node], tuple[str, ...]]) -> Route:
     """The one rule every node-facing step follows (the tenant's data decides, no name does):

@@ -9,7 +9,7 @@ from fmcluster.catalog import InstanceType
 from fmcluster.model import Tenant
 from fmcluster.nodes import Node
 from fmcluster.paths import secrets_dir
-from fmcluster.providers import BootResult, NoEndpoint, Out, Route, route_to, ssh_argv
+from fmcluster.providers import BootResult, NoEndpoint, Out, Route, known_nodes, route_to, ssh_argv
 from fmcluster.stacks import aws
 
 #: Share of an instance's nominal memory given to Slurm (RealMemory), as ParallelCluster does (95 %).
@@ -55,7 +55,6 @@ class AwsProvider:
         return {"grafana_install": True}
 
     def route(self, node: Node) -> Route:
-        from fmcluster.inventory import read_nodes
         from fmcluster.schedulers.registry import scheduler_for
         from fmcluster.stacks.outputs import read_stack_outputs
 
@@ -64,7 +63,7 @@ class AwsProvider:
             instance = scheduler_for(self.tenant).session_target(target, read_stack_outputs(self.tenant.org))
             return ("aws", "ssm", "start-session", "--region", self.tenant.region, "--target", instance,
                     "--document-name", "AWS-StartSSHSession", "--parameters", "portNumber=%p")
-        return route_to(node, read_nodes(self.tenant.org), self._key(), LOGIN_USER, session)
+        return route_to(node, known_nodes(self.tenant.org), self._key(), LOGIN_USER, session)
 
     def _key(self) -> str:
         return str(secrets_dir(self.tenant.org) / "ssh" / "id_ed25519")

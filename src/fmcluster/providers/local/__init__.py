@@ -39,7 +39,7 @@ from fmcluster.manifest import secret_id
 from fmcluster.model import Tenant
 from fmcluster.nodes import LIVE_STATES, Node, hostname_for
 from fmcluster.paths import repo_root, secrets_dir
-from fmcluster.providers import BootResult, NoEndpoint, Out, Route, route_to, ssh_argv
+from fmcluster.providers import BootResult, NoEndpoint, Out, Route, known_nodes, route_to, ssh_argv
 from fmcluster.providers.local.hosts import (
     Bind, Host, HostSpec, SubstrateError, bridge_name, ensure_network, host_run, host_spawn, load_hosts,
     reconcile_hosts, remove_all, remove_host, router_address, substrate_root,
@@ -248,7 +248,6 @@ class LocalProvider:
         return values
 
     def route(self, node: Node) -> Route:
-        from fmcluster.inventory import read_nodes
 
         def session(target: Node) -> tuple[str, ...]:
             # Session Manager's channel stood in: into the instance's own network, found by its instance id (as SSM
@@ -258,7 +257,7 @@ class LocalProvider:
                 raise SubstrateError(f"no local host for instance {escaped(target.instance_id)} "
                                      f"({escaped(target.name)}): nothing to open a session to")
             return ("ip", "netns", "exec", host.netns, sys.executable, "-I", str(Path(channel.__file__)), "%h", "%p")
-        return route_to(node, read_nodes(self.tenant.org), self._key(), "root", session)
+        return route_to(node, known_nodes(self.tenant.org), self._key(), "root", session)
 
     def _key(self) -> str:
         return str(secrets_dir(self.tenant.org) / "ssh" / "id_ed25519")
