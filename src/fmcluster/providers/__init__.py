@@ -119,6 +119,13 @@ class Route:
     proxy: tuple[str, ...] = ()
 
 
+def operator_key_path(org: str) -> str:
+    """Where the tenant's operator key lies on this machine (fmcluster.access.operator_key makes it)."""
+    from fmcluster.paths import secrets_dir
+
+    return str(secrets_dir(org) / "ssh" / "id_ed25519")
+
+
 _KNOWN: dict[str, tuple[int, list[Node]]] = {}
 
 

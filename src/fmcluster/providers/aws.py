@@ -8,8 +8,7 @@ from fmcluster.capabilities import PROVIDERS, ProviderCapabilities
 from fmcluster.catalog import InstanceType
 from fmcluster.model import Tenant
 from fmcluster.nodes import Node
-from fmcluster.paths import secrets_dir
-from fmcluster.providers import BootResult, NoEndpoint, Out, Route, known_nodes, route_to, ssh_argv
+from fmcluster.providers import BootResult, NoEndpoint, Out, Route, known_nodes, operator_key_path, route_to, ssh_argv
 from fmcluster.stacks import aws
 
 #: Share of an instance's nominal memory given to Slurm (RealMemory), as ParallelCluster does (95 %).
@@ -63,14 +62,12 @@ class AwsProvider:
             instance = scheduler_for(self.tenant).session_target(target, read_stack_outputs(self.tenant.org))
             return ("aws", "ssm", "start-session", "--region", self.tenant.region, "--target", instance,
                     "--document-name", "AWS-StartSSHSession", "--parameters", "portNumber=%p")
-        return route_to(node, known_nodes(self.tenant.org), self._key(), LOGIN_USER, session)
+        return route_to(node, known_nodes(self.tenant.org), operator_key_path(self.tenant.org), LOGIN_USER, session)
 
-    def _key(self) -> str:
-        return str(secrets_dir(self.tenant.org) / "ssh" / "id_ed25519")
 
     def client_argv(self, node: Node) -> list[str]:
         route = self.route(node)
-        return ssh_argv(self._key(), route.address, LOGIN_USER, route.proxy)
+        return ssh_argv(operator_key_path(self.tenant.org), route.address, LOGIN_USER, route.proxy)
 
     def console_output(self, endpoint: str | None, node: Node) -> str:
         ec2 = aws.client("ec2", self.tenant.region, endpoint)

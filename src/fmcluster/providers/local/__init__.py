@@ -38,8 +38,8 @@ from fmcluster.escape import escaped, neutral
 from fmcluster.manifest import secret_id
 from fmcluster.model import Tenant
 from fmcluster.nodes import LIVE_STATES, Node, hostname_for
-from fmcluster.paths import repo_root, secrets_dir
-from fmcluster.providers import BootResult, NoEndpoint, Out, Route, known_nodes, route_to, ssh_argv
+from fmcluster.paths import repo_root
+from fmcluster.providers import BootResult, NoEndpoint, Out, Route, known_nodes, operator_key_path, route_to, ssh_argv
 from fmcluster.providers.local.hosts import (
     Bind, Host, HostSpec, SubstrateError, bridge_name, ensure_network, host_run, host_spawn, load_hosts,
     reconcile_hosts, remove_all, remove_host, router_address, substrate_root,
@@ -257,14 +257,12 @@ class LocalProvider:
                 raise SubstrateError(f"no local host for instance {escaped(target.instance_id)} "
                                      f"({escaped(target.name)}): nothing to open a session to")
             return ("ip", "netns", "exec", host.netns, sys.executable, "-I", str(Path(channel.__file__)), "%h", "%p")
-        return route_to(node, known_nodes(self.tenant.org), self._key(), "root", session)
+        return route_to(node, known_nodes(self.tenant.org), operator_key_path(self.tenant.org), "root", session)
 
-    def _key(self) -> str:
-        return str(secrets_dir(self.tenant.org) / "ssh" / "id_ed25519")
 
     def client_argv(self, node: Node) -> list[str]:
         route = self.route(node)
-        return ssh_argv(self._key(), route.address, "root", route.proxy)
+        return ssh_argv(operator_key_path(self.tenant.org), route.address, "root", route.proxy)
 
     def console_output(self, endpoint: str | None, node: Node) -> str:
         host = next((h for h in load_hosts(self.tenant.org) if h.key == node.instance_id), None)
