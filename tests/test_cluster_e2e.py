@@ -487,7 +487,17 @@ def health_diagnosis() -> str:
     """What a failed health wait saw: Slurm's node states and the controller's pass log (for the failure text)."""
     controller = next((n for n, r in reports().items() if r.get("role") == "controller"), "")
     log = on_node(controller, f"tail -n 30 /var/lib/fmcluster/health/run/fmcluster-health-cluster.log", timeout=60) if controller else None
-    return f"\nnode states: {node_states()}\ncontroller's pass log:\n{log.stdout + log.stderr if log else '-'}"
+    states = node_states()
+    stuck = sorted(n for n, (state, _) in states.items() if state != "idle")
+    seen = [f"\nnode states: {states}\ncontroller's pass log:\n{log.stdout + log.stderr if log else '-'}"]
+    for name in stuck:  # what slurmctld and the node's slurmd said of it: why it does not answer
+        ctld = on_node(controller, f"scontrol show node {name}; grep -a '{name}' /var/log/slurm/slurmctld.log | tail -n 15",
+                       timeout=60) if controller else None
+        node = on_node(name, "ps -o pid,stat,wchan:24,etime,args -C slurmd,munged; ss -ltn 'sport = :6818'; "
+                             f"tail -n 25 /var/log/slurm/slurmd-{name}.log", timeout=60)
+        seen.append(f"\n--- {name}, as slurmctld sees it:\n{ctld.stdout + ctld.stderr if ctld else '-'}"
+                    f"\n--- {name}, on the node:\n{node.stdout + node.stderr}")
+    return "".join(seen)
 
 
 def wait_for(what: str, test: Any, timeout: float, diagnose: Any = None) -> Any:
