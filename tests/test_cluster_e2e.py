@@ -647,9 +647,12 @@ def test_broken_nodes_are_drained_with_the_check_that_caught_them_and_return_onc
     finally:
         t1 = time.monotonic()
         on_node(no_fs, "mountpoint -q /fsx || mount --bind /root/fsx-keep /fsx; umount /root/fsx-keep")
+        # The munge key repaired as doctor's fix says (knowledge.yml munge-key-mismatch): munged, then slurmd.
         on_node(bad_key, "cp -p /root/munge.key.good /etc/munge/munge.key")
         stop(bad_key, "fmcluster-munged", "/usr/sbin/munged")
         start_again(bad_key, "fmcluster-munged")
+        stop(bad_key, "fmcluster-slurmd", "/usr/sbin/slurmd")
+        start_again(bad_key, "fmcluster-slurmd")
         start_again(killed, "fmcluster-slurmd")
     wait_for("all nodes back in service", lambda: {s for s, _ in node_states().values()} == {"idle"}, HEALTH_DEADLINE,
              health_diagnosis)

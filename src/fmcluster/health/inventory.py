@@ -13,6 +13,8 @@ if TYPE_CHECKING:
 INSTALL_DIR = "/opt/fmcluster/health"
 #: /proc/self/mountinfo's file system type of each kind of shared storage (fmcluster.publish.shared_storage).
 FSTYPES = {"lustre": "lustre", "nfs": "nfs4"}
+#: Slurm's SlurmdTimeout where the health interval is long (its own default, and ParallelCluster's order of size).
+SLURMD_TIMEOUT_S = 300
 
 
 def mounts(storage: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
@@ -40,6 +42,9 @@ def manifest_vars(tenant: Tenant, storage: Sequence[Mapping[str, Any]]) -> dict[
         "slurm_metrics_interval": provider.metrics_interval_s,
         "slurm_health_check_program": f"{INSTALL_DIR}/bin/fmcluster-health-slurmd",
         "slurm_health_check_interval": interval,
+        # slurmctld pings every SlurmdTimeout/3 and skips health runs on a node it marked NOT_RESPONDING until a
+        # ping gets through: a ping at least every health interval keeps a repaired node's return within one.
+        "slurm_slurmd_timeout": min(SLURMD_TIMEOUT_S, 3 * interval),
         "slurm_health_check_node_state": "ANY",
         "slurm_prolog": f"{INSTALL_DIR}/bin/fmcluster-health-slurmd",
     }
