@@ -7,6 +7,7 @@ regenerating them and reviewing the diff:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -15,7 +16,7 @@ import pytest
 
 from conftest import ROOT
 from fmcluster.model import load_tenant
-from fmcluster.stacks.render import render_stacks
+from fmcluster.stacks.render import load_cfn_yaml, render_stacks
 
 GOLDEN = ROOT / "tests" / "golden" / "stacks"
 BUNDLED = sorted(p.name for p in (ROOT / "inventories").iterdir() if (p / "group_vars").is_dir())
@@ -48,3 +49,17 @@ def test_the_rendered_stacks_are_the_recorded_ones(org: str) -> None:
 
 def test_every_bundled_tenant_is_recorded() -> None:
     assert {p.name for p in GOLDEN.iterdir()} == set(BUNDLED) and len(BUNDLED) >= 5
+
+
+@pytest.mark.parametrize("org", BUNDLED)
+def test_a_tenant_s_templates_are_the_same_on_either_provider(org: str) -> None:
+    """What differs locally is the substrate, not the template (issue 27): no provider parameter or condition.
+    Only a stack a service makes on AWS (ParallelCluster's cluster) has a stand-in's in its place locally."""
+    tenant = load_tenant(org, ROOT)
+    other = dataclasses.replace(tenant, provider="aws" if tenant.provider == "local" else "local")
+    assert other.capabilities.provider != tenant.capabilities.provider
+    here, there = ({s.key: s.body for s in render_stacks(t)} for t in (tenant, other))
+    shared = set(here) & set(there)
+    assert {"network", "storage"} <= shared
+    assert {key: here[key] for key in shared} == {key: there[key] for key in shared}
+    assert all("Provider" not in load_cfn_yaml(body).get("Parameters", {}) for body in here.values())

@@ -87,7 +87,7 @@ def test_every_bundled_tenant_renders_network_storage_cluster_in_that_order(org:
     stacks = render_stacks(load_tenant(org))
     assert [s.name for s in stacks] == [f"fmc-{org}-network", f"fmc-{org}-storage", f"fmc-{org}-cluster"]
     for s in stacks:
-        declared = load_cfn_yaml(s.body)["Parameters"]
+        declared = load_cfn_yaml(s.body).get("Parameters", {})  # the network stack takes none
         assert set(s.parameters) <= set(declared)
         assert all(spec.get("Description") for spec in declared.values()), "every parameter is documented"
         assert all(spec.get("Description") for spec in load_cfn_yaml(s.body)["Outputs"].values())
@@ -234,6 +234,12 @@ def test_deploy_of_demo_creates_all_stacks_and_writes_the_stack_outputs_inventor
     }
     assert set(skipped.values()) <= EMULATOR_SKIPPED_TYPES
     assert len(inventory["fmcluster_stack_resources_not_created"]) == len(skipped)
+    # The same templates as on AWS: the outputs reading what moto skipped are left out with it, and said.
+    left_out = {s.name: note for s in result.stacks for note in s.notes if note.startswith("outputs left out")}
+    assert left_out == {
+        "fmc-demo-network": "outputs left out with the resources they read: PlacementGroupName",
+        "fmc-demo-storage": "outputs left out with the resources they read: LustreFileSystemId, LustreDnsName, "
+                            "LustreMountName"}
 
     # The resources really exist in the emulator, tagged for cost allocation.
     ec2 = aws.client("ec2", "ap-northeast-1", result.endpoint)
@@ -398,3 +404,13 @@ def test_an_efa_queue_without_a_reservation_uses_the_placement_group_and_the_emu
     assert result.ok, result.failure
     assert any("PlacementGroupName: <output PlacementGroupName of the network stack> does not exist; using ''"
                in note for note in result.stacks[2].notes), "the substitute is said"
+
+
+def test_the_resources_a_value_reads_are_found_in_ref_getatt_and_sub() -> None:
+    from fmcluster.stacks.references import referenced
+
+    value = {"Fn::Join": ["", [{"Ref": "Bucket"}, {"Fn::GetAtt": ["Fs", "DNSName"]}, {"Fn::GetAtt": "Db.Endpoint.Address"},
+                               {"Fn::Sub": "s3://${Bucket2}/${AWS::Region}/${Fs2.DNSName}/${!Literal}"},
+                               {"Fn::Sub": ["${Name}-${Other}", {"Name": {"Ref": "Named"}}]}]]}
+    assert referenced(value) == {"Bucket", "Fs", "Db", "Bucket2", "Fs2", "Other", "Named"}
+    assert referenced("plain") == set() and referenced([]) == set()

@@ -21,7 +21,7 @@ class ProviderCapabilities:
     #: The nodes have the instance catalog's hardware (GPUs, EFA interfaces): a missing device is a fault.
     real_accelerators: bool
     #: The AWS APIs are an emulator on this machine: it creates no FSx, reservations or data repository
-    #: associations, and leaves out the template's `OnAws` outputs.
+    #: associations, and leaves out the outputs that read them (the templates are AWS's, unchanged).
     emulated_apis: bool
     #: AWS's cluster services run here (ParallelCluster's create-cluster): a scheduler whose service makes its
     #: cluster needs a stand-in where they do not.

@@ -24,7 +24,7 @@ from fmcluster.paths import generated_dir, tenant_dir, write_fresh
 from fmcluster.stacks import aws
 from fmcluster.stacks.changesets import (
     BeforeExecute, apply_stack, delete_stack, not_created, render_changes, resource_details, stack_outputs, stack_status,
-    undeclared_outputs,
+    outputs_left_out,
 )
 from fmcluster.stacks.checks import check_stacks
 from fmcluster.stacks.emulator import stop_emulator
@@ -72,17 +72,17 @@ def emulator_ignored(stack: RenderedStack) -> list[str]:
     return ignored
 
 
-def _emulator_summary(outcome: StackOutcome, stack: RenderedStack, emulated_apis: bool, out: Out) -> None:
+def _emulator_summary(outcome: StackOutcome, stack: RenderedStack, out: Out) -> None:
     for lid, rtype in outcome.not_created:
         out(f"    ! {lid} ({rtype}): NOT created by the emulator (moto has no {rtype})")
     ignored = emulator_ignored(stack)
     if ignored:
         outcome.notes.append(f"accepted but not applied by the emulator: {', '.join(ignored)}")
         out(f"    ! accepted but not applied by the emulator: {', '.join(ignored)}")
-    missing = undeclared_outputs(stack, emulated_apis)
+    missing = outputs_left_out(stack, outcome.not_created)
     if missing:
-        outcome.notes.append(f"outputs declared on aws only (their resources are not emulated): {', '.join(missing)}")
-        out(f"    ! outputs only on aws: {', '.join(missing)}")
+        outcome.notes.append(f"outputs left out with the resources they read: {', '.join(missing)}")
+        out(f"    ! outputs left out with their resources: {', '.join(missing)}")
 
 
 def _security_gate(stacks: list[RenderedStack], out: Out) -> list[str]:
@@ -171,7 +171,7 @@ def deploy_stacks(tenant: Tenant, endpoint: str | None, *, before_cluster: Befor
             continue
         out(f"  {stack.name}: {outcome.action}" + (f" ({outcome.status})" if outcome.status else ""))
         if emulator:
-            _emulator_summary(outcome, stack, tenant.capabilities.provider.emulated_apis, out)
+            _emulator_summary(outcome, stack, out)
         outputs[stack.key] = outcome.outputs
     if result.ok and before_cluster is not None and not any(s.key == "cluster" for s in stacks):
         # ParallelCluster on AWS makes the cluster after our stacks: what its nodes fetch must be there first.

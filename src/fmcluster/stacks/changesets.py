@@ -18,6 +18,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from fmcluster.stacks.references import referenced
 from fmcluster.stacks.render import RenderedStack, load_cfn_yaml
 from fmcluster.stacks.result import EMULATOR_SKIPPED_TYPES, Failure, ResourceChange, StackOutcome
 
@@ -205,12 +206,11 @@ def not_created(cf: Any, stack: RenderedStack) -> list[tuple[str, str]]:
     return [(lid, rtype) for lid, rtype in template_resources(stack).items() if lid not in present]
 
 
-def undeclared_outputs(stack: RenderedStack, emulated_apis: bool) -> list[str]:
-    """Outputs declared only on AWS (Condition OnAws): absent on the emulator, by design."""
-    if not emulated_apis:
-        return []
+def outputs_left_out(stack: RenderedStack, not_created: list[tuple[str, str]]) -> list[str]:
+    """The outputs that read a resource the stack does not hold: absent with it (the emulator leaves both out)."""
+    missing = {lid for lid, _ in not_created}
     outputs = load_cfn_yaml(stack.body).get("Outputs", {})
-    return [key for key, spec in outputs.items() if spec.get("Condition") == "OnAws"]
+    return [key for key, spec in outputs.items() if referenced(spec.get("Value")) & missing]
 
 
 def stack_outputs(stack_desc: dict[str, Any] | None) -> dict[str, str]:

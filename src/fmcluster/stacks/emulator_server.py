@@ -280,22 +280,9 @@ def install_launch_fixes() -> None:
 def install_output_fixes() -> None:
     from moto.cloudformation import parsing
 
-    original_parse_output = parsing.parse_output
+    from fmcluster.stacks.references import referenced
 
-    def referenced(value: Any) -> set[str]:
-        if isinstance(value, dict):
-            found = set()
-            for key, inner in value.items():
-                if key == "Fn::GetAtt":
-                    found.add(inner[0] if isinstance(inner, list) else str(inner).split(".", 1)[0])
-                elif key == "Ref":
-                    found.add(str(inner))
-                else:
-                    found |= referenced(inner)
-            return found
-        if isinstance(value, list):
-            return set().union(*(referenced(v) for v in value)) if value else set()
-        return set()
+    original_parse_output = parsing.parse_output
 
     def parse_output(output_logical_id: str, output_json: Any, resources_map: Any) -> Any:
         skipped = {name for name in referenced(output_json.get("Value"))

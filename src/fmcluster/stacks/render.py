@@ -290,17 +290,15 @@ def render_stacks(tenant: Tenant, image_parameter: Callable[[str], str] = lambda
     cluster config fmcluster.parallelcluster renders (network and storage stay ours); on provider local the
     stand-in's stack takes its place."""
     cluster_stack = _cluster_stack(tenant)
-    provider, net = tenant.provider, "network"
-    network_params: dict[str, ParameterValue] = {"Provider": provider}
+    net = "network"
+    network_params: dict[str, ParameterValue] = {}
     storage_params: dict[str, ParameterValue] = {
-        "Provider": provider,
         "VpcId": OutputRef(net, "VpcId"),
         "VpcCidr": OutputRef(net, "VpcCidr"),
         "PrivateSubnetId": OutputRef(net, "PrivateSubnetId"),
         "NodeSecurityGroupId": OutputRef(net, "NodeSecurityGroupId"),
     }
     cluster_params: dict[str, ParameterValue] = {
-        "Provider": provider,
         "PrivateSubnetId": OutputRef(net, "PrivateSubnetId"),
         "PublicSubnetId": OutputRef(net, "PublicSubnetId"),
         "EfaSecurityGroupId": OutputRef(net, "EfaSecurityGroupId"),

@@ -27,14 +27,6 @@ UNSCOPABLE_ACTIONS = frozenset({
     "ec2:DescribeVpcs",
 })
 
-PROVIDER_PARAMETER = {
-    "Type": "String",
-    "AllowedValues": ["aws", "local"],
-    "Default": "aws",
-    "Description": "Where the stack runs: aws, or local (the moto emulator, which lacks some resource types; "
-                   "outputs that read attributes of those types are only declared on aws).",
-}
-ON_AWS = {"OnAws": Fn("Equals", [Ref("Provider"), "aws"])}
 
 
 def metadata(*ignored: tuple[str, str]) -> dict[str, Any]:

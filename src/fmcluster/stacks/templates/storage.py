@@ -9,7 +9,7 @@ from typing import Any
 from fmcluster.model import Tenant
 from fmcluster.stacks.cfn import Fn, GetAtt, Ref, Sub, text
 from fmcluster.stacks.templates.common import (
-    BOOTSTRAP_PREFIX, MANIFEST_PREFIX, ON_AWS, PROVIDER_PARAMETER, TEMPLATE_VERSION, description, metadata, output,
+    BOOTSTRAP_PREFIX, MANIFEST_PREFIX, TEMPLATE_VERSION, description, metadata, output,
     own_report_keys, remote_write_statements, resource_tags, secret_arns, secrets_of, security_group_id, spec_file,
     subnet_id, vpc_id,
 )
@@ -143,20 +143,18 @@ def build(tenant: Tenant) -> dict[str, Any]:
                                 GetAtt("DataBucket", "Arn")),
         "FileSystemSecurityGroupId": output("Security group of the file systems.", Ref("FileSystemSecurityGroup")),
         "LustreMountPoint": output("Where nodes mount FSx for Lustre (storage.lustre.mount_point).", lustre.mount_point),
-        "LustreFileSystemId": output("FSx for Lustre file system id (aws only; the emulator does not create it).",
-                                     Ref("LustreFileSystem"), "OnAws"),
-        "LustreDnsName": output("DNS name nodes mount Lustre from (aws only).",
-                                GetAtt("LustreFileSystem", "DNSName"), "OnAws"),
-        "LustreMountName": output('Lustre mount name, the part after "@tcp:/" (aws only).',
-                                  GetAtt("LustreFileSystem", "LustreMountName"), "OnAws"),
+        "LustreFileSystemId": output("FSx for Lustre file system id.", Ref("LustreFileSystem")),
+        "LustreDnsName": output("DNS name nodes mount Lustre from.", GetAtt("LustreFileSystem", "DNSName")),
+        "LustreMountName": output('Lustre mount name, the part after "@tcp:/".',
+                                  GetAtt("LustreFileSystem", "LustreMountName")),
     }
     if zfs is not None:
         outputs.update({
             "HomeMountPoint": output("Where nodes mount the OpenZFS shared home (storage.openzfs.mount_point).",
                                      zfs.mount_point),
-            "HomeFileSystemId": output("FSx for OpenZFS file system id (aws only).", Ref("OpenZfsFileSystem"), "OnAws"),
-            "HomeDnsName": output("DNS name nodes mount the shared home from over NFS (aws only).",
-                                  GetAtt("OpenZfsFileSystem", "DNSName"), "OnAws"),
+            "HomeFileSystemId": output("FSx for OpenZFS file system id.", Ref("OpenZfsFileSystem")),
+            "HomeDnsName": output("DNS name nodes mount the shared home from over NFS.",
+                                  GetAtt("OpenZfsFileSystem", "DNSName")),
         })
     if tenant.capabilities.scheduler.storage_node_policies:
         for name, roles in PARALLELCLUSTER_POLICIES.items():
@@ -166,8 +164,8 @@ def build(tenant: Tenant) -> dict[str, Any]:
                 " get (Iam/AdditionalIamPolicies).", Ref(name))
         if zfs is not None:
             outputs["HomeVolumeId"] = output(
-                "Root volume of the OpenZFS shared home (aws only); ParallelCluster mounts OpenZFS by volume id.",
-                GetAtt("OpenZfsFileSystem", "RootVolumeId"), "OnAws")
+                "Root volume of the OpenZFS shared home; ParallelCluster mounts OpenZFS by volume id.",
+                GetAtt("OpenZfsFileSystem", "RootVolumeId"))
     settings = tenant.parallelcluster
     if settings is not None and settings.accounting is not None and settings.accounting.created:
         db_resources, db_outputs = accounting_database(tenant, settings.accounting.user_name)
@@ -184,7 +182,6 @@ def build(tenant: Tenant) -> dict[str, Any]:
         "Metadata": metadata(*([("W3010", "the accounting database sits in the cluster's zone, the tenant's "
                                           "explicit choice")] if "AccountingDatabase" in resources else [])),
         "Parameters": {
-            "Provider": PROVIDER_PARAMETER,
             "VpcId": vpc_id("The tenant VPC (network stack output VpcId)."),
             "VpcCidr": {"Type": "String", "AllowedPattern": r"^\d{1,3}(\.\d{1,3}){3}/\d{1,2}$",
                         "ConstraintDescription": "an IPv4 CIDR block",
@@ -194,8 +191,8 @@ def build(tenant: Tenant) -> dict[str, Any]:
             "NodeSecurityGroupId": security_group_id(
                 "Security group of the cluster nodes, the only clients of the file systems (network stack output)."),
         },
-        "Conditions": {**ON_AWS, **({"ClusterZoneListedFirst": Fn("Equals", [
-            Fn("Select", [0, Fn("GetAZs", "")]), tenant.availability_zone])} if "AccountingDatabase" in resources else {})},
+        **({"Conditions": {"ClusterZoneListedFirst": Fn("Equals", [
+            Fn("Select", [0, Fn("GetAZs", "")]), tenant.availability_zone])}} if "AccountingDatabase" in resources else {}),
         "Resources": resources,
         "Outputs": outputs,
     }
@@ -309,11 +306,10 @@ def accounting_database(tenant: Tenant, user: str) -> tuple[dict[str, Any], dict
     outputs = {
         # The address alone: the database listens on ACCOUNTING_PORT, MySQL's and ParallelCluster's default. The long
         # form, because the attribute name has a dot (the emulator splits `!GetAtt A.B.C` at every dot).
-        "AccountingDatabaseUri": output("Host of the Slurm accounting database (SlurmSettings/Database/Uri; aws only).",
-                                        {"Fn::GetAtt": ["AccountingDatabase", "Endpoint.Address"]}, "OnAws"),
-        "AccountingPasswordSecretArn": output("Secret holding its generated password (Database/PasswordSecretArn; "
-                                              "aws only: the emulator makes no secret from a template).",
-                                              Ref("AccountingDatabaseSecret"), "OnAws"),
+        "AccountingDatabaseUri": output("Host of the Slurm accounting database (SlurmSettings/Database/Uri).",
+                                        {"Fn::GetAtt": ["AccountingDatabase", "Endpoint.Address"]}),
+        "AccountingPasswordSecretArn": output("Secret holding its generated password (Database/PasswordSecretArn).",
+                                              Ref("AccountingDatabaseSecret")),
         "AccountingClientSecurityGroupId": output("Security group the head node carries to reach the database.",
                                                   Ref("AccountingClientSecurityGroup")),
     }
