@@ -167,12 +167,7 @@ def status(c: Context, org: str) -> None:
 )
 def nccl_env(c: Context, instance_type: str, plugin_version: str = "") -> None:
     """Show the NCCL/libfabric environment an instance type gets, with the public source of each value."""
-    from fmcluster.nccl import describe
-
-    try:
-        print(describe(instance_type, plugin_version or None))
-    except (KeyError, ValueError) as err:
-        raise Exit(f"nccl-env: {err.args[0] if err.args else err}", code=ExitCode.INVALID) from None
+    _exit(commands.nccl_env(instance_type, plugin_version))
 
 
 # --- nodes ---------------------------------------------------------------------------------------------
@@ -215,10 +210,7 @@ def usage(c: Context, org: str, since: str = "", json: bool = False) -> None:
 @task
 def dashboards(c: Context) -> None:
     """Regenerate the Grafana dashboard JSON files of the grafana role from fmcluster.dashboards."""
-    from fmcluster.dashboards import write_all
-
-    for path in write_all():
-        print(path.relative_to(ROOT))
+    _exit(commands.dashboards(ROOT))
 
 
 # --- troubleshooting knowledge (docs/doctor.md) ----------------------------------------------------------

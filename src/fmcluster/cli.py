@@ -35,14 +35,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return commands.usage(args.org, since=args.since, as_json=args.json)
     if args.command == "schema-doc":
-        from fmcluster.schemadoc import render_reference
+        from fmcluster.commands import schema_doc
 
-        text = render_reference()
-        if args.output:
-            args.output.write_text(text, encoding="utf-8")
-        else:
-            print(text, end="")
-        return ExitCode.OK
+        return schema_doc(args.output)
     return ExitCode.FAILED  # a command registered but not handled here
 
 

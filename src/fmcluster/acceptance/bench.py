@@ -46,6 +46,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
+from fmcluster.exits import ExitCode
+
 VERSION = "0.2.0"
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "alltoall")
 LANE_BYTES = 4
@@ -520,7 +522,7 @@ class Bench:
         if self.ring:
             self.ring.close()
         self.control.close()
-        return 0 if wrong_rows == 0 else 1
+        return ExitCode.OK if wrong_rows == 0 else ExitCode.FAILED
 
 
 def parser() -> argparse.ArgumentParser:
@@ -540,12 +542,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.stepfactor < 2 or args.minbytes > args.maxbytes:
         print("Error: -f must be >= 2 and -b <= -e", file=sys.stderr)
-        return 2
+        return ExitCode.INVALID
     try:
         return Bench(args).run()
     except Exception as err:  # a benchmark reports, it does not hide: one line the parser reads
         print(f"{type(err).__name__}: {err}".splitlines()[0], flush=True)
-        return 3
+        return ExitCode.FAILED  # the run failed (not "not ready": the one table's meaning, fmcluster.exits)
 
 
 if __name__ == "__main__":
