@@ -276,7 +276,8 @@ class Agent:
         play = ["--limit", me.name, "--extra-vars", "ansible_connection=local",
                 "--extra-vars", f"ansible_python_interpreter={sys.executable}", playbook]
         env = {**clean_environment(), "PATH": f"{venv_bin}:{os.environ.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}",
-               "ANSIBLE_INVENTORY": str(inventory), "ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_NOCOLOR": "1"}
+               "ANSIBLE_INVENTORY": str(inventory), "ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_NOCOLOR": "1",
+               **fact_cache_env(self.state_dir / "facts", reuse=playbook != self.settings.playbook)}
         if playbook != self.settings.playbook and checked_out(checkout, self.settings.ref):
             # A membership pass of the commit already checked out (and unmodified): ansible-pull would only
             # check the same commit out again, a whole Ansible run of its own before the play.
@@ -423,6 +424,14 @@ class Agent:
         if role in ("controller", "login"):
             wanted["membership_digest"] = membership_digest(self.discover(manifest))
         return wanted
+
+
+def fact_cache_env(directory: Path, reuse: bool) -> dict[str, str]:
+    """Ansible settings of the node's fact cache: every converge gathers and records this host's facts; a
+    membership pass (`reuse`) reads the recorded ones instead of gathering again (a second of a few: nothing
+    about the host changes when another node joins)."""
+    return {"ANSIBLE_CACHE_PLUGIN": "jsonfile", "ANSIBLE_CACHE_PLUGIN_CONNECTION": str(directory),
+            "ANSIBLE_CACHE_PLUGIN_TIMEOUT": "0", "ANSIBLE_GATHERING": "smart" if reuse else "implicit"}
 
 
 #: Variables of an enclosing Ansible or ansible-runner run: a daemon started from inside a converge must not
