@@ -55,8 +55,18 @@ def test_groups_are_controller_login_and_one_queue_group_per_queue_named_by_ec2_
     assert list(groups["compute"]["children"]) == ["queue_cpu"]
     assert list(groups["compute"]["children"]["queue_cpu"]["hosts"]) == [
         "ip-10-77-128-12", "ip-10-77-128-13", "ip-10-77-128-14"]
-    assert groups["compute"]["children"]["queue_cpu"]["hosts"]["ip-10-77-128-13"] == {
+    host = groups["compute"]["children"]["queue_cpu"]["hosts"]["ip-10-77-128-13"]
+    assert {k: host[k] for k in ("ansible_host", "fmcluster_address", "fmcluster_instance_id")} == {
         "ansible_host": "10.77.128.13", "fmcluster_address": "10.77.128.13", "fmcluster_instance_id": "i-00000000000000003"}
+    # The exporters' variables, once, here (playbooks/monitoring.yml maps nothing).
+    assert {k: v for k, v in host.items() if k.startswith(("node_exporter", "dcgm_", "efa_"))} == {
+        "node_exporter_listen_address": "10.77.128.13", "dcgm_exporter_listen_address": "10.77.128.13",
+        "efa_exporter_listen_address": "10.77.128.13",
+        "node_exporter_node_info": {"cluster": "demo", "role": "compute", "queue": "cpu", "instance_type": "c5.2xlarge"},
+        "node_exporter_accelerator": "none", "node_exporter_expected_accelerators": 0,
+        "node_exporter_expected_efa_interfaces": 0}
+    controller = groups["controller"]["hosts"]["ip-10-77-128-10"]["node_exporter_node_info"]
+    assert controller["role"] == "controller" and controller["queue"] == ""
 
 
 def test_every_group_carries_its_instance_type_the_catalog_entry_and_its_queue_s_nccl_vars(stockmark: Tenant) -> None:
@@ -273,16 +283,12 @@ def test_hyperpod_tenants_scrape_the_nodes_their_inventory_lists(tmp_path: Path)
 
 
 def test_a_queue_named_with_a_dash_has_the_same_label_on_node_info_and_on_its_prometheus_target(tmp_path: Path) -> None:
-    import jinja2
-
     tenant = load_tenant("t-dash", make_root(tmp_path, "t-dash", "10.93.23.0/24", provider="aws",
                                                  scheduler="hyperpod", queues={"gpu-1": 1}))
     document = assemble_inventory(manifest_for(tenant), nodes_for(tenant))
     group = document["all"]["children"]["compute"]["children"]["queue_gpu_1"]  # a group name cannot hold `-`
-    # node_info's queue label, as playbooks/monitoring.yml renders it from the node's group vars.
-    play = next(p for p in yaml.safe_load((Path(__file__).parent.parent / "playbooks" / "monitoring.yml").read_text())
-                if p["name"] == "Exporters on every node")
-    node_info_queue = jinja2.Environment().from_string(play["vars"]["monitoring_labels"]["queue"]).render(group["vars"])
+    (host,) = group["hosts"].values()
+    node_info_queue = host["node_exporter_node_info"]["queue"]
     node_job = next(c for c in document["all"]["vars"]["prometheus_scrape_configs"] if c["job_name"] == "node")
     (target,) = [t for t in node_job["static_configs"] if t["labels"]["role"] == "compute"]
     assert node_info_queue == target["labels"]["queue"] == "gpu-1"

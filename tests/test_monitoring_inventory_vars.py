@@ -54,3 +54,17 @@ def test_every_variable_is_a_documented_role_or_playbook_variable(repo_root: Pat
 
 def test_the_playbook_path_exists() -> None:
     assert monitoring.playbook_path().is_file()
+
+
+def test_alerts_go_to_the_alertmanager_the_role_starts_and_only_when_there_is_a_receiver(repo_root: Path) -> None:
+    import yaml
+
+    defaults = {role: yaml.safe_load((repo_root / "roles" / role / "defaults" / "main.yml").read_text())
+                for role in ("alertmanager", "prometheus")}
+    assert (defaults["alertmanager"]["alertmanager_listen_address"], defaults["alertmanager"]["alertmanager_port"],
+            defaults["prometheus"]["prometheus_port"]) == (monitoring.ALERTMANAGER_ADDRESS, monitoring.ALERTMANAGER_PORT,
+                                                           monitoring.PROMETHEUS_PORT)
+    with_receiver, without = (monitoring.inventory_vars(load_tenant(org)) for org in ("stockmark", "demo"))
+    assert with_receiver["prometheus_alertmanager_targets"] == ["127.0.0.1:9093"]
+    assert without["prometheus_alertmanager_targets"] == []
+    assert with_receiver["prometheus_external_labels"] == {"cluster": "stockmark"}

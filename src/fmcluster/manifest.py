@@ -106,8 +106,11 @@ def assemble_inventory(manifest: Mapping[str, Any], nodes: Sequence[Node],
     all_vars.update(extra_vars or {})
     all_vars["prometheus_scrape_configs"] = scrape_configs(all_vars, nodes)
 
+    org = str(all_vars.get("fmcluster_org", ""))
+
     def group(members: Sequence[Node], spec: Mapping[str, Any], queue: str | None = None) -> dict[str, Any]:
-        doc: dict[str, Any] = {"hosts": {n.name: _host_vars(n) for n in members}} if members else {}
+        doc: dict[str, Any] = ({"hosts": {n.name: {**_host_vars(n), **exporter_vars(n, spec, org)} for n in members}}
+                               if members else {})
         doc["vars"] = {"fmcluster_instance_type": spec["instance_type"], "fmcluster_instance": spec["instance"],
                        # The queue's own name: its label everywhere (node_info, Prometheus targets), never
                        # recovered from the group name (queue_group folds `-` into `_`).
@@ -208,6 +211,22 @@ def node_relabels(node_tags: NodeTags) -> list[dict[str, Any]]:
 
 def _host_vars(node: Node) -> dict[str, Any]:
     return {"ansible_host": node.address, "fmcluster_address": node.address, "fmcluster_instance_id": node.instance_id}
+
+
+def exporter_vars(node: Node, spec: Mapping[str, Any], org: str) -> dict[str, Any]:
+    """The exporters' variables of one node, here once (playbooks/monitoring.yml maps nothing): they listen on its
+    cluster address, and node_exporter's node_info and expectations come from its role, queue and catalog entry."""
+    instance: Mapping[str, Any] = spec.get("instance") or {}
+    return {
+        "node_exporter_listen_address": node.address,
+        "dcgm_exporter_listen_address": node.address,
+        "efa_exporter_listen_address": node.address,
+        "node_exporter_node_info": {"cluster": org, "role": node.role, "queue": node.queue or "",
+                                    "instance_type": str(spec.get("instance_type", ""))},
+        "node_exporter_accelerator": str(instance.get("accelerator", "none")),
+        "node_exporter_expected_accelerators": int(instance.get("accelerators_per_node", 0) or 0),
+        "node_exporter_expected_efa_interfaces": int(instance.get("efa_interfaces", 0) or 0),
+    }
 
 
 # Ansible templates every string it reads from an inventory; a value holding Jinja markers is written with the

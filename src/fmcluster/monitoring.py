@@ -22,6 +22,9 @@ from fmcluster.steps import StepOutcome
 
 Out = Callable[[str], object]
 PROMETHEUS_PORT = 9090
+#: Where Prometheus sends alerts: Alertmanager on the controller itself (the alertmanager role's defaults;
+#: tests/test_monitoring_inventory_vars.py keeps the three equal to the roles').
+ALERTMANAGER_ADDRESS, ALERTMANAGER_PORT = "127.0.0.1", 9093
 #: Asks the API from the controller itself (its own python3: every image has one).
 TARGETS_QUERY = ("python3 -c \"import urllib.request,sys; sys.stdout.write(urllib.request.urlopen("
                  f"'http://127.0.0.1:{PROMETHEUS_PORT}/api/v1/targets?state=active', timeout=10).read().decode())\"")
@@ -45,6 +48,10 @@ def inventory_vars(tenant: Tenant) -> dict[str, Any]:
         ],
         "fmcluster_lustre_mount_point": tenant.storage.lustre.mount_point,
         "prometheus_scrape_jobs": scrape_jobs(tenant),
+        "prometheus_external_labels": {"cluster": tenant.org},
+        "prometheus_alertmanager_targets": ([f"{ALERTMANAGER_ADDRESS}:{ALERTMANAGER_PORT}"]
+                                            if monitoring.alert_receivers else []),
+        "grafana_prometheus_url": f"http://127.0.0.1:{PROMETHEUS_PORT}",
     }
 
 
