@@ -88,6 +88,27 @@ def test_on_aws_the_session_is_session_managers_ssh_document(tmp_path: Path, mon
     assert argv[-1] == "ubuntu@10.0.0.4"
 
 
+def test_a_session_route_says_what_this_machine_lacks_before_anything_is_tried(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail closed: without the Session Manager plugin (or the AWS CLI) the route is refused with where to get it,
+    and `invoke slurm` says so instead of ssh's opaque ProxyCommand failure."""
+    monkeypatch.setenv("FMCLUSTER_ROOT", str(_root_with_nodes(tmp_path, "stockmark", [CONTROLLER, PRIVATE_LOGIN], {})))
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for program in ("ssh", "aws"):
+        (bin_dir / program).write_text("#!/bin/sh\nexit 0\n")
+        (bin_dir / program).chmod(0o755)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    route = provider_for(load_tenant("stockmark", tmp_path)).route(CONTROLLER)
+    assert route.missing() == ["session-manager-plugin"]
+    assert route.unusable().startswith("reaching the nodes through a Session Manager session needs "
+                                       "session-manager-plugin on this machine (install the Session Manager plugin: "
+                                       "https://docs.aws.amazon.com/")
+    (bin_dir / "session-manager-plugin").write_text("#!/bin/sh\nexit 0\n")
+    (bin_dir / "session-manager-plugin").chmod(0o755)
+    assert route.missing() == [] and route.unusable() == ""
+
+
 def test_on_aws_with_a_public_login_node_the_controller_goes_through_it(tmp_path: Path,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FMCLUSTER_ROOT", str(_root_with_nodes(tmp_path, "stockmark", [CONTROLLER, LOGIN], {})))

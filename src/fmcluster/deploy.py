@@ -239,6 +239,8 @@ class Deploy:
             return StepOutcome("failed", "no controller node: nowhere to ask Prometheus")
         route = self.provider.route(controller)
         self.out(f"  reaching the nodes through {route.via}")
+        if why := route.unusable():
+            return StepOutcome("failed", why)
         outcome = scrape_targets(self.provider.client_argv(controller), self.nodes, self.out)
         outcome.details.append(f"operator access: the controller through {route.via}")
         return outcome

@@ -255,8 +255,11 @@ def slurm(org: str, cmd: str, node: str = "") -> int:
 
         print(f"slurm: no node {escaped(node)} in {org}; nodes: {neutral(', '.join(n.name for n in nodes))}")
         return ExitCode.FAILED
-    argv = [*provider_for(tenant).client_argv(target), cmd]
-    return subprocess.run(argv).returncode
+    provider = provider_for(tenant)
+    if why := provider.route(target).unusable():
+        print(f"slurm: {why}")
+        return ExitCode.NOT_READY
+    return subprocess.run([*provider.client_argv(target), cmd]).returncode
 
 
 def acceptance(org: str) -> int:

@@ -22,6 +22,7 @@ No other module branches on the provider: what the rest of fmcluster needs to kn
 from __future__ import annotations
 
 import shlex
+import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -117,6 +118,22 @@ class Route:
     via: str
     address: str
     proxy: tuple[str, ...] = ()
+    #: Programs the route needs on this machine besides ssh and the ProxyCommand's own (the Session Manager
+    #: plugin `aws ssm start-session` hands the session to).
+    needs: tuple[str, ...] = ()
+    #: Where to get them, said with what is missing.
+    install: str = ""
+
+    def missing(self) -> list[str]:
+        """The programs this route needs that are not on this machine's PATH (fail closed: said, not tried)."""
+        wanted = ["ssh", *self.proxy[:1], *self.needs]
+        return [p for p in dict.fromkeys(wanted) if shutil.which(p) is None]
+
+    def unusable(self) -> str:
+        """Why this route cannot be used from here ("" when it can)."""
+        missing = self.missing()
+        return (f"reaching the nodes through {self.via} needs {', '.join(missing)} on this machine"
+                + (f" ({self.install})" if self.install else "")) if missing else ""
 
 
 def operator_key_path(org: str) -> str:
@@ -146,7 +163,8 @@ def known_nodes(org: str) -> list[Node]:
 
 
 def route_to(node: Node, nodes: Sequence[Node], key: str, user: str,
-             session: Callable[[Node], tuple[str, ...]]) -> Route:
+             session: Callable[[Node], tuple[str, ...]], session_needs: tuple[str, ...] = (),
+             session_install: str = "") -> Route:
     """The one rule every node-facing step follows (the tenant's data decides, no name does):
     - a node with a public address (a login node where the tenant opened `network.ssh_ingress_cidr`): direct;
     - else, where a login node has a public address: through it (ssh -W, the tenant's key on both hops);
@@ -160,7 +178,7 @@ def route_to(node: Node, nodes: Sequence[Node], key: str, user: str,
         hop = ssh_argv(key, jump.public_address, user)
         return Route(f"login node {jump.name} ({jump.public_address})", node.address,
                      (*hop[:-1], "-W", "%h:%p", hop[-1]))
-    return Route("a Session Manager session", node.address, session(node))
+    return Route("a Session Manager session", node.address, session(node), session_needs, session_install)
 
 
 def live_names(nodes: Sequence[Node]) -> list[str]:

@@ -15,6 +15,10 @@ from fmcluster.stacks import aws
 MEMORY_SHARE = 0.95
 #: The login user of the Ubuntu images the launch templates boot (DLAMI and Canonical).
 LOGIN_USER = "ubuntu"
+#: What a Session Manager route needs on the operator's machine: the AWS CLI and the plugin it hands the session to.
+SESSION_NEEDS = ("aws", "session-manager-plugin")
+SESSION_INSTALL = ("install the Session Manager plugin: https://docs.aws.amazon.com/systems-manager/latest/userguide/"
+                   "session-manager-working-with-install-plugin.html")
 
 
 class AwsProvider:
@@ -62,7 +66,8 @@ class AwsProvider:
             instance = scheduler_for(self.tenant).session_target(target, read_stack_outputs(self.tenant.org))
             return ("aws", "ssm", "start-session", "--region", self.tenant.region, "--target", instance,
                     "--document-name", "AWS-StartSSHSession", "--parameters", "portNumber=%p")
-        return route_to(node, known_nodes(self.tenant.org), operator_key_path(self.tenant.org), LOGIN_USER, session)
+        return route_to(node, known_nodes(self.tenant.org), operator_key_path(self.tenant.org), LOGIN_USER, session,
+                        session_needs=SESSION_NEEDS, session_install=SESSION_INSTALL)
 
 
     def client_argv(self, node: Node) -> list[str]:
