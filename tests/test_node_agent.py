@@ -47,26 +47,28 @@ def test_another_commit_a_changed_or_an_extra_file_or_no_checkout_is_pulled_agai
 
 @pytest.mark.slow
 def test_a_membership_pass_reads_the_facts_the_last_converge_recorded(tmp_path: Path) -> None:
-    """Ansible itself, with the agent's settings: a converge gathers and records; a membership pass gathers nothing
-    and still has the recorded facts (service_mgr chooses how daemons are supervised)."""
-    import os
+    """Ansible through ansible-runner, as the agent runs it: a converge gathers and records; a membership pass
+    gathers nothing and still has the recorded facts (service_mgr chooses how daemons are supervised). The
+    runner's own fact cache (a fresh directory every run) must not take the node's place."""
     import sys
 
-    from fmcluster.node.agent import clean_environment, fact_cache_env
+    from fmcluster.node.agent import clean_environment, fact_cache_env, run_ansible
 
     play = tmp_path / "play.yml"
     play.write_text("- hosts: localhost\n  gather_subset: [min]\n  tasks:\n"
                     "    - ansible.builtin.debug:\n        msg: 'mgr={{ ansible_facts.service_mgr }}'\n")
 
-    def run(reuse: bool) -> str:
-        env = {**clean_environment(), **fact_cache_env(tmp_path / "facts", reuse=reuse),
-               "ANSIBLE_NOCOLOR": "1", "ANSIBLE_LOCALHOST_WARNING": "0", "ANSIBLE_INVENTORY_UNPARSED_WARNING": "0"}
-        done = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), str(play)],
-                              env=env, capture_output=True, text=True, timeout=120)
-        assert done.returncode == 0, done.stdout + done.stderr
-        return done.stdout
+    def run(reuse: bool) -> tuple[list[str], str]:
+        tasks: list[str] = []
+        env = {**clean_environment(), **fact_cache_env(tmp_path / "facts", reuse=reuse), "ANSIBLE_NOCOLOR": "1",
+               "ANSIBLE_LOCALHOST_WARNING": "0", "ANSIBLE_INVENTORY_UNPARSED_WARNING": "0"}
+        stdout, stderr, rc = run_ansible(Path(sys.executable).parent / "ansible-playbook", [str(play)], None, env,
+                                         tmp_path / "runner",
+                                         lambda event: tasks.append(str(event.get("event_data", {}).get("task"))) or True)
+        assert rc == 0, stdout + stderr
+        return tasks, stdout
 
-    first, second = run(reuse=False), run(reuse=True)
-    assert "TASK [Gathering Facts]" in first and "TASK [Gathering Facts]" not in second
-    assert "mgr=" in second and "mgr=}" not in second
-    assert list((tmp_path / "facts").iterdir()), "the converge recorded this host's facts"
+    (first, _), (second, shown) = run(reuse=False), run(reuse=True)
+    assert "Gathering Facts" in first and "Gathering Facts" not in second
+    assert "mgr=" in shown and "mgr=}" not in shown
+    assert list((tmp_path / "facts").iterdir()), "the converge recorded this host's facts where the node keeps them"

@@ -244,8 +244,6 @@ class Agent:
         return path
 
     def run_playbook(self, me: Node, inventory: Path, report: Report, playbook: str) -> int:
-        import ansible_runner
-
         log = Path("/var/log/fmcluster/converge.log")
         log.parent.mkdir(parents=True, exist_ok=True)
         report.log = str(log)
@@ -290,9 +288,7 @@ class Agent:
             executable, cwd = venv_bin / "ansible-pull", None
             argv = ["--url", str(self.state_dir / "repo.git"), "--checkout", self.settings.ref,
                     "--directory", str(checkout), "--full", "--clean", *play]
-        stdout, stderr, rc = ansible_runner.run_command(
-            executable_cmd=str(executable), cmdline_args=argv, private_data_dir=str(private), host_cwd=cwd,
-            event_handler=on_event, envvars=env, quiet=True, timeout=CONVERGE_TIMEOUT_S, rotate_artifacts=3)
+        stdout, stderr, rc = run_ansible(executable, argv, cwd, env, private, on_event)
         log.write_text(stdout + ("\n" + stderr if stderr else ""))
         report.slowest_tasks = [{"task": task, "seconds": round(seconds, 1)} for task, seconds
                                 in sorted(took.items(), key=lambda item: -item[1])[:SLOWEST_TASKS]]
@@ -424,6 +420,20 @@ class Agent:
         if role in ("controller", "login"):
             wanted["membership_digest"] = membership_digest(self.discover(manifest))
         return wanted
+
+
+def run_ansible(executable: Path, argv: list[str], cwd: str | None, env: dict[str, str], private: Path,
+                on_event: Callable[[dict[str, Any]], bool]) -> tuple[str, str, int]:
+    """One Ansible command through ansible-runner (its events: progress, failed tasks, timings). The runner's own
+    per-run fact cache is off: it would point the cache at a fresh artifacts directory every run, and the node's
+    cache (fact_cache_env) must outlive the run that recorded it."""
+    import ansible_runner
+
+    stdout, stderr, rc = ansible_runner.run_command(
+        executable_cmd=str(executable), cmdline_args=argv, private_data_dir=str(private), host_cwd=cwd,
+        event_handler=on_event, envvars=env, quiet=True, timeout=CONVERGE_TIMEOUT_S, rotate_artifacts=3,
+        fact_cache_type="none")
+    return str(stdout), str(stderr), int(rc)
 
 
 def fact_cache_env(directory: Path, reuse: bool) -> dict[str, str]:
