@@ -271,12 +271,13 @@ class Agent:
         private = self.state_dir / "runner"
         venv_bin = Path(sys.executable).parent
         checkout = self.state_dir / "pull"
+        membership_pass = playbook != self.settings.playbook
         play = ["--limit", me.name, "--extra-vars", "ansible_connection=local",
                 "--extra-vars", f"ansible_python_interpreter={sys.executable}", playbook]
         env = {**clean_environment(), "PATH": f"{venv_bin}:{os.environ.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}",
                "ANSIBLE_INVENTORY": str(inventory), "ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_NOCOLOR": "1",
-               **fact_cache_env(self.state_dir / "facts", reuse=playbook != self.settings.playbook)}
-        if playbook != self.settings.playbook and checked_out(checkout, self.settings.ref):
+               **fact_cache_env(self.state_dir / "facts", reuse=membership_pass)}
+        if membership_pass and checked_out(checkout, self.settings.ref):
             # A membership pass of the commit already checked out (and unmodified): ansible-pull would only
             # check the same commit out again, a whole Ansible run of its own before the play.
             executable, argv, cwd = venv_bin / "ansible-playbook", play, str(checkout)
