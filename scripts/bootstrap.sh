@@ -50,7 +50,7 @@ if [[ ! -f $stamp || $(cat "$stamp") != "$want" ]]; then
   echo "$want" >"$stamp"
 fi
 
-# Scheduler parallelcluster: ParallelCluster's own schema check (fmcluster.parallelcluster.schema) and its
+# Scheduler parallelcluster: ParallelCluster's own schema check (fmcluster.schedulers.parallelcluster.schema) and its
 # `pcluster` CLI. aws-parallelcluster pins its own boto3 and aws-cdk 1.x, so it gets an environment of its
 # own and never shifts .venv's pins. Measured on the 2-core build machine: ~35 s, ~180 MB.
 PCLUSTER_SPEC="aws-parallelcluster==3.16.1"

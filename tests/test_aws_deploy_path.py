@@ -219,7 +219,7 @@ def test_parallelcluster_nodes_would_fetch_the_same_first_boot_through_on_node_c
     """Up to `pcluster create-cluster` (which needs AWS itself): the bundle, the manifest and the
     OnNodeConfigured script are in the bucket before ParallelCluster would make a node, and the config
     rendered from the deployed stacks names that script with the tenant's settings."""
-    from fmcluster.parallelcluster.config import CUSTOM_ACTION_KEY, custom_action_script, render_cluster_config
+    from fmcluster.schedulers.parallelcluster.config import CUSTOM_ACTION_KEY, custom_action_script, render_cluster_config
 
     deploy, _ = deployed
     bucket = deploy.outputs["DataBucketName"]

@@ -23,8 +23,8 @@ import yaml
 from conftest import ROOT
 from fmcluster.manifest import assemble_inventory
 from fmcluster.model import Tenant, load_tenant
-from fmcluster.schedulers import SITE_PLAYBOOK
-from fmcluster.schedulers.hyperpod import SLURM_BIN_DIR, SLURM_CONF_DIR, HyperPod
+from fmcluster.schedulers.protocol import SITE_PLAYBOOK
+from fmcluster.schedulers.hyperpod.scheduler import SLURM_BIN_DIR, SLURM_CONF_DIR, HyperPod
 from fmcluster.stacks.render import load_cfn_yaml, render_stacks
 from localtenant import manifest_for, nodes_for
 

@@ -36,7 +36,7 @@ from fmcluster.providers.local.hosts import (
     Bind, Host, HostSpec, bridge_name, ensure_network, host_run, reconcile_hosts, remove_all, router_address,
 )
 from fmcluster.publish import bootstrap_files, ensure_secrets, pinned_commit, publish
-from fmcluster.schedulers.hyperpod import LIFECYCLE_ENV, HyperPod
+from fmcluster.schedulers.hyperpod.scheduler import LIFECYCLE_ENV, HyperPod
 from fmcluster.stacks import aws
 from fmcluster.stacks.emulator import ensure_emulator, stop_emulator
 from fmcluster.stacks.render import first_boot_script, load_cfn_yaml, render_stacks

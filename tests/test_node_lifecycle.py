@@ -17,8 +17,8 @@ from fmcluster.capabilities import Capabilities, capabilities
 from fmcluster.health import data, engine, slurm, triage
 from fmcluster.lifecycle import ClusterView, LifecycleError, NodeLine, Replacer, auto_replacements, node_lines, render_lines
 from fmcluster.nodes import Node
-from fmcluster.schedulers.hyperpod import HYPERPOD_REPLACE_REASON, hyperpod_replace_command
-from fmcluster.schedulers.slurm_ec2 import asg_replace
+from fmcluster.schedulers.hyperpod.scheduler import HYPERPOD_REPLACE_REASON, hyperpod_replace_command
+from fmcluster.schedulers.slurm_ec2.scheduler import asg_replace
 from health_helpers import Recorded, healthy_answers, p5_config
 from slurm_outputs import node_block, show_node
 

@@ -297,9 +297,9 @@ def test_the_repository_bundle_is_current_when_its_commit_is_whatever_its_bytes(
 
 def test_a_first_boot_near_the_scheduler_s_window_is_warned_about_naming_its_largest_stage() -> None:
     from fmcluster.reports import NodeStatus, first_boot_warnings
-    from fmcluster.schedulers.hyperpod import HyperPod
-    from fmcluster.schedulers.parallelcluster import ParallelCluster
-    from fmcluster.schedulers.slurm_ec2 import SlurmEc2
+    from fmcluster.schedulers.hyperpod.scheduler import HyperPod
+    from fmcluster.schedulers.parallelcluster.scheduler import ParallelCluster
+    from fmcluster.schedulers.slurm_ec2.scheduler import SlurmEc2
 
     def booted(node: Node, **stages: float) -> NodeStatus:
         return NodeStatus(node, {"boot_stages": stages}, "converged")

@@ -19,11 +19,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fmcluster.model import load_spec, load_tenant
-from fmcluster.parallelcluster.config import (
+from fmcluster.schedulers.parallelcluster.config import (
     CUSTOM_ACTION_KEY, placeholder_outputs, render_cluster_config, to_yaml, write_cluster_config,
 )
-from fmcluster.parallelcluster.rendered import ClusterConfig
-from fmcluster.parallelcluster.schema import ToolMissing, check_configs
+from fmcluster.schedulers.parallelcluster.rendered import ClusterConfig
+from fmcluster.schedulers.parallelcluster.schema import ToolMissing, check_configs
 from fmcluster.stacks.checks import check_stacks
 from fmcluster.stacks.render import load_cfn_yaml, render_stacks
 
@@ -273,7 +273,7 @@ def test_cfn_lint_accepts_the_parallelcluster_tenant_stacks(tmp_path: Path) -> N
 def test_pclab_stacks_rehearse_on_the_emulator_and_their_outputs_fill_the_config(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """provider local: the emulator (moto) really creates the node policy; what it does not create stays marked.
-    On local the stand-in's cluster stack follows (fmcluster.parallelcluster.stand_in)."""
+    On local the stand-in's cluster stack follows (fmcluster.schedulers.parallelcluster.stand_in)."""
     from fmcluster.providers.local import EMULATOR_IMAGE_PARAMETER
     from fmcluster.stacks.api import deploy_stacks, destroy_stacks
     from fmcluster.stacks.emulator import ensure_emulator, stop_emulator

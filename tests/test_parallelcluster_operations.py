@@ -18,8 +18,8 @@ import pytest
 import yaml
 
 from fmcluster.model import load_spec
-from fmcluster.parallelcluster import operations as ops
-from fmcluster.parallelcluster.config import (
+from fmcluster.schedulers.parallelcluster import operations as ops
+from fmcluster.schedulers.parallelcluster.config import (
     CUSTOM_ACTION_KEY, CUSTOM_ACTION_SOURCE, custom_action_script, render_cluster_config,
 )
 
@@ -213,7 +213,7 @@ def test_on_node_configured_runs_the_first_boot_of_every_node_with_the_tenant_se
            "HOME": str(tmp_path), "AWS_ENDPOINT_URL": s3_endpoint, "AWS_ACCESS_KEY_ID": "emulator",
            "AWS_SECRET_ACCESS_KEY": "emulator", "FMCLUSTER_BIN_DIR": str(tmp_path / "sbin"),
            "RECORD": str(tmp_path / "bootstrap-ran-with")}
-    from fmcluster.parallelcluster.operations import upload_custom_action
+    from fmcluster.schedulers.parallelcluster.operations import upload_custom_action
     from fmcluster.stacks.render import first_boot_script
 
     upload_custom_action(s3, bucket, print)

@@ -110,7 +110,7 @@ def test_the_refusal_points_at_the_line_of_the_key(tmp_path: Path, monkeypatch: 
 
 def test_capacity_block_rules_apply_once_the_queue_key_exists() -> None:
     """`capacity_reservation_type` arrives with another change; the rules read the raw spec, so they hold then."""
-    from fmcluster.parallelcluster.rules import check_tenant
+    from fmcluster.schedulers.parallelcluster.rules import check_tenant
 
     found: list[tuple[tuple[str | int, ...], str]] = []
     check_tenant({"queues": [{"name": "cpu", "instance_type": "c5.2xlarge", "count": 1,
@@ -130,7 +130,7 @@ def test_a_valid_parallelcluster_tenant_passes_fmclusters_own_checks() -> None:
 
 
 def test_new_tenant_scaffolds_a_parallelcluster_tenant(tmp_path: Path) -> None:
-    from fmcluster.parallelcluster.config import render_cluster_config
+    from fmcluster.schedulers.parallelcluster.config import render_cluster_config
     from fmcluster.scaffold import new_tenant
 
     tenant = new_tenant("acme", {"scheduler": "parallelcluster", "instance_type": "p4d.24xlarge", "count": "2",

@@ -19,10 +19,10 @@ import yaml
 
 from fmcluster import commands
 from fmcluster.model import load_spec, load_tenant
-from fmcluster.parallelcluster import rules
-from fmcluster.parallelcluster.config import render_cluster_config
-from fmcluster.parallelcluster.rendered import ClusterConfig
-from fmcluster.parallelcluster.schema import SchemaReport, ToolMissing, _offline_env, check_configs, tenant_problems, tool_python
+from fmcluster.schedulers.parallelcluster import rules
+from fmcluster.schedulers.parallelcluster.config import render_cluster_config
+from fmcluster.schedulers.parallelcluster.rendered import ClusterConfig
+from fmcluster.schedulers.parallelcluster.schema import SchemaReport, ToolMissing, _offline_env, check_configs, tenant_problems, tool_python
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "tests" / "golden" / "parallelcluster"

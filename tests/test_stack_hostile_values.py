@@ -22,7 +22,8 @@ from hypothesis import strategies as st
 
 from fmcluster.model import Tenant, load_tenant
 from fmcluster.stacks.checks import check_stack
-from fmcluster.stacks.render import lifecycle_environment, load_cfn_yaml, render_stacks, user_data_text
+from fmcluster.schedulers.hyperpod.lifecycle import lifecycle_environment
+from fmcluster.stacks.render import load_cfn_yaml, render_stacks, user_data_text
 
 HOSTILE = {
     # The attack: close the quoted scalar, add a resource.

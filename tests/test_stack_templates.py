@@ -19,8 +19,9 @@ from fmcluster.stacks import aws, cfn
 from fmcluster.stacks.api import emulator_ignored, existing_file_systems, image_resolver
 from fmcluster.stacks.checks import check_stack
 from fmcluster.stacks.emulator import ensure_emulator, stop_emulator
+from fmcluster.schedulers.hyperpod.lifecycle import lifecycle_environment
 from fmcluster.stacks.render import (
-    first_boot_script, ImageRef, RenderedStack, lifecycle_environment, load_cfn_yaml, render_stacks, user_data_text,
+    first_boot_script, ImageRef, RenderedStack, load_cfn_yaml, render_stacks, user_data_text,
 )
 
 

@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 from conftest import ROOT
 from fmcluster.capabilities import PROVIDERS, SCHEDULERS, UnknownName, capabilities
@@ -143,9 +144,9 @@ def test_the_ansible_check_lets_a_capability_through(line: str) -> None:
 def test_every_provider_and_scheduler_class_publishes_its_row_of_capabilities() -> None:
     from fmcluster.providers.aws import AwsProvider
     from fmcluster.providers.local import LocalProvider
-    from fmcluster.schedulers.hyperpod import HyperPod
-    from fmcluster.schedulers.parallelcluster import ParallelCluster
-    from fmcluster.schedulers.slurm_ec2 import SlurmEc2
+    from fmcluster.schedulers.hyperpod.scheduler import HyperPod
+    from fmcluster.schedulers.parallelcluster.scheduler import ParallelCluster
+    from fmcluster.schedulers.slurm_ec2.scheduler import SlurmEc2
 
     for cls in (AwsProvider, LocalProvider):
         assert cls.capabilities is PROVIDERS[cls.name]
@@ -155,12 +156,37 @@ def test_every_provider_and_scheduler_class_publishes_its_row_of_capabilities() 
     assert set(SCHEDULERS) == {HyperPod.name, ParallelCluster.name, SlurmEc2.name}
 
 
-def test_every_scheduler_s_cluster_stack_has_a_template() -> None:
-    from fmcluster.stacks.render import CLUSTER_TEMPLATES, TEMPLATES_DIR
+def test_every_scheduler_hands_over_the_cluster_stack_its_capabilities_promise() -> None:
+    from fmcluster.schedulers.registry import SCHEDULER_CLASSES
 
-    stacks = {s.cluster_stack for s in SCHEDULERS.values()} | {s.stand_in_stack for s in SCHEDULERS.values()}
-    for stack in stacks - {None}:
-        assert (TEMPLATES_DIR / CLUSTER_TEMPLATES[str(stack)]).is_file(), stack
+    for name, cls in SCHEDULER_CLASSES.items():
+        template = getattr(cls, "cluster_template")
+        assert (template is not None) == SCHEDULERS[name].renders_cluster_stack, name
+        for made in (template, getattr(cls, "stand_in_template")):
+            if made is not None:
+                assert made.source.is_file(), (name, made.source)
+        if not SCHEDULERS[name].renders_cluster_stack:
+            # Offline, a service-made cluster needs its stand-in (capabilities.Capabilities.stand_in).
+            assert getattr(cls, "stand_in_template") is not None, name
+
+
+SCHEDULERS_DIR = ROOT / "src" / "fmcluster" / "schedulers"
+
+
+def test_a_scheduler_is_one_folder_and_one_registry_line() -> None:
+    """docs/stacks.md's promise: a new scheduler touches its folder and one line of the registry, nothing else."""
+    from fmcluster.schedulers.registry import SCHEDULER_CLASSES
+
+    folders = sorted(p for p in SCHEDULERS_DIR.iterdir() if p.is_dir() and p.name != "__pycache__")
+    assert {p.name for p in folders} == {name.replace("-", "_") for name in SCHEDULER_CLASSES}
+    for folder in folders:
+        for owned in ("__init__.py", "scheduler.py", "capabilities.yml", "README.md"):
+            assert (folder / owned).is_file(), f"{folder.name}/{owned}"
+        assert yaml.safe_load((folder / "capabilities.yml").read_text())["name"].replace("-", "_") == folder.name
+    for name, cls in SCHEDULER_CLASSES.items():
+        assert getattr(cls, "__module__") == f"fmcluster.schedulers.{name.replace('-', '_')}.scheduler"
+    registry = (SCHEDULERS_DIR / "registry.py").read_text()
+    assert len(re.findall(r"^from fmcluster\.schedulers\.\w+\.scheduler import \w+$", registry, re.M)) == len(folders)
 
 
 @pytest.mark.parametrize(("provider", "scheduler", "stand_in", "slurm_owner"), [

@@ -2,7 +2,7 @@
 writes on every instance (/opt/ml/config/resource_config.json: instance groups, each with its instances'
 CustomerIpAddress). on_create.sh starts HyperPod's own Slurm daemons with it (start_hyperpod_slurm.sh).
 
-fmcluster names HyperPod's instance groups itself (fmcluster.schedulers.hyperpod.HyperPod.groups): "controller",
+fmcluster names HyperPod's instance groups itself (fmcluster.schedulers.hyperpod.scheduler.HyperPod.groups): "controller",
 "login", and one group per queue. Standard library only: it runs before anything is installed.
 
 Usage: hyperpod_slurm_role.py RESOURCE_CONFIG ADDRESS... → prints "ROLE CONTROLLER_ADDRESS[,...]"; exit 2 when

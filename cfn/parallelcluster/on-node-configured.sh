@@ -3,7 +3,7 @@
 #
 # The deploy uploads this file followed by scripts/node-user-data.sh, as one script, to
 # s3://<data bucket>/fmcluster/bootstrap/pcluster-on-node-configured.sh; the cluster config fmcluster renders
-# (fmcluster.parallelcluster.config) names it under CustomActions/OnNodeConfigured of the head node, the login
+# (fmcluster.schedulers.parallelcluster.config) names it under CustomActions/OnNodeConfigured of the head node, the login
 # pool and every queue. ParallelCluster runs it as root once the node is configured (its Slurm, munge and
 # shared storage are up), with these arguments:
 #

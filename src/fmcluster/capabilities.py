@@ -1,17 +1,21 @@
 """What a provider and a scheduler can do, as data: the one place a provider or scheduler *name* is looked up.
 
 Every other module (stacks, validation, health, doctor, fleet) and every role reads a capability, never a name,
-so a new provider or scheduler is a new row here plus its own module (fmcluster.providers / fmcluster.schedulers),
-not a hunt for `== "local"`. The provider and scheduler objects publish the same rows (`capabilities`), and the
+so a new provider is a new row here plus its module (fmcluster.providers), a new scheduler its folder
+(fmcluster.schedulers.<name>, whose capabilities.yml is its row), not a hunt for `== "local"`. The provider and scheduler objects publish the same rows (`capabilities`), and the
 manifest carries the resolved ones to the nodes as `fmcluster_capabilities` (fmcluster.publish).
 
-This module imports nothing of fmcluster's: the model, validation and the node-side programs all read it.
+This module imports nothing of fmcluster's (it reads the schedulers' rows as files): the model, validation and the
+node-side programs all read it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
+
+import yaml
 
 
 @dataclass(frozen=True)
@@ -37,11 +41,11 @@ class ProviderCapabilities:
 class SchedulerCapabilities:
     """How a scheduler makes and runs its cluster, as far as the rest of fmcluster needs to know."""
 
-    #: The cluster stack fmcluster renders (a key of fmcluster.stacks.render's builders); None: the scheduler's
-    #: own service makes the cluster (ParallelCluster's create-cluster).
-    cluster_stack: str | None
-    #: The cluster stack that stands in for the service where the provider has no cluster services.
-    stand_in_stack: str | None
+    #: The scheduler's name (`scheduler:` in tenant.yml).
+    name: str
+    #: fmcluster renders its cluster stack (its folder's template.py); False: the scheduler's own service makes the
+    #: cluster (ParallelCluster's create-cluster), and a stand-in takes its place where the provider lacks it.
+    renders_cluster_stack: bool
     #: The scheduler's own service installs Slurm, munge and the shared-storage mounts (fmcluster's roles do not):
     #: one Slurm per cluster.
     service_installs_slurm: bool
@@ -65,19 +69,25 @@ PROVIDERS: dict[str, ProviderCapabilities] = {
                                   external_database=False, health_interval_s=30, metrics_interval_s=15),
 }
 
-SCHEDULERS: dict[str, SchedulerCapabilities] = {
-    "slurm-ec2": SchedulerCapabilities(cluster_stack="slurm_ec2", stand_in_stack=None, service_installs_slurm=False,
-                                       own_section=None, storage_node_policies=False, public_login=True,
-                                       capacity_reservations=True, ssh_ingress=True),
-    # HyperPod's AMI ships Slurm and munge; its lifecycle starts them (fmcluster.schedulers.hyperpod).
-    "hyperpod": SchedulerCapabilities(cluster_stack="hyperpod", stand_in_stack=None, service_installs_slurm=True,
-                                      own_section=None, storage_node_policies=False, public_login=False,
-                                      capacity_reservations=False, ssh_ingress=False),
-    "parallelcluster": SchedulerCapabilities(cluster_stack=None, stand_in_stack="parallelcluster_stand_in",
-                                             service_installs_slurm=True, own_section="parallelcluster",
-                                             storage_node_policies=True, public_login=False,
-                                             capacity_reservations=True, ssh_ingress=True),
-}
+#: Each scheduler's row lives in its folder (src/fmcluster/schedulers/<name>/capabilities.yml), read as data.
+SCHEDULER_ROWS = Path(__file__).resolve().parent / "schedulers"
+
+
+def _scheduler_rows() -> dict[str, SchedulerCapabilities]:
+    rows: dict[str, SchedulerCapabilities] = {}
+    for path in sorted(SCHEDULER_ROWS.glob("*/capabilities.yml")):
+        row = yaml.safe_load(path.read_text(encoding="utf-8"))
+        try:
+            capabilities = SchedulerCapabilities(**row)
+        except TypeError as error:
+            raise ValueError(f"{path}: not a scheduler's capabilities row ({error})") from error
+        if capabilities.name in rows:
+            raise ValueError(f"{path}: scheduler {capabilities.name!r} has a row already")
+        rows[capabilities.name] = capabilities
+    return rows
+
+
+SCHEDULERS: dict[str, SchedulerCapabilities] = _scheduler_rows()
 
 SlurmOwner = Literal["fmcluster", "scheduler"]
 
@@ -110,12 +120,7 @@ class Capabilities:
     @property
     def stand_in(self) -> bool:
         """The scheduler's service makes the cluster, but it does not run on this provider: a stand-in does."""
-        return self.scheduler.cluster_stack is None and not self.provider.cluster_services
-
-    @property
-    def cluster_stack(self) -> str | None:
-        """The cluster stack fmcluster renders (None: the scheduler's service makes the cluster)."""
-        return self.scheduler.stand_in_stack if self.stand_in else self.scheduler.cluster_stack
+        return not self.scheduler.renders_cluster_stack and not self.provider.cluster_services
 
     @property
     def slurm_owner(self) -> SlurmOwner:

@@ -25,7 +25,7 @@ from fmcluster.model import Tenant
 from fmcluster.nodes import Node
 from fmcluster.providers import Provider
 from fmcluster.providers.registry import provider_for
-from fmcluster.schedulers import Scheduler
+from fmcluster.schedulers.protocol import Scheduler
 from fmcluster.schedulers.registry import scheduler_for
 from fmcluster.steps import Status, StepOutcome, StepReport
 

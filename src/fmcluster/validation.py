@@ -29,7 +29,7 @@ from fmcluster.capabilities import PROVIDERS, SCHEDULERS
 from fmcluster.catalog import InstanceType, load_catalog
 from fmcluster.escape import escaped, neutral
 from fmcluster.manifest import SECRET_NAMES
-from fmcluster.parallelcluster import rules as parallelcluster_rules
+from fmcluster.schedulers.parallelcluster import rules as parallelcluster_rules
 from fmcluster.paths import RESERVED_ACCOUNTS_PATH, SCHEMA_PATH
 from fmcluster.sshkeys import key_problem
 from fmcluster.yamlpos import KeyPath, LoadedYaml

@@ -111,7 +111,7 @@ def test_the_plan_check_fails_a_rendered_data_repository_over_a_control_prefix(p
 
 def test_every_prefix_the_code_publishes_to_is_a_control_prefix() -> None:
     from fmcluster import publish
-    from fmcluster.parallelcluster.config import CUSTOM_ACTION_KEY
+    from fmcluster.schedulers.parallelcluster.config import CUSTOM_ACTION_KEY
     from fmcluster.stacks.templates import common
 
     keys = [publish.BOOTSTRAP_PREFIX, publish.MANIFEST_KEY, publish.REPORT_PREFIX, CUSTOM_ACTION_KEY,
@@ -687,7 +687,7 @@ def test_host_names_are_printed_escaped(tmp_path: Path, monkeypatch: pytest.Monk
     ("arn:aws:secretsmanager:us-east-1", "123456789012", "is in account '?'"),
 ])
 def test_the_deploy_refuses_a_secret_of_another_account(arn: str, account: str, problem: str | None) -> None:
-    from fmcluster.parallelcluster.rules import secret_account_problem
+    from fmcluster.schedulers.parallelcluster.rules import secret_account_problem
 
     found = secret_account_problem(arn, account)
     assert (found is None) if problem is None else (found is not None and problem in found)

@@ -1,24 +1,27 @@
 """Which scheduler serves a tenant: the one place that maps `scheduler:` to its class.
 
-Apart from the package (fmcluster.schedulers: the protocol every scheduler implements), so that the schedulers
-import the protocol without importing the registry that imports them. A new scheduler is its module plus one
-line here.
+A new scheduler is its folder (fmcluster.schedulers.<name>: scheduler.py, capabilities.yml, template.py when
+fmcluster renders its cluster stack, README.md) plus its line in SCHEDULER_CLASSES.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from fmcluster.model import Tenant
-from fmcluster.schedulers import Scheduler
-from fmcluster.schedulers.hyperpod import HyperPod
-from fmcluster.schedulers.parallelcluster import ParallelCluster
-from fmcluster.schedulers.slurm_ec2 import SlurmEc2
+from fmcluster.schedulers.hyperpod.scheduler import HyperPod
+from fmcluster.schedulers.parallelcluster.scheduler import ParallelCluster
+from fmcluster.schedulers.protocol import Scheduler
+from fmcluster.schedulers.slurm_ec2.scheduler import SlurmEc2
+
+SCHEDULER_CLASSES: dict[str, Callable[[Tenant], Scheduler]] = {
+    cls.name: cls for cls in (SlurmEc2, HyperPod, ParallelCluster)
+}
 
 
 def scheduler_for(tenant: Tenant) -> Scheduler:
-    if tenant.scheduler == "parallelcluster":
-        return ParallelCluster(tenant)
-    if tenant.scheduler == "hyperpod":
-        return HyperPod(tenant)
-    if tenant.scheduler == "slurm-ec2":
-        return SlurmEc2(tenant)
-    raise ValueError(f"scheduler {tenant.scheduler!r} is not supported yet")
+    cls = SCHEDULER_CLASSES.get(tenant.scheduler)
+    if cls is None:
+        raise ValueError(f"scheduler {tenant.scheduler!r} has no class in fmcluster.schedulers.registry; "
+                         f"known: {', '.join(sorted(SCHEDULER_CLASSES))}")
+    return cls(tenant)

@@ -31,13 +31,13 @@ from fmcluster.stacks.emulator import stop_emulator
 from fmcluster.stacks.outputs import outputs_path, remove_stack_outputs, write_stack_outputs
 from fmcluster.stacks.render import SOURCE_ROOT, ImageRef, ImageResolver, RenderedStack, load_cfn_yaml, render_stacks
 from fmcluster.stacks.result import (
+    DeleteFirst,
     EMULATOR_IGNORED_ATTRIBUTES, EMULATOR_IGNORED_PROPERTIES, EMULATOR_SKIPPED_TYPES, Failure, ResourceChange,
     StackOutcome, StacksResult,
 )
 
 Out = Callable[[str], object]
 Confirm = Callable[[str], bool]
-DeleteFirst = tuple[str, Callable[[], bool]]
 #: Called before the cluster stack with the outputs of the stacks before it (the deploy publishes the
 #: nodes' bootstrap bundle, manifest and lifecycle scripts there).
 BeforeCluster = Callable[[dict[str, str]], None]

@@ -1,6 +1,6 @@
 """The first-boot script every node runs, whatever made it: EC2 user data (fmcluster.stacks.render.node_user_data),
-HyperPod's on_create.sh (fmcluster.schedulers.hyperpod) and ParallelCluster's OnNodeConfigured
-(fmcluster.parallelcluster.config), with the S3 client it needs packed inline.
+HyperPod's on_create.sh (fmcluster.schedulers.hyperpod.scheduler) and ParallelCluster's OnNodeConfigured
+(fmcluster.schedulers.parallelcluster.config), with the S3 client it needs packed inline.
 
 A leaf module: the cluster templates and the schedulers both read it, and it reads only files of the checkout.
 """
@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import base64
 import gzip
+from typing import Any
 
 from fmcluster.paths import source_root
 
@@ -54,3 +55,17 @@ def packed_s3_client() -> str:
     source = "#!/usr/bin/env python3\n" + ast.unparse(tree) + "\n"
     packed = base64.b64encode(gzip.compress(source.encode(), compresslevel=9, mtime=0)).decode()
     return "\n".join(packed[i:i + 76] for i in range(0, len(packed), 76))
+
+
+# --- the node boot contract -------------------------------------------------------------------------
+
+BOOT_VARIABLES = ("FMCLUSTER_BUCKET", "FMCLUSTER_REGION", "FMCLUSTER_ORG", "FMCLUSTER_STACK", "FMCLUSTER_ROLE",
+                  "FMCLUSTER_QUEUE", "FMCLUSTER_SIGNAL_RESOURCE")
+
+
+def boot_environment(*, org: str, bucket: Any, region: Any, stack: Any, role: str = "", queue: str = "",
+                     signal_resource: str = "") -> dict[str, Any]:
+    """The environment every node's bootstrap runs with (EC2 user data and HyperPod alike).
+    bucket/region/stack are strings, or CloudFormation references in the user data."""
+    return {"FMCLUSTER_BUCKET": bucket, "FMCLUSTER_REGION": region, "FMCLUSTER_ORG": org, "FMCLUSTER_STACK": stack,
+            "FMCLUSTER_ROLE": role, "FMCLUSTER_QUEUE": queue, "FMCLUSTER_SIGNAL_RESOURCE": signal_resource}

@@ -1,6 +1,6 @@
 """Tenant → rendered CloudFormation templates and parameters, offline and without side effects.
 
-The templates are Python data (fmcluster.stacks.templates.*), dumped to YAML by fmcluster.stacks.cfn:
+The templates are Python data (fmcluster.stacks.templates.*, fmcluster.schedulers.*.template), dumped to YAML by fmcluster.stacks.cfn:
 tenant values are leaves of the structure, never text a YAML or `Fn::Sub` parser reads again, so no
 value can change a template's structure (tests/test_stack_hostile_values.py proves it for every
 string field). Values from the spec and the catalog are rendered in, so the rendered template is the
@@ -9,8 +9,9 @@ the resources it touches. CloudFormation Parameters carry only what flows in fro
 the previous stacks' outputs (typed: AWS::EC2::VPC::Id, ...::Subnet::Id, ...::SecurityGroup::Id),
 the provider, and the AMI ids, resolved once and pinned (see `ImageRef`).
 
-`node_user_data` is the one place the EC2 nodes' boot script is written; `lifecycle_environment` gives
-HyperPod's on_create.sh the same variables.
+`node_user_data` is the one place the EC2 nodes' boot script is written (fmcluster.schedulers.hyperpod.lifecycle
+gives HyperPod's on_create.sh the same variables). The cluster stack is the one the tenant's scheduler hands over
+(`Scheduler.cluster_template`, or its stand-in where the provider lacks the scheduler's service).
 """
 
 from __future__ import annotations
@@ -26,24 +27,24 @@ import yaml
 from fmcluster.model import Tenant
 from fmcluster.paths import PACKAGE_DIR
 from fmcluster.stacks import cfn
+from fmcluster.schedulers.registry import scheduler_for
 from fmcluster.stacks.first_boot import (
-    S3_CLIENT, S3_CLIENT_PLACEHOLDER, USER_DATA_SCRIPT, first_boot_script, packed_s3_client, s3_client_writer,
+    BOOT_VARIABLES, S3_CLIENT, S3_CLIENT_PLACEHOLDER, USER_DATA_SCRIPT, boot_environment, first_boot_script,
+    packed_s3_client, s3_client_writer,
 )
-from fmcluster.stacks.templates import hyperpod, network, slurm_ec2, storage
+from fmcluster.stacks.templates import ClusterTemplate, network, storage
 from fmcluster.stacks.templates.common import (
     BOOTSTRAP_PREFIX, LIFECYCLE_PREFIX, MANIFEST_PREFIX, NODE_READ_PREFIXES, REPORT_PREFIX, logical_name,
 )
-from fmcluster.stacks.templates.slurm_ec2 import AMI_PARAMETERS
 
-__all__ = ["AMI_PARAMETERS", "BOOTSTRAP_PREFIX", "CapacityRef", "EMULATOR_AMI_PARAMETER", "ImageRef", "LIFECYCLE_DIR",
+__all__ = ["BOOT_VARIABLES", "BOOTSTRAP_PREFIX", "CapacityRef", "EMULATOR_AMI_PARAMETER", "ImageRef",
            "LIFECYCLE_PREFIX", "MANIFEST_PREFIX", "NODE_READ_PREFIXES", "OutputRef", "REPORT_PREFIX", "RenderedStack",
            "S3_CLIENT", "S3_CLIENT_PLACEHOLDER", "STACK_KEYS", "USER_DATA_SCRIPT", "boot_environment",
-           "lifecycle_environment", "load_cfn_yaml", "logical_name", "first_boot_script", "node_user_data",
+           "load_cfn_yaml", "logical_name", "first_boot_script", "node_user_data",
            "packed_s3_client", "render_stacks", "s3_client_writer", "user_data_text"]
 
 SOURCE_ROOT = PACKAGE_DIR.parent.parent
 CFN_DIR = SOURCE_ROOT / "cfn"
-LIFECYCLE_DIR = CFN_DIR / "hyperpod-lifecycle"
 TEMPLATES_DIR = PACKAGE_DIR / "stacks" / "templates"
 STACK_KEYS = ("network", "storage", "cluster")
 
@@ -96,7 +97,7 @@ ImageResolver = Callable[[str, ImageRef], str]  # (parameter name, ref) -> AMI i
 class RenderedStack:
     key: str  # network | storage | cluster
     name: str  # CloudFormation stack name, e.g. fmc-demo-network
-    source: Path  # the template module under src/fmcluster/stacks/templates/
+    source: Path  # the template module it is built by
     body: str  # rendered CloudFormation YAML
     parameters: dict[str, ParameterValue] = field(default_factory=dict)
 
@@ -161,18 +162,6 @@ def load_cfn_yaml(text: str) -> dict[str, Any]:
 
 # --- the node boot contract -------------------------------------------------------------------------
 
-BOOT_VARIABLES = ("FMCLUSTER_BUCKET", "FMCLUSTER_REGION", "FMCLUSTER_ORG", "FMCLUSTER_STACK", "FMCLUSTER_ROLE",
-                  "FMCLUSTER_QUEUE", "FMCLUSTER_SIGNAL_RESOURCE")
-
-
-def boot_environment(*, org: str, bucket: Any, region: Any, stack: Any, role: str = "", queue: str = "",
-                     signal_resource: str = "") -> dict[str, Any]:
-    """The environment every node's bootstrap runs with (EC2 user data and HyperPod alike).
-    bucket/region/stack are strings, or CloudFormation references in the user data."""
-    return {"FMCLUSTER_BUCKET": bucket, "FMCLUSTER_REGION": region, "FMCLUSTER_ORG": org, "FMCLUSTER_STACK": stack,
-            "FMCLUSTER_ROLE": role, "FMCLUSTER_QUEUE": queue, "FMCLUSTER_SIGNAL_RESOURCE": signal_resource}
-
-
 _USER_DATA_HEAD = """#!/bin/bash
 # fmcluster node boot (written by fmcluster.stacks.render.node_user_data): the FMCLUSTER_* environment below,
 # then scripts/node-user-data.sh. FMCLUSTER_SIGNAL_RESOURCE names the resource whose CreationPolicy waits
@@ -215,66 +204,28 @@ def user_data_text(user_data: Any) -> str:
     return flat(value)
 
 
-def lifecycle_environment(tenant: Tenant, bucket: str, stack: str) -> str:
-    """fmcluster-lifecycle.env next to HyperPod's on_create.sh: the same boot variables as the EC2
-    user data (HyperPod nodes learn their group from /opt/ml/config/resource_config.json, and
-    HyperPod has no CreationPolicy to signal). Values are shell-quoted: the file is sourced."""
-    env = boot_environment(org=tenant.org, bucket=bucket, region=tenant.region, stack=stack)
-    lines = ["# generated by fmcluster (fmcluster.stacks.render.lifecycle_environment); edits will be reverted"]
-    lines += [f"{name}={shlex.quote(str(value))}" for name, value in env.items()]
-    return "\n".join(lines) + "\n"
-
-
 # --- rendering ----------------------------------------------------------------------------------------
 
-def _build_stand_in(tenant: Tenant) -> dict[str, Any]:
-    from fmcluster.parallelcluster import stand_in
-
-    return stand_in.build(tenant)
-
-
-#: Each cluster stack a scheduler's capabilities name (cluster_stack, stand_in_stack): the template file it is
-#: rendered from and how it is built.
-CLUSTER_STACKS: dict[str, tuple[str, Callable[[Tenant], dict[str, Any]]]] = {
-    "slurm_ec2": ("slurm_ec2.py", lambda tenant: slurm_ec2.build(tenant, node_user_data)),
-    "hyperpod": ("hyperpod.py", hyperpod.build),
-    "parallelcluster_stand_in": ("slurm_ec2.py", _build_stand_in),  # through fmcluster.parallelcluster.stand_in
-}
-CLUSTER_TEMPLATES = {key: template for key, (template, _) in CLUSTER_STACKS.items()}
-#: Cluster stacks made of fmcluster's launch templates: they take the pinned AMIs as parameters.
-LAUNCH_TEMPLATE_STACKS = ("slurm_ec2", "parallelcluster_stand_in")
+def cluster_template(tenant: Tenant) -> ClusterTemplate | None:
+    """The cluster stack the tenant's scheduler hands over: its own, or its stand-in where the provider lacks the
+    scheduler's service (ParallelCluster on provider local); None where the service makes the cluster itself."""
+    scheduler = scheduler_for(tenant)
+    if not tenant.capabilities.stand_in:
+        return scheduler.cluster_template
+    if scheduler.stand_in_template is None:
+        raise ValueError(f"scheduler {tenant.scheduler!r} makes its cluster with its own service, which provider "
+                         f"{tenant.provider!r} does not have, and it has no stand-in (src/fmcluster/schedulers/)")
+    return scheduler.stand_in_template
 
 
-def _cluster_stack(tenant: Tenant) -> str | None:
-    stack = tenant.capabilities.cluster_stack
-    if stack is not None and stack not in CLUSTER_TEMPLATES:
-        raise ValueError(f"scheduler {tenant.scheduler!r} has no cluster template yet "
-                         f"(cluster stack {stack!r}; src/fmcluster/stacks/templates/)")
-    return stack
-
-
-def cluster_template_name(tenant: Tenant) -> str:
-    stack = _cluster_stack(tenant)
-    if stack is None:
-        raise ValueError(f"scheduler {tenant.scheduler!r} makes its own cluster stack: fmcluster renders none")
-    return CLUSTER_TEMPLATES[stack]
-
-
-def has_parallelcluster_stand_in(tenant: Tenant) -> bool:
-    """On AWS, ParallelCluster makes a parallelcluster tenant's cluster stack itself; offline nothing does, so
-    provider local creates its stand-in (fmcluster.parallelcluster.stand_in)."""
-    return tenant.capabilities.stand_in
-
-
-def _build(tenant: Tenant, key: str) -> dict[str, Any]:
+def _build(tenant: Tenant, key: str, cluster: ClusterTemplate | None) -> dict[str, Any]:
     if key == "network":
         return network.build(tenant)
     if key == "storage":
         return storage.build(tenant)
-    stack = _cluster_stack(tenant)
-    if stack is None:
+    if cluster is None:
         raise ValueError(f"scheduler {tenant.scheduler!r} makes its own cluster stack: fmcluster builds none")
-    return CLUSTER_STACKS[stack][1](tenant)
+    return cluster.build(tenant, node_user_data)
 
 
 def subnet_cidrs(vpc_cidr: str) -> dict[str, str]:
@@ -287,9 +238,9 @@ def render_stacks(tenant: Tenant, image_parameter: Callable[[str], str] = lambda
     """The tenant's stacks in dependency order (network → storage → cluster), rendered offline.
 
     Scheduler parallelcluster has no cluster stack of ours on AWS: ParallelCluster creates its own from the
-    cluster config fmcluster.parallelcluster renders (network and storage stay ours); on provider local the
+    cluster config fmcluster.schedulers.parallelcluster renders (network and storage stay ours); on provider local the
     stand-in's stack takes its place."""
-    cluster_stack = _cluster_stack(tenant)
+    cluster = cluster_template(tenant)
     net = "network"
     network_params: dict[str, ParameterValue] = {}
     storage_params: dict[str, ParameterValue] = {
@@ -311,24 +262,22 @@ def render_stacks(tenant: Tenant, image_parameter: Callable[[str], str] = lambda
         "LustreMountName": OutputRef("storage", "LustreMountName", when_missing=""),
         "HomeDnsName": OutputRef("storage", "HomeDnsName", when_missing=""),
     }
-    if cluster_stack in LAUNCH_TEMPLATE_STACKS:
-        for kind in slurm_ec2.image_kinds(tenant):
-            name, path = AMI_PARAMETERS[kind]
+    if cluster is not None:
+        for name, path in cluster.image_parameters(tenant).items():
             cluster_params[name] = ImageRef(image_parameter(path))
-        for group in slurm_ec2.node_groups(tenant):
-            if group.capacity_block and group.queue is not None:
-                cluster_params[group.scale_in_parameter] = CapacityRef(group.queue.name)
-    sources = {"network": "network.py", "storage": "storage.py",
-               **({"cluster": CLUSTER_TEMPLATES[cluster_stack]} if cluster_stack is not None else {})}
+        for name, queue in cluster.capacity_parameters(tenant).items():
+            cluster_params[name] = CapacityRef(queue)
+    sources = {"network": TEMPLATES_DIR / "network.py", "storage": TEMPLATES_DIR / "storage.py",
+               **({"cluster": cluster.source} if cluster is not None else {})}
     params = {"network": network_params, "storage": storage_params, "cluster": cluster_params}
     stacks = []
-    for key in STACK_KEYS if cluster_stack is not None else ("network", "storage"):
-        template = _build(tenant, key)
+    for key in STACK_KEYS if cluster is not None else ("network", "storage"):
+        template = _build(tenant, key, cluster)
         declared = template.get("Parameters", {})
         stacks.append(RenderedStack(
             key=key,
             name=f"{tenant.stack_prefix}-{key}",
-            source=TEMPLATES_DIR / sources[key],
+            source=sources[key],
             body=cfn.dump(template),
             # Only what the rendered template declares (e.g. no EFA group for a CPU-only cluster).
             parameters={k: v for k, v in params[key].items() if k in declared},

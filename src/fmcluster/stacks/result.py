@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
+
+#: What must go before the stacks are deleted: (what, delete it → whether it went). A scheduler whose service
+#: makes the cluster (ParallelCluster) hands one to `invoke destroy`.
+DeleteFirst = tuple[str, Callable[[], bool]]
 
 Action = Literal[
     "created", "updated", "unchanged", "failed", "not-attempted",  # deploy

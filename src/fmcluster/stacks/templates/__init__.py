@@ -3,4 +3,38 @@
 They are Python data on purpose (see fmcluster.stacks.cfn): tenant values are leaves, never text a
 parser reads again, so no value can add or change a resource. `fmcluster.stacks.render` dumps them;
 `invoke plan` writes the dumped YAML to inventories/<org>/generated/cfn/ for review.
+
+The network and storage stacks are here; a cluster stack belongs to its scheduler's folder
+(fmcluster.schedulers.<name>.template) and reaches the renderer as a `ClusterTemplate` the scheduler hands it.
 """
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fmcluster.model import Tenant
+
+#: The EC2 nodes' user data, written by the renderer (fmcluster.stacks.render.node_user_data).
+UserData = Callable[..., Any]
+
+
+def _none(tenant: Tenant) -> dict[str, str]:
+    return {}
+
+
+@dataclass(frozen=True)
+class ClusterTemplate:
+    """A scheduler's cluster stack, as the renderer needs it."""
+
+    #: The module it is built by (shown by `invoke plan`, beside the rendered stack).
+    source: Path
+    #: tenant, the renderer's user data → the template.
+    build: Callable[[Tenant, UserData], dict[str, Any]]
+    #: AMI parameters the stack takes: parameter name → the public SSM parameter it is resolved from once.
+    image_parameters: Callable[[Tenant], dict[str, str]] = field(default=_none)
+    #: Capacity Block scale-in parameters: parameter name → the queue whose block end it is.
+    capacity_parameters: Callable[[Tenant], dict[str, str]] = field(default=_none)

@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fmcluster.parallelcluster.config import CUSTOM_ACTION_KEY, CUSTOM_ACTION_SOURCE, custom_action_script
-from fmcluster.parallelcluster.rendered import ClusterConfig
-from fmcluster.parallelcluster.schema import TOOL_VENV
+from fmcluster.schedulers.parallelcluster.config import CUSTOM_ACTION_KEY, CUSTOM_ACTION_SOURCE, custom_action_script
+from fmcluster.schedulers.parallelcluster.rendered import ClusterConfig
+from fmcluster.schedulers.parallelcluster.schema import TOOL_VENV
 from fmcluster.paths import source_root
 
 Out = Callable[[str], object]

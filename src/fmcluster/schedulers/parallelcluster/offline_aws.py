@@ -20,8 +20,8 @@ from __future__ import annotations
 from typing import Any
 
 from fmcluster.model import Tenant
-from fmcluster.parallelcluster.rendered import ClusterConfig
-from fmcluster.parallelcluster.rules import CAPACITY_BLOCK_TYPES
+from fmcluster.schedulers.parallelcluster.rendered import ClusterConfig
+from fmcluster.schedulers.parallelcluster.rules import CAPACITY_BLOCK_TYPES
 from fmcluster.stacks.cfn import Ref
 from fmcluster.stacks.templates import network
 

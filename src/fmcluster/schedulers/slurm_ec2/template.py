@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from fmcluster.catalog import InstanceType
 from fmcluster.images import load_images
 from fmcluster.model import Queue, Tenant
 from fmcluster.stacks.cfn import NO_VALUE, Fn, GetAtt, Ref, if_, text
+from fmcluster.stacks.templates import ClusterTemplate
 from fmcluster.stacks.templates.common import (
     TEMPLATE_VERSION, assume_role, bucket_name, controller_statements, description, logical_name, metadata,
     node_statements,
@@ -115,6 +117,16 @@ def node_groups(tenant: Tenant) -> list[NodeGroup]:
 def image_kinds(tenant: Tenant) -> list[str]:
     kinds = {g.instance.accelerator for g in node_groups(tenant)}
     return [kind for kind in ("cuda", "neuron", "none") if kind in kinds]
+
+
+def image_parameters(tenant: Tenant) -> dict[str, str]:
+    """The AMI parameter of each kind of image the tenant's nodes boot → its public SSM parameter."""
+    return dict(AMI_PARAMETERS[kind] for kind in image_kinds(tenant))
+
+
+def capacity_parameters(tenant: Tenant) -> dict[str, str]:
+    """Each Capacity Block queue's scale-in parameter → the queue."""
+    return {g.scale_in_parameter: g.queue.name for g in node_groups(tenant) if g.capacity_block and g.queue is not None}
 
 
 def interfaces(group: NodeGroup, subnet: str, groups: list[Any]) -> list[dict[str, Any]]:
@@ -325,3 +337,8 @@ def build(tenant: Tenant, user_data: UserData, role_tags: RoleTags = fmcluster_r
     template["Resources"] = resources
     template["Outputs"] = outputs
     return template
+
+
+#: What the renderer builds for a slurm-ec2 tenant (fmcluster.schedulers.slurm_ec2.scheduler hands it over).
+CLUSTER_TEMPLATE = ClusterTemplate(source=Path(__file__), build=lambda tenant, user_data: build(tenant, user_data),
+                                   image_parameters=image_parameters, capacity_parameters=capacity_parameters)

@@ -13,13 +13,15 @@ shared file systems, which ParallelCluster installs itself on AWS, are installed
 from __future__ import annotations
 
 import shlex
+from pathlib import Path
 from typing import Any
 
 from fmcluster.model import Tenant
-from fmcluster.parallelcluster.config import CUSTOM_ACTION_KEY, cluster_name, on_node_configured_settings
+from fmcluster.schedulers.parallelcluster.config import CUSTOM_ACTION_KEY, cluster_name, on_node_configured_settings
 from fmcluster.stacks import cfn
 from fmcluster.stacks.first_boot import s3_client_writer
-from fmcluster.stacks.templates import slurm_ec2
+from fmcluster.schedulers.slurm_ec2 import template as slurm_ec2
+from fmcluster.stacks.templates import ClusterTemplate
 
 #: What ParallelCluster itself does on AWS that the local stand-in does with fmcluster's own pieces.
 STOOD_IN = (
@@ -34,7 +36,7 @@ STOOD_IN = (
 NODE_TYPES = {"controller": "HeadNode", "login": "LoginNode", "compute": "Compute"}
 
 _HEAD = """#!/bin/bash
-# fmcluster local stand-in for AWS ParallelCluster (fmcluster.parallelcluster.stand_in): ParallelCluster runs the
+# fmcluster local stand-in for AWS ParallelCluster (fmcluster.schedulers.parallelcluster.stand_in): ParallelCluster runs the
 # cluster config's OnNodeConfigured once a node is configured; so does this, with the same script and Args.
 set -euo pipefail
 action=/var/lib/fmcluster/pcluster-on-node-configured.sh
@@ -82,3 +84,9 @@ def build(tenant: Tenant) -> dict[str, Any]:
     """The local stand-in's cluster stack (provider local only)."""
     return slurm_ec2.build(tenant, user_data, role_tags(tenant), signals=False,
                            summary="local stand-in for AWS ParallelCluster")
+
+
+#: The stand-in's stack, made of slurm-ec2's launch templates: it takes the same AMI and Capacity Block parameters.
+STAND_IN_TEMPLATE = ClusterTemplate(source=Path(__file__), build=lambda tenant, _user_data: build(tenant),
+                                    image_parameters=slurm_ec2.image_parameters,
+                                    capacity_parameters=slurm_ec2.capacity_parameters)

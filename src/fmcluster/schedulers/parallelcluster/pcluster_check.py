@@ -10,7 +10,7 @@ stdin: a JSON list of {"cluster_name", "region", "config", "answers"}; stdout: a
 field path marshmallow reports. `findings` come from ParallelCluster's own validators: first the ones that need
 no AWS answer, run with the arguments its config classes pass them (so each finding has its config path), then
 every validator the config registers (`config.validate()`, as `pcluster create-cluster` runs them), with the
-AWS answers they ask for served from `answers` (fmcluster.parallelcluster.offline_aws: the instance catalog,
+AWS answers they ask for served from `answers` (fmcluster.schedulers.parallelcluster.offline_aws: the instance catalog,
 the tenant, the rendered network stack) by a `before-call` hook on boto3's default session: no request ever
 leaves this process. A call `answers` cannot serve is answered with the error code FmclusterNeedsAws, so the
 validator that made it is listed under `needs_aws` (it runs on AWS, in `pcluster ... --dryrun true`), never

@@ -4,10 +4,12 @@ the deploy uploads to s3://<data bucket>/hyperpod/lifecycle/."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from fmcluster.model import Tenant
 from fmcluster.stacks.cfn import NO_VALUE, Fn, GetAtt, Ref, Sub, if_, text
+from fmcluster.stacks.templates import ClusterTemplate
 from fmcluster.stacks.templates.common import (
     LIFECYCLE_PREFIX, TEMPLATE_VERSION, assume_role, bucket_name, controller_statements,
     description, metadata, node_statements, output, remote_write_statements, resource_tags, security_group_id,
@@ -190,3 +192,8 @@ def build(tenant: Tenant) -> dict[str, Any]:
         "Resources": resources,
         "Outputs": outputs,
     }
+
+
+#: What the renderer builds for a hyperpod tenant: HyperPod boots its nodes through the lifecycle scripts, so the
+#: EC2 user data is not used, and its instances' images are HyperPod's own (no AMI parameters).
+CLUSTER_TEMPLATE = ClusterTemplate(source=Path(__file__), build=lambda tenant, user_data: build(tenant))

@@ -1,7 +1,7 @@
-"""A rendered ParallelCluster 3 cluster config, as data: what fmcluster.parallelcluster.config produces and the
+"""A rendered ParallelCluster 3 cluster config, as data: what fmcluster.schedulers.parallelcluster.config produces and the
 schema check, the offline AWS answers, the commands and the operations read.
 
-A leaf module, so that the renderer may compute the offline answers (fmcluster.parallelcluster.offline_aws)
+A leaf module, so that the renderer may compute the offline answers (fmcluster.schedulers.parallelcluster.offline_aws)
 without the answers' module importing the renderer back.
 """
 
@@ -27,7 +27,7 @@ class ClusterConfig:
     provenance: dict[ConfigPath, KeyPath] = field(default_factory=dict)  # config path → tenant key
     sources: dict[ConfigPath, str] = field(default_factory=dict)  # config path → stack output
     placeholders: dict[str, str] = field(default_factory=dict)  # stack output → placeholder rendered
-    #: What ParallelCluster's validators get for their AWS calls offline (fmcluster.parallelcluster.offline_aws).
+    #: What ParallelCluster's validators get for their AWS calls offline (fmcluster.schedulers.parallelcluster.offline_aws).
     offline_answers: dict[str, Any] = field(default_factory=dict)
 
     def tenant_key(self, path: ConfigPath) -> tuple[KeyPath | None, str | None]:

@@ -16,9 +16,9 @@ from pathlib import Path
 
 from fmcluster.exits import ExitCode
 from fmcluster.model import Tenant
-from fmcluster.parallelcluster.config import render_cluster_config, write_cluster_config
-from fmcluster.parallelcluster.rendered import ClusterConfig
-from fmcluster.parallelcluster.schema import SchemaReport, ToolMissing, check_configs, tenant_problems
+from fmcluster.schedulers.parallelcluster.config import render_cluster_config, write_cluster_config
+from fmcluster.schedulers.parallelcluster.rendered import ClusterConfig
+from fmcluster.schedulers.parallelcluster.schema import SchemaReport, ToolMissing, check_configs, tenant_problems
 from fmcluster.paths import repo_root
 
 Out = Callable[[str], object]
@@ -47,7 +47,7 @@ def report_check(cfg: ClusterConfig, report: SchemaReport, out: Out) -> int:
         return ExitCode.INVALID
     out(f"ParallelCluster {report.pcluster_version}'s schema loads the cluster config of {cfg.cluster_name} as "
         f"{report.loaded_as}; every validator it registers ran, with the EC2/FSx answers fmcluster holds (instance "
-        "catalog, tenant, rendered network and storage stacks; fmcluster.parallelcluster.offline_aws), and found "
+        "catalog, tenant, rendered network and storage stacks; fmcluster.schedulers.parallelcluster.offline_aws), and found "
         "no error.")
     if report.needs_aws:
         asked = sorted({f"{n.validator} ({n.call})" for n in report.needs_aws})
@@ -81,7 +81,7 @@ def plan(tenant: Tenant, out: Out = print, root: Path | None = None) -> int:
     outputs = read_stack_outputs(tenant.org, root)
     cfg = render_cluster_config(tenant, outputs)
     path = write_cluster_config(cfg, root)
-    out(f"[cluster] {cfg.cluster_name}  (AWS ParallelCluster 3; fmcluster.parallelcluster.config)")
+    out(f"[cluster] {cfg.cluster_name}  (AWS ParallelCluster 3; fmcluster.schedulers.parallelcluster.config)")
     out(f"  rendered the cluster config to {path}")
     if cfg.placeholders:
         out(f"  placeholders for stack outputs not known yet ({'no stacks deployed' if not outputs else 'not in the outputs'}): "

@@ -1,10 +1,10 @@
 """Scheduler `parallelcluster`: an AWS ParallelCluster 3 cluster made from the cluster config fmcluster renders
-(fmcluster.parallelcluster), beside fmcluster's own network and storage stacks; its nodes run the same
+(fmcluster.schedulers.parallelcluster), beside fmcluster's own network and storage stacks; its nodes run the same
 first-boot script through OnNodeConfigured and are found by ParallelCluster's own instance tags. ParallelCluster's
 Slurm, munge, shared-storage mounts, node replacement and accounting stay its own (docs/parallelcluster.md).
 
 On provider local no ParallelCluster service exists: its part is stood in by a substrate
-(fmcluster.parallelcluster.stand_in) and the config is still rendered from the deployed stacks and checked by
+(fmcluster.schedulers.parallelcluster.stand_in) and the config is still rendered from the deployed stacks and checked by
 ParallelCluster's own schema; only `pcluster create-cluster` itself does not run.
 """
 
@@ -18,9 +18,10 @@ from typing import Any
 from fmcluster.capabilities import SCHEDULERS, SchedulerCapabilities
 from fmcluster.model import Tenant
 from fmcluster.nodes import Node
-from fmcluster.schedulers import SITE_PLAYBOOK, Out
-from fmcluster.stacks.api import DeleteFirst
-from fmcluster.stacks.render import has_parallelcluster_stand_in
+from fmcluster.schedulers.protocol import SITE_PLAYBOOK, Out
+from fmcluster.stacks.result import DeleteFirst
+from fmcluster.schedulers.parallelcluster.stand_in import STAND_IN_TEMPLATE, STOOD_IN
+from fmcluster.stacks.templates import ClusterTemplate
 from fmcluster.steps import StepOutcome
 
 #: Why `invoke replace` leaves a node to ParallelCluster, and the command that triggers its own replacement.
@@ -42,6 +43,10 @@ class ParallelCluster:
     name = "parallelcluster"
     capabilities: SchedulerCapabilities = SCHEDULERS["parallelcluster"]
     playbook = SITE_PLAYBOOK
+    #: ParallelCluster makes its cluster stack itself (pcluster create-cluster); where the provider has no
+    #: ParallelCluster service, the stand-in's stack takes its place.
+    cluster_template: ClusterTemplate | None = None
+    stand_in_template: ClusterTemplate | None = STAND_IN_TEMPLATE
     # DevSettings/Timeouts: ComputeNodeBootstrapTimeout and HeadNodeBootstrapTimeout, 1800 s by default
     # (https://docs.aws.amazon.com/parallelcluster/latest/ug/DevSettings-v3.html).
     first_boot_window: tuple[str, float] | None = ("ParallelCluster's ComputeNodeBootstrapTimeout (default)", 1800.0)
@@ -49,7 +54,7 @@ class ParallelCluster:
 
     def __init__(self, tenant: Tenant) -> None:
         self.tenant = tenant
-        self.stand_in = has_parallelcluster_stand_in(tenant)
+        self.stand_in = tenant.capabilities.stand_in
 
     def discovery(self, outputs: Mapping[str, str]) -> dict[str, Any]:
         # ParallelCluster tags its instances with what they are; the config's Tags add fmcluster:org.
@@ -72,26 +77,25 @@ class ParallelCluster:
         }
 
     def before_cluster(self, s3: Any, bucket: str, out: Out) -> None:
-        from fmcluster.parallelcluster.operations import upload_custom_action
+        from fmcluster.schedulers.parallelcluster.operations import upload_custom_action
 
         upload_custom_action(s3, bucket, out)
 
     def validate(self, out: Out) -> int:
-        from fmcluster.parallelcluster import commands
+        from fmcluster.schedulers.parallelcluster import commands
 
         return commands.validate(self.tenant, out)
 
     def plan(self, out: Out) -> int:
-        from fmcluster.parallelcluster import commands
+        from fmcluster.schedulers.parallelcluster import commands
 
         return commands.plan(self.tenant, out)
 
     def make_cluster(self, outputs: Mapping[str, str], out: Out) -> StepOutcome:
         """Render the cluster config from the stacks' outputs and check it with ParallelCluster's schema; then
         `pcluster create-cluster`/`update-cluster` (a dry run first) and wait (AWS), or say what stands in."""
-        from fmcluster.parallelcluster import commands, operations
-        from fmcluster.parallelcluster.config import render_cluster_config, write_cluster_config
-        from fmcluster.parallelcluster.stand_in import STOOD_IN
+        from fmcluster.schedulers.parallelcluster import commands, operations
+        from fmcluster.schedulers.parallelcluster.config import render_cluster_config, write_cluster_config
 
         cfg = render_cluster_config(self.tenant, dict(outputs))
         path = write_cluster_config(cfg)
@@ -114,7 +118,7 @@ class ParallelCluster:
         accounting = self.tenant.parallelcluster.accounting if self.tenant.parallelcluster else None
         # A database fmcluster creates (no ARN named) has its secret made by the storage stack, in this account.
         if accounting is not None and accounting.password_secret_arn is not None:
-            from fmcluster.parallelcluster.rules import secret_account_problem
+            from fmcluster.schedulers.parallelcluster.rules import secret_account_problem
             from fmcluster.stacks import aws
 
             account = str(aws.client("sts", self.tenant.region, None).get_caller_identity()["Account"])
@@ -135,8 +139,8 @@ class ParallelCluster:
             return None  # the stand-in's stack is deleted with the others
 
         def delete() -> bool:
-            from fmcluster.parallelcluster import operations
-            from fmcluster.parallelcluster.config import cluster_name
+            from fmcluster.schedulers.parallelcluster import operations
+            from fmcluster.schedulers.parallelcluster.config import cluster_name
 
             try:
                 operations.delete(cluster_name(self.tenant), self.tenant.region, out=out)
@@ -150,9 +154,8 @@ class ParallelCluster:
         return (f"ParallelCluster cluster {self.tenant.stack_prefix}-cluster", delete)
 
     def status_lines(self) -> list[str]:
-        from fmcluster.parallelcluster import operations
-        from fmcluster.parallelcluster.config import cluster_name
-        from fmcluster.parallelcluster.stand_in import STOOD_IN
+        from fmcluster.schedulers.parallelcluster import operations
+        from fmcluster.schedulers.parallelcluster.config import cluster_name
 
         if self.stand_in:
             return [f"{cluster_name(self.tenant)}: local stand-in (its stack is listed above). {STOOD_IN}"]

@@ -1,5 +1,6 @@
 """Scheduler `slurm-ec2`: self-managed Slurm on EC2 — a controller instance and one auto scaling group per
-login role and queue (cfn/cluster-slurm-ec2.yaml), every node converged by its own user data."""
+login role and queue (its cluster stack: fmcluster.schedulers.slurm_ec2.template), every node converged by its own
+user data."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ from typing import Any
 from fmcluster.capabilities import SCHEDULERS, SchedulerCapabilities
 from fmcluster.model import Tenant
 from fmcluster.nodes import Node
-from fmcluster.schedulers import SITE_PLAYBOOK, Out
-from fmcluster.stacks.api import DeleteFirst
-from fmcluster.stacks.templates.slurm_ec2 import SIGNAL_TIMEOUT
+from fmcluster.schedulers.protocol import SITE_PLAYBOOK, Out
+from fmcluster.stacks.result import DeleteFirst
+from fmcluster.schedulers.slurm_ec2.template import CLUSTER_TEMPLATE, SIGNAL_TIMEOUT
+from fmcluster.stacks.templates import ClusterTemplate
 from fmcluster.steps import StepOutcome
 
 
@@ -32,6 +34,8 @@ class SlurmEc2:
     name = "slurm-ec2"
     capabilities: SchedulerCapabilities = SCHEDULERS["slurm-ec2"]
     playbook = SITE_PLAYBOOK
+    cluster_template: ClusterTemplate | None = CLUSTER_TEMPLATE
+    stand_in_template: ClusterTemplate | None = None
     first_boot_window: tuple[str, float] | None = (f"the cluster stack's CreationPolicy signal timeout ({SIGNAL_TIMEOUT})",
                          float(int(SIGNAL_TIMEOUT.removeprefix("PT").removesuffix("M")) * 60))
     instance_quotas = "ec2"

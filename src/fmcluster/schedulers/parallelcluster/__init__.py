@@ -11,7 +11,10 @@ rendered from the validated tenant and those stacks' outputs, checked by Paralle
     schema.tenant_problems(tenant, cfg, report) -> [Problem, ...]    its findings mapped to the tenant file
     commands.validate(tenant) / commands.plan(tenant)                what `invoke validate` / `invoke plan` add
     operations.*                                                     pcluster create/update/wait/delete/describe
+    scheduler.ParallelCluster                                        the scheduler (fmcluster.schedulers.registry)
+    stand_in.STAND_IN_TEMPLATE                                       the cluster stack offline (provider local)
+    capabilities.yml                                                 its capabilities row (fmcluster.capabilities)
 
 Nothing is imported here, so validation.py can use `rules` without importing the model (no import cycle).
-See docs/parallelcluster.md.
+See README.md here and docs/parallelcluster.md.
 """

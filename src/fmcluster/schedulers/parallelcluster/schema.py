@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fmcluster.parallelcluster.rendered import ClusterConfig
+from fmcluster.schedulers.parallelcluster.rendered import ClusterConfig
 from fmcluster.paths import source_root
 from fmcluster.validation import Problem, dotted
 from fmcluster.yamlpos import load

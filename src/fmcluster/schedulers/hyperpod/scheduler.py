@@ -1,4 +1,4 @@
-"""Scheduler `hyperpod`: SageMaker HyperPod with Slurm (fmcluster.stacks.templates.hyperpod). HyperPod makes the
+"""Scheduler `hyperpod`: SageMaker HyperPod with Slurm (fmcluster.schedulers.hyperpod.template). HyperPod makes the
 instances and runs the lifecycle script on each (cfn/hyperpod-lifecycle/on_create.sh), which starts HyperPod's
 own Slurm and runs the same first-boot script as every other node; the nodes are found through SageMaker's
 ListClusterNodes.
@@ -20,11 +20,14 @@ from typing import Any
 from fmcluster.capabilities import SCHEDULERS, SchedulerCapabilities
 from fmcluster.model import Tenant
 from fmcluster.nodes import Node
-from fmcluster.schedulers import SITE_PLAYBOOK, Out
-from fmcluster.stacks.api import DeleteFirst
+from fmcluster.schedulers.protocol import SITE_PLAYBOOK, Out
+from fmcluster.stacks.result import DeleteFirst
 from fmcluster.steps import StepOutcome
 from fmcluster.stacks.first_boot import USER_DATA_SCRIPT, first_boot_script
-from fmcluster.stacks.render import LIFECYCLE_DIR, LIFECYCLE_PREFIX, lifecycle_environment
+from fmcluster.schedulers.hyperpod.lifecycle import LIFECYCLE_DIR, lifecycle_environment
+from fmcluster.schedulers.hyperpod.template import CLUSTER_TEMPLATE
+from fmcluster.stacks.templates import ClusterTemplate
+from fmcluster.stacks.templates.common import LIFECYCLE_PREFIX
 
 LIFECYCLE_ENV = "fmcluster-lifecycle.env"
 #: Where HyperPod's Slurm lives on its AMI (AWS's HyperPod lifecycle samples: slurm.conf, accounting.conf and
@@ -50,6 +53,8 @@ class HyperPod:
     name = "hyperpod"
     capabilities: SchedulerCapabilities = SCHEDULERS["hyperpod"]
     playbook = SITE_PLAYBOOK
+    cluster_template: ClusterTemplate | None = CLUSTER_TEMPLATE
+    stand_in_template: ClusterTemplate | None = None
     # HyperPod documents no time limit of its own for a lifecycle script (on_create.sh).
     first_boot_window: tuple[str, float] | None = None
     instance_quotas = "sagemaker"

@@ -1,0 +1,1 @@
+"""Scheduler `hyperpod`: SageMaker HyperPod with Slurm (README.md). Nothing is imported here."""
