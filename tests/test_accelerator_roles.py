@@ -20,6 +20,7 @@ import yaml
 
 from fmcluster.capabilities import capabilities
 from fmcluster.catalog import load_catalog
+from fmcluster.accelerators import queue_vars as accelerator_queue_vars
 from fmcluster.nccl import queue_vars
 
 from conftest import ROOT, venv_tool
@@ -49,7 +50,7 @@ def write_inventory(path: Path, provider: str, types: list[str], out: Path | Non
         queues[f"queue_{slug(instance_type)}"] = {
             "hosts": {slug(instance_type): host_vars},
             "vars": {"fmcluster_instance_type": instance_type, "fmcluster_instance": catalog[instance_type].as_vars(),
-                     **queue_vars(instance_type)},
+                     **accelerator_queue_vars(instance_type, types)},
         }
     inventory = {"all": {
         "vars": {**capabilities(provider, "slurm-ec2").manifest_vars(), "ansible_connection": "local",

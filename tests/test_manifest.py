@@ -344,7 +344,7 @@ def test_a_mount_point_that_is_not_a_normalized_path_has_no_unit_name() -> None:
 def test_the_submit_node_gets_the_acceptance_backend_of_each_kind_of_queue(org: str, backends: list[str],
                                                                            gpus: int) -> None:
     variables = manifest_for(load_tenant(org))["vars"]
-    assert (variables["fmcluster_acceptance_backends"], variables["fmcluster_acceptance_gpus_per_node"]) == (backends, gpus)
+    assert (variables["nccl_tests_backends"], variables["nccl_tests_gpus_per_node"]) == (backends, gpus)
 
 
 def test_a_cluster_of_gpu_and_cpu_queues_gets_both_acceptance_backends(tmp_path: Path) -> None:
@@ -352,8 +352,8 @@ def test_a_cluster_of_gpu_and_cpu_queues_gets_both_acceptance_backends(tmp_path:
               {"name": "cpu", "instance_type": "c5.2xlarge", "count": 1}]
     tenant = load_tenant("t-mixed", make_root(tmp_path, "t-mixed", "10.93.23.0/24", provider="aws", queues=queues))
     variables = manifest_for(tenant)["vars"]
-    assert variables["fmcluster_acceptance_backends"] == ["nccl", "cpu"]
-    assert variables["fmcluster_acceptance_gpus_per_node"] == 8
+    assert variables["nccl_tests_backends"] == ["nccl", "cpu"]
+    assert variables["nccl_tests_gpus_per_node"] == 8
 
 
 # --- the deploy machine's copy --------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from fmcluster import monitoring
+from fmcluster.manifest import PROMETHEUS_USER
 from fmcluster.model import load_tenant
 
 
@@ -64,6 +65,7 @@ def test_alerts_go_to_the_alertmanager_the_role_starts_and_only_when_there_is_a_
     assert (defaults["alertmanager"]["alertmanager_listen_address"], defaults["alertmanager"]["alertmanager_port"],
             defaults["prometheus"]["prometheus_port"]) == (monitoring.ALERTMANAGER_ADDRESS, monitoring.ALERTMANAGER_PORT,
                                                            monitoring.PROMETHEUS_PORT)
+    assert defaults["prometheus"]["prometheus_user"] == PROMETHEUS_USER  # the IMDS rule's account on the controller
     with_receiver, without = (monitoring.inventory_vars(load_tenant(org)) for org in ("stockmark", "demo"))
     assert with_receiver["prometheus_alertmanager_targets"] == ["127.0.0.1:9093"]
     assert without["prometheus_alertmanager_targets"] == []

@@ -95,6 +95,11 @@ class InstanceType:
     def has_efa(self) -> bool:
         return self.efa_interfaces > 0
 
+    @property
+    def needs_fabric(self) -> bool:
+        """It has an accelerator or EFA: its tasks need an NCCL/libfabric environment."""
+        return self.accelerator != "none" or self.has_efa
+
     def as_vars(self) -> dict[str, Any]:
         """Plain dict for templates and generated inventories."""
         return {

@@ -61,6 +61,11 @@ def placement_group_output_key(queue: str) -> str:
 FMCLUSTER_SLURM_GROUP = "fmcluster_slurm"
 
 
+#: The account Prometheus runs as on the controller (the prometheus role's default; tests/test_monitoring_inventory_vars.py
+#: keeps them equal): it discovers nodes and remote-writes with the instance role, so the IMDS rule lets it through.
+PROMETHEUS_USER = "prometheus"
+
+
 def queue_group(queue: str) -> str:
     return f"queue_{queue.replace('-', '_')}"
 
@@ -107,9 +112,11 @@ def assemble_inventory(manifest: Mapping[str, Any], nodes: Sequence[Node],
     all_vars["prometheus_scrape_configs"] = scrape_configs(all_vars, nodes)
 
     org = str(all_vars.get("fmcluster_org", ""))
+    scheduler_users = [str(u) for u in all_vars.get("imds_guard_scheduler_users") or []]
 
     def group(members: Sequence[Node], spec: Mapping[str, Any], queue: str | None = None) -> dict[str, Any]:
-        doc: dict[str, Any] = ({"hosts": {n.name: {**_host_vars(n), **exporter_vars(n, spec, org)} for n in members}}
+        doc: dict[str, Any] = ({"hosts": {n.name: {**_host_vars(n), **exporter_vars(n, spec, org),
+                                                   **imds_vars(n, scheduler_users)} for n in members}}
                                if members else {})
         doc["vars"] = {"fmcluster_instance_type": spec["instance_type"], "fmcluster_instance": spec["instance"],
                        # The queue's own name: its label everywhere (node_info, Prometheus targets), never
@@ -211,6 +218,13 @@ def node_relabels(node_tags: NodeTags) -> list[dict[str, Any]]:
 
 def _host_vars(node: Node) -> dict[str, Any]:
     return {"ansible_host": node.address, "fmcluster_address": node.address, "fmcluster_instance_id": node.instance_id}
+
+
+def imds_vars(node: Node, scheduler_users: Sequence[str]) -> dict[str, Any]:
+    """Who besides root may reach IMDS on this node (roles/imds_guard): the scheduler's own daemon accounts that use
+    the instance role (its manifest_vars: imds_guard_scheduler_users), and on the controller Prometheus (EC2
+    discovery, remote write). Per host, not per group: a controller that is also the login node stays a controller."""
+    return {"imds_guard_allowed_users": [*scheduler_users, *([PROMETHEUS_USER] if node.role == "controller" else [])]}
 
 
 def exporter_vars(node: Node, spec: Mapping[str, Any], org: str) -> dict[str, Any]:

@@ -167,7 +167,7 @@ def cluster_vars(instance_types: list[str]) -> dict[str, Any]:
     such a cluster (empty where nothing is needed); a cluster of plain CPU queues gets no TaskProlog at all.
     """
     catalog = load_catalog()
-    if any(catalog[t].accelerator != "none" or catalog[t].has_efa for t in instance_types):
+    if any(catalog[t].needs_fabric for t in instance_types):
         return {"slurm_task_prolog": TASK_PROLOG_PATH, "nccl_task_prolog_path": TASK_PROLOG_PATH}
     return {}
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fmcluster import accounting, monitoring, nccl, users, versions
+from fmcluster import accelerators, accounting, monitoring, nccl, users, versions
 from fmcluster.health import inventory as health
 from fmcluster.manifest import FORMAT, NODE_SECRETS_DIR, SECRET_NAMES, secret_id
 from fmcluster.model import Tenant
@@ -94,9 +94,10 @@ def build_manifest(tenant: Tenant, ref: str, stack_outputs: Mapping[str, str],
                    queue_resources: Callable[[Any], dict[str, Any]], scheduler_vars: Mapping[str, Any],
                    provider_vars: Mapping[str, Any], discovery: Mapping[str, Any]) -> dict[str, Any]:
     """Everything about the cluster that does not depend on which instances exist (fmcluster.manifest)."""
+    cluster_types = [q.instance.name for q in tenant.queues]
     queues = {
         q.name: {"instance_type": q.instance.name, "instance": q.instance.as_vars(), "default": q.name == tenant.default_queue.name,
-                 "resources": queue_resources(q.instance), "vars": nccl.queue_vars(q.instance.name)}
+                 "resources": queue_resources(q.instance), "vars": accelerators.queue_vars(q.instance.name, cluster_types)}
         for q in tenant.queues
     }
     login = tenant.login
@@ -115,6 +116,7 @@ def build_manifest(tenant: Tenant, ref: str, stack_outputs: Mapping[str, str],
         "slurm_cluster_name": tenant.org.replace("-", "_"),
         "munge_key_src": f"{NODE_SECRETS_DIR}/munge-key",
         "fmcluster_shared_storage": storage,
+        "shared_storage_filesystems": storage,  # the shared_storage role's own name for the same list
         # Every shared file system is expected mounted on every node (FSx on AWS, the substrate's directory locally).
         "node_exporter_expected_mounts": [{"mountpoint": fs["mount_point"], "fstype": fs["type"]} for fs in storage],
         **versions.role_vars(),
@@ -145,11 +147,13 @@ def build_manifest(tenant: Tenant, ref: str, stack_outputs: Mapping[str, str],
 
 
 def acceptance_vars(tenant: Tenant) -> dict[str, Any]:
-    """Which acceptance job scripts the submit node needs: nccl-tests for CUDA queues, the CPU bench otherwise."""
+    """Which acceptance job scripts the submit node needs: nccl-tests for CUDA queues, the CPU bench otherwise, and
+    the ranks per node of the nccl ones (the nccl_tests role's variables, as `all` vars: each queue group sets its own
+    nccl_tests_gpus_per_node for the build on its nodes, fmcluster.accelerators.queue_vars)."""
     kinds = {q.instance.accelerator for q in tenant.queues}
-    return {"fmcluster_acceptance_backends": (["nccl"] if "cuda" in kinds else []) + (["cpu"] if "none" in kinds else []),
-            "fmcluster_acceptance_gpus_per_node": max((q.instance.accelerators_per_node for q in tenant.queues
-                                                       if q.instance.accelerator == "cuda"), default=0)}
+    return {"nccl_tests_backends": (["nccl"] if "cuda" in kinds else []) + (["cpu"] if "none" in kinds else []),
+            "nccl_tests_gpus_per_node": max((q.instance.accelerators_per_node for q in tenant.queues
+                                             if q.instance.accelerator == "cuda"), default=0)}
 
 
 def shared_storage(tenant: Tenant, outputs: Mapping[str, str]) -> list[dict[str, Any]]:

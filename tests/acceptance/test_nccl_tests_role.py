@@ -17,29 +17,29 @@ pytestmark = pytest.mark.slow
 # comes from the manifest (fmcluster.publish.acceptance_vars).
 INVENTORY = """all:
   vars: {{ansible_connection: local, ansible_python_interpreter: "{python}",
-         fmcluster_acceptance_backends: {backends}, fmcluster_acceptance_gpus_per_node: {gpus}}}
+         nccl_tests_backends: {backends}, nccl_tests_gpus_per_node: {gpus}}}
   children:
     controller: {{hosts: {{fma-ctl: {{}}}}}}
     login: {{hosts: {{fma-ctl: {{}}}}}}
     compute:
-      vars: {{fmcluster_instance: {{accelerator: {accelerator}, accelerators_per_node: {gpus}}}}}
+      vars: {{fmcluster_instance: {{accelerator: {accelerator}, accelerators_per_node: {gpus}}}, nccl_tests_gpus_per_node: {gpus}}}
       hosts: {{fma-c1: {{}}}}
 """
 
 
 MIXED = """all:
   vars: {{ansible_connection: local, ansible_python_interpreter: "{python}",
-         fmcluster_acceptance_backends: [nccl, cpu], fmcluster_acceptance_gpus_per_node: 8}}
+         nccl_tests_backends: [nccl, cpu], nccl_tests_gpus_per_node: 8}}
   children:
     controller: {{hosts: {{fma-ctl: {{}}}}}}
     login: {{hosts: {{fma-ctl: {{}}}}}}
     compute:
       children:
         queue_cpu:
-          vars: {{fmcluster_instance: {{accelerator: none, accelerators_per_node: 0}}}}
+          vars: {{fmcluster_instance: {{accelerator: none, accelerators_per_node: 0}}, nccl_tests_gpus_per_node: 0}}
           hosts: {{fma-c1: {{}}}}
         queue_gpu:
-          vars: {{fmcluster_instance: {{accelerator: cuda, accelerators_per_node: 8}}}}
+          vars: {{fmcluster_instance: {{accelerator: cuda, accelerators_per_node: 8}}, nccl_tests_gpus_per_node: 8}}
           hosts: {{fma-g1: {{}}}}
 """
 
