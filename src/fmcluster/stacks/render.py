@@ -1,13 +1,13 @@
 """Tenant → rendered CloudFormation templates and parameters, offline and without side effects.
 
-The templates are Python data (fmcluster.stacks.templates.*, fmcluster.schedulers.*.template), dumped to YAML by fmcluster.stacks.cfn:
-tenant values are leaves of the structure, never text a YAML or `Fn::Sub` parser reads again, so no
-value can change a template's structure (tests/test_stack_hostile_values.py proves it for every
-string field). Values from the spec and the catalog are rendered in, so the rendered template is the
-complete record of what a stack holds and a changed tenant value shows in the change set as exactly
-the resources it touches. CloudFormation Parameters carry only what flows in from outside the spec:
-the previous stacks' outputs (typed: AWS::EC2::VPC::Id, ...::Subnet::Id, ...::SecurityGroup::Id),
-the provider, and the AMI ids, resolved once and pinned (see `ImageRef`).
+The templates are Python data (fmcluster.stacks.templates.*, fmcluster.schedulers.*.template), dumped to YAML by
+fmcluster.stacks.cfn: tenant values are leaves of the structure, never text a YAML or `Fn::Sub` parser reads again,
+so no value can change a template's structure (tests/test_stack_hostile_values.py proves it for every string
+field). Values from the spec and the catalog are rendered in, so the rendered template is the complete record of
+what a stack holds and a changed tenant value shows in the change set as exactly the resources it touches.
+CloudFormation Parameters carry only what flows in from outside the spec: the previous stacks' outputs (typed:
+AWS::EC2::VPC::Id, ...::Subnet::Id, ...::SecurityGroup::Id) and the AMI ids, resolved once and
+pinned (see `ImageRef`).
 
 `node_user_data` is the one place the EC2 nodes' boot script is written (fmcluster.schedulers.hyperpod.lifecycle
 gives HyperPod's on_create.sh the same variables). The cluster stack is the one the tenant's scheduler hands over
@@ -26,8 +26,8 @@ import yaml
 
 from fmcluster.model import Tenant
 from fmcluster.paths import PACKAGE_DIR
-from fmcluster.stacks import cfn
 from fmcluster.schedulers.registry import scheduler_for
+from fmcluster.stacks import cfn
 from fmcluster.stacks.first_boot import (
     BOOT_VARIABLES, S3_CLIENT, S3_CLIENT_PLACEHOLDER, USER_DATA_SCRIPT, boot_environment, first_boot_script,
     packed_s3_client, s3_client_writer,

@@ -20,14 +20,14 @@ from typing import Any
 from fmcluster.capabilities import SCHEDULERS, SchedulerCapabilities
 from fmcluster.model import Tenant
 from fmcluster.nodes import Node
-from fmcluster.schedulers.protocol import SITE_PLAYBOOK, Out
-from fmcluster.stacks.result import DeleteFirst
-from fmcluster.steps import StepOutcome
-from fmcluster.stacks.first_boot import USER_DATA_SCRIPT, first_boot_script
 from fmcluster.schedulers.hyperpod.lifecycle import LIFECYCLE_DIR, lifecycle_environment
 from fmcluster.schedulers.hyperpod.template import CLUSTER_TEMPLATE
+from fmcluster.schedulers.protocol import SITE_PLAYBOOK, Out
+from fmcluster.stacks.first_boot import USER_DATA_SCRIPT, first_boot_script
+from fmcluster.stacks.result import DeleteFirst
 from fmcluster.stacks.templates import ClusterTemplate
 from fmcluster.stacks.templates.common import LIFECYCLE_PREFIX
+from fmcluster.steps import StepOutcome
 
 LIFECYCLE_ENV = "fmcluster-lifecycle.env"
 #: Where HyperPod's Slurm lives on its AMI (AWS's HyperPod lifecycle samples: slurm.conf, accounting.conf and

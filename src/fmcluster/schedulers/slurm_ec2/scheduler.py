@@ -12,8 +12,8 @@ from fmcluster.capabilities import SCHEDULERS, SchedulerCapabilities
 from fmcluster.model import Tenant
 from fmcluster.nodes import Node
 from fmcluster.schedulers.protocol import SITE_PLAYBOOK, Out
-from fmcluster.stacks.result import DeleteFirst
 from fmcluster.schedulers.slurm_ec2.template import CLUSTER_TEMPLATE, SIGNAL_TIMEOUT
+from fmcluster.stacks.result import DeleteFirst
 from fmcluster.stacks.templates import ClusterTemplate
 from fmcluster.steps import StepOutcome
 
