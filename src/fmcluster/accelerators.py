@@ -26,11 +26,9 @@ def accelerator_roles(instance: InstanceType, cluster_needs_fabric: bool) -> lis
 
 def queue_vars(instance_type: str, cluster_instance_types: Sequence[str]) -> dict[str, Any]:
     """The group vars of one queue of `instance_type` in a cluster whose queues have `cluster_instance_types`."""
-    catalog = load_catalog()
-    instance = catalog[instance_type]
-    cluster_needs_fabric = any(catalog[t].needs_fabric for t in cluster_instance_types)
+    instance = load_catalog()[instance_type]
     return {
-        "fmcluster_accelerator_roles": accelerator_roles(instance, cluster_needs_fabric),
+        "fmcluster_accelerator_roles": accelerator_roles(instance, nccl.cluster_needs_fabric(cluster_instance_types)),
         "efa_expected_interfaces": instance.efa_interfaces,
         "nvidia_driver_expected_gpus": instance.accelerators_per_node if instance.accelerator == "cuda" else 0,
         "nvidia_driver_fabric_manager": instance.nvswitch,

@@ -2,8 +2,9 @@
 
 Every other module (stacks, validation, health, doctor, fleet) and every role reads a capability, never a name,
 so a new provider is a new row here plus its module (fmcluster.providers), a new scheduler its folder
-(fmcluster.schedulers.<name>, whose capabilities.yml is its row), not a hunt for `== "local"`. The provider and scheduler objects publish the same rows (`capabilities`), and the
-manifest carries the resolved ones to the nodes as `fmcluster_capabilities` (fmcluster.publish).
+(fmcluster.schedulers.<name>, whose capabilities.yml is its row), not a hunt for `== "local"`. The provider and
+scheduler objects publish the same rows (`capabilities`), and the manifest carries the resolved ones to the nodes
+as `fmcluster_capabilities` (fmcluster.publish).
 
 This module imports nothing of fmcluster's (it reads the schedulers' rows as files): the model, validation and the
 node-side programs all read it.

@@ -8,6 +8,7 @@ ones. The generated inventory passes the result to the `nccl` role as `nccl_envi
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -160,16 +161,21 @@ def queue_vars(instance_type: str) -> dict[str, Any]:
 TASK_PROLOG_PATH = "/etc/slurm/fmcluster-task-prolog.sh"
 
 
-def cluster_vars(instance_types: list[str]) -> dict[str, Any]:
+def cluster_vars(instance_types: Sequence[str]) -> dict[str, Any]:
     """`all` vars for the generated inventory: the Slurm TaskProlog path when some queue needs an NCCL environment.
 
     Slurm's TaskProlog is cluster-wide, so playbooks/accelerators.yml renders the script on every compute node of
     such a cluster (empty where nothing is needed); a cluster of plain CPU queues gets no TaskProlog at all.
     """
-    catalog = load_catalog()
-    if any(catalog[t].needs_fabric for t in instance_types):
+    if cluster_needs_fabric(instance_types):
         return {"slurm_task_prolog": TASK_PROLOG_PATH, "nccl_task_prolog_path": TASK_PROLOG_PATH}
     return {}
+
+
+def cluster_needs_fabric(instance_types: Sequence[str]) -> bool:
+    """Some queue of the cluster has an accelerator or EFA: every compute node renders the (cluster-wide) TaskProlog."""
+    catalog = load_catalog()
+    return any(catalog[t].needs_fabric for t in instance_types)
 
 
 def describe(instance_type: str, plugin_version: str | None = None) -> str:
