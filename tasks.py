@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -58,7 +60,7 @@ def _venv_bin(name: str) -> str:
     return str(candidate) if candidate.exists() else name
 
 
-#: CI's tiers, cheapest first; `invoke test` runs them in this order and stops at the first that fails.
+#: CI's tiers, cheapest first (`invoke test --tier=NAME` runs one; STREAMS below says how `invoke test` runs all).
 #: fast and slow run under pytest-xdist, one test file per worker (--dist loadfile: a file's module fixtures,
 #: servers and throw-away hosts stay in one process); e2e drives one shared cluster, so it runs serially.
 TIERS = ("fast", "slow", "molecule", "e2e")
@@ -92,31 +94,82 @@ def _pytest(c: Context, tier: str, extra: str = "") -> None:
         raise Exit(f"tests failed in tier '{tier}' ({marker}); durations in {junit}", code=result.exited)
 
 
-@task(help={"tier": "fast | slow | molecule | e2e | all (default: every tier, in that order)",
+#: `invoke test` (every tier): fast first, alone (a broken unit stops everything within two minutes); then two
+#: streams at once. The e2e tier is the longest and leaves the cores idle a third of its time (health-check
+#: intervals, a node's first boot waiting on the controller, Slurm's timers), so slow and Molecule run beside it,
+#: niced: the e2e cluster's nodes keep the cores whenever they want them. The streams share no host, bridge,
+#: VPC range, tenant or substrate folder (each test and scenario has its own); the pristine image is built under
+#: a lock (fmcluster.providers.local.image).
+STREAMS: tuple[tuple[tuple[str, ...], int], ...] = ((("e2e",), 0), (("slow", "molecule"), 10))
+
+
+def _run_tier(c: Context, name: str, extra: str) -> None:
+    if name == "molecule":
+        if (ROOT / "molecule").is_dir():
+            c.run(f"{_venv_bin('molecule')} test --all", env={"PATH": f"{ROOT / '.venv' / 'bin'}:{os.environ['PATH']}"})
+    else:
+        _pytest(c, name, extra)
+
+
+def _stream(tiers: tuple[str, ...], niceness: int, k: str, live: bool,
+            timings: dict[str, float], failed: dict[str, int]) -> None:
+    """One stream's tiers in order, each as its own `invoke test --tier=…` (stops at the first that fails).
+    A live stream writes to this terminal; the others to .cache/test-results/<tier>.log, printed when all end."""
+    for name in tiers:
+        argv = [_venv_bin("invoke"), "test", f"--tier={name}", *(["-k", k] if k else [])]
+        log = RESULTS_DIR / f"{name}.log"
+        started = time.monotonic()
+        with open(os.devnull if live else log, "w") as sink:
+            done = subprocess.run(argv, cwd=ROOT, stdin=subprocess.DEVNULL, check=False,
+                                  stdout=None if live else sink, stderr=None if live else subprocess.STDOUT,
+                                  preexec_fn=(lambda: os.nice(niceness)) if niceness else None)
+        timings[name] = time.monotonic() - started
+        print(f"test: tier {name} {'passed' if done.returncode == 0 else f'FAILED (exit {done.returncode})'} "
+              f"in {timings[name]:.0f} s" + ("" if live else f" (niced {niceness}; log {log.relative_to(ROOT)})"),
+              flush=True)
+        if done.returncode != 0:
+            failed[name] = done.returncode
+            return
+
+
+@task(help={"tier": "fast | slow | molecule | e2e | all (default: fast, then e2e beside slow and molecule)",
             "k": "pytest -k expression"})
 def test(c: Context, tier: str = "all", k: str = "") -> None:
-    """Run the whole suite in tiers, cheapest first: fast (unit tests, in parallel), slow (real servers,
-    playbooks, linters; in parallel), Molecule scenarios, then the e2e tier (serially)."""
+    """Run the whole suite in tiers: fast (unit tests, in parallel) first; then the e2e tier (serially, one shared
+    cluster) beside slow (real servers, playbooks, linters; in parallel) and the Molecule scenarios, niced."""
     if tier not in (*TIERS, "all"):
         raise Exit(f"test: unknown tier {tier!r}; one of {', '.join(TIERS)} or all", code=ExitCode.INVALID)
     extra = f"-k '{k}'" if k else ""
-    timings: list[tuple[str, float]] = []
     with c.cd(str(ROOT)):
-        for name in TIERS:
-            if tier not in (name, "all"):
-                continue
+        if tier != "all":
             started = time.monotonic()
-            if name == "molecule":
-                if (ROOT / "molecule").is_dir():
-                    c.run(f"{_venv_bin('molecule')} test --all",
-                          env={"PATH": f"{ROOT / '.venv' / 'bin'}:{os.environ['PATH']}"})
-            else:
-                _pytest(c, name, extra)
-            timings.append((name, time.monotonic() - started))
-            print(f"test: tier {name} took {timings[-1][1]:.0f} s")
-    if len(timings) > 1:
-        print("test: tiers " + ", ".join(f"{name} {seconds:.0f} s" for name, seconds in timings)
-              + f"; total {sum(s for _, s in timings):.0f} s")
+            _run_tier(c, tier, extra)
+            print(f"test: tier {tier} took {time.monotonic() - started:.0f} s")
+            return
+        started = time.monotonic()
+        _pytest(c, "fast", extra)
+        timings: dict[str, float] = {"fast": time.monotonic() - started}
+        print(f"test: tier fast took {timings['fast']:.0f} s", flush=True)
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    failed: dict[str, int] = {}
+    concurrent = time.monotonic()
+    streams = [threading.Thread(target=_stream, args=(tiers, niceness, k, index == 0, timings, failed))
+               for index, (tiers, niceness) in enumerate(STREAMS)]
+    for stream in streams:
+        stream.start()
+    for stream in streams:
+        stream.join()
+    for tiers, niceness in STREAMS[1:]:
+        for name in tiers:
+            if (RESULTS_DIR / f"{name}.log").is_file() and name in timings:
+                print(f"\n----- tier {name} (ran niced beside the e2e tier) -----", flush=True)
+                sys.stdout.write((RESULTS_DIR / f"{name}.log").read_text(errors="replace"))
+    print("test: tiers " + ", ".join(f"{name} {seconds:.0f} s" for name, seconds in timings.items())
+          + f"; wall {timings['fast'] + time.monotonic() - concurrent:.0f} s (after fast: "
+          + " beside ".join("+".join(tiers) for tiers, _ in STREAMS) + ")")
+    if failed:
+        raise Exit("tests failed in tier(s) " + ", ".join(f"{name} (exit {code})" for name, code in failed.items()),
+                   code=next(iter(failed.values())))
 
 
 def _exit(code: int) -> None:

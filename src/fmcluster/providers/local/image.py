@@ -15,6 +15,7 @@ again only when what it is made from (suite, mirror, package list, hooks) change
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -76,6 +77,17 @@ def ensure_image(out: Out = print) -> Image:
     rootfs = folder / "rootfs"
     if (folder / COMPLETE).is_file() and rootfs.is_dir():
         return Image(rootfs, False, 0.0)
+    # Tenants deployed at the same time (the test tiers run side by side) wait for one build instead of each
+    # removing the other's half-built folder.
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with (folder.parent / f".{folder.name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (folder / COMPLETE).is_file() and rootfs.is_dir():
+            return Image(rootfs, False, 0.0)
+        return _build(folder, rootfs, out)
+
+
+def _build(folder: Path, rootfs: Path, out: Out) -> Image:
     if not shutil.which("mmdebstrap"):
         raise SubstrateError("mmdebstrap is missing; run scripts/bootstrap.sh (it installs Debian's mmdebstrap)")
     out(f"  building the local image {NAME} with mmdebstrap (once; cached in {folder})")
