@@ -79,8 +79,20 @@ def _root_with_nodes(tmp_path: Path, org: str, nodes: list[Node], outputs: dict[
     return tmp_path
 
 
+def _programs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *names: str) -> Path:
+    """A PATH holding only `names` (each a script that exits 0): what this machine has, as the test says."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    for program in names:
+        (bin_dir / program).write_text("#!/bin/sh\nexit 0\n")
+        (bin_dir / program).chmod(0o755)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    return bin_dir
+
+
 def test_on_aws_the_session_is_session_managers_ssh_document(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FMCLUSTER_ROOT", str(_root_with_nodes(tmp_path, "stockmark", [CONTROLLER, PRIVATE_LOGIN], {})))
+    _programs(tmp_path, monkeypatch, "ssh", "aws", "session-manager-plugin")
     argv = provider_for(load_tenant("stockmark", tmp_path)).client_argv(CONTROLLER)
     proxy = next(a for a in argv if a.startswith("ProxyCommand="))
     assert proxy == ("ProxyCommand=aws ssm start-session --region ap-northeast-1 --target i-0c0000000000000c1 "
@@ -93,12 +105,7 @@ def test_a_session_route_says_what_this_machine_lacks_before_anything_is_tried(
     """Fail closed: without the Session Manager plugin (or the AWS CLI) the route is refused with where to get it,
     and `invoke slurm` says so instead of ssh's opaque ProxyCommand failure."""
     monkeypatch.setenv("FMCLUSTER_ROOT", str(_root_with_nodes(tmp_path, "stockmark", [CONTROLLER, PRIVATE_LOGIN], {})))
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    for program in ("ssh", "aws"):
-        (bin_dir / program).write_text("#!/bin/sh\nexit 0\n")
-        (bin_dir / program).chmod(0o755)
-    monkeypatch.setenv("PATH", str(bin_dir))
+    bin_dir = _programs(tmp_path, monkeypatch, "ssh", "aws")
     route = provider_for(load_tenant("stockmark", tmp_path)).route(CONTROLLER)
     assert route.missing() == ["session-manager-plugin"]
     assert route.unusable().startswith("reaching the nodes through a Session Manager session needs "
@@ -107,6 +114,30 @@ def test_a_session_route_says_what_this_machine_lacks_before_anything_is_tried(
     (bin_dir / "session-manager-plugin").write_text("#!/bin/sh\nexit 0\n")
     (bin_dir / "session-manager-plugin").chmod(0o755)
     assert route.missing() == [] and route.unusable() == ""
+
+
+def test_every_node_facing_command_refuses_a_route_this_machine_cannot_use(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail closed at one depth: the provider's client_argv raises with what is missing; acceptance says it as a
+    Slurm client that is not ready, replace as a not-ready lifecycle error (before it asks for any instance)."""
+    from fmcluster.acceptance.gate import run_gate
+    from fmcluster.acceptance.slurm import SlurmError
+    from fmcluster.exits import ExitCode
+    from fmcluster.lifecycle import LifecycleError, remote
+    from fmcluster.providers import RouteUnusable
+
+    monkeypatch.setenv("FMCLUSTER_ROOT", str(_root_with_nodes(tmp_path, "stockmark", [CONTROLLER, PRIVATE_LOGIN], {})))
+    _programs(tmp_path, monkeypatch, "ssh", "aws")
+    tenant = load_tenant("stockmark", tmp_path)
+    provider = provider_for(tenant)
+    with pytest.raises(RouteUnusable, match="needs session-manager-plugin on this machine"):
+        provider.client_argv(CONTROLLER)
+    with pytest.raises(SlurmError, match="cannot reach the submit node: reaching the nodes through a Session Manager "
+                                         "session needs session-manager-plugin"):
+        run_gate(tenant, provider, [CONTROLLER, PRIVATE_LOGIN], print)
+    with pytest.raises(LifecycleError, match="needs session-manager-plugin") as refused:
+        remote(provider, CONTROLLER, "sinfo")
+    assert refused.value.code == ExitCode.NOT_READY
 
 
 def test_on_aws_with_a_public_login_node_the_controller_goes_through_it(tmp_path: Path,

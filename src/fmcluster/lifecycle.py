@@ -38,7 +38,7 @@ from fmcluster.health.inventory import INSTALL_DIR
 from fmcluster.health.triage import Finding
 from fmcluster.model import Tenant
 from fmcluster.nodes import Node
-from fmcluster.providers import Provider
+from fmcluster.providers import Provider, RouteUnusable
 from fmcluster.schedulers.registry import scheduler_for
 
 Out = Callable[[str], object]
@@ -64,6 +64,8 @@ def remote(provider: Provider, node: Node, command: str, timeout: float = 60) ->
     try:
         return subprocess.run([*provider.client_argv(node), command], capture_output=True, text=True,
                               timeout=timeout, stdin=subprocess.DEVNULL)
+    except RouteUnusable as err:
+        raise LifecycleError(str(err), ExitCode.NOT_READY) from err
     except subprocess.TimeoutExpired:
         return subprocess.CompletedProcess([command], 124, "", f"{node.name} did not answer within {timeout:.0f}s")
 
@@ -302,8 +304,11 @@ class Replacer:
         current = self.live_nodes()
         from fmcluster.monitoring import scrape_targets
 
-        scraped = scrape_targets(self.provider.client_argv(controller), current, lambda line: self.out(line),
-                                 wait_s=self.timeout_s)
+        try:
+            controller_argv = self.provider.client_argv(controller)
+        except RouteUnusable as err:
+            raise LifecycleError(str(err), ExitCode.NOT_READY) from err
+        scraped = scrape_targets(controller_argv, current, lambda line: self.out(line), wait_s=self.timeout_s)
         if scraped.status == "failed":
             raise LifecycleError(f"Prometheus: {scraped.summary}: {'; '.join(scraped.details[:4])}")
         self._stage(result, "monitoring", began, scraped.summary)

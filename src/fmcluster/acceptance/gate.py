@@ -19,7 +19,7 @@ from fmcluster.acceptance.slurm import SlurmClient, SlurmError
 from fmcluster.manifest import digest, membership_digest
 from fmcluster.model import Tenant
 from fmcluster.nodes import Node
-from fmcluster.providers import Provider
+from fmcluster.providers import Provider, RouteUnusable
 from fmcluster.steps import StepOutcome
 
 Out = Callable[[str], object]
@@ -68,7 +68,10 @@ def record_pass(tenant: Tenant, state: Mapping[str, str], result: AcceptanceResu
 
 def run_gate(tenant: Tenant, provider: Provider, nodes: Sequence[Node], out: Out) -> AcceptanceResult:
     """Run the gate now through the submit node."""
-    client = SlurmClient(prefix=tuple(provider.client_argv(client_node(nodes))))
+    try:
+        client = SlurmClient(prefix=tuple(provider.client_argv(client_node(nodes))))
+    except RouteUnusable as err:  # the callers report a SlurmError as "not ready", with its reason
+        raise SlurmError(f"cannot reach the submit node: {err}") from err
     return run_acceptance(tenant, client, tenant.storage.lustre.mount_point, out=out)
 
 

@@ -16,12 +16,15 @@ import subprocess
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fmcluster.escape import escaped, neutral
 from fmcluster.doctor.detect import Evidence
 from fmcluster.model import Tenant
 from fmcluster.nodes import Node
+
+if TYPE_CHECKING:
+    from fmcluster.providers import Provider
 
 Out = Callable[[str], object]
 #: Where the node_health role installs the program and the node's config (fmcluster.health.inventory).
@@ -185,10 +188,8 @@ def aws_facts(tenant: Tenant, client: Callable[[str], Any], got: Gathered) -> No
 
 def gather(tenant: Tenant, node_filter: str = "", out: Out = print) -> Gathered:
     """Every piece of evidence doctor can read about the tenant's cluster."""
-    from fmcluster.acceptance.gate import client_node
-    from fmcluster.acceptance.slurm import SlurmError
     from fmcluster.inventory import read_nodes
-    from fmcluster.providers import NoEndpoint
+    from fmcluster.providers import NoEndpoint, RouteUnusable
     from fmcluster.providers.registry import provider_for
 
     got = Gathered()
@@ -216,6 +217,18 @@ def gather(tenant: Tenant, node_filter: str = "", out: Out = print) -> Gathered:
         ev.add_fact("unreachable", node_filter, f"no node {escaped(node_filter)} in {tenant.org}; nodes: "
                     + neutral(", ".join(n.name for n in nodes)))
         return got
+    try:
+        return _gather_from_nodes(provider, nodes, chosen, node_filter, ev, got, out)
+    except RouteUnusable as err:  # fail closed: no node was asked, and the diagnosis says why
+        ev.add_fact("unreachable", "nodes", str(err))
+        return got
+
+
+def _gather_from_nodes(provider: Provider, nodes: list[Node], chosen: list[Node], node_filter: str, ev: Evidence,
+                       got: Gathered, out: Out) -> Gathered:
+    from fmcluster.acceptance.gate import client_node
+    from fmcluster.acceptance.slurm import SlurmError
+
     out(f"doctor: running the health checks on {len(chosen)} node(s) over ssh")
     with ThreadPoolExecutor(max_workers=min(8, len(chosen))) as pool:
         list(pool.map(lambda n: read_node(n, provider.client_argv(n), ev), chosen))

@@ -87,7 +87,8 @@ class Provider(Protocol):
         """How the deploy machine reaches `node` (route_to, with this substrate's Session Manager channel)."""
 
     def client_argv(self, node: Node) -> list[str]:
-        """argv prefix that runs a command on `node` as an operator would (ssh with the tenant's key, routed)."""
+        """argv prefix that runs a command on `node` as an operator would (ssh with the tenant's key, routed);
+        raises RouteUnusable when the route needs a program this machine lacks."""
 
     def console_output(self, endpoint: str | None, node: Node) -> str:
         """The last lines a node printed while booting (for a node that never reported)."""
@@ -134,6 +135,18 @@ class Route:
         missing = self.missing()
         return (f"reaching the nodes through {self.via} needs {', '.join(missing)} on this machine"
                 + (f" ({self.install})" if self.install else "")) if missing else ""
+
+
+class RouteUnusable(RuntimeError):
+    """A node's route needs a program this machine lacks; the message says which and where to get it."""
+
+
+def operator_argv(route: Route, key: str, user: str) -> list[str]:
+    """ssh over `route` as an operator runs it; RouteUnusable when the route cannot work from here (fail closed:
+    every caller reports what is missing instead of an ssh error about a ProxyCommand it cannot start)."""
+    if why := route.unusable():
+        raise RouteUnusable(why)
+    return ssh_argv(key, route.address, user, route.proxy)
 
 
 def operator_key_path(org: str) -> str:

@@ -8,7 +8,8 @@ from fmcluster.capabilities import PROVIDERS, ProviderCapabilities
 from fmcluster.catalog import InstanceType
 from fmcluster.model import Tenant
 from fmcluster.nodes import Node
-from fmcluster.providers import BootResult, NoEndpoint, Out, Route, known_nodes, operator_key_path, route_to, ssh_argv
+from fmcluster.providers import (BootResult, NoEndpoint, Out, Route, known_nodes, operator_argv, operator_key_path,
+                                 route_to)
 from fmcluster.stacks import aws
 
 #: Share of an instance's nominal memory given to Slurm (RealMemory), as ParallelCluster does (95 %).
@@ -71,8 +72,7 @@ class AwsProvider:
 
 
     def client_argv(self, node: Node) -> list[str]:
-        route = self.route(node)
-        return ssh_argv(operator_key_path(self.tenant.org), route.address, LOGIN_USER, route.proxy)
+        return operator_argv(self.route(node), operator_key_path(self.tenant.org), LOGIN_USER)
 
     def console_output(self, endpoint: str | None, node: Node) -> str:
         ec2 = aws.client("ec2", self.tenant.region, endpoint)

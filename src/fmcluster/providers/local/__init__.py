@@ -39,7 +39,8 @@ from fmcluster.manifest import secret_id
 from fmcluster.model import Tenant
 from fmcluster.nodes import LIVE_STATES, Node, hostname_for
 from fmcluster.paths import repo_root
-from fmcluster.providers import BootResult, NoEndpoint, Out, Route, known_nodes, operator_key_path, route_to, ssh_argv
+from fmcluster.providers import (BootResult, NoEndpoint, Out, Route, known_nodes, operator_argv, operator_key_path,
+                                 route_to)
 from fmcluster.providers.local.hosts import (
     Bind, Host, HostSpec, SubstrateError, bridge_name, ensure_network, host_run, host_spawn, load_hosts,
     reconcile_hosts, remove_all, remove_host, router_address, substrate_root,
@@ -261,8 +262,7 @@ class LocalProvider:
 
 
     def client_argv(self, node: Node) -> list[str]:
-        route = self.route(node)
-        return ssh_argv(operator_key_path(self.tenant.org), route.address, "root", route.proxy)
+        return operator_argv(self.route(node), operator_key_path(self.tenant.org), "root")
 
     def console_output(self, endpoint: str | None, node: Node) -> str:
         host = next((h for h in load_hosts(self.tenant.org) if h.key == node.instance_id), None)
