@@ -200,7 +200,7 @@ class Deploy:
         self.nodes = [s.node for s in wait.statuses]
         self.write_inventory()
         details = [s.line() for s in wait.statuses]
-        details += first_boot_warnings(wait.statuses, self.scheduler.first_boot_window)
+        details += first_boot_warnings(wait.statuses, self.scheduler.first_boot_window, self.provider.shared_cores())
         if wait.ok:
             # Converges that happened during this run (ISO timestamps compare as text) and changed something.
             fresh = [s.report or {} for s in wait.statuses if str((s.report or {}).get("finished", "")) >= self.started_at]

@@ -13,9 +13,11 @@ gives up after a bounded time, naming the silent nodes with what their console p
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from fmcluster.manifest import membership_digest
@@ -66,28 +68,79 @@ class Wait:
         return [s for s in self.statuses if s.state in ("failed", "silent", "converging")]
 
 
-#: A first boot measured above this share of the scheduler's window is warned about: the local substrate's network
-#: and an image that lacks more (or a slower archive) can take longer on AWS.
+#: A first boot above this share of the scheduler's window is warned about: the local substrate's network and an
+#: image that lacks more (or a slower archive) can take longer on AWS.
 BOOT_WINDOW_SHARE = 0.5
 
 
-def first_boot_warnings(statuses: Sequence[NodeStatus], window: tuple[str, float] | None) -> list[str]:
-    """Warnings for first boots that took more than half of the window they must fit (or all of it)."""
+def _boot_interval(report: dict[str, Any], stages: dict[str, float]) -> tuple[float, float] | None:
+    """(start, end) of a first boot in epoch seconds: it ends when its report was finished and lasted its stages."""
+    try:
+        end = datetime.fromisoformat(str(report["finished"])).timestamp()
+    except (KeyError, ValueError):
+        return None
+    return end - sum(stages.values()), end
+
+
+def _sharing(mine: tuple[float, float] | None, others: Sequence[tuple[float, float] | None], fallback: int) -> float:
+    """How many first boots ran at once, on average over this one (itself included); `fallback` without times."""
+    if mine is None or mine[1] <= mine[0] or any(o is None for o in others):
+        return float(fallback)
+    overlap = sum(max(0.0, min(mine[1], o[1]) - max(mine[0], o[0])) for o in others if o is not None)
+    return max(1.0, overlap / (mine[1] - mine[0]))
+
+
+def _stages(status: NodeStatus) -> dict[str, float] | None:
+    """The report's first-boot stage times; None when it has none, {} when they are not finite seconds."""
+    raw = (status.report or {}).get("boot_stages")
+    if not isinstance(raw, dict) or not raw:
+        return None
+    try:
+        stages = {str(k): float(v) for k, v in raw.items()}
+    except (TypeError, ValueError):
+        return {}
+    return stages if all(math.isfinite(v) and v >= 0 for v in stages.values()) else {}
+
+
+def first_boot_warnings(statuses: Sequence[NodeStatus], window: tuple[str, float] | None,
+                        shared_cores: int | None = None) -> list[str]:
+    """Each first boot projected to an instance of its own, warned about above half of the window it must fit.
+
+    On AWS a node's stage times are its own image's on its own cores: the projection is the measurement. Where the
+    nodes share the deploy machine's cores (`shared_cores`, the local substrate), every stage ran at the share of a
+    core its node had: a first boot that overlapped on average `n` others on `c` cores is projected at c/n of its
+    time (never more than measured). Unreadable stage times are said, not skipped."""
     if window is None:
         return []
     what, seconds = window
-    warnings = []
-    for status in statuses:
-        stages = (status.report or {}).get("boot_stages") or {}
-        if not isinstance(stages, dict) or not stages:
+    booted = [(status, stages) for status in statuses if (stages := _stages(status)) is not None]
+    lines = [f"warning: {status.node.name}'s first-boot stage times are not finite seconds "
+             f"({(status.report or {}).get('boot_stages')!r}): its fit in {what} is unknown"
+             for status, stages in booted if not stages]
+    booted = [(status, stages) for status, stages in booted if stages]
+    intervals = [_boot_interval(status.report or {}, stages) for status, stages in booted]
+    projected: list[tuple[NodeStatus, dict[str, float], float, float]] = []
+    for (status, stages), interval in zip(booted, intervals):
+        sharing = _sharing(interval, intervals, len(booted)) if shared_cores else 1.0
+        scale = min(1.0, shared_cores / sharing) if shared_cores else 1.0
+        projected.append((status, {k: v * scale for k, v in stages.items()}, sum(stages.values()), sharing))
+    for status, stages, measured, sharing in projected:
+        total = sum(stages.values())
+        if total <= seconds * BOOT_WINDOW_SHARE:
             continue
-        total = sum(float(v) for v in stages.values())
-        if total > seconds * BOOT_WINDOW_SHARE:
-            largest = max(stages, key=lambda k: float(stages[k]))
-            verdict = "would not fit" if total > seconds else "uses more than half of"
-            warnings.append(f"warning: {status.node.name}'s first boot took {total:.0f}s ({largest} "
-                            f"{float(stages[largest]):.0f}s the largest stage): it {verdict} {what}, {seconds:.0f}s")
-    return warnings
+        largest = max(stages, key=lambda k: stages[k])
+        verdict = "would not fit" if total > seconds else "uses more than half of"
+        took = (f"projects to {total:.0f}s on an instance of its own (measured {measured:.0f}s here, {sharing:.1f} "
+                f"first boots sharing {shared_cores} cores; " if shared_cores else f"took {total:.0f}s (")
+        lines.append(f"warning: {status.node.name}'s first boot {took}{largest} {stages[largest]:.0f}s the largest "
+                     f"stage): it {verdict} {what}, {seconds:.0f}s")
+    if shared_cores and projected:
+        totals = sorted(sum(stages.values()) for _, stages, _, _ in projected)
+        measured_totals = sorted(measured for _, _, measured, _ in projected)
+        lines.insert(0, f"first boots projected to instances of their own: {totals[0]:.0f}-{totals[-1]:.0f}s of "
+                        f"{what}, {seconds:.0f}s (measured here {measured_totals[0]:.0f}-{measured_totals[-1]:.0f}s, "
+                        f"{len(projected)} first boots on {shared_cores} shared cores)")
+    return lines
 
 
 def report_instance(stem: str) -> str:

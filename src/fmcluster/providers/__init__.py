@@ -67,6 +67,10 @@ class Provider(Protocol):
     #: data/images.yml; local: the pristine Debian 12 rootfs), else None.
     node_image: str | None
 
+    def shared_cores(self) -> int | None:
+        """The cores the nodes share when they run on the deploy machine (local: its own), None where each node
+        has cores of its own: the deploy projects first-boot times to an instance of its own from it."""
+
     def endpoint(self, start: bool, out: Out) -> str | None:
         """The AWS endpoint for this tenant's API calls (None: AWS's own). `start`: bring it up if needed.
         Raises NoEndpoint when it cannot be reached (and, with `start` false, when nothing is deployed)."""

@@ -29,6 +29,9 @@ class AwsProvider:
     name = "aws"
     capabilities: ProviderCapabilities = PROVIDERS["aws"]
 
+    def shared_cores(self) -> int | None:
+        return None  # every instance has its own
+
     def __init__(self, tenant: Tenant) -> None:
         self.tenant = tenant
 

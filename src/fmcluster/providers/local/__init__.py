@@ -68,6 +68,9 @@ class LocalProvider:
     name = "local"
     capabilities: ProviderCapabilities = PROVIDERS["local"]
 
+    def shared_cores(self) -> int | None:
+        return os.cpu_count() or 1  # every host runs on this machine's cores
+
     def __init__(self, tenant: Tenant) -> None:
         self.tenant = tenant
         from fmcluster.stacks.render import subnet_cidrs
