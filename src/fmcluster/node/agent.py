@@ -276,6 +276,7 @@ class Agent:
                 "--extra-vars", f"ansible_python_interpreter={sys.executable}", playbook]
         env = {**clean_environment(), "PATH": f"{venv_bin}:{os.environ.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}",
                "ANSIBLE_INVENTORY": str(inventory), "ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_NOCOLOR": "1",
+               "PYTHONPATH": startup_path(os.environ.get("PYTHONPATH", "")),
                **fact_cache_env(self.state_dir / "facts", reuse=membership_pass)}
         if membership_pass and checked_out(checkout, self.settings.ref):
             # A membership pass of the commit already checked out (and unmodified): ansible-pull would only
@@ -443,6 +444,18 @@ def fact_cache_env(directory: Path, reuse: bool) -> dict[str, str]:
     about the host changes when another node joins)."""
     return {"ANSIBLE_CACHE_PLUGIN": "jsonfile", "ANSIBLE_CACHE_PLUGIN_CONNECTION": str(directory),
             "ANSIBLE_CACHE_PLUGIN_TIMEOUT": "0", "ANSIBLE_GATHERING": "smart" if reuse else "implicit"}
+
+
+#: sitecustomize for the Pythons of the agent's Ansible runs: the bytecode cache of module payloads
+#: (fmcluster.node.bytecode_cache), which the agent's own source provides.
+STARTUP_DIR = Path(__file__).resolve().parent / "startup"
+AGENT_SRC = Path(__file__).resolve().parents[2]
+
+
+def startup_path(inherited: str) -> str:
+    """PYTHONPATH of an Ansible run: the startup folder first, the agent's source, then what the agent had."""
+    entries = [str(STARTUP_DIR), str(AGENT_SRC), *[e for e in inherited.split(os.pathsep) if e]]
+    return os.pathsep.join(dict.fromkeys(entries))
 
 
 #: Variables of an enclosing Ansible or ansible-runner run: a daemon started from inside a converge must not
