@@ -97,7 +97,7 @@ class AnsibleWatch:
                     self.here.add(cmdline[:200])
                 else:
                     self.in_hosts += 1
-            time.sleep(0.2)
+            time.sleep(1.0)  # ansible-pull and ansible-playbook runs last minutes: a scan a second sees them
 
     def __enter__(self) -> AnsibleWatch:
         self._thread.start()
