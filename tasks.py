@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import subprocess
@@ -119,9 +120,9 @@ def _stream(tiers: tuple[str, ...], niceness: int, k: str, live: bool,
         argv = [_venv_bin("invoke"), "test", f"--tier={name}", *(["-k", k] if k else [])]
         log = RESULTS_DIR / f"{name}.log"
         started = time.monotonic()
-        with open(os.devnull if live else log, "w") as sink:
-            done = subprocess.run(argv, cwd=ROOT, stdin=subprocess.DEVNULL, check=False,
-                                  stdout=None if live else sink, stderr=None if live else subprocess.STDOUT,
+        with contextlib.nullcontext(None) if live else open(log, "w") as sink:
+            done = subprocess.run(argv, cwd=ROOT, stdin=subprocess.DEVNULL, check=False, stdout=sink,
+                                  stderr=None if live else subprocess.STDOUT,
                                   preexec_fn=(lambda: os.nice(niceness)) if niceness else None)
         timings[name] = time.monotonic() - started
         print(f"test: tier {name} {'passed' if done.returncode == 0 else f'FAILED (exit {done.returncode})'} "
@@ -159,7 +160,7 @@ def test(c: Context, tier: str = "all", k: str = "") -> None:
         stream.start()
     for stream in streams:
         stream.join()
-    for tiers, niceness in STREAMS[1:]:
+    for tiers, _ in STREAMS[1:]:
         for name in tiers:
             if (RESULTS_DIR / f"{name}.log").is_file() and name in timings:
                 print(f"\n----- tier {name} (ran niced beside the e2e tier) -----", flush=True)

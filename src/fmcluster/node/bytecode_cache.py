@@ -20,14 +20,16 @@ import os
 import stat
 import sys
 import zipimport
+from functools import lru_cache
 from types import CodeType
 
 #: Where the compiled modules are kept (root's, mode 0700).
 CACHE_DIR = os.environ.get("FMCLUSTER_BYTECODE_CACHE", "/var/cache/fmcluster/bytecode")
 
 
+@lru_cache(maxsize=None)
 def _usable(folder: str) -> bool:
-    """The folder exists (made if need be), is this user's own and writable by nobody else."""
+    """The folder exists (made if need be), is this user's own and writable by nobody else (asked once a process)."""
     try:
         os.makedirs(folder, mode=0o700, exist_ok=True)
         info = os.stat(folder)
