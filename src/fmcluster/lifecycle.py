@@ -59,13 +59,20 @@ class LifecycleError(RuntimeError):
 
 
 # --- reading the cluster --------------------------------------------------------------------------------------
-def remote(provider: Provider, node: Node, command: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    """`command` (a fixed text; any value in it quoted) on `node`, through ssh as an operator runs it."""
+def client_argv(provider: Provider, node: Node) -> list[str]:
+    """How an operator reaches `node`; a route this machine cannot use is a not-ready lifecycle error."""
     try:
-        return subprocess.run([*provider.client_argv(node), command], capture_output=True, text=True,
-                              timeout=timeout, stdin=subprocess.DEVNULL)
+        return provider.client_argv(node)
     except RouteUnusable as err:
         raise LifecycleError(str(err), ExitCode.NOT_READY) from err
+
+
+def remote(provider: Provider, node: Node, command: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """`command` (a fixed text; any value in it quoted) on `node`, through ssh as an operator runs it."""
+    argv = client_argv(provider, node)
+    try:
+        return subprocess.run([*argv, command], capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         return subprocess.CompletedProcess([command], 124, "", f"{node.name} did not answer within {timeout:.0f}s")
 
@@ -304,11 +311,8 @@ class Replacer:
         current = self.live_nodes()
         from fmcluster.monitoring import scrape_targets
 
-        try:
-            controller_argv = self.provider.client_argv(controller)
-        except RouteUnusable as err:
-            raise LifecycleError(str(err), ExitCode.NOT_READY) from err
-        scraped = scrape_targets(controller_argv, current, lambda line: self.out(line), wait_s=self.timeout_s)
+        scraped = scrape_targets(client_argv(self.provider, controller), current, lambda line: self.out(line),
+                                 wait_s=self.timeout_s)
         if scraped.status == "failed":
             raise LifecycleError(f"Prometheus: {scraped.summary}: {'; '.join(scraped.details[:4])}")
         self._stage(result, "monitoring", began, scraped.summary)
