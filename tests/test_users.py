@@ -3,6 +3,7 @@ variables of user_accounts and slurm_associations exactly once, in fmcluster.use
 
 from __future__ import annotations
 
+import base64
 import copy
 import subprocess
 from pathlib import Path
@@ -163,9 +164,24 @@ def test_teams_on_a_tenant_without_slurm_accounting_are_refused(tmp_path: Path) 
     assert "slurmdbd" in err.value.render() and "set accounting.enabled: true" in err.value.render()
 
 
+def _distinct_ed25519_keys(count: int) -> list[str]:
+    """`count` different valid ed25519 public keys (points of the curve, not of small order): one key is one person."""
+    from fmcluster.sshkeys import ed25519_problem
+
+    keys: list[str] = []
+    y = 2
+    while len(keys) < count:
+        point = y.to_bytes(32, "little")
+        y += 1
+        if ed25519_problem(point) is None:
+            blob = b"".join(len(p).to_bytes(4, "big") + p for p in (b"ssh-ed25519", point))
+            keys.append(f"ssh-ed25519 {base64.b64encode(blob).decode()} user{len(keys)}@laptop")
+    return keys
+
+
 def test_a_thousand_users_the_schema_allows_load_within_the_loader_s_limits(tmp_path: Path) -> None:
     teams = [{"name": f"team{i}", "gid": 30000 + i} for i in range(100)]
     users = [{"name": f"user{i}", "uid": 10000 + i, "teams": [f"team{i % 100}", f"team{(i + 1) % 100}"],
-              "ssh_keys": [ED25519], "removed": False} for i in range(1000)]
+              "ssh_keys": [key], "removed": False} for i, key in enumerate(_distinct_ed25519_keys(1000))]
     tenant = tenant_with(tmp_path, qos=PEOPLE["qos"], teams=teams, users=users)
     assert len(tenant.users) == 1000 and len(manifest_vars(tenant)["slurm_associations_users"]) == 1000

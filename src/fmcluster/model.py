@@ -13,7 +13,7 @@ from typing import Any, Literal
 from fmcluster.capabilities import Capabilities, capabilities, scheduler_capabilities
 from fmcluster.catalog import InstanceType, load_catalog
 from fmcluster.paths import generated_dir, inventories_dir, tenant_dir, tenant_spec_path
-from fmcluster.validation import Problem, apply_defaults, dotted, org_problem, problems_in
+from fmcluster.validation import Problem, apply_defaults, dotted, org_problem, problems_in, read_ca_cert
 from fmcluster.yamlpos import YamlSyntaxError, load
 
 Provider = Literal["aws", "local"]
@@ -343,7 +343,7 @@ def _directory(spec_path: Path, given: dict[str, Any] | None) -> Directory | Non
         user_search_base=given.get("user_search_base"), group_search_base=given.get("group_search_base"),
         bind_dn=given.get("bind_dn"), bind_password_secret=given.get("bind_password_secret"),
         # Validation has read it already: a PEM certificate in the tenant's folder.
-        ca_cert_pem=(spec_path.parent / ca_cert).read_text(encoding="ascii") if ca_cert else "",
+        ca_cert_pem=read_ca_cert(spec_path.parent, ca_cert) if ca_cert else "",
         user_filter=given.get("user_filter"), group_filter=given.get("group_filter"))
 
 

@@ -43,7 +43,7 @@ class EnvSetting:
 
 #: A whole version: digits and dots, an optional leading v, an optional vendor suffix of letters, digits, dots and
 #: dashes ('2.4.0amzn5.0', '1.14.0-aws'). Matched whole: a prefix match would accept '1.2.3\nNCCL_EVIL=1'.
-VERSION = re.compile(r"[vV]?(\d{1,9}(?:\.\d{1,9}){0,5})(?:[A-Za-z][A-Za-z0-9.-]{0,30}|-[A-Za-z0-9.-]{1,30})?")
+VERSION = re.compile(r"[vV]?([0-9]{1,9}(?:\.[0-9]{1,9}){0,5})(?:[A-Za-z][A-Za-z0-9.-]{0,30}|-[A-Za-z0-9.-]{1,30})?")
 
 
 def parse_version(text: str) -> tuple[int, ...]:

@@ -56,6 +56,25 @@ def template_dir(root: Path | None = None) -> Path:
     return (root or repo_root()) / "cookiecutters" / "tenant"
 
 
+def template_problem(root: Path | None = None) -> Problem | None:
+    """A problem when the checkout has no usable tenant template (cookiecutters/tenant/cookiecutter.json, a JSON
+    object): `invoke new-tenant` run outside an fmcluster checkout, or with FMCLUSTER_ROOT at a tree of tenants
+    only."""
+    where = template_dir(root) / "cookiecutter.json"
+    fix = ("run it in an fmcluster checkout, or point FMCLUSTER_ROOT at one (the folder holding cookiecutters/tenant/); "
+           f"now: {show(str(root or repo_root()))}")
+    try:
+        context = json.loads(where.read_text(encoding="utf-8")) if where.is_file() else None
+    except (OSError, UnicodeDecodeError, ValueError):
+        return Problem(Path("cookiecutters/tenant/cookiecutter.json"), None, "", "the tenant template cannot be read "
+                       "(not UTF-8 JSON)", fix)
+    if not isinstance(context, dict):
+        return Problem(Path("cookiecutters/tenant/cookiecutter.json"), None, "",
+                       "there is no tenant template here" if context is None else "the tenant template is not a "
+                       "JSON object", fix)
+    return None
+
+
 def _option(answer: str) -> str:
     # The task derives the availability zone from --region (`<region>a`).
     return "--region" if answer == "availability_zone" else "--" + answer.replace("_", "-")
@@ -139,6 +158,8 @@ def new_tenant(
         if bad := org_problem(org):
             raise NewTenantInvalid([Problem(Path("--org"), None, "", f"{bad[0]} (not a safe name)", bad[1])])
         answers = {"org": org, **answers}
+    if missing := template_problem():
+        raise NewTenantInvalid([missing])
     problems = answer_problems(answers)
     if problems:
         raise NewTenantInvalid(problems)

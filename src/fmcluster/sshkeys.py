@@ -110,16 +110,86 @@ def _blob_problem(kind: str, blob: bytes, fix: str) -> tuple[str, str] | None:
                         "keep the type word the key was made with: " + fix)
             if field == "ed25519" and len(value) != ED25519_BYTES:
                 return f"the ed25519 key is {len(value)} bytes, not {ED25519_BYTES}", "copy the key line again, whole: " + fix
+            if field == "ed25519" and (why := ed25519_problem(value)) is not None:
+                return f"the ed25519 key {why}", "make a new key: ssh-keygen -t ed25519"
         if at != len(blob):
             return "the key data has bytes after the key", "copy the key line again, whole: " + fix
     except _Short:
         return "the key data is cut short", "copy the key line again, whole: " + fix
     if kind == "ssh-rsa":
+        if (why := rsa_problem(blob)) is not None:
+            return f"the RSA key {why}", "make a new key: ssh-keygen -t ed25519 (or -t rsa -b 4096)"
         bits = rsa_bits(blob)
         if bits < MIN_RSA_BITS:
             return (f"the RSA key has {bits} bits; at least {MIN_RSA_BITS} are needed",
                     "make a new key: ssh-keygen -t ed25519 (or -t rsa -b 4096)")
     return None
+
+
+def rsa_problem(blob: bytes) -> str | None:
+    """Why the public exponent e and modulus n of an ssh-rsa blob cannot be an RSA key, or None. Both are mpints
+    (RFC 4251 5: two's complement, no needless leading byte); e must be odd and at least 3 (e = 1 makes
+    "encryption" the identity, an even e is never coprime to (p-1)(q-1)), n odd (a product of two odd primes),
+    and e below n."""
+    _, at = _string(blob, 0)
+    e_bytes, at = _string(blob, at)
+    n_bytes, _ = _string(blob, at)
+    for name, raw in (("exponent", e_bytes), ("modulus", n_bytes)):
+        if raw[:1] and raw[0] & 0x80:
+            return f"has a negative {name}"
+        if raw[:1] == b"\x00" and (len(raw) == 1 or not raw[1] & 0x80):
+            return f"has a {name} with a needless leading zero byte (not an SSH mpint)"
+    e, n = int.from_bytes(e_bytes, "big"), int.from_bytes(n_bytes, "big")
+    if e < 3:
+        return f"has public exponent {e} (at least 3 is needed; ssh-keygen uses 65537)"
+    if e % 2 == 0:
+        return f"has an even public exponent ({e if e < 1 << 64 else 'a huge number'}), which no RSA key has"
+    if n % 2 == 0:
+        return "has an even modulus, which no RSA key has (a product of two odd primes is odd)"
+    if e >= n:
+        return "has a public exponent as large as its modulus"
+    return None
+
+
+#: Edwards25519 (RFC 8032 5.1): -x² + y² = 1 + d·x²·y² mod p.
+ED25519_P = (1 << 255) - 19
+ED25519_D = (-121665 * pow(121666, -1, ED25519_P)) % ED25519_P
+
+
+def ed25519_problem(encoded: bytes) -> str | None:
+    """Why 32 bytes are not an ed25519 public key (RFC 8032 5.1.3 decoding), or None: y must be below p, the point
+    on the curve, and not of small order (the all-zero key and the 7 other points of order 1, 2, 4 or 8 verify
+    signatures no private key made)."""
+    p = ED25519_P
+    y = int.from_bytes(encoded, "little") & ((1 << 255) - 1)
+    sign = encoded[31] >> 7
+    if y >= p:
+        return "is not a canonical point encoding (y is not below 2^255 - 19)"
+    u, v = (y * y - 1) % p, (ED25519_D * y * y + 1) % p
+    x2 = u * pow(v, -1, p) % p
+    x = pow(x2, (p + 3) // 8, p)
+    if (x * x - x2) % p:
+        x = x * pow(2, (p - 1) // 4, p) % p
+    if (x * x - x2) % p:
+        return "is not a point of the curve"
+    if x == 0 and sign:
+        return "is not a canonical point encoding (x = 0 with the sign bit set)"
+    if x & 1 != sign:
+        x = p - x
+    point = (x, y)
+    for _ in range(3):
+        point = _edwards_add(point, point)
+    if point == (0, 1):
+        return "is a point of small order (" + ("all zero" if not any(encoded) else "a known weak key") + \
+            "), which no private key has"
+    return None
+
+
+def _edwards_add(a: tuple[int, int], b: tuple[int, int]) -> tuple[int, int]:
+    p, d = ED25519_P, ED25519_D
+    (x1, y1), (x2, y2) = a, b
+    t = d * x1 * x2 * y1 * y2 % p
+    return ((x1 * y2 + x2 * y1) * pow(1 + t, -1, p) % p, (y1 * y2 + x1 * x2) * pow(1 - t, -1, p) % p)
 
 
 def on_curve(curve: str, point: bytes) -> bool:

@@ -11,14 +11,16 @@ import difflib
 import ipaddress
 import json
 import math
+import os
 import posixpath
 import re
+import stat
 import unicodedata
 import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Iterable, TypeGuard
 
 import jsonschema
@@ -28,6 +30,7 @@ import yaml
 from fmcluster.capabilities import PROVIDERS, SCHEDULERS
 from fmcluster.catalog import InstanceType, load_catalog
 from fmcluster.escape import escaped, neutral
+from fmcluster.ldapsyntax import dn_problem, filter_problem
 from fmcluster.manifest import SECRET_NAMES
 from fmcluster.schedulers.parallelcluster import rules as parallelcluster_rules
 from fmcluster.paths import RESERVED_ACCOUNTS_PATH, SCHEMA_PATH
@@ -376,9 +379,19 @@ def _check_instance(out: _Collector, path: KeyPath, name: Any, catalog: dict[str
     return catalog[name]
 
 
+#: Names the org may not take: it becomes the org's Slurm account (dashes as `_`), under which every team's
+#: account is made and from which the associations planner removes what the spec no longer lists.
+SLURM_RESERVED_ACCOUNTS = {
+    "root": "'root' is Slurm's root account (sacctmgr's top of every account tree): the org's account would be it, "
+            "and the associations planner would remove accounts and users under it that the spec does not list",
+}
+
+
 def org_problem(org: object) -> tuple[str, str] | None:
     """(message, fix) when `org` cannot name a tenant: it becomes a folder, stack, bucket and host name part,
     so it is a plain name, never a path. Every command taking --org checks it before touching a file."""
+    if isinstance(org, str) and org in SLURM_RESERVED_ACCOUNTS:
+        return SLURM_RESERVED_ACCOUNTS[org], "name the organization otherwise, e.g. 'acme-ai'"
     if isinstance(org, str) and ORG_PATTERN.fullmatch(org):
         return None
     return (f"{show(org)} is not a tenant name",
@@ -410,6 +423,8 @@ def _semantic_problems(loaded: LoadedYaml, out: _Collector) -> None:
         if not ORG_PATTERN.fullmatch(org):
             out.add((*t, "org"), f"{show(org)} is not safe for stack, bucket and host names",
                     "use 2-24 lower-case letters, digits and single dashes, starting with a letter, e.g. 'stockmark'")
+        if org in SLURM_RESERVED_ACCOUNTS:
+            out.add((*t, "org"), SLURM_RESERVED_ACCOUNTS[org], "name the organization otherwise, e.g. 'acme-ai'")
         folder = _tenant_folder(loaded.path)
         if folder is not None and folder != org:
             out.add((*t, "org"), f"{show(org)} differs from the tenant folder 'inventories/{folder}'",
@@ -440,6 +455,7 @@ def _semantic_problems(loaded: LoadedYaml, out: _Collector) -> None:
     if isinstance(queues, list):
         seen: dict[str, int] = {}
         camels: dict[str, tuple[int, str]] = {}
+        reserved_by: dict[str, tuple[int, dict[str, Any]]] = {}
         defaults = 0
         for i, queue in enumerate(queues):
             if not isinstance(queue, dict):
@@ -479,6 +495,7 @@ def _semantic_problems(loaded: LoadedYaml, out: _Collector) -> None:
                 out.add((*q, "capacity_reservation_id"),
                         "HyperPod instance groups do not launch into EC2 capacity reservations; the reservation would be ignored",
                         "remove it (HyperPod reserves capacity with SageMaker training plans), or use scheduler: slurm-ec2")
+            _check_shared_reservation(out, q, i, queue, reserved_by)
 
     if not ssh_ingress and isinstance(_get(tenant, "network", "ssh_ingress_cidr"), str):
         out.add((*t, "network", "ssh_ingress_cidr"),
@@ -487,12 +504,44 @@ def _semantic_problems(loaded: LoadedYaml, out: _Collector) -> None:
                 "or use scheduler: slurm-ec2 for public login nodes")
     login_count = _get(tenant, "login", "count")
     logins = (login, login_count if _whole(login_count) else 1) if login is not None else None
+    ssh = _get(tenant, "network", "ssh_ingress_cidr")
+    if ssh_ingress and isinstance(ssh, str) and not isinstance(tenant.get("login"), dict):
+        out.add((*t, "network", "ssh_ingress_cidr"), "ssh_ingress_cidr admits ssh to the login nodes, and the tenant "
+                "has no `login:` section: there is no login node to reach",
+                "remove ssh_ingress_cidr (reach the controller through SSM: aws ssm start-session), or add a login "
+                "node (login: {instance_type: m5.2xlarge, count: 1})")
+    elif ssh_ingress and isinstance(ssh, str) and login_count == 0:
+        out.add((*t, "login", "count"), "login.count is 0, and network.ssh_ingress_cidr admits ssh to the login "
+                "nodes: there is no login node to reach", "set login.count: 1 or more, or remove "
+                "network.ssh_ingress_cidr (reach the controller through SSM: aws ssm start-session)")
     _check_network(out, tenant, t, controller, logins, compute)
     _check_storage(out, tenant, t)
     _check_monitoring(out, tenant, t)
     _check_accounting(out, tenant, t)
     _check_people(out, tenant, t)
     _check_directory(out, tenant, t, loaded.path)
+
+
+def _check_shared_reservation(out: _Collector, q: KeyPath, i: int, queue: dict[str, Any],
+                              reserved_by: dict[str, tuple[int, dict[str, Any]]]) -> None:
+    """An EC2 capacity reservation (ODCR or Capacity Block) is for one instance type and is one kind: queues
+    sharing one must agree on both, or the second queue's instances can never launch into it."""
+    rid = queue.get("capacity_reservation_id")
+    if not isinstance(rid, str):
+        return
+    first = reserved_by.setdefault(rid, (i, queue))
+    if first[0] == i:
+        return
+    other = first[1]
+    if queue.get("instance_type") != other.get("instance_type"):
+        out.add((*q, "capacity_reservation_id"), f"{show(rid)} is also the reservation of queues[{first[0]}], which is "
+                f"{show(other.get('instance_type'))}, not {show(queue.get('instance_type'))}: a capacity reservation "
+                "holds instances of one type", "give each queue a reservation of its own instance type, or remove "
+                "capacity_reservation_id from this queue")
+    elif queue.get("capacity_reservation_type", "default") != other.get("capacity_reservation_type", "default"):
+        out.add((*q, "capacity_reservation_type"), f"{show(rid)} is also the reservation of queues[{first[0]}], "
+                "declared there as another kind: one reservation is either an On-Demand Capacity Reservation or a "
+                "Capacity Block", "give both queues the same capacity_reservation_type")
 
 
 def _check_queue_name(out: _Collector, q: KeyPath, i: int, name: str, seen: dict[str, int],
@@ -733,6 +782,95 @@ def https_url_problem(url: str) -> str | None:
     return None
 
 
+#: Ports the cluster's own services listen on (the roles' defaults: prometheus_port, alertmanager_port and its
+#: cluster port, grafana_port, the exporters', Slurm's daemons', the accounting database's). A receiver URL at one
+#: of them is aimed at the cluster itself (POST /-/quit, Grafana's admin API...), whatever name it uses.
+#: tests/hostile/test_hostile_round3.py checks them against roles/*/defaults/main.yml.
+CLUSTER_PORTS = {9090: "Prometheus", 9093: "Alertmanager", 9094: "Alertmanager's cluster port", 3000: "Grafana",
+                 9100: "the node exporter", 9109: "the EFA exporter", 9400: "the DCGM exporter",
+                 6817: "slurmctld", 6818: "slurmd", 6819: "slurmdbd", 6820: "slurmrestd", 3306: "the accounting database"}
+#: DNS names that always resolve inside the host or the VPC (RFC 6761 localhost; RFC 6762 .local; AWS's VPC
+#: resolver: *.internal, e.g. instance-data.ec2.internal = the instance metadata service; RFC 8375 home.arpa).
+INTERNAL_SUFFIXES = ("localhost", "local", "localdomain", "internal", "home.arpa", "arpa")
+#: 169.254.169.254 (and fd00:ec2::254): the instance metadata service, whose credentials are the node role's.
+IMDS = (ipaddress.ip_address("169.254.169.254"), ipaddress.ip_address("fd00:ec2::254"))
+
+
+class NotAnAddress(ValueError):
+    """A host that ends in a number (so URL parsers read it as an IPv4 address) but is no valid one."""
+
+
+def numeric_host(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """The address a host names when it is numeric in any form a URL parser or inet_aton accepts (WHATWG URL
+    "IPv4 parser"): dotted or not, each part decimal, octal (0-prefixed) or hex (0x): 169.254.169.254, 2852039166,
+    0251.0376.0251.0376, 0xa9fea9fe, 169.254.43518; or an IPv6 literal. None for a name; NotAnAddress for a
+    host that ends in a number without being a valid address (parsers disagree on those)."""
+    try:
+        return ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        pass
+    labels = host.rstrip(".").split(".")
+    if not labels or not re.fullmatch(r"0[xX][0-9A-Fa-f]*|[0-9]+", labels[-1]):
+        return None  # the last label is not a number: a DNS name (WHATWG "ends in a number")
+    numbers = []
+    for label in labels:
+        try:
+            if re.fullmatch(r"0[xX][0-9A-Fa-f]*", label):
+                numbers.append(int(label[2:] or "0", 16))
+            elif re.fullmatch(r"0[0-7]+", label):
+                numbers.append(int(label, 8))
+            elif re.fullmatch(r"[0-9]+", label):
+                numbers.append(int(label, 10))
+            else:
+                raise NotAnAddress(host)
+        except ValueError:
+            raise NotAnAddress(host) from None
+    if len(numbers) > 4 or any(n > 255 for n in numbers[:-1]) or numbers[-1] >= 256 ** (5 - len(numbers)):
+        raise NotAnAddress(host)
+    value = numbers[-1]
+    for i, n in enumerate(numbers[:-1]):
+        value += n << (8 * (3 - i))
+    return ipaddress.IPv4Address(value)
+
+
+def receiver_host_problem(url: str) -> str | None:
+    """Why an alert receiver's URL points inside the host, the VPC or the cluster, or None: any numeric host
+    (what it decodes to is named), a name without a dot (resolved through the nodes' /etc/hosts: controller-1,
+    localhost...), a name under a host- or VPC-internal suffix, a port of the cluster's own services."""
+    parts = urllib.parse.urlsplit(url)
+    host = (parts.hostname or "").lower()
+    try:
+        address = numeric_host(host)
+    except NotAnAddress:
+        return f"names its host by a number that is no valid address ({show(host)}), which URL parsers read differently"
+    if address is not None:
+        if address in IMDS:
+            what = "the instance metadata service (its credentials are the node's)"
+        elif address.is_loopback or address.is_unspecified:
+            what = "this host (loopback)"
+        elif address.is_link_local:
+            what = "a link-local address (the instance metadata service's range)"
+        elif any(address in net for net in (*RFC1918, ipaddress.ip_network("fc00::/7"), ipaddress.ip_network("100.64.0.0/10"))):
+            what = "a private address (the VPC's or another internal network's)"
+        else:
+            what = "an IP address, not a name the webhook's TLS certificate can prove"
+        shown = "" if host == str(address) else f" = {address}"
+        return f"names its host by number ({host}{shown}), which is {what}"
+    name = host.rstrip(".")
+    if "." not in name:
+        return f"names host {show(name)}, which has no domain: the nodes resolve it through /etc/hosts (the cluster's own nodes, localhost)"
+    suffix = next((s for s in INTERNAL_SUFFIXES if name == s or name.endswith("." + s)), None)
+    if suffix is not None:
+        return f"names host {show(name)}, under .{suffix}, which resolves inside the host or the VPC"
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if port in CLUSTER_PORTS:
+        return f"names port {port}, where the cluster's own {CLUSTER_PORTS[port]} listens"
+    return None
+
+
 def _check_monitoring(out: _Collector, tenant: dict[str, Any], t: KeyPath) -> None:
     m: KeyPath = (*t, "monitoring")
     region = tenant.get("region")
@@ -771,6 +909,10 @@ def _check_monitoring(out: _Collector, tenant: dict[str, Any], t: KeyPath) -> No
                     "write it like ops@example.org (letters, digits and . _ % + - before the @)")
         if kind in ("slack", "webhook") and (why := https_url_problem(target)):
             out.add((*r, "target"), f"{show(target)} {why}", "use the https:// webhook URL, e.g. https://hooks.example.org/alerts")
+        elif kind in ("slack", "webhook") and (why := receiver_host_problem(target)):
+            out.add((*r, "target"), f"{show(target)} {why}: Alertmanager on the controller would send alerts (and "
+                    "follow redirects) there, from inside the cluster", "use the public https:// URL of the webhook "
+                    "service, by its DNS name, e.g. https://hooks.example.org/alerts")
         if kind == "sns":
             arn = SNS_ARN_PATTERN.fullmatch(target)
             if not arn:
@@ -781,24 +923,64 @@ def _check_monitoring(out: _Collector, tenant: dict[str, Any], t: KeyPath) -> No
                         f"{did_you_mean(arn.group(1), KNOWN_REGIONS)}", f"use one of: {', '.join(KNOWN_REGIONS)}")
 
 
+#: Database accounts slurmdbd may not connect as: the server's administrators (MySQL and MariaDB's root, Amazon
+#: RDS's own rdsadmin/rdsrepladmin/rdsproxyadmin; MariaDB 10.4+ also makes `mysql`). With one, slurmdbd (and whoever reads its password file) holds
+#: every right on every database of the server, and on the controller's MariaDB the slurm_accounting role would
+#: reset the administrator's password.
+DATABASE_ADMINS = ("root", "mysql", "rdsadmin", "rdsrepladmin", "rdsproxyadmin")
+
+
 def _check_accounting(out: _Collector, tenant: dict[str, Any], t: KeyPath) -> None:
     endpoint = _get(tenant, "accounting", "database_endpoint")
     provider = PROVIDERS.get(str(tenant.get("provider")))  # None: the schema names it
     if isinstance(endpoint, str) and provider is not None and not provider.external_database:
         out.add((*t, "accounting", "database_endpoint"), "provider local cannot reach a database endpoint: its "
                 "accounting database is MariaDB on the controller node", "remove database_endpoint for a local tenant")
+    scheduler = SCHEDULERS.get(str(tenant.get("scheduler")))
+    if isinstance(endpoint, str) and scheduler is not None and scheduler.own_section is not None:
+        out.add((*t, "accounting", "database_endpoint"), "ParallelCluster runs slurmdbd against "
+                "parallelcluster.accounting's database; a top-level database_endpoint beside it would be ignored",
+                "give your database as parallelcluster.accounting.uri (with password_secret_arn), and remove "
+                "accounting.database_endpoint")
+    for path in (("accounting", "database_user"), ("parallelcluster", "accounting", "user_name")):
+        user = _get(tenant, *path)
+        if isinstance(user, str) and user.lower() in DATABASE_ADMINS:
+            out.add((*t, *path), f"{show(user)} is the database server's administrator: slurmdbd would hold every "
+                    "right on every database of the server (and its password would sit on the controller)",
+                    "use an account of slurmdbd's own with rights on its database only, e.g. slurm")
 
 
 @lru_cache(maxsize=1)
 def reserved_accounts() -> tuple[dict[str, str], dict[int, str]]:
     """(name → where the system already has it, id → the daemon that has it) from data/reserved_accounts.yml."""
-    data = yaml.safe_load(RESERVED_ACCOUNTS_PATH.read_text(encoding="utf-8"))
-    names = {name: source for source, listed in data.items() if source != "fixed_ids" for name in listed}
+    data = _reserved_data()
+    names = {name: source for source, listed in data.items() if source not in _ID_SECTIONS for name in listed}
     return names, {uid: name for name, uid in data["fixed_ids"].items()}
 
 
+@lru_cache(maxsize=1)
+def _reserved_data() -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load(RESERVED_ACCOUNTS_PATH.read_text(encoding="utf-8"))
+    return data
+
+
+def image_ids() -> dict[int, str]:
+    """id → whose it is on the images (the default user's 1000), from data/reserved_accounts.yml."""
+    return {int(uid): str(whose) for uid, whose in _reserved_data()["image_ids"].items()}
+
+
+def reserved_source(name: str) -> str:
+    """Where a reserved name comes from, as a message says it."""
+    section = reserved_accounts()[0][name]
+    listed = _reserved_data()[section]
+    detail = f" ({listed[name]})" if isinstance(listed, dict) else ""
+    return _RESERVED_SOURCES[section] + detail
+
+
+_ID_SECTIONS = ("fixed_ids", "image_ids")
 _RESERVED_SOURCES = {"base_passwd": "an account or group of every Debian and Ubuntu system (base-passwd)",
                      "debian_ubuntu_images": "an account or group the Debian and Ubuntu images already have",
+                     "gpu_and_aws_images": "an account the GPU and AWS images already have",
                      "cluster_daemons": "a daemon account of the cluster or of fmcluster itself"}
 MIN_ID, MAX_ID = 1000, 59999
 
@@ -813,6 +995,7 @@ def _check_people(out: _Collector, tenant: dict[str, Any], t: KeyPath) -> None:
     teams = [(i, team) for i, team in _named(tenant.get("teams")) if isinstance(team, dict)]
     users = [(i, user) for i, user in _named(tenant.get("users")) if isinstance(user, dict)]
     reserved, fixed = reserved_accounts()
+    on_images = image_ids()
     accounting_off = _get(tenant, "accounting", "enabled") is False
     for section, given in (("teams", teams), ("qos", qos_list)):
         if given and accounting_off:
@@ -824,7 +1007,7 @@ def _check_people(out: _Collector, tenant: dict[str, Any], t: KeyPath) -> None:
         if not isinstance(name, str):
             return
         if name in reserved:
-            out.add(path, f"'{name}' is reserved: it is {_RESERVED_SOURCES[reserved[name]]}",
+            out.add(path, f"'{name}' is reserved: it is {reserved_source(name)}",
                     f"choose another {what} name, e.g. '{name}1' or a person's login (the list: "
                     "src/fmcluster/data/reserved_accounts.yml)")
         elif name in seen:
@@ -846,6 +1029,9 @@ def _check_people(out: _Collector, tenant: dict[str, Any], t: KeyPath) -> None:
         if value in fixed:
             out.add(path, f"{value} is the fixed id of the {fixed[value]} daemon account on every node",
                     f"use an id from {MIN_ID} to {MAX_ID} that no other user or team has")
+        elif value in on_images:
+            out.add(path, f"{value} is the id of {on_images[value]} on every node",
+                    f"use an id from {MIN_ID + 1} to {MAX_ID} that no other user or team has, e.g. 20001")
         elif not MIN_ID <= value <= MAX_ID:
             return  # the schema's range check says so
         elif value in ids:
@@ -879,6 +1065,7 @@ def _check_people(out: _Collector, tenant: dict[str, Any], t: KeyPath) -> None:
                         f"declare it under `qos:` first (e.g. `qos: [{{name: {ref if QOS_NAME.fullmatch(ref) else 'normal'}}}]`)")
 
     user_names: dict[str, int] = {}
+    key_owners: dict[tuple[str, ...], tuple[int, int, Any]] = {}
     for i, user in users:
         up: KeyPath = (*t, "users", i)
         name = user.get("name")
@@ -896,30 +1083,94 @@ def _check_people(out: _Collector, tenant: dict[str, Any], t: KeyPath) -> None:
         for j, key in _named(user.get("ssh_keys")):
             if isinstance(key, str) and (why := key_problem(key)) is not None:
                 out.add((*up, "ssh_keys", j), f"{why[0]}", why[1])
+            elif isinstance(key, str):
+                # The key itself (type and data), whatever its comment: one key pair logs in as one person.
+                identity = tuple(key.split()[:2])
+                owner = key_owners.setdefault(identity, (i, j, name))
+                if owner[0] != i:
+                    out.add((*up, "ssh_keys", j), f"the same key as users[{owner[0]}].ssh_keys[{owner[1]}] "
+                            f"({show(owner[2])}): whoever holds its private key would log in as both",
+                            "give every person a key pair of their own (ssh-keygen -t ed25519 on their machine)")
 
 
 #: Secrets fmcluster itself keeps under fmcluster/<org>/ (the manifest's, and accounting's external database's).
 OWN_SECRETS = (*SECRET_NAMES, "slurmdbd-storage-password")
+#: Files in the nodes' secrets folder (manifest.NODE_SECRETS_DIR) that are fmcluster's own: each secret the node
+#: agent writes there, and the slurm_accounting role's password file (roles/slurm_accounting/defaults/main.yml).
+#: The agent writes each secret through a temporary file beside it (node/agent.py: `NAME` with its suffix replaced
+#: by .tmp, or `.NAME.tmp`, which no secret name can be): a name that is, or is written through, the temporary
+#: file of one of these is refused as well.
+AGENT_SECRET_FILES = (*OWN_SECRETS, "slurmdbd-storage.pass")
 MAX_CA_CERT_BYTES = 65536
 PEM_BLOCK = re.compile(r"-----BEGIN ([A-Z0-9 ]+)-----\r?\n([A-Za-z0-9+/=\r\n]+)-----END \1-----")
 
 
-def _balanced(text: str) -> bool:
-    depth = 0
-    for char in text:
-        depth += {"(": 1, ")": -1}.get(char, 0)
-        if depth < 0:
-            return False
-    return depth == 0
+def _temporary(name: str) -> str:
+    return str(PurePosixPath(name).with_suffix(".tmp"))
 
 
-def _pem_problem(path: Path) -> str | None:
-    """Why the file is not a PEM bundle of CA certificates, or None."""
-    if path.is_symlink() or not path.is_file():
-        return "is not a regular file in the tenant's folder"
-    data = path.read_bytes()
+def agent_file_clash(name: str) -> str | None:
+    """Why a secret `name` would collide with a file fmcluster keeps in the nodes' secrets folder, or None. Compared
+    without case (a case-insensitive copy of the folder must not merge them either)."""
+    mine = {f.lower(): f for f in AGENT_SECRET_FILES}
+    temporaries = {_temporary(f).lower(): f for f in AGENT_SECRET_FILES}
+    lowered, its_temporary = name.lower(), _temporary(name).lower()
+    if lowered in mine:
+        return f"is {'' if mine[lowered] == name else 'the name of '}a secret fmcluster keeps for itself ({mine[lowered]})"
+    if lowered in temporaries:
+        return f"is the temporary file the node agent writes {temporaries[lowered]} through"
+    if its_temporary in temporaries:
+        return (f"would be written through {_temporary(name)!r}, the temporary file of fmcluster's own "
+                f"{temporaries[its_temporary]}")
+    if its_temporary in mine:
+        return f"would be written through {_temporary(name)!r}, which is fmcluster's own {mine[its_temporary]}"
+    return None
+
+
+class CaCertProblem(ValueError):
+    """Why a directory's ca_cert cannot be read as a PEM bundle of CA certificates."""
+
+
+def read_ca_cert(folder: Path, relative: str) -> str:
+    """The text of `relative` under `folder` (the tenant spec's folder), read without following a link anywhere on
+    the way, its size checked before a byte is read, and every block a DER-encoded X.509 certificate. Raises
+    CaCertProblem. validation checks it, model reads it: one reader."""
+    parts = PurePosixPath(relative).parts
+    if PurePosixPath(relative).is_absolute() or any(p in (".", "..") for p in parts) or not parts:
+        raise CaCertProblem("is not a path inside the tenant's folder")
+    here = folder
+    for part in parts[:-1]:
+        here = here / part
+        try:
+            mode = os.lstat(here).st_mode
+        except OSError:
+            raise CaCertProblem(f"is not a regular file in the tenant's folder ({part}/ does not exist)") from None
+        if stat.S_ISLNK(mode):
+            raise CaCertProblem(f"is reached through {part}/, a symbolic link: it must lie in the tenant's own folder")
+        if not stat.S_ISDIR(mode):
+            raise CaCertProblem(f"is not a regular file in the tenant's folder ({part} is not a folder)")
+    try:
+        fd = os.open(here / parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as err:
+        raise CaCertProblem("is a symbolic link: it must be a plain file in the tenant's own folder"
+                            if (here / parts[-1]).is_symlink() else
+                            f"is not a regular file in the tenant's folder ({err.strerror})") from None
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise CaCertProblem("is not a regular file in the tenant's folder")
+        if info.st_size > MAX_CA_CERT_BYTES:  # before reading: a sparse file may be terabytes of nothing
+            raise CaCertProblem(f"is {info.st_size} bytes long (a CA bundle is at most {MAX_CA_CERT_BYTES})")
+        data = handle.read(MAX_CA_CERT_BYTES + 1)
     if len(data) > MAX_CA_CERT_BYTES:
-        return f"is {len(data)} bytes long (a CA bundle is at most {MAX_CA_CERT_BYTES})"
+        raise CaCertProblem(f"is more than {MAX_CA_CERT_BYTES} bytes long (a CA bundle is at most that)")
+    if (why := _pem_problem(data)) is not None:
+        raise CaCertProblem(why)
+    return data.decode("ascii")
+
+
+def _pem_problem(data: bytes) -> str | None:
+    """Why the bytes are not a PEM bundle of CA certificates, or None."""
     try:
         text = data.decode("ascii")
     except UnicodeDecodeError:
@@ -930,11 +1181,70 @@ def _pem_problem(path: Path) -> str | None:
     certificates = [body for kind, body in blocks if kind == "CERTIFICATE"]
     if not certificates or len(certificates) != len(blocks):
         return "holds no PEM certificate (-----BEGIN CERTIFICATE-----), or blocks other than certificates"
-    for body in certificates:
+    for n, body in enumerate(certificates, 1):
         try:
-            base64.b64decode("".join(body.split()), validate=True)
+            der = base64.b64decode("".join(body.split()), validate=True)
         except ValueError:
             return "has a certificate whose base64 does not decode"
+        if (why := der_certificate_problem(der)) is not None:
+            return f"has a CERTIFICATE block (the {_ordinal(n)}) that is not a DER X.509 certificate: {why}"
+    return None
+
+
+def _ordinal(n: int) -> str:
+    return {1: "first", 2: "second", 3: "third"}.get(n, f"{n}th")
+
+
+def _der(data: bytes, at: int) -> tuple[int, int, int]:
+    """(tag, start of contents, end of contents) of the DER element at `at` (X.690 8.1, definite lengths only,
+    minimal length encoding). Raises ValueError."""
+    if at + 2 > len(data):
+        raise ValueError("it ends inside an element")
+    tag, first = data[at], data[at + 1]
+    if tag & 0x1F == 0x1F:
+        raise ValueError("it uses a multi-byte tag")
+    at += 2
+    if first < 0x80:
+        length = first
+    elif first == 0x80:
+        raise ValueError("it uses an indefinite length (BER, not DER)")
+    else:
+        size = first & 0x7F
+        if size > 4 or at + size > len(data):
+            raise ValueError("it has an impossible length")
+        length = int.from_bytes(data[at:at + size], "big")
+        if length < 0x80 or data[at] == 0:
+            raise ValueError("it has a length that is not minimally encoded (BER, not DER)")
+        at += size
+    if at + length > len(data):
+        raise ValueError("an element is longer than the data")
+    return tag, at, at + length
+
+
+def der_certificate_problem(der: bytes) -> str | None:
+    """Why `der` is not the DER of an X.509 certificate (RFC 5280 4.1: SEQUENCE { tbsCertificate SEQUENCE,
+    signatureAlgorithm SEQUENCE, signatureValue BIT STRING }, nothing after it), or None. The structure, not the
+    signature: the nodes' TLS library checks the rest."""
+    try:
+        tag, start, end = _der(der, 0)
+        if tag != 0x30:
+            return "it does not start with a SEQUENCE"
+        if end != len(der):
+            return "it has bytes after the certificate"
+        wanted = (0x30, 0x30, 0x03)
+        at = start
+        for n, expected in enumerate(wanted):
+            tag, inner, at = _der(der, at)
+            if tag != expected:
+                return f"its element {n + 1} is not a {'SEQUENCE' if expected == 0x30 else 'BIT STRING'}"
+            if n == 0:
+                version_or_serial, _, _ = _der(der, inner)
+                if version_or_serial not in (0xA0, 0x02):
+                    return "its tbsCertificate starts with neither a version nor a serial number"
+        if at != end:
+            return "it has more than three elements"
+    except ValueError as err:
+        return str(err)
     return None
 
 
@@ -967,19 +1277,29 @@ def _check_directory(out: _Collector, tenant: dict[str, Any], t: KeyPath, spec: 
     if secret is not None and bind_dn is None:
         out.add((*d, "bind_password_secret"), "bind_password_secret is given without bind_dn (whose password is it?)",
                 "add bind_dn, e.g. cn=fmcluster-reader,dc=example,dc=org, or remove bind_password_secret")
-    if isinstance(secret, str) and secret in OWN_SECRETS:
-        out.add((*d, "bind_password_secret"), f"{show(secret)} is a secret fmcluster keeps for itself",
-                f"name the secret otherwise, e.g. ldap-bind-password (fmcluster's own: {', '.join(OWN_SECRETS)})")
+    if isinstance(secret, str) and (clash := agent_file_clash(secret)) is not None:
+        out.add((*d, "bind_password_secret"), f"{show(secret)} {clash}",
+                f"name the secret otherwise, e.g. ldap-bind-password (fmcluster's own files there: "
+                f"{', '.join(AGENT_SECRET_FILES)}, and each one's .tmp)")
+    for key in ("base_dn", "user_search_base", "group_search_base", "bind_dn"):
+        value = directory.get(key)
+        if isinstance(value, str) and (why := dn_problem(value)) is not None:
+            out.add((*d, key), f"{show(value)} is not a distinguished name: it {why}",
+                    "write a DN of attribute=value pairs separated by commas, e.g. ou=people,dc=example,dc=org "
+                    "(no '?': scope and filters are not part of it; filters go in user_filter/group_filter)")
     for key in ("user_filter", "group_filter"):
         value = directory.get(key)
-        if isinstance(value, str) and not _balanced(value):
-            out.add((*d, key), f"{show(value)} has unbalanced parentheses",
-                    "write one LDAP filter, e.g. (&(objectClass=posixAccount)(memberOf=cn=hpc,dc=example,dc=org))")
+        if isinstance(value, str) and (why := filter_problem(value)) is not None:
+            out.add((*d, key), f"{show(value)} is not one LDAP filter: it {why}",
+                    "write one LDAP filter (RFC 4515), e.g. (&(objectClass=posixAccount)(memberOf=cn=hpc,dc=example,dc=org))")
     ca_cert = directory.get("ca_cert")
-    if isinstance(ca_cert, str) and (why := _pem_problem(spec.parent / ca_cert)) is not None:
-        out.add((*d, "ca_cert"), f"{show(ca_cert)} (next to {spec.name}) {why}",
-                f"put the directory's CA certificate(s) as PEM in {spec.parent / ca_cert}, or remove ca_cert to use "
-                "the nodes' system CA bundle")
+    if isinstance(ca_cert, str):
+        try:
+            read_ca_cert(spec.parent, ca_cert)
+        except CaCertProblem as why:
+            out.add((*d, "ca_cert"), f"{show(ca_cert)} (next to {spec.name}) {why}",
+                    f"put the directory's CA certificate(s) as PEM in a plain file {spec.parent / ca_cert} (no link "
+                    "on the way), or remove ca_cert to use the nodes' system CA bundle")
 
 
 def problems_in(loaded: LoadedYaml) -> list[Problem]:

@@ -16,8 +16,18 @@ from hostile_helpers import assert_refused, spec_text, validate, write_tenant
 
 Change = Callable[[dict[str, Any]], Any]
 D = "tenant.directory"
-CA = ("-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIUQk1Fu0bN0o2Y3aC9l7m3mJ9c0WkwCgYIKoZIzj0EAwIw\n"
-      "-----END CERTIFICATE-----\n")
+# A real self-signed certificate (openssl req -x509, P-256): validation reads its DER structure.
+CA = ('-----BEGIN CERTIFICATE-----\n'
+      'MIIBjjCCATWgAwIBAgIUKkaZXwQitSbPEfN8RipPCGVzmy0wCgYIKoZIzj0EAwIw\n'
+      'HDEaMBgGA1UEAwwRZm1jbHVzdGVyIHRlc3QgQ0EwIBcNMjYxMjA1MDgyODAxWhgP\n'
+      'MjEyNjExMTEwODI4MDFaMBwxGjAYBgNVBAMMEWZtY2x1c3RlciB0ZXN0IENBMFkw\n'
+      'EwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEbXjrKAcGYT5/PdQCiaUYc+7YYXAsFCqP\n'
+      '80eJsZcxJhIpiJseV+Ds+lH4hUlqLHisPTkUwo6fLIjFVGpHVsV6QaNTMFEwHQYD\n'
+      'VR0OBBYEFLRKyB6oBFEIvs8CMIT5C6/BJ9r2MB8GA1UdIwQYMBaAFLRKyB6oBFEI\n'
+      'vs8CMIT5C6/BJ9r2MA8GA1UdEwEB/wQFMAMBAf8wCgYIKoZIzj0EAwIDRwAwRAIg\n'
+      'Z7fYnoMK8FhXlp1P9k6x6utlNruBWmSH6YEyYyi76xACICmLr3sSUuJ9rYboAWiQ\n'
+      '0VcQt12I4XJtZsqFFgSO0owl\n'
+      '-----END CERTIFICATE-----\n')
 
 
 def directory(**fields: Any) -> Change:
@@ -58,7 +68,8 @@ REFUSED: list[tuple[str, Change, str, tuple[str, ...]]] = [
      f"{D}.bind_password_secret", ()),
     ("fmcluster-own-secret", directory(bind_dn="cn=r,dc=example,dc=org", bind_password_secret="munge-key"),
      f"{D}.bind_password_secret", ("fmcluster keeps for itself",)),
-    ("unbalanced-filter", directory(user_filter="(memberOf=cn=hpc))("), f"{D}.user_filter", ("unbalanced",)),
+    ("unbalanced-filter", directory(user_filter="(memberOf=cn=hpc))("), f"{D}.user_filter",
+     ("is not one LDAP filter: it has text after the first filter, at character 18",)),
     ("filter-without-parentheses", directory(group_filter="objectClass=posixGroup"), f"{D}.group_filter", ()),
     ("ca-cert-missing", directory(ca_cert="ldap-ca.pem"), f"{D}.ca_cert", ("not a regular file",)),
     ("ca-cert-outside-the-folder", directory(ca_cert="../../../../etc/passwd"), f"{D}.ca_cert", ()),
@@ -99,7 +110,7 @@ def test_a_ca_cert_that_is_a_link_out_of_the_folder_is_refused(tmp_path: Path, m
     outside.write_text(CA)
     (spec.parent / "ldap-ca.pem").symlink_to(outside)
     code, output = validate(tmp_path, monkeypatch)
-    assert_refused(code, output, f"{D}.ca_cert", ("not a regular file",))
+    assert_refused(code, output, f"{D}.ca_cert", ("is a symbolic link: it must be a plain file in the tenant's own folder",))
 
 
 def test_a_full_directory_section_is_accepted_and_loads_its_ca_certificate(
