@@ -31,6 +31,8 @@ def evidence(raw: dict[str, Any]) -> Evidence:
         else:
             _, ev.verdicts[path] = judge_log(full, instance_type=instance_type)
         ev.logs[path] = full.read_bytes().decode("utf-8", "replace")
+    for path in raw.get("texts", []):
+        ev.logs[path] = (ROOT / "tests" / "fixtures" / path).read_text(encoding="utf-8")
     return ev
 
 

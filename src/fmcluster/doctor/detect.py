@@ -12,9 +12,9 @@ from typing import Any, Mapping
 
 from fmcluster.acceptance.verdict import Verdict
 from fmcluster.doctor.knowledge import FACTS, Entry
+from fmcluster.doctor.logscan import Hit, scan, short as _short
 
-MAX_HITS = 5
-MAX_EVIDENCE = 240
+__all__ = ["Evidence", "Finding", "Hit", "detect", "findings"]
 
 
 @dataclass
@@ -41,19 +41,13 @@ class Evidence:
         self.facts.setdefault(name, []).append((where, value))
 
 
-@dataclass(frozen=True)
-class Hit:
-    where: str
-    evidence: str
-
-
-def _short(text: str) -> str:
-    one = " ".join(text.split())
-    return one if len(one) <= MAX_EVIDENCE else one[:MAX_EVIDENCE - 3] + "..."
-
-
 def detect(entry: Entry, ev: Evidence) -> list[Hit]:
-    """Where the entry's detection fires in `ev` (empty: silent)."""
+    """Where the entry's detection fires in `ev` (empty: silent): its own kind of evidence, and its log pattern."""
+    return _kind_hits(entry, ev) + scan([entry], ev.logs).get(entry.id, [])
+
+
+def _kind_hits(entry: Entry, ev: Evidence) -> list[Hit]:
+    """Where the entry's detection fires in the evidence of its kind (log lines: fmcluster.doctor.logscan)."""
     d = entry.detect
     hits: list[Hit] = []
     if entry.kind == "health":
@@ -68,11 +62,6 @@ def detect(entry: Entry, ev: Evidence) -> list[Hit]:
             for finding in verdict.findings:
                 if finding.code == d["code"] and (d.get("severity") != "fail" or finding.severity == "fail"):
                     hits.append(Hit(name, _short(f"{finding.code} ({finding.severity}): {finding.message}")))
-    elif entry.kind == "log":
-        pattern = re.compile(d["pattern"])
-        for name, text in sorted(ev.logs.items()):
-            found = [(n, line) for n, line in enumerate(text.splitlines(), 1) if pattern.search(line)]
-            hits += [Hit(f"{name}:{n}", _short(line)) for n, line in found[:MAX_HITS]]
     elif entry.kind == "slurm":
         pattern = re.compile(d["match"])
         for line in (ev.sinfo or "").splitlines():
@@ -105,10 +94,12 @@ class Finding:
 
 
 def findings(entries: Mapping[str, Entry] | list[Entry] | tuple[Entry, ...], ev: Evidence) -> list[Finding]:
+    """Every entry that fires, each with its hits; the logs are read once for all entries' patterns."""
     values = list(entries.values()) if isinstance(entries, Mapping) else list(entries)
+    log_hits = scan(values, ev.logs)
     out = []
     for entry in values:
-        hits = detect(entry, ev)
+        hits = _kind_hits(entry, ev) + log_hits.get(entry.id, [])
         if hits:
             out.append(Finding(entry, tuple(hits)))
     return out

@@ -60,6 +60,9 @@ SCHEMA: dict[str, Any] = {
             "properties": {
                 "id": {"type": "string", "pattern": "^[a-z0-9]+(?:-[a-z0-9]+)*$"},
                 "title": _TEXT, "symptom": _TEXT, "fix": _TEXT, "source": _TEXT,
+                "log": _TEXT, "unless": _TEXT,
+                "explains": {"type": "array", "minItems": 1, "uniqueItems": True,
+                             "items": {"type": "string", "pattern": "^[a-z0-9]+(?:-[a-z0-9]+)*$"}},
                 "applies": {"type": "object", "additionalProperties": False, "properties": {
                     "providers": {"type": "array", "minItems": 1, "items": {"enum": list(PROVIDERS)}},
                     "schedulers": {"type": "array", "minItems": 1, "items": {"enum": list(SCHEDULERS)}}}},
@@ -85,6 +88,12 @@ class Entry:
     detect: Mapping[str, str]
     providers: tuple[str, ...]
     schedulers: tuple[str, ...]
+    log_pattern: str = ""
+    """The log lines that show this failure (a `log` entry's detection, or any entry's `log:`); empty: none."""
+    unless: str = ""
+    """A log line that proves the pattern's hit harmless in that log (e.g. the plugin set NCCL_PROTO itself)."""
+    explains: tuple[str, ...] = ()
+    """Entries whose findings are symptoms of this one: dropped when this one fires in the same log."""
 
     @property
     def url(self) -> str:
@@ -92,14 +101,17 @@ class Entry:
 
     @property
     def reference(self) -> str:
-        """The check it refers to, in one phrase (docs and findings)."""
+        """The checks it refers to, in one phrase (docs and findings)."""
+        if self.kind == "log":
+            return f"log line /{self.log_pattern}/"
+        return self._check_reference() + (f"; log line /{self.log_pattern}/" if self.log_pattern else "")
+
+    def _check_reference(self) -> str:
         d = self.detect
         if self.kind == "health":
             return f"health check `{d['check']}`" + (f" /{d['match']}/" if "match" in d else "")
         if self.kind == "acceptance":
             return f"acceptance finding `{d['code']}`" + (" (fail)" if d.get("severity") == "fail" else "")
-        if self.kind == "log":
-            return f"log line /{d['pattern']}/"
         if self.kind == "slurm":
             return f"sinfo node|state|reason /{d['match']}/"
         if self.kind == "prometheus":
@@ -134,6 +146,7 @@ def problems(raw: Mapping[str, Any]) -> list[str]:
         if entry["source"] not in raw["sources"]:
             found.append(f"{where}: source {entry['source']!r} is not in `sources`")
         d = entry["detect"]
+        found += _log_problems(where, entry, {e["id"] for e in raw["entries"]})
         if d["kind"] == "health" and d["check"] not in checks:
             found.append(f"{where}: no health check {d['check']!r} in health_checks.yml")
         if d["kind"] == "acceptance" and d["code"] not in CODES:
@@ -146,6 +159,25 @@ def problems(raw: Mapping[str, Any]) -> list[str]:
                     re.compile(d[key])
                 except re.error as err:
                     found.append(f"{where}: detect.{key} is not a regular expression: {err}")
+    return found
+
+
+def _log_problems(where: str, entry: Mapping[str, Any], ids: set[str]) -> list[str]:
+    """`log`/`unless` are regular expressions, a `log` entry has its pattern in `detect` only, `explains` names
+    other entries that exist."""
+    found = []
+    if entry["detect"]["kind"] == "log" and "log" in entry:
+        found.append(f"{where}: a `log` entry has its pattern in detect.pattern, not in `log`")
+    if "unless" in entry and "log" not in entry and entry["detect"]["kind"] != "log":
+        found.append(f"{where}: `unless` without a log pattern")
+    for key in ("log", "unless"):
+        if key in entry:
+            try:
+                re.compile(entry[key])
+            except re.error as err:
+                found.append(f"{where}: {key} is not a regular expression: {err}")
+    found += [f"{where}: explains {other!r}, which is no entry" for other in entry.get("explains", [])
+              if other not in ids or other == entry["id"]]
     return found
 
 
@@ -165,7 +197,9 @@ def load(path: Path = KNOWLEDGE_PATH) -> tuple[Entry, ...]:
               source=str(raw["sources"][e["source"]]), kind=e["detect"]["kind"],
               detect={k: str(v) for k, v in e["detect"].items() if k != "kind"},
               providers=tuple(e.get("applies", {}).get("providers", PROVIDERS)),
-              schedulers=tuple(e.get("applies", {}).get("schedulers", SCHEDULERS)))
+              schedulers=tuple(e.get("applies", {}).get("schedulers", SCHEDULERS)),
+              log_pattern=str(e["detect"]["pattern"] if e["detect"]["kind"] == "log" else e.get("log", "")),
+              unless=str(e.get("unless", "")), explains=tuple(e.get("explains", ())))
         for e in raw["entries"])
 
 

@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 from fmcluster.doctor import knowledge
 from fmcluster.doctor.detect import Evidence, Finding, findings
+from fmcluster.doctor.logscan import explained
 
 Out = Callable[[str], object]
 #: Bytes of a log scanned for log-pattern entries (the acceptance parser itself streams the whole file).
@@ -88,14 +89,36 @@ def judge_log(path: Path, org: str | None = None, instance_type: str | None = No
 
 
 def diagnose_log(path: Path, org: str | None = None, instance_type: str | None = None) -> Diagnosis:
-    """One job log: the acceptance verdict's findings and the log-pattern entries. Raises OSError if unreadable."""
-    _, verdict = judge_log(path, org, instance_type)
+    """Any log: every entry's log pattern in one pass over its lines, and, when it is benchmark output, the acceptance
+    verdict's findings; a cause found drops the findings it explains. Raises OSError if unreadable."""
+    log, verdict = judge_log(path, org, instance_type)
     with open(path, "rb") as handle:
         text = handle.read(LOG_SCAN_BYTES).decode("utf-8", "replace")
-    ev = Evidence(verdicts={str(path): verdict}, logs={str(path): text})
-    entries = [e for e in knowledge.load() if e.kind in ("acceptance", "log")]
-    return Diagnosis(str(path), findings(entries, ev), checked=[f"log {path} ({verdict.status})"],
-                     acceptance={"status": verdict.status, "codes": list(verdict.codes), "cause": verdict.cause})
+    benchmark = is_benchmark(log)
+    ev = Evidence(verdicts={str(path): verdict} if benchmark else {}, logs={str(path): text})
+    entries = [e for e in knowledge.load() if e.log_pattern or (benchmark and e.kind == "acceptance")]
+    found, notes = without_symptoms(findings(entries, ev))
+    if not benchmark:
+        notes.append("not benchmark output (no nccl-tests or nccom-test header, rank list or table): the acceptance "
+                     "checks do not apply; the log was read for every entry's log lines")
+    checked = [f"log {path} ({verdict.status if benchmark else 'read'})"] if text.strip() else []
+    acceptance = {"status": verdict.status, "codes": list(verdict.codes), "cause": verdict.cause} if benchmark else None
+    return Diagnosis(str(path), found, checked=checked, notes=notes, acceptance=acceptance)
+
+
+def is_benchmark(log: Any) -> bool:
+    """The log holds a collective benchmark's own output (a header, rank list, size table or its failure lines), so
+    the acceptance verdict applies to it."""
+    return bool(log.rows or log.header or log.rank_lines_seen or log.benchmark_printed or log.avg_busbw_text
+                or log.tables or log.test_failures or log.tool != "nccl-tests")
+
+
+def without_symptoms(found: list[Finding]) -> tuple[list[Finding], list[str]]:
+    """The findings less those a fired cause explains (knowledge.yml `explains`), and a note for each dropped one."""
+    causes = explained([f.entry for f in found])
+    kept = [f for f in found if f.entry.id not in causes]
+    return kept, [f"[{f.entry.id}] not shown: a symptom of [{causes[f.entry.id]}]" for f in found
+                  if f.entry.id in causes]
 
 
 def diagnose_cluster(org: str, node: str = "", out: Out = print) -> Diagnosis:
