@@ -62,6 +62,8 @@ class LogLine:
 class Hit:
     where: str
     evidence: str
+    line: int = 0
+    """The log line it was read on (0: not a log line)."""
 
 
 def short(text: str) -> str:
@@ -125,7 +127,7 @@ def scan(entries: Sequence[Entry], logs: Mapping[str, str]) -> dict[str, list[Hi
         for line in logical_lines(text):
             for entry_id, pattern in patterns:
                 if len(hits.get(entry_id, ())) < MAX_HITS and pattern.search(line.text):
-                    hits.setdefault(entry_id, []).append(Hit(f"{name}:{line.where}", short(line.text)))
+                    hits.setdefault(entry_id, []).append(Hit(f"{name}:{line.where}", short(line.text), line.number))
             vetoed.update(entry_id for entry_id, veto in vetoes if veto.search(line.text))
         for entry_id, entry_hits in hits.items():
             if entry_id not in vetoed:

@@ -97,7 +97,7 @@ def diagnose_log(path: Path, org: str | None = None, instance_type: str | None =
     benchmark = is_benchmark(log)
     ev = Evidence(verdicts={str(path): verdict} if benchmark else {}, logs={str(path): text})
     entries = [e for e in knowledge.load() if e.log_pattern or (benchmark and e.kind == "acceptance")]
-    found, notes = without_symptoms(findings(entries, ev))
+    found, notes = without_symptoms(in_log_order(findings(entries, ev)))
     if not benchmark:
         notes.append("not benchmark output (no nccl-tests or nccom-test header, rank list or table): the acceptance "
                      "checks do not apply; the log was read for every entry's log lines")
@@ -111,6 +111,12 @@ def is_benchmark(log: Any) -> bool:
     the acceptance verdict applies to it."""
     return bool(log.rows or log.header or log.rank_lines_seen or log.benchmark_printed or log.avg_busbw_text
                 or log.tables or log.test_failures or log.tool != "nccl-tests")
+
+
+def in_log_order(found: list[Finding]) -> list[Finding]:
+    """The verdict's findings first, then the log's in the order their first line appears: what failed first (the
+    first rank, the first cause) leads."""
+    return sorted(found, key=lambda f: min((h.line for h in f.hits), default=0))
 
 
 def without_symptoms(found: list[Finding]) -> tuple[list[Finding], list[str]]:
