@@ -100,3 +100,24 @@ def test_the_cause_after_last_error_is_read_and_explains_the_remote_error() -> N
 def test_a_plugin_set_nccl_proto_is_not_a_user_override() -> None:
     result = diagnose_log(CORPUS / "training-on-eks-p4d-pods-healthy.log")
     assert result.findings == [] and result.healthy
+
+
+def test_efa_findings_are_expected_on_an_instance_without_efa_and_flagged_unknown_without_one() -> None:
+    log = CORPUS / "aws-ofi-nccl-1020-efa-not-in-container.log"
+    unknown = diagnose_log(log)
+    assert [f.entry.id for f in unknown.findings] == ["efa-devices-not-visible"]
+    assert any("whether this instance has EFA" in n and "--instance-type" in n for n in unknown.notes)
+    no_efa = diagnose_log(log, instance_type="m5.xlarge")
+    assert no_efa.findings == [] and no_efa.healthy
+    assert any("m5.xlarge has no EFA" in n for n in no_efa.notes)
+
+
+def test_nic_counts_are_judged_against_the_catalog_only_for_an_instance_type_the_user_gave() -> None:
+    """The log's own platform line says p4d, but a pod may be given one of its four EFA interfaces on purpose."""
+    log = CORPUS / "training-on-eks-p4d-pods-healthy.log"
+    assert diagnose_log(log).healthy
+    given = diagnose_log(log, instance_type="p4d.24xlarge")
+    (finding,) = given.findings
+    assert finding.entry.id == "efa-nic-count"
+    assert finding.hits[0].where == "llama-3-8b-node-0-0"
+    assert "found 1 NIC(s)" in finding.hits[0].evidence and "p4d.24xlarge has 4 EFA interfaces" in finding.hits[0].evidence

@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from fmcluster.doctor import knowledge
+from fmcluster.catalog import load_catalog
+from fmcluster.doctor import instance_facts, knowledge
 from fmcluster.doctor.detect import Evidence, Finding, findings
 from fmcluster.doctor.logscan import explained
 
@@ -90,20 +91,31 @@ def judge_log(path: Path, org: str | None = None, instance_type: str | None = No
 
 def diagnose_log(path: Path, org: str | None = None, instance_type: str | None = None) -> Diagnosis:
     """Any log: every entry's log pattern in one pass over its lines, and, when it is benchmark output, the acceptance
-    verdict's findings; a cause found drops the findings it explains. Raises OSError if unreadable."""
+    verdict's findings; the instance's facts applied (fmcluster.doctor.instance_facts); a cause found drops the
+    findings it explains. Raises OSError if unreadable."""
     log, verdict = judge_log(path, org, instance_type)
     with open(path, "rb") as handle:
         text = handle.read(LOG_SCAN_BYTES).decode("utf-8", "replace")
     benchmark = is_benchmark(log)
     ev = Evidence(verdicts={str(path): verdict} if benchmark else {}, logs={str(path): text})
     entries = [e for e in knowledge.load() if e.log_pattern or (benchmark and e.kind == "acceptance")]
-    found, notes = without_symptoms(in_log_order(findings(entries, ev)))
+    known = instance_facts.resolve(load_catalog(), instance_type, _org_types(org), log)
+    found, notes = instance_facts.apply(findings(entries, ev), log, known, knowledge.by_id(), benchmark)
+    found, dropped = without_symptoms(in_log_order(found))
     if not benchmark:
         notes.append("not benchmark output (no nccl-tests or nccom-test header, rank list or table): the acceptance "
                      "checks do not apply; the log was read for every entry's log lines")
     checked = [f"log {path} ({verdict.status if benchmark else 'read'})"] if text.strip() else []
     acceptance = {"status": verdict.status, "codes": list(verdict.codes), "cause": verdict.cause} if benchmark else None
-    return Diagnosis(str(path), found, checked=checked, notes=notes, acceptance=acceptance)
+    return Diagnosis(str(path), found, checked=checked, notes=dropped + notes, acceptance=acceptance)
+
+
+def _org_types(org: str | None) -> list[str]:
+    if not org:
+        return []
+    from fmcluster.commands.acceptance_cli import _queues
+
+    return [instance.name for instance in _queues(org)[0].values()]
 
 
 def is_benchmark(log: Any) -> bool:
