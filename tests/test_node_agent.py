@@ -3,12 +3,13 @@ checkout is exactly the commit the node runs (tests/test_cluster_e2e.py runs it 
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from fmcluster.node.agent import checked_out
+from fmcluster.node.agent import checked_out, private_dir, write_private
 
 
 def git(where: Path, *args: str) -> str:
@@ -72,3 +73,21 @@ def test_a_membership_pass_reads_the_facts_the_last_converge_recorded(tmp_path: 
     assert "Gathering Facts" in first and "Gathering Facts" not in second
     assert "mgr=" in shown and "mgr=}" not in shown
     assert list((tmp_path / "facts").iterdir()), "the converge recorded this host's facts where the node keeps them"
+
+
+def test_what_the_agent_keeps_that_may_hold_a_secret_is_root_s_alone_even_when_it_was_not(tmp_path: Path) -> None:
+    """The inventory (receiver URLs), the fact cache and the runner's artifacts (the converge's environment), the
+    converge log and the report: 0700 folders and 0600 files, from the first byte, also over an older 0644 file."""
+    folder = tmp_path / "inventory"
+    folder.mkdir(mode=0o755)
+    old = folder / "hosts.yml"
+    old.write_text("old\n")
+    old.chmod(0o644)
+    previous = os.umask(0)
+    try:
+        assert private_dir(folder) == folder and (folder.stat().st_mode & 0o777) == 0o700
+        write_private(old, "receiver: https://hooks.slack.com/services/T/B/secret\n")
+    finally:
+        os.umask(previous)
+    assert (old.stat().st_mode & 0o777) == 0o600 and old.read_text().startswith("receiver:")
+    assert sorted(p.name for p in folder.iterdir()) == ["hosts.yml"]

@@ -49,6 +49,7 @@ ADDRESS = "10.93.40.132"
 HOSTNAME = "ip-10-93-40-132"
 BUCKET = "fmc-t-boot-data"
 PLAYBOOK = "playbooks/node-convergence.yml"
+RECEIVER_URL = "https://hooks.slack.com/services/T0FMC/B0FMC/receiver-url-is-a-secret"
 SETTINGS = ("FMCLUSTER_BUCKET", "FMCLUSTER_REGION", "FMCLUSTER_ORG")
 BUILT_VENV = "/opt/fmcluster/venv-from-wheelhouse"
 
@@ -195,6 +196,8 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
         ref = pinned_commit()
         manifest = manifest_for(tenant, {"DataBucketName": BUCKET})
         manifest["ref"] = ref
+        # A receiver URL is a bearer secret (whoever has it posts to the channel): it reaches the node's inventory.
+        manifest["vars"]["alertmanager_receivers"] = [{"name": "ops", "type": "slack", "target": RECEIVER_URL}]
         s3 = aws.client("s3", tenant.region, endpoint)
         for bucket in (BUCKET, f"{BUCKET}-empty", f"{BUCKET}-contract"):
             s3.create_bucket(Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": tenant.region})
@@ -355,3 +358,26 @@ def test_a_node_converges_itself_reports_to_the_bucket_and_never_shows_a_secret(
     # The node agent it started keeps the node converged from now on.
     pid = node.read("/var/lib/fmcluster/run/fmcluster-node-agent.pid").strip()
     assert Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[1:4] == [b"-m", b"fmcluster.node", b"watch"]
+
+
+def test_no_file_fmcluster_writes_on_the_node_shows_a_secret_to_an_unprivileged_user(node: Node, instance: str) -> None:
+    """Every file an ordinary user (nobody) can read under what fmcluster writes (its settings, state, secrets,
+    fact cache, runner artifacts, logs) is searched for each secret: the shared secrets, the alert receiver URL and
+    the node's AWS credentials. The published commit's own files (the checkout, the agent's clone) are public."""
+    sm = node.client("secretsmanager")
+    values = [sm.get_secret_value(SecretId=f"fmcluster/{ORG}/{name}")["SecretString"]
+              for name in ("munge-key", "grafana-admin-password")]
+    assert node.agent().returncode == 0
+    assert RECEIVER_URL in node.read("/var/lib/fmcluster/inventory/hosts.yml")
+    secrets = [*values, RECEIVER_URL, '"AWS_SECRET_ACCESS_KEY": "emulator"', "AWS_SECRET_ACCESS_KEY=emulator"]
+    found = host_run(node.host, ["runuser", "-u", "nobody", "--", "grep", "-rlF", "--exclude-dir=pull",
+                                 "--exclude-dir=agent", "--exclude-dir=repo.git", "-f", "-", "/etc/fmcluster",
+                                 "/var/lib/fmcluster", "/var/log/fmcluster", "/run/fmcluster", "/opt/fmcluster/bootstrap"],
+                     input_text="\n".join(secrets) + "\n")
+    assert found.stdout == "", f"files an unprivileged user reads that hold a secret:\n{found.stdout}"
+    # What the agent keeps that holds one is root's alone.
+    modes = node.run("stat -c '%a %U %n' /var/lib/fmcluster/inventory /var/lib/fmcluster/inventory/hosts.yml "
+                     "/var/lib/fmcluster/facts /var/lib/fmcluster/runner /var/log/fmcluster/converge.log "
+                     "/var/lib/fmcluster/report.json").stdout.splitlines()
+    assert [line.split()[:2] for line in modes] == [["700", "root"], ["600", "root"], ["700", "root"],
+                                                     ["700", "root"], ["600", "root"], ["600", "root"]], modes

@@ -42,6 +42,7 @@ ETC_DIR = Path("/etc/fmcluster")
 BUNDLE_DIR = Path("/opt/fmcluster/bootstrap")
 VENV = Path("/opt/fmcluster/venv")
 LOCK = Path("/run/fmcluster/converge.lock")
+LOG = Path("/var/log/fmcluster/converge.log")
 MANIFEST_KEY = "fmcluster/manifest/cluster.json"
 BOOTSTRAP_PREFIX = "fmcluster/bootstrap/"
 REPORT_PREFIX = "fmcluster/report/"
@@ -51,6 +52,25 @@ LOG_TAIL_LINES = 40
 BOOTSTRAP = "/usr/local/sbin/fmcluster-bootstrap"
 
 T = TypeVar("T")
+
+
+def private_dir(path: Path) -> Path:
+    """A directory only root reads (0700, also when it already exists): what the agent keeps that may hold a
+    secret, the inventory (alert receiver URLs), Ansible's fact cache (the converge's environment) and the runner's
+    artifacts (every task's output)."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path.chmod(0o700)
+    return path
+
+
+def write_private(path: Path, text: str) -> None:
+    """`text` into `path`, only root's (0600) from its first byte: a new file renamed over the old one."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+    tmp.replace(path)
 
 
 class StageFailed(RuntimeError):
@@ -197,8 +217,7 @@ class Agent:
         """Each shared secret this node's role reads into /etc/fmcluster/secrets/<name> (root only); returns the
         names written."""
         client = self.client("secretsmanager")
-        folder = self.etc_dir / "secrets"
-        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        folder = private_dir(self.etc_dir / "secrets")
         written = []
         for name, spec in sorted(manifest.get("secrets", {}).items()):
             if role not in spec.get("roles", []):
@@ -207,11 +226,8 @@ class Agent:
             value = retry(f"read secret {secret} from Secrets Manager", "secrets", self.settings.fetch_tries,
                           lambda: str(client.get_secret_value(SecretId=secret)["SecretString"]))
             path = folder / name
-            if not path.exists() or path.read_text() != value:
-                tmp = path.with_suffix(".tmp")
-                tmp.touch(mode=0o600)
-                tmp.write_text(value)
-                tmp.replace(path)
+            if not path.exists() or path.read_text() != value or path.stat().st_mode & 0o077:
+                write_private(path, value)
                 written.append(name)
         return written
 
@@ -232,19 +248,18 @@ class Agent:
 
     # --- converge -----------------------------------------------------------------------------------------
     def write_inventory(self, manifest: dict[str, Any], nodes: list[Node]) -> Path:
-        folder = self.state_dir / "inventory"
-        folder.mkdir(parents=True, exist_ok=True)
+        folder = private_dir(self.state_dir / "inventory")
         extra = {"fmcluster_aws_endpoint_url": os.environ.get("AWS_ENDPOINT_URL", ""),
                  "fmcluster_bucket": self.settings.bucket}
         document = assemble_inventory(manifest, nodes, extra)
         path = folder / "hosts.yml"
         text = inventory_yaml(document, "# written by the fmcluster node agent from the manifest and the AWS APIs\n")
-        if not path.exists() or path.read_text() != text:
-            path.write_text(text)
+        if not path.exists() or path.read_text() != text or path.stat().st_mode & 0o077:
+            write_private(path, text)
         return path
 
     def run_playbook(self, me: Node, inventory: Path, report: Report, playbook: str) -> int:
-        log = Path("/var/log/fmcluster/converge.log")
+        log = LOG
         log.parent.mkdir(parents=True, exist_ok=True)
         report.log = str(log)
         failed: list[dict[str, str]] = []
@@ -268,7 +283,7 @@ class Agent:
                 stats.update(data)
             return True
 
-        private = self.state_dir / "runner"
+        private = private_dir(self.state_dir / "runner")
         venv_bin = Path(sys.executable).parent
         checkout = self.state_dir / "pull"
         membership_pass = playbook != self.settings.playbook
@@ -277,7 +292,7 @@ class Agent:
         env = {**clean_environment(), "PATH": f"{venv_bin}:{os.environ.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}",
                "ANSIBLE_INVENTORY": str(inventory), "ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_NOCOLOR": "1",
                "PYTHONPATH": startup_path(os.environ.get("PYTHONPATH", "")),
-               **fact_cache_env(self.state_dir / "facts", reuse=membership_pass)}
+               **fact_cache_env(private_dir(self.state_dir / "facts"), reuse=membership_pass)}
         if membership_pass and checked_out(checkout, self.settings.ref):
             # A membership pass of the commit already checked out (and unmodified): ansible-pull would only
             # check the same commit out again, a whole Ansible run of its own before the play.
@@ -291,7 +306,7 @@ class Agent:
             argv = ["--url", str(self.state_dir / "repo.git"), "--checkout", self.settings.ref,
                     "--directory", str(checkout), "--full", "--clean", *play]
         stdout, stderr, rc = run_ansible(executable, argv, cwd, env, private, on_event)
-        log.write_text(stdout + ("\n" + stderr if stderr else ""))
+        write_private(log, stdout + ("\n" + stderr if stderr else ""))
         report.slowest_tasks = [{"task": task, "seconds": round(seconds, 1)} for task, seconds
                                 in sorted(took.items(), key=lambda item: -item[1])[:SLOWEST_TASKS]]
         report.failed_tasks = failed
@@ -386,7 +401,7 @@ class Agent:
 
     def file_report(self, report: Report) -> None:
         body = json.dumps(asdict(report), indent=1)
-        (self.state_dir / "report.json").write_text(body + "\n")
+        write_private(self.state_dir / "report.json", body + "\n")
         key = f"{REPORT_PREFIX}{report.address}"
         try:
             key = f"{REPORT_PREFIX}{self.identity()}"
