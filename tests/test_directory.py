@@ -68,7 +68,7 @@ def test_the_sssd_variables_are_the_contract_the_role_reads(tmp_path: Path) -> N
         "sssd_client_bind_dn": "cn=reader,dc=example,dc=org",
         "sssd_client_bind_password_file": "/etc/fmcluster/secrets/ldap-bind-password",
         "sssd_client_ca_cert": CA, "sssd_client_access_filter": "", "sssd_client_group_filter": "(objectClass=posixGroup)",
-        "sssd_client_home_root": "/fsx/home"}
+        "sssd_client_home_root": "/fsx/home", "sssd_client_min_id": 1001, "sssd_client_max_id": 59999}
     # The directory has the teams' groups: no local group shadows them; the Slurm accounts stay.
     assert values["user_accounts_groups"] == [] and values["user_accounts_users"] == []
     assert [a["name"] for a in values["slurm_associations_accounts"]] == ["llm", "vision"]

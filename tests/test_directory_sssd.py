@@ -83,6 +83,21 @@ def test_two_nodes_join_the_directory_and_agree_on_alice(substrate: Path, tmp_pa
     assert "uidNumber: 20001" in search("-D", READER, "-w", bind_password(ORG)).stdout
     assert "uidNumber" not in search().stdout
 
+    # Entries a directory could hold that must never become a node's accounts (issue 42): uid 0, the images'
+    # default user's 1000, and a group with sudo's gid 27 listing alice. SSSD's min_id/max_id ignore the people;
+    # the group search asks for the id range too (min_id alone leaves gid 27 in alice's groups at login).
+    people = [[f"dn: uid={name},ou=people,{BASE_DN}", "objectClass: top", "objectClass: inetOrgPerson",
+               "objectClass: posixAccount", f"uid: {name}", f"cn: {name}", f"sn: {name}", f"uidNumber: {uid}",
+               f"gidNumber: {uid}", f"homeDirectory: /home/{name}", "loginShell: /bin/bash"]
+              for name, uid in (("mallory", 0), ("eve", 1000))]
+    group = [f"dn: cn=wheel27,ou=groups,{BASE_DN}", "objectClass: top", "objectClass: posixGroup", "cn: wheel27",
+             "gidNumber: 27", "memberUid: alice"]
+    hostile = "\n\n".join("\n".join(entry) for entry in [*people, group]) + "\n"
+    added = subprocess.run(["ldapadd", "-x", "-H", server.uri, "-D", READER, "-w", bind_password(ORG)], input=hostile,
+                           env={**os.environ, "LDAPTLS_CACERT": str(substrate / ORG / "directory" / "ca.pem")},
+                           capture_output=True, text=True, timeout=30)
+    assert added.returncode == 0, added.stderr
+
     # What the node agent does on a node: the bind secret from Secrets Manager into /etc/fmcluster/secrets/.
     for host in hosts:
         wrote = host_run(host, ["sh", "-c", f"install -d -m 0700 /etc/fmcluster/secrets && umask 077 && "
@@ -114,6 +129,12 @@ def test_two_nodes_join_the_directory_and_agree_on_alice(substrate: Path, tmp_pa
         seen.append(passwd.stdout.strip())
         # The directory's home is replaced by the shared home root (override_homedir).
         assert passwd.stdout.split(":")[5] == "/fsx/home/alice"
+        conf_ids = host_run(host, ["grep", "-E", "^(min|max)_id", "/etc/sssd/sssd.conf"]).stdout.split("\n")
+        assert conf_ids[:2] == ["min_id = 1001", "max_id = 59999"]
+        for outside in ("mallory", "eve"):
+            assert host_run(host, ["getent", "passwd", outside]).returncode != 0, f"{host.hostname}: {outside}"
+        assert host_run(host, ["getent", "group", "wheel27"]).returncode != 0, host.hostname
+        assert "27" not in host_run(host, ["id", "-G", "alice"]).stdout.split(), host.hostname
     assert seen[0] == seen[1] and seen[0].split(":")[2:4] == ["20001", "20001"]
     bob = host_run(hosts[1], ["id", "-Gn", "bob"])
     assert bob.stdout.split() == ["bob", "vision"]

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from fmcluster.manifest import NODE_SECRETS_DIR
+from fmcluster.validation import MAX_ID, MIN_ID, image_ids
 
 if TYPE_CHECKING:
     from fmcluster.model import Directory, Qos, Tenant
@@ -58,6 +59,15 @@ def manifest_secrets(tenant: Tenant) -> dict[str, tuple[str, ...]]:
     return {directory.bind_password_secret: DIRECTORY_SECRET_ROLES}
 
 
+def directory_id_range() -> tuple[int, int]:
+    """The ids a node takes from the directory: the range a tenant's users and teams may have (validation's
+    MIN_ID..MAX_ID), less the images' own ids at its bottom (1000, the default user's)."""
+    low, taken = MIN_ID, image_ids()
+    while low in taken:
+        low += 1
+    return low, MAX_ID
+
+
 def sssd_vars(directory: Directory | None, org: str, home_root: str) -> dict[str, Any]:
     """The sssd_client role's variables (roles/sssd_client/defaults/main.yml says what each does); none without a
     directory (the role's default sssd_client_enabled is false)."""
@@ -79,6 +89,8 @@ def sssd_vars(directory: Directory | None, org: str, home_root: str) -> dict[str
         "sssd_client_group_filter": directory.group_filter or "",
         # Homes on the shared file system whatever homeDirectory the directory gives, as for `users:`.
         "sssd_client_home_root": home_root,
+        # Directory entries outside the tenant's id range (0, 27 = sudo, 1000 = ubuntu...) are ignored on every node.
+        "sssd_client_min_id": directory_id_range()[0], "sssd_client_max_id": directory_id_range()[1],
     }
 
 
