@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from fmcluster.doctor import knowledge
-from fmcluster.doctor.logscan import logical_lines, strip_prefixes
+from fmcluster.doctor.logscan import Normalized, logical_lines, required_literals, strip_prefixes
 from fmcluster.paths import DATA_DIR
 
 MESSAGE = "NCCL WARN NET/OFI Initializing plugin failed"
@@ -71,3 +71,32 @@ def test_no_two_entries_explain_each_other() -> None:
     for entry in entries.values():
         for symptom in entry.explains:
             assert entry.id not in entries[symptom].explains, (entry.id, symptom)
+
+
+@pytest.mark.parametrize("raw, literals", [
+    (r"Watchdog caught collective operation timeout|Some NCCL operations", ("Watchdog caught collective operation timeout",
+                                                                            "Some NCCL operations")),
+    (r"mount\.lustre: .* failed", ("mount.lustre: ",)),
+    (r"(?:Expired|Rewound) credential|Job credential expired", (" credential", "Job credential expired")),
+    (r"NVRM: Xid \([^)]*\): 79,", ("NVRM: Xid (",)),
+    (r"abcd?efgh", ("efgh",)),
+    (r"(?i)system not yet initialized", None),
+    (r"x|[Ss]ys", None),
+])
+def test_the_literals_every_match_contains_are_found_or_the_pattern_is_searched_as_it_is(
+        raw: str, literals: tuple[str, ...] | None) -> None:
+    assert required_literals(raw) == literals
+
+
+def test_the_fast_path_finds_exactly_the_lines_a_line_by_line_search_finds() -> None:
+    """Over every field log and every entry: str.find on the required literals, then the pattern on the line, gives
+    the same lines as searching every line."""
+    from conftest import ROOT
+
+    for path in sorted((ROOT / "tests" / "fixtures" / "field_logs").glob("*.log")):
+        log = Normalized.of(path.read_text(encoding="utf-8"))
+        for entry in knowledge.load():
+            for raw in filter(None, (entry.log_pattern, entry.unless)):
+                pattern = re.compile(raw, re.MULTILINE)
+                naive = [line for line in log.lines if pattern.search(line.text)][:5]
+                assert list(log.matching(pattern, 5)) == naive, (path.name, entry.id)
