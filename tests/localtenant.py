@@ -13,6 +13,7 @@ import yaml
 from fmcluster.model import Tenant
 from fmcluster.nodes import Node, Role, hostname_for
 from fmcluster.providers.registry import provider_for
+from fmcluster.images import booted_image
 from fmcluster.publish import build_manifest
 from fmcluster.schedulers.registry import scheduler_for
 from fmcluster.stacks.render import subnet_cidrs
@@ -55,7 +56,8 @@ def manifest_for(tenant: Tenant, outputs: dict[str, str] | None = None) -> dict[
     provider, scheduler = provider_for(tenant), scheduler_for(tenant)
     outputs = outputs or {}
     return build_manifest(tenant, REF, outputs, provider.queue_resources, scheduler.manifest_vars(),
-                          provider.manifest_vars(), scheduler.discovery(outputs))
+                          provider.manifest_vars(), scheduler.discovery(outputs),
+                          booted_image(scheduler.image, provider.node_image))
 
 
 def nodes_for(tenant: Tenant, drop: Sequence[str] = ()) -> list[Node]:

@@ -390,3 +390,13 @@ def test_a_hyperpod_tenant_with_an_openzfs_home_has_hyperpod_mount_it_too() -> N
                            {"Ref": "AWS::NoValue"}]} in group["InstanceStorageConfigs"]
     assert "HomeDnsName" in cluster.parameters and "HomeDnsName" not in next(
         s for s in render_stacks(tenant) if s.key == "cluster").parameters
+
+
+def test_discovery_status_and_replace_ask_for_the_cluster_the_template_creates() -> None:
+    """One name: the manifest is published before the cluster stack exists, so discovery (and with it every node's
+    identity, `invoke status/nodes/replace`) cannot wait for the ClusterName output; it names what the template names."""
+    tenant = load_tenant("neuronlab", ROOT)
+    stack = next(s for s in render_stacks(tenant) if s.key == "cluster")
+    created = load_cfn_yaml(stack.body)["Resources"]["Cluster"]["Properties"]["ClusterName"]
+    assert HyperPod(tenant).discovery({})["cluster_name"] == created
+    assert manifest_for(tenant)["discovery"]["cluster_name"] == created

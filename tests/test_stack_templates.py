@@ -191,8 +191,9 @@ def test_images_are_pinned_ami_ids_not_ssm_parameters_that_move_on_every_deploy(
     stack = next(s for s in render_stacks(STOCKMARK) if s.key == "cluster")
     params = load_cfn_yaml(stack.body)["Parameters"]
     assert {params[name]["Type"] for name in ("GpuImageId", "CpuImageId")} == {"AWS::EC2::Image::Id"}
+    # Ubuntu 24.04: its Slurm (23.11) runs with cgroup v2, Ubuntu 22.04's (21.08) does not (data/images.yml)
     assert stack.parameters["GpuImageId"] == ImageRef(
-        "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id")
+        "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-24.04/latest/ami-id")
     outputs = load_cfn_yaml(stack.body)["Outputs"]
     assert outputs["GpuImageId"]["Value"] == {"Ref": "GpuImageId"}, "the pin is recorded in stack_outputs.yml"
 

@@ -15,12 +15,14 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import yaml
 
-from fmcluster.paths import DATA_DIR
+from fmcluster.paths import DATA_DIR, PACKAGE_DIR
 
 if TYPE_CHECKING:
     from fmcluster.model import Tenant
 
 IMAGES_PATH = DATA_DIR / "images.yml"
+#: This repository's docs, which the local substrate's own image cites for what no public page can say.
+REPO_DOCS = PACKAGE_DIR.parent.parent / "docs"
 Source = Literal["ssm", "chosen", "built"]
 COMPONENTS = ("python", "aws_cli", "nvidia_driver", "efa_installer", "neuron", "lustre_client", "slurm")
 ACCELERATORS = ("cuda", "neuron", "none")
@@ -37,6 +39,56 @@ class Component:
     source: str
 
 
+Init = Literal["systemd", "none"]
+Cgroup = Literal["v2", "v1", "hybrid"]
+SlurmInstaller = Literal["fmcluster", "service"]
+AcceleratorStack = Literal["upgradable", "service-owned", "none"]
+#: Slurm's first release with a cgroup v2 plugin (https://slurm.schedmd.com/cgroup_v2.html).
+SLURM_CGROUP_V2_SINCE = (22, 5)
+
+
+@dataclass(frozen=True)
+class Contract:
+    """What the roles may assume of a node booted from an image (images.yml's `contract`, each fact with its source)."""
+
+    default_user: str
+    init: Init
+    cgroup: Cgroup
+    slurm_version: str | None
+    slurm_installed_by: SlurmInstaller
+    nccl_home: str | None
+    ofi_nccl_lib_dirs: tuple[str, ...]
+    accelerator_stack: AcceleratorStack
+    imds_access_tool: str | None
+    sources: dict[str, str]
+
+    def slurm_cgroups(self) -> bool:
+        """Slurm may use its cgroup plugins: systemd delegates a subtree, and the Slurm knows the hierarchy."""
+        if self.init != "systemd" or self.slurm_version is None:
+            return False
+        if self.cgroup == "v1":
+            return True
+        major, minor = (int(part) for part in self.slurm_version.split(".")[:2])
+        return (major, minor) >= SLURM_CGROUP_V2_SINCE
+
+    def role_vars(self) -> dict[str, Any]:
+        """The role variables this contract decides, for every node booted from the image (manifest group vars)."""
+        variables: dict[str, Any] = {
+            "nccl_plugin_dirs": list(self.ofi_nccl_lib_dirs),
+            "nccl_tests_ofi_nccl_lib_dirs": list(self.ofi_nccl_lib_dirs),
+            # A service-owned stack (HyperPod's) is checked, never reinstalled or upgraded to the pins.
+            "efa_manage_stack": self.accelerator_stack == "upgradable",
+            "nvidia_driver_manage_stack": self.accelerator_stack == "upgradable",
+            "neuron_manage_stack": self.accelerator_stack == "upgradable",
+            "imds_guard_access_tool": self.imds_access_tool or "",
+        }
+        if self.nccl_home is not None:
+            variables["nccl_tests_nccl_home"] = self.nccl_home
+        if self.slurm_installed_by == "fmcluster":
+            variables["slurm_use_cgroup"] = self.slurm_cgroups()
+        return variables
+
+
 @dataclass(frozen=True)
 class Image:
     key: str
@@ -46,6 +98,7 @@ class Image:
     ssm_parameter: str | None
     ships: dict[str, Component]
     first_boot_adds: str
+    contract: Contract
 
     def shipped(self) -> str:
         """`python 3.10, aws_cli 2, nvidia_driver` — what the image has, versions where the catalog names one."""
@@ -74,7 +127,7 @@ def _image(key: str, raw: Any) -> Image:
     where = f"images.{key}"
     if not isinstance(raw, dict):
         raise _fail(where, "not a mapping", "give name, os, source, ssm_parameter, ships, first_boot_adds")
-    missing = {"name", "os", "source", "ssm_parameter", "ships", "first_boot_adds"} - set(raw)
+    missing = {"name", "os", "source", "ssm_parameter", "ships", "first_boot_adds", "contract"} - set(raw)
     if missing:
         raise _fail(where, f"missing {', '.join(sorted(missing))}", "add them")
     if raw["source"] not in get_args(Source):
@@ -103,7 +156,47 @@ def _image(key: str, raw: Any) -> Image:
             raise _fail(f"{at}.source", f"{fact['source']!r}", "the public https:// page that says it")
         components[name] = Component(fact["present"], fact["version"], str(fact["source"]))
     return Image(key, str(raw["name"]), str(raw["os"]), raw["source"], raw["ssm_parameter"], components,
-                 str(raw["first_boot_adds"]))
+                 str(raw["first_boot_adds"]), _contract(where, raw["contract"]))
+
+
+#: Each contract fact: its check (on the value) and what a valid value is, for the error message.
+_CONTRACT_FACTS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "default_user": (lambda v: isinstance(v, str) and v.isidentifier(), "an account name"),
+    "init": (lambda v: v in get_args(Init), f"one of {', '.join(get_args(Init))}"),
+    "cgroup": (lambda v: v in get_args(Cgroup), f"one of {', '.join(get_args(Cgroup))}"),
+    "slurm_version": (lambda v: v is None or (isinstance(v, str) and v.count(".") >= 1
+                                              and all(p.isdigit() for p in v.split(".")[:2])),
+                      "a quoted version like \"23.11.4\", or null"),
+    "slurm_installed_by": (lambda v: v in get_args(SlurmInstaller), f"one of {', '.join(get_args(SlurmInstaller))}"),
+    "nccl_home": (lambda v: v is None or (isinstance(v, str) and v.startswith("/")), "an absolute path, or null"),
+    "ofi_nccl_lib_dirs": (lambda v: isinstance(v, list) and all(isinstance(d, str) and d.startswith("/") for d in v),
+                          "a list of absolute paths (empty: no plugin)"),
+    "accelerator_stack": (lambda v: v in get_args(AcceleratorStack), f"one of {', '.join(get_args(AcceleratorStack))}"),
+    "imds_access_tool": (lambda v: v is None or (isinstance(v, str) and v.startswith("/")), "an absolute path, or null"),
+}
+
+
+def _contract(where: str, raw: Any) -> Contract:
+    where = f"{where}.contract"
+    if not isinstance(raw, dict) or set(raw) != set(_CONTRACT_FACTS):
+        raise _fail(where, f"has {sorted(raw) if isinstance(raw, dict) else raw!r}",
+                    f"list exactly {', '.join(_CONTRACT_FACTS)}")
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for name, (valid, expected) in _CONTRACT_FACTS.items():
+        fact = raw[name]
+        at = f"{where}.{name}"
+        if not isinstance(fact, dict) or set(fact) != {"value", "source"}:
+            raise _fail(at, "not {value, source}", "give both")
+        if not valid(fact["value"]):
+            raise _fail(f"{at}.value", f"{fact['value']!r}", expected)
+        source = str(fact["source"])
+        if not (source.startswith("https://") or (source.startswith("docs/") and (REPO_DOCS.parent / source).is_file())):
+            raise _fail(f"{at}.source", f"{source!r}", "the public https:// page that says it (or, for the local "
+                        "substrate's own image, the docs/ page of this repository that does)")
+        values[name] = tuple(fact["value"]) if name == "ofi_nccl_lib_dirs" else fact["value"]
+        sources[name] = source
+    return Contract(**values, sources=sources)
 
 
 def parse_catalog(raw: Any) -> ImageCatalog:
@@ -132,6 +225,12 @@ def node_kinds(tenant: Tenant) -> list[tuple[str, str]]:
         kinds.append(("login", tenant.login.accelerator))
     kinds += [(f"queue {q.name}", q.instance.accelerator) for q in tenant.queues]
     return kinds
+
+
+def booted_image(scheduler_image: Callable[[str], str], substrate_image: str | None) -> Callable[[str], str]:
+    """accelerator → the image a node boots: the provider's own where it boots one (the local substrate's rootfs),
+    else the scheduler's (Scheduler.image). The manifest gives each node kind this image's contract."""
+    return lambda accelerator: substrate_image or scheduler_image(accelerator)
 
 
 def image_lines(tenant: Tenant, scheduler_image: Callable[[str], str], substrate_image: str | None) -> list[str]:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fmcluster import accelerators, accounting, monitoring, nccl, users, versions
+from fmcluster import accelerators, accounting, images, monitoring, nccl, users, versions
 from fmcluster.health import inventory as health
 from fmcluster.manifest import FORMAT, NODE_SECRETS_DIR, SECRET_NAMES, secret_id
 from fmcluster.model import Tenant
@@ -92,18 +92,25 @@ def ensure_secrets(tenant: Tenant, secretsmanager: Any, out: Out = print) -> lis
 
 def build_manifest(tenant: Tenant, ref: str, stack_outputs: Mapping[str, str],
                    queue_resources: Callable[[Any], dict[str, Any]], scheduler_vars: Mapping[str, Any],
-                   provider_vars: Mapping[str, Any], discovery: Mapping[str, Any]) -> dict[str, Any]:
-    """Everything about the cluster that does not depend on which instances exist (fmcluster.manifest)."""
+                   provider_vars: Mapping[str, Any], discovery: Mapping[str, Any],
+                   image_of: Callable[[str], str]) -> dict[str, Any]:
+    """Everything about the cluster that does not depend on which instances exist (fmcluster.manifest).
+
+    `image_of`: the image (a key of data/images.yml) a node with an accelerator boots: the provider's own where it
+    boots one (the local substrate), else the scheduler's. Each node kind's group vars carry its image's contract."""
     cluster_types = [q.instance.name for q in tenant.queues]
     queues = {
         q.name: {"instance_type": q.instance.name, "instance": q.instance.as_vars(), "default": q.name == tenant.default_queue.name,
-                 "resources": queue_resources(q.instance), "vars": accelerators.queue_vars(q.instance.name, cluster_types)}
+                 "resources": queue_resources(q.instance),
+                 "vars": {**accelerators.queue_vars(q.instance.name, cluster_types), **image_vars(image_of(q.instance.accelerator))}}
         for q in tenant.queues
     }
     login = tenant.login
     groups: dict[str, Any] = {
-        "controller": {"instance_type": tenant.controller.name, "instance": tenant.controller.as_vars()},
-        "login": {"instance_type": login.name, "instance": login.as_vars()} if login else None,
+        "controller": {"instance_type": tenant.controller.name, "instance": tenant.controller.as_vars(),
+                       "vars": image_vars(image_of(tenant.controller.accelerator))},
+        "login": ({"instance_type": login.name, "instance": login.as_vars(), "vars": image_vars(image_of(login.accelerator))}
+                  if login else None),
         "queues": queues,
     }
     storage = shared_storage(tenant, stack_outputs)
@@ -144,6 +151,11 @@ def build_manifest(tenant: Tenant, ref: str, stack_outputs: Mapping[str, str],
         "vars": variables,
         "stack_outputs": dict(sorted(stack_outputs.items())),
     }
+
+
+def image_vars(image_key: str) -> dict[str, Any]:
+    """A node kind's group vars from the image it boots: its key and what its contract decides for the roles."""
+    return {"fmcluster_image": image_key, **images.load_images()[image_key].contract.role_vars()}
 
 
 def acceptance_vars(tenant: Tenant) -> dict[str, Any]:

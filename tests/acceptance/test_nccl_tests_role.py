@@ -3,6 +3,7 @@ job script for the queue's accelerator, rejects wrong variables up front. (Lint:
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, venv_tool
+from fmcluster.images import load_images
 
 pytestmark = pytest.mark.slow
 
@@ -71,12 +73,16 @@ def test_without_gpu_the_build_is_skipped_with_a_message_and_cpu_scripts_are_ins
 
 
 def test_cuda_queues_get_nccl_tests_scripts_with_the_reference_command(tmp_path: Path) -> None:
-    result = playbook(tmp_path, accelerator="cuda", gpus=8)
+    """The library paths are the GPU image's contract's (what the manifest gives the node kind), never a literal."""
+    contract = load_images()[load_images().ec2_images["cuda"]].contract
+    result = playbook(tmp_path, "-e", json.dumps(contract.role_vars()), accelerator="cuda", gpus=8)
     assert result.returncode == 0, result.stdout
     text = (tmp_path / "jobs" / "nccl-alltoall.sbatch").read_text()
     assert "#SBATCH --gpus-per-node=8" in text and "set -- -b 8 -e 16G -f 2 -g 1 -c 1 -n 100" in text
     assert "srun --mpi=pmix" in text and "/nccl-tests-2.17.6/build/alltoall_perf" in text
-    assert "ofi-nccl/lib" in text
+    library_path = next(line for line in text.splitlines() if line.startswith("export LD_LIBRARY_PATH="))
+    assert all(directory in library_path for directory in contract.ofi_nccl_lib_dirs), library_path
+    assert f"{contract.nccl_home}/lib:" in library_path and "/opt/nccl/build" not in text
 
 
 def test_a_cluster_with_gpu_and_cpu_queues_gets_both_script_sets(tmp_path: Path) -> None:

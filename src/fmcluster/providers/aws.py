@@ -14,8 +14,6 @@ from fmcluster.stacks import aws
 
 #: Share of an instance's nominal memory given to Slurm (RealMemory), as ParallelCluster does (95 %).
 MEMORY_SHARE = 0.95
-#: The login user of the Ubuntu images the launch templates boot (DLAMI and Canonical).
-LOGIN_USER = "ubuntu"
 #: What a Session Manager route needs on the operator's machine: the AWS CLI and the plugin it hands the session to.
 SESSION_NEEDS = ("aws", "session-manager-plugin")
 SESSION_INSTALL = ("install the Session Manager plugin: https://docs.aws.amazon.com/systems-manager/latest/userguide/"
@@ -70,12 +68,21 @@ class AwsProvider:
             instance = scheduler_for(self.tenant).session_target(target, read_stack_outputs(self.tenant.org))
             return ("aws", "ssm", "start-session", "--region", self.tenant.region, "--target", instance,
                     "--document-name", "AWS-StartSSHSession", "--parameters", "portNumber=%p")
-        return route_to(node, known_nodes(self.tenant.org), operator_key_path(self.tenant.org), LOGIN_USER, session,
+        return route_to(node, known_nodes(self.tenant.org), operator_key_path(self.tenant.org), self.login_user(), session,
                         session_needs=SESSION_NEEDS, session_install=SESSION_INSTALL)
 
 
     def client_argv(self, node: Node) -> list[str]:
-        return operator_argv(self.route(node), operator_key_path(self.tenant.org), LOGIN_USER)
+        return operator_argv(self.route(node), operator_key_path(self.tenant.org), self.login_user())
+
+    def login_user(self) -> str:
+        """The account the EC2 key pair lands in: the default user of the image the controller boots (the image
+        contract; tests/test_image_contract.py holds every node kind of a tenant to one default user)."""
+        from fmcluster.images import load_images
+        from fmcluster.schedulers.registry import scheduler_for
+
+        image = scheduler_for(self.tenant).image(self.tenant.controller.accelerator)
+        return load_images()[image].contract.default_user
 
     def console_output(self, endpoint: str | None, node: Node) -> str:
         ec2 = aws.client("ec2", self.tenant.region, endpoint)

@@ -21,7 +21,7 @@ from fmcluster.capabilities import SCHEDULERS, SchedulerCapabilities
 from fmcluster.model import Tenant
 from fmcluster.nodes import Node
 from fmcluster.schedulers.hyperpod.lifecycle import LIFECYCLE_DIR, lifecycle_environment
-from fmcluster.schedulers.hyperpod.template import CLUSTER_TEMPLATE
+from fmcluster.schedulers.hyperpod.template import CLUSTER_TEMPLATE, cluster_name
 from fmcluster.schedulers.protocol import SITE_PLAYBOOK, Out
 from fmcluster.stacks.first_boot import USER_DATA_SCRIPT, first_boot_script
 from fmcluster.stacks.result import DeleteFirst
@@ -69,7 +69,8 @@ class HyperPod:
         return groups
 
     def discovery(self, outputs: Mapping[str, str]) -> dict[str, Any]:
-        return {"kind": "hyperpod", "cluster_name": outputs.get("ClusterName", f"{self.tenant.stack_prefix}-cluster"),
+        # The template's own name, not the stack output: the manifest is published before the cluster stack exists.
+        return {"kind": "hyperpod", "cluster_name": cluster_name(self.tenant),
                 "groups": self.groups()}
 
     def image(self, accelerator: str) -> str:

@@ -133,6 +133,12 @@ def instance_groups(tenant: Tenant) -> list[dict[str, Any]]:
     return out
 
 
+def cluster_name(tenant: Tenant) -> str:
+    """The HyperPod cluster's name: what the template creates, and what discovery, the lifecycle environment,
+    `invoke status/nodes/replace` ask SageMaker for (one value, set here)."""
+    return tenant.stack_prefix
+
+
 def build(tenant: Tenant) -> dict[str, Any]:
     prefix = tenant.stack_prefix
     resources: dict[str, Any] = {
@@ -147,7 +153,7 @@ def build(tenant: Tenant) -> dict[str, Any]:
                                           *remote_write_statements(tenant), *discovery_statements(tenant),
                                           *network_statements()], f"{prefix} HyperPod controller"),
         "Cluster": {"Type": "AWS::SageMaker::Cluster", "Properties": {
-            "ClusterName": prefix,
+            "ClusterName": cluster_name(tenant),
             "InstanceGroups": instance_groups(tenant),
             # HyperPod replaces a node that fails its health checks instead of leaving it down.
             "NodeRecovery": "Automatic",
@@ -156,7 +162,7 @@ def build(tenant: Tenant) -> dict[str, Any]:
             "Tags": resource_tags(tenant, "hyperpod")}},
     }
     outputs = {
-        "ClusterName": output("Name of the HyperPod cluster.", prefix),
+        "ClusterName": output("Name of the HyperPod cluster.", cluster_name(tenant)),
         "ExecutionRoleArn": output("IAM role of the HyperPod login and compute instances.",
                                    GetAtt("ExecutionRole", "Arn")),
         "ControllerExecutionRoleArn": output("IAM role of the HyperPod controller.",
