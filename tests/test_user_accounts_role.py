@@ -182,3 +182,17 @@ def test_a_key_file_hard_linked_elsewhere_is_replaced_never_chowned(tmp_path: Pa
     assert (code, changed) == (0, 1), out[-4000:]
     assert owner_mode(outside) == (0, 0, "0o644") and outside.read_text() == "root's\n"
     assert owner_mode(keys) == (29001, 29001, "0o600") and KEY.format("alice") in keys.read_text()
+
+
+def test_a_key_file_that_is_a_fifo_is_refused_without_blocking_the_converge(tmp_path: Path) -> None:
+    home_root = tmp_path / "fsx" / "home"
+    setup(tmp_path, USERS[:1], home_root)
+    code, _, out = converge(tmp_path)
+    assert code == 0, out[-4000:]
+    keys = home_root / "fmct-alice" / ".ssh" / "authorized_keys"
+    keys.unlink()
+    os.mkfifo(keys)
+    code, changed, out = converge(tmp_path)
+    assert (code, changed) == (0, 0), out[-4000:]
+    assert f"{keys} is not a regular file: refused" in " ".join(out.split())
+    assert stat.S_ISFIFO(keys.lstat().st_mode)

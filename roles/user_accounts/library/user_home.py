@@ -81,7 +81,10 @@ def ensure_dir(parent: int, name: str, shown: str, owner: int, group: int, mode:
         changes.append(f"{shown}: created")
         if check:
             return None
-        os.mkdir(name, mode, dir_fd=parent)
+        try:
+            os.mkdir(name, mode, dir_fd=parent)
+        except FileExistsError:  # made in between (by the user, in their home): opened as found, or refused
+            pass
         fd = open_dir(parent, name, shown)
         if fd is None:
             raise Refused(f"{shown} vanished right after it was made")
@@ -93,13 +96,19 @@ def ensure_dir(parent: int, name: str, shown: str, owner: int, group: int, mode:
 def read_keys(ssh: int, shown: str) -> tuple[str | None, os.stat_result | None]:
     """The key file's text and status, opened without following a link (and without blocking on a FIFO)."""
     try:
+        found = os.stat("authorized_keys", dir_fd=ssh, follow_symlinks=False)
+    except FileNotFoundError:
+        return None, None
+    if stat.S_ISLNK(found.st_mode):
+        raise Refused(f"{shown} is a symbolic link")
+    if not stat.S_ISREG(found.st_mode):  # a FIFO or socket would block or fail the open
+        raise Refused(f"{shown} is not a regular file")
+    try:
         fd = os.open("authorized_keys", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=ssh)
-    except OSError as err:
+    except OSError as err:  # replaced in between
         if err.errno == errno.ENOENT:
             return None, None
-        if err.errno == errno.ELOOP:
-            raise Refused(f"{shown} is a symbolic link") from None
-        raise
+        raise Refused(f"{shown} changed while it was read ({os.strerror(err.errno)})") from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
@@ -121,7 +130,10 @@ def write_keys(ssh: int, content: str, owner: int, group: int) -> None:
         os.unlink(tmp, dir_fd=ssh)
     except FileNotFoundError:
         pass
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, KEYS_MODE, dir_fd=ssh)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, KEYS_MODE, dir_fd=ssh)
+    except FileExistsError:
+        raise Refused(f"the key file's temporary name in .ssh ({tmp}) was taken while it was written") from None
     try:
         os.fchown(fd, owner, group)
         os.fchmod(fd, KEYS_MODE)
