@@ -163,3 +163,11 @@ def test_a_node_whose_health_program_gives_no_report_is_a_finding_not_a_pass() -
     read_node(compute_node(), ["sh", "-c"], ev)
     (where, why), = ev.facts["node_unreachable"]
     assert where == "n1" and why.startswith("its health checks gave no report (exit 127)")
+
+
+def test_fmcluster_doctor_reads_a_log_like_invoke_doctor(capsys: pytest.CaptureFixture[str]) -> None:
+    field = ROOT / "tests" / "fixtures" / "field_logs"
+    assert fmcluster_main(["doctor", "--log", str(field / "nccl-342-shm-docker.log")]) == 1
+    assert "[dev-shm-too-small]" in capsys.readouterr().out
+    assert fmcluster_main(["doctor", "--log", str(field / "pyxis-readme-healthy.log"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["healthy"] is True

@@ -90,7 +90,7 @@ def test_the_literals_every_match_contains_are_found_or_the_pattern_is_searched_
 
 def test_the_fast_path_finds_exactly_the_lines_a_line_by_line_search_finds() -> None:
     """Over every field log and every entry: str.find on the required literals, then the pattern on the line, gives
-    the same lines as searching every line."""
+    the same lines as searching every line (a joined message counts only where no line it joins matches alone)."""
     from conftest import ROOT
 
     for path in sorted((ROOT / "tests" / "fixtures" / "field_logs").glob("*.log")):
@@ -98,5 +98,14 @@ def test_the_fast_path_finds_exactly_the_lines_a_line_by_line_search_finds() -> 
         for entry in knowledge.load():
             for raw in filter(None, (entry.log_pattern, entry.unless)):
                 pattern = re.compile(raw, re.MULTILINE)
-                naive = [line for line in log.lines if pattern.search(line.text)][:5]
+                naive = [line for line in log.lines if pattern.search(line.text)
+                         and not any(pattern.search(part) for part in line.parts)][:5]
                 assert list(log.matching(pattern, 5)) == naive, (path.name, entry.id)
+
+
+def test_a_joined_message_is_not_a_second_hit_when_its_own_line_already_matches() -> None:
+    text = "[rank3]: Last error:\n[rank3]: NET/OFI Request completed with error. Error: 2 (UNDELIVERABLE)\n"
+    hits = list(Normalized.of(text).matching(re.compile("UNDELIVERABLE"), 5))
+    assert [(h.number, h.text) for h in hits] == [(2, "NET/OFI Request completed with error. Error: 2 (UNDELIVERABLE)")]
+    both = list(Normalized.of(text).matching(re.compile("Last error: NET/OFI"), 5))
+    assert [h.number for h in both] == [1]

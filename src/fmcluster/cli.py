@@ -20,6 +20,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_usage.add_argument("org")
     p_usage.add_argument("--since", default="", help="first day counted, YYYY-MM-DD (default: the first of this month)")
     p_usage.add_argument("--json", action="store_true", help="print the report as JSON")
+    p_doctor = sub.add_parser("doctor", help="name the root cause in a cluster (--org) or in any job or system log (--log)")
+    p_doctor.add_argument("--org", default="")
+    p_doctor.add_argument("--node", default="")
+    p_doctor.add_argument("--log", default="", help="a job log, slurmd/slurmctld log, dmesg, nvidia-smi or dcgmi output")
+    p_doctor.add_argument("--instance-type", default="", help="the instance type the log ran on (EFA facts)")
+    p_doctor.add_argument("--json", action="store_true")
     from fmcluster.commands import acceptance_cli
 
     acceptance_cli.register(sub)
@@ -30,6 +36,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from fmcluster import commands
 
         return commands.validate(args.org)
+    if args.command == "doctor":
+        from fmcluster import commands
+
+        return commands.doctor(args.org, args.node, args.log, args.json, instance_type=args.instance_type)
     if args.command == "usage":
         from fmcluster import commands
 

@@ -54,6 +54,8 @@ class LogLine:
     """The message without its prefixes."""
     rank: str = ""
     host: str = ""
+    parts: tuple[str, ...] = ()
+    """For a joined message, the lines it was joined from (each is also read on its own)."""
 
     @property
     def where(self) -> str:
@@ -100,7 +102,7 @@ def logical_lines(text: str) -> Iterator[LogLine]:
         yield line
         if after_last_error is not None and line.text:
             yield LogLine(after_last_error.number, f"{after_last_error.text} {line.text}", after_last_error.rank or
-                          line.rank, after_last_error.host or line.host)
+                          line.rank, after_last_error.host or line.host, (after_last_error.text, line.text))
             after_last_error = None
         if _LAST_ERROR.search(line.text):
             after_last_error = line
@@ -115,7 +117,7 @@ def logical_lines(text: str) -> Iterator[LogLine]:
 def _joined_nvrm(run: list[LogLine]) -> Iterator[LogLine]:
     if len(run) > 1:
         rest = " ".join(m.group("rest") for line in run if (m := _NVRM.match(line.text)))
-        yield LogLine(run[0].number, f"NVRM: {rest}", run[0].rank, run[0].host)
+        yield LogLine(run[0].number, f"NVRM: {rest}", run[0].rank, run[0].host, tuple(line.text for line in run))
 
 
 @dataclass(frozen=True)
@@ -145,9 +147,10 @@ class Normalized:
         for index in indexes:
             if found >= limit:
                 return
-            if pattern.search(self.lines[index].text):
+            line = self.lines[index]
+            if pattern.search(line.text) and not any(pattern.search(part) for part in line.parts):
                 found += 1
-                yield self.lines[index]
+                yield line
 
     def _line_at(self, offset: int) -> int:
         return bisect_right(self.starts, offset) - 1
