@@ -407,3 +407,16 @@ def test_a_database_uri_without_its_secret_is_refused(tmp_path: Path) -> None:
         load_spec(spec)
     (problem,) = refused.value.problems
     assert problem.key == "tenant.parallelcluster.accounting.uri" and "password_secret_arn as well" in problem.fix
+
+
+def test_the_config_gives_on_node_configured_the_hour_slurm_ec2_gives_a_first_boot() -> None:
+    """GPU nodes run the whole first boot inside OnNodeConfigured: ParallelCluster's default 1,800 s would fail them."""
+    from fmcluster.schedulers.parallelcluster.config import BOOTSTRAP_TIMEOUT_S, render_cluster_config
+    from fmcluster.schedulers.registry import scheduler_for
+
+    tenant = load_tenant("pclab", ROOT)
+    timeouts = render_cluster_config(tenant).data["DevSettings"]["Timeouts"]
+    assert timeouts == {"HeadNodeBootstrapTimeout": 3600, "ComputeNodeBootstrapTimeout": 3600} == {
+        k: BOOTSTRAP_TIMEOUT_S for k in timeouts}
+    assert scheduler_for(tenant).first_boot_window == ("ParallelCluster's ComputeNodeBootstrapTimeout (the config's)",
+                                                       3600.0)

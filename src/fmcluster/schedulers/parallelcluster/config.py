@@ -77,6 +77,11 @@ def operator_key_name(tenant: Tenant) -> str:
     return settings.ssh_key_name if settings and settings.ssh_key_name else f"fmcluster-{tenant.org}"
 
 
+#: How long ParallelCluster waits for a node's OnNodeConfigured (DevSettings/Timeouts, both node kinds): the hour
+#: slurm-ec2's CreationPolicy gives a first boot, instead of ParallelCluster's default 1,800 s
+#: (https://docs.aws.amazon.com/parallelcluster/latest/ug/DevSettings-v3.html).
+BOOTSTRAP_TIMEOUT_S = 3600
+
 def cluster_name(tenant: Tenant) -> str:
     """ParallelCluster's cluster (and its CloudFormation stack): fmc-<org>-cluster, beside our other stacks.
     At most 36 characters (org ≤ 24), under ParallelCluster's 40 with Slurm accounting."""
@@ -159,6 +164,10 @@ class _Render:
         data["Scheduling"] = self.scheduling()
         data["SharedStorage"] = self.shared_storage()
         data["Tags"] = [{"Key": k, "Value": v} for k, v in t.tags.items()]
+        # OnNodeConfigured runs the whole first boot (toolchain, converge, on GPU nodes the nccl-tests build and the
+        # DCGM image): ParallelCluster's default 1,800 s would fail GPU nodes that fit slurm-ec2's signal window.
+        data["DevSettings"] = {"Timeouts": {"HeadNodeBootstrapTimeout": BOOTSTRAP_TIMEOUT_S,
+                                            "ComputeNodeBootstrapTimeout": BOOTSTRAP_TIMEOUT_S}}
         self.key(("Tags", 0), "org")
         self.key(("Tags", 1), "programme")
         self.cfg.data = data

@@ -18,6 +18,7 @@ from typing import Any
 from fmcluster.capabilities import SCHEDULERS, SchedulerCapabilities
 from fmcluster.model import Tenant
 from fmcluster.nodes import Node
+from fmcluster.schedulers.parallelcluster.config import BOOTSTRAP_TIMEOUT_S
 from fmcluster.schedulers.parallelcluster.stand_in import STAND_IN_TEMPLATE, STOOD_IN
 from fmcluster.schedulers.protocol import SITE_PLAYBOOK, Out
 from fmcluster.stacks.result import DeleteFirst
@@ -47,9 +48,9 @@ class ParallelCluster:
     #: ParallelCluster service, the stand-in's stack takes its place.
     cluster_template: ClusterTemplate | None = None
     stand_in_template: ClusterTemplate | None = STAND_IN_TEMPLATE
-    # DevSettings/Timeouts: ComputeNodeBootstrapTimeout and HeadNodeBootstrapTimeout, 1800 s by default
-    # (https://docs.aws.amazon.com/parallelcluster/latest/ug/DevSettings-v3.html).
-    first_boot_window: tuple[str, float] | None = ("ParallelCluster's ComputeNodeBootstrapTimeout (default)", 1800.0)
+    # DevSettings/Timeouts: ComputeNodeBootstrapTimeout and HeadNodeBootstrapTimeout, which the rendered config sets.
+    first_boot_window: tuple[str, float] | None = ("ParallelCluster's ComputeNodeBootstrapTimeout (the config's)",
+                                                   float(BOOTSTRAP_TIMEOUT_S))
     instance_quotas = "ec2"
 
     def __init__(self, tenant: Tenant) -> None:
