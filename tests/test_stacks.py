@@ -414,3 +414,20 @@ def test_the_resources_a_value_reads_are_found_in_ref_getatt_and_sub() -> None:
                                {"Fn::Sub": ["${Name}-${Other}", {"Name": {"Ref": "Named"}}]}]]}
     assert referenced(value) == {"Bucket", "Fs", "Db", "Bucket2", "Fs2", "Other", "Named"}
     assert referenced("plain") == set() and referenced([]) == set()
+
+
+@pytest.mark.slow
+def test_plan_passes_a_template_over_the_inline_limit_through_the_bucket_as_the_deploy_does(root: Path) -> None:
+    """stockmark's cluster template is over CloudFormation's 51,200 inline bytes: plan (with credentials) used to
+    raise where deploy uploaded it."""
+    from fmcluster.stacks.changesets import MAX_TEMPLATE_BODY
+
+    set_in_spec(root, "stockmark", "provider: aws", "provider: local")
+    tenant = load_tenant("stockmark")
+    assert len(stack(tenant, "cluster").body.encode()) > MAX_TEMPLATE_BODY
+    assert deploy_stacks(tenant, endpoint_of(root, "stockmark"), out=quiet).ok
+    lines: list[str] = []
+    plan = plan_stacks(tenant, endpoint_of(root, "stockmark"), image_parameter=provider_for(tenant).image_parameter,
+                       out=lines.append)
+    assert [s.action for s in plan.stacks] == ["no-changes"] * 3, lines
+    assert destroy_stacks(tenant, endpoint_of(root, "stockmark"), confirm=None, out=quiet).ok

@@ -263,7 +263,9 @@ def _plan_one(cf: Any, stack: RenderedStack, tenant: Tenant, outputs: dict[str, 
         outcome = offline(f"change set: needs the outputs of stacks that do not exist yet; {stack.name} would be created")
         outcome.action = "would-create"
         return outcome
-    outcome = apply_stack(cf, stack, params, tenant.tags, execute=False, emulator=emulator, out=out)
+    # The same upload as the deploy's: a template over the inline limit goes through the tenant's bucket.
+    url = large_template_url(tenant, stack, outputs.get("storage", {}), endpoint)
+    outcome = apply_stack(cf, stack, params, tenant.tags, execute=False, emulator=emulator, out=out, template_url=url)
     outcome.notes = notes + outcome.notes
     current = stack_status(cf, stack.name)
     outputs[stack.key] = stack_outputs(current)
