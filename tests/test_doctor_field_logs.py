@@ -121,3 +121,8 @@ def test_nic_counts_are_judged_against_the_catalog_only_for_an_instance_type_the
     assert finding.entry.id == "efa-nic-count"
     assert finding.hits[0].where == "llama-3-8b-node-0-0"
     assert "found 1 NIC(s)" in finding.hits[0].evidence and "p4d.24xlarge has 4 EFA interfaces" in finding.hits[0].evidence
+
+
+def test_the_first_failure_in_the_log_is_named_with_its_rank() -> None:
+    result = diagnose_log(CORPUS / "llamafactory-7396-watchdog.log")
+    assert any(n.endswith("llamafactory-7396-watchdog.log:1 (rank 0) [collective-timeout]") for n in result.notes)

@@ -93,15 +93,19 @@ def diagnose_log(path: Path, org: str | None = None, instance_type: str | None =
     """Any log: every entry's log pattern in one pass over its lines, and, when it is benchmark output, the acceptance
     verdict's findings; the instance's facts applied (fmcluster.doctor.instance_facts); a cause found drops the
     findings it explains. Raises OSError if unreadable."""
+    from fmcluster.acceptance.parser import read_head
+
     log, verdict = judge_log(path, org, instance_type)
-    with open(path, "rb") as handle:
-        text = handle.read(LOG_SCAN_BYTES).decode("utf-8", "replace")
-    benchmark = is_benchmark(log)
+    # Read as the parser reads it: decompressed, decoded, its size and lines bounded (fmcluster.acceptance.parser).
+    text = read_head(path, LOG_SCAN_BYTES)
+    # A log the reader stopped in (4 GiB, the line bound, a decompression bomb) is never healthy: its verdict says so.
+    benchmark = is_benchmark(log) or log.bytes_capped
     ev = Evidence(verdicts={str(path): verdict} if benchmark else {}, logs={str(path): text})
     entries = [e for e in knowledge.load() if e.log_pattern or (benchmark and e.kind == "acceptance")]
     known = instance_facts.resolve(load_catalog(), instance_type, _org_types(org), log)
     found, notes = instance_facts.apply(findings(entries, ev), log, known, knowledge.by_id(), benchmark)
     found, dropped = without_symptoms(in_log_order(found))
+    notes += first_failure(found)
     if not benchmark:
         notes.append("not benchmark output (no nccl-tests or nccom-test header, rank list or table): the acceptance "
                      "checks do not apply; the log was read for every entry's log lines")
@@ -129,6 +133,15 @@ def in_log_order(found: list[Finding]) -> list[Finding]:
     """The verdict's findings first, then the log's in the order their first line appears: what failed first (the
     first rank, the first cause) leads."""
     return sorted(found, key=lambda f: min((h.line for h in f.hits), default=0))
+
+
+def first_failure(found: list[Finding]) -> list[str]:
+    """Where the log first shows a failure (the line, and the rank and host its prefix named): where to start."""
+    hits = [(h, f.entry.id) for f in found for h in f.hits if h.line]
+    if not hits:
+        return []
+    hit, entry_id = min(hits, key=lambda pair: pair[0].line)
+    return [f"first failure in the log: {hit.where} [{entry_id}]"]
 
 
 def without_symptoms(found: list[Finding]) -> tuple[list[Finding], list[str]]:
