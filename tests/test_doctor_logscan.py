@@ -80,6 +80,8 @@ def test_no_two_entries_explain_each_other() -> None:
     (r"(?:Expired|Rewound) credential|Job credential expired", (" credential", "Job credential expired")),
     (r"NVRM: Xid \([^)]*\): 79,", ("NVRM: Xid (",)),
     (r"abcd?efgh", ("efgh",)),
+    (r"x{1023}yz", None),
+    (r"ab{2,3}cdef", ("cdef",)),
     (r"(?i)system not yet initialized", None),
     (r"x|[Ss]ys", None),
 ])

@@ -241,9 +241,11 @@ def _literal_runs(branch: str) -> list[str]:
         elif char in "()":
             depth += 1 if char == "(" else -1
             runs, run = runs + [run], ""
+        elif char == "{":  # a quantifier's bounds are no literal text
+            runs, run = runs + [run], ""
+            i = branch.find("}", i) + 1 or len(branch)
+            continue
         elif char in _SPECIAL or depth > 0:
-            if char in "?*{":
-                run = run[:-1]
             runs, run = runs + [run], ""
         elif branch[i + 1:i + 2] in ("?", "*", "{"):
             runs, run = runs + [run], ""
