@@ -295,6 +295,10 @@ def test_the_repository_bundle_is_current_when_its_commit_is_whatever_its_bytes(
     assert body == b"pack three"
 
 
+#: A window as ParallelCluster's default is (fmcluster's config raises it: ParallelCluster.first_boot_window).
+PCLUSTER_DEFAULT_WINDOW = ("ParallelCluster's ComputeNodeBootstrapTimeout (default)", 1800.0)
+
+
 def test_a_first_boot_near_the_scheduler_s_window_is_warned_about_naming_its_largest_stage() -> None:
     from fmcluster.reports import NodeStatus, first_boot_warnings
     from fmcluster.schedulers.hyperpod.scheduler import HyperPod
@@ -307,13 +311,14 @@ def test_a_first_boot_near_the_scheduler_s_window_is_warned_about_naming_its_lar
     quick = booted(CONTROLLER, fetch=2.0, packages=20.0, toolchain=15.0, commit=1.0, converge=300.0)
     slow = booted(COMPUTE, fetch=2.0, packages=700.0, toolchain=15.0, commit=1.0, converge=300.0)
     assert SlurmEc2.first_boot_window == ("the cluster stack's CreationPolicy signal timeout (PT60M)", 3600.0)
+    assert ParallelCluster.first_boot_window == ("ParallelCluster's ComputeNodeBootstrapTimeout (the config's)", 3600.0)
     assert first_boot_warnings([quick, slow], SlurmEc2.first_boot_window) == []
-    assert first_boot_warnings([quick, slow], ParallelCluster.first_boot_window) == [
+    assert first_boot_warnings([quick, slow], PCLUSTER_DEFAULT_WINDOW) == [
         "warning: ip-10-0-128-11's first boot took 1018s (packages 700s the largest stage): it uses more than half "
         "of ParallelCluster's ComputeNodeBootstrapTimeout (default), 1800s"]
-    assert "would not fit" in first_boot_warnings([booted(COMPUTE, packages=2000.0)], ParallelCluster.first_boot_window)[0]
+    assert "would not fit" in first_boot_warnings([booted(COMPUTE, packages=2000.0)], PCLUSTER_DEFAULT_WINDOW)[0]
     assert first_boot_warnings([slow], HyperPod.first_boot_window) == []
-    assert first_boot_warnings([NodeStatus(COMPUTE, {}, "converged")], ParallelCluster.first_boot_window) == []
+    assert first_boot_warnings([NodeStatus(COMPUTE, {}, "converged")], PCLUSTER_DEFAULT_WINDOW) == []
 
 
 def test_first_boots_that_shared_the_deploy_machine_s_cores_are_projected_to_instances_of_their_own() -> None:
@@ -321,7 +326,6 @@ def test_first_boots_that_shared_the_deploy_machine_s_cores_are_projected_to_ins
     warning judges the time it projects to on an instance of its own (overlap-weighted); one that ran alone is
     projected at what it took, and stage times that are not finite seconds are said, never read as fitting."""
     from fmcluster.reports import NodeStatus, first_boot_warnings
-    from fmcluster.schedulers.parallelcluster.scheduler import ParallelCluster
 
     def booted(name: str, finished: str, **stages: float) -> NodeStatus:
         node = Node(name, "10.0.128.9", "compute", "cpu", "i-0123456789abcdef0", "c5.2xlarge")
@@ -330,15 +334,15 @@ def test_first_boots_that_shared_the_deploy_machine_s_cores_are_projected_to_ins
     together = [booted(f"ip-10-0-128-{n}", "2026-12-04T10:20:00+00:00", toolchain=100.0, converge=900.0)
                 for n in range(4)]
     alone = booted("ip-10-0-128-99", "2026-12-04T12:00:00+00:00", packages=1000.0, converge=900.0)
-    lines = first_boot_warnings([*together, alone], ParallelCluster.first_boot_window, shared_cores=2)
+    lines = first_boot_warnings([*together, alone], PCLUSTER_DEFAULT_WINDOW, shared_cores=2)
     assert lines[0] == ("first boots projected to instances of their own: 500-1900s of ParallelCluster's "
                         "ComputeNodeBootstrapTimeout (default), 1800s (measured here 1000-1900s, 5 first boots on "
                         "2 shared cores)")
     assert lines[1:] == ["warning: ip-10-0-128-99's first boot projects to 1900s on an instance of its own (measured "
                          "1900s here, 1.0 first boots sharing 2 cores; packages 1000s the largest stage): it would "
                          "not fit ParallelCluster's ComputeNodeBootstrapTimeout (default), 1800s"]
-    assert first_boot_warnings(together, ParallelCluster.first_boot_window) != [], "on AWS the measurement is the time"
+    assert first_boot_warnings(together, PCLUSTER_DEFAULT_WINDOW) != [], "on AWS the measurement is the time"
     broken = booted("ip-10-0-128-7", "2026-12-04T10:20:00+00:00", converge=float("nan"))
-    assert first_boot_warnings([broken], ParallelCluster.first_boot_window, shared_cores=2) == [
+    assert first_boot_warnings([broken], PCLUSTER_DEFAULT_WINDOW, shared_cores=2) == [
         "warning: ip-10-0-128-7's first-boot stage times are not finite seconds ({'converge': nan}): its fit in "
         "ParallelCluster's ComputeNodeBootstrapTimeout (default) is unknown"]
