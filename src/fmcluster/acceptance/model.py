@@ -221,7 +221,9 @@ class ParsedLog:
     encoding: str = "utf-8"
     """How the file was read: utf-8, utf-16-le, ..., with `gzip+` in front when it was compressed."""
     bytes_capped: bool = False
-    """The reading stopped at the parser's byte bound; the rest of the log was not read."""
+    """The reading stopped at one of the parser's bounds (bytes, lines, expansion); the rest of the log was not read."""
+    capped_by: str = ""
+    """Which bound stopped it, e.g. `2,000,000 lines` (empty when none did)."""
     rank_map: tuple[RankDevice, ...] = ()
     rank_lines_seen: int = 0
     """`# Rank` lines read (more than distinct ranks when a rank is listed twice)."""

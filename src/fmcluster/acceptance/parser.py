@@ -44,6 +44,7 @@ from fmcluster.acceptance.model import (
     RankTransport,
     SizeRow,
 )
+from fmcluster.escape import neutral
 
 MAX_LINE_CHARS = 64 * 1024
 """Longest line read whole; nccl-tests rows are ~150 characters and NCCL INFO lines a few hundred."""
@@ -54,7 +55,21 @@ MAX_LIST = 20
 MAX_RANK_RECORDS = 4096
 """Rank map entries, processes and (rank, transport) pairs kept: 512 nodes of 8 GPUs; beyond, counted only."""
 MAX_LOG_BYTES = 4 << 30
-"""Bytes read from one log (after decompression); a real run's log is a few MB, a chatty one a few hundred."""
+"""Bytes read from one log (after decompression); a real run's log is a few MB, a chatty one a few hundred. A plain
+file larger than this is refused before a byte is read (its size is known)."""
+MAX_LOG_LINES = 2_000_000
+"""Lines read from one log: NCCL_DEBUG=INFO on 1,024 ranks prints a few hundred thousand; each line costs about a
+microsecond, however short, so a file of newlines is bounded by lines, not bytes."""
+MAX_EXPANSION = 250
+"""A compressed log is read while its text stays within this many times the compressed bytes consumed (plus
+EXPANSION_ALLOWANCE): job logs compress 8-40 times; a file that expands further is a decompression bomb (785 bytes
+of bzip2 hold 1 GB of newlines) and stops at once, saying so."""
+EXPANSION_ALLOWANCE = 64 * 1024
+MAX_LINES_PER_COMPRESSED_BYTE = 2
+"""The same for lines: job logs hold 0.1-0.5 lines per compressed byte (lines of 100-150 characters compressed 8-40
+times); a file of short lines that expands further costs microseconds a line and stops at this bound (plus
+LINE_ALLOWANCE): the 785-byte bzip2 of newlines after ~18,000 lines."""
+LINE_ALLOWANCE = 16 * 1024
 
 # Colour and cursor codes some launchers and terminals leave in captured output (CSI, OSC, 2-byte escapes).
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]")
@@ -565,7 +580,7 @@ class LogParser:
                     self.killed = True
                 break
 
-    def result(self, encoding: str = "utf-8", bytes_capped: bool = False) -> ParsedLog:
+    def result(self, encoding: str = "utf-8", bytes_capped: bool = False, capped_by: str = "") -> ParsedLog:
         rank_lines = len(self.rank_ids) or None
         readable = {r.size_bytes for r in self.rows.values()}
         return ParsedLog(
@@ -602,6 +617,7 @@ class LogParser:
             tool=self.tool,
             encoding=encoding,
             bytes_capped=bytes_capped,
+            capped_by=capped_by if bytes_capped else "",
             rank_map=tuple(self.rank_map[r] for r in sorted(self.rank_map, key=lambda r: (r < 0, abs(r)))),
             rank_lines_seen=self.rank_lines_seen,
             processes=tuple(ProcessNet(h, pid, tuple(p), tuple(n), tuple(w))
@@ -660,16 +676,21 @@ def sniff_encoding(head: bytes) -> tuple[str, int]:
     return "utf-8", 0
 
 
-def _open_regular(path: Path) -> IO[bytes]:
-    """The file opened for reading, or LogReadError when it is not a regular file (never blocks on a FIFO)."""
+def _open_regular(path: Path, max_bytes: int = MAX_LOG_BYTES) -> IO[bytes]:
+    """The file opened for reading, or LogReadError when it is not a regular file (never blocks on a FIFO) or is
+    larger than `max_bytes` (checked on the open file, before a byte is read: a sparse file may claim terabytes)."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO without a writer would block a plain open
     try:
-        mode = os.fstat(fd).st_mode
+        info = os.fstat(fd)
+        mode = info.st_mode
         if not stat.S_ISREG(mode):
             kind = ("a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else
                     "a character device" if stat.S_ISCHR(mode) else "a block device" if stat.S_ISBLK(mode) else
                     "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
-            raise LogReadError(f"{path} is {kind}, not a log file; give the job's output file")
+            raise LogReadError(f"{neutral(str(path))} is {kind}, not a log file; give the job's output file")
+        if info.st_size > max_bytes:
+            raise LogReadError(f"{neutral(str(path))} is {info.st_size:,} bytes, more than the {_size(max_bytes)} a log is "
+                               "read to; give one run's output (write one run per log)")
         os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")
     except BaseException:
@@ -684,21 +705,30 @@ class LogReader:
     and says so in `capped`. Undecodable bytes (a job killed mid-write) are replaced, not fatal.
     """
 
-    def __init__(self, path: Path, limit: int = MAX_LINE_CHARS, max_bytes: int = MAX_LOG_BYTES) -> None:
-        self.path, self.limit, self.max_bytes = path, limit, max_bytes
+    def __init__(self, path: Path, limit: int = MAX_LINE_CHARS, max_bytes: int = MAX_LOG_BYTES,
+                 max_lines: int = MAX_LOG_LINES, max_expansion: int = MAX_EXPANSION,
+                 max_file_bytes: int = MAX_LOG_BYTES) -> None:
+        self.path, self.limit, self.max_bytes, self.max_file_bytes = path, limit, max_bytes, max_file_bytes
+        self.max_lines, self.max_expansion = max_lines, max_expansion
         self.encoding = "utf-8"
         self.capped = False
+        self.capped_by = ""
+        """What stopped the reading: the bytes, the lines or the expansion bound (empty when nothing did)."""
         self.read_bytes = 0
+        self.lines = 0
+        self._raw: IO[bytes] | None = None  # the compressed file, while a decompressor reads it
+        self._next_ratio_check = 0
 
     def __iter__(self) -> Iterator[tuple[str, int]]:
-        with _open_regular(self.path) as raw:
+        with _open_regular(self.path, self.max_file_bytes) as raw:
             stream: IO[bytes] = raw
             head = _peek(raw)
             for magic, name, tool in _COMPRESSED:
                 if head.startswith(magic):
                     if tool:
-                        raise LogReadError(f"{self.path} is {name}-compressed; decompress it first (`{tool}`)")
+                        raise LogReadError(f"{neutral(str(self.path))} is {name}-compressed; decompress it first (`{tool}`)")
                     stream = _decompressor(name, raw)
+                    self._raw = raw
                     head = _peek(stream)
                     self.encoding = f"{name}+"
                     break
@@ -708,18 +738,39 @@ class LogReader:
                 if codec == "utf-8":
                     if bom:
                         stream.read(bom)
-                    yield from self._bytes(stream)
+                    lines = self._bytes(stream)
                 else:
-                    yield from self._text(io.TextIOWrapper(stream, encoding=codec, errors="replace", newline=""),
-                                          4 if "32" in codec else 2)
+                    lines = self._text(io.TextIOWrapper(stream, encoding=codec, errors="replace", newline=""),
+                                       4 if "32" in codec else 2)
+                for line in lines:
+                    self.lines += 1
+                    if self.lines > self.max_lines:
+                        self._cap(f"{self.max_lines:,} lines")
+                        return
+                    if self._raw is not None and not self.lines % 1024 and self.lines > LINE_ALLOWANCE and \
+                            self.lines > MAX_LINES_PER_COMPRESSED_BYTE * self._raw.tell() + LINE_ALLOWANCE:
+                        self._cap(f"{MAX_LINES_PER_COMPRESSED_BYTE} lines per compressed byte: a decompression bomb, "
+                                  "not a job's output; decompress it yourself if it is real")
+                        return
+                    yield line
             except EOFError:  # a compressed log cut off mid-stream (job killed while writing): judge what was read
                 return
+
+    def _cap(self, why: str) -> None:
+        self.capped, self.capped_by = True, why
 
     def _room(self, size: int) -> bool:
         self.read_bytes += size
         if self.read_bytes > self.max_bytes:
-            self.capped = True
+            self._cap(f"{_size(self.max_bytes)} of text")
             return False
+        if self._raw is not None and self.read_bytes >= self._next_ratio_check:
+            self._next_ratio_check = self.read_bytes + 16 * 1024  # a tell() every 16 KiB, not every line
+            consumed = max(self._raw.tell(), 1)
+            if self.read_bytes > self.max_expansion * consumed + EXPANSION_ALLOWANCE:
+                self._cap(f"{self.max_expansion} times its compressed size: a decompression bomb, not a job's "
+                          "output; decompress it yourself if it is real")
+                return False
         return True
 
     def _bytes(self, f: IO[bytes]) -> Iterator[tuple[str, int]]:
@@ -758,6 +809,10 @@ class LogReader:
             yield chunk[:limit], total
 
 
+def _size(n: int) -> str:
+    return f"{n >> 30} GiB" if n >= 1 << 30 and not n % (1 << 30) else f"{n >> 20} MiB" if n >= 1 << 20 else f"{n:,} bytes"
+
+
 def _decompressor(name: str, raw: IO[bytes]) -> IO[bytes]:
     import bz2
     import lzma
@@ -781,6 +836,16 @@ def read_bounded(path: Path, limit: int = MAX_LINE_CHARS) -> Iterator[tuple[str,
     return iter(LogReader(path, limit))
 
 
+def read_head(path: Path, max_bytes: int) -> str:
+    """The first `max_bytes` of a log's text, read as parse_file reads it (decompressed, decoded, lines and
+    expansion bounded; LogReadError for what is not a regular file or is too large): for pattern scans."""
+    reader = LogReader(path, max_bytes=max(max_bytes, 1))
+    parts: list[str] = []
+    for line, _ in reader:
+        parts.append(line)
+    return "".join(parts)[:max_bytes]
+
+
 def parse_file(path: Path) -> ParsedLog:
     """Parse a log file line by line with bounded lines and bytes. Raises OSError (LogReadError included) only when
     the file cannot be read: missing, no permission, not a regular file, or a compression it cannot open."""
@@ -788,4 +853,4 @@ def parse_file(path: Path) -> ParsedLog:
     reader = LogReader(path)
     for line, length in reader:
         parser.feed(line, length)
-    return parser.result(encoding=reader.encoding, bytes_capped=reader.capped)
+    return parser.result(encoding=reader.encoding, bytes_capped=reader.capped, capped_by=reader.capped_by)

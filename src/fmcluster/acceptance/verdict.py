@@ -95,7 +95,8 @@ CODES: dict[str, Code] = {
     "nic_count": Code("aws-ofi-nccl found another number of EFA NICs than the catalog's for the instance type", True),
     "nccl_version_mixed": Code("ranks report different NCCL versions", True),
     "neuron_not_judged": Code("Neuron nccom-test output: recognised, not judged (no public trn floors)", False),
-    "log_capped": Code("the log is larger than the parser reads (4 GiB); what follows was not read", False),
+    "log_capped": Code("the log is larger than the parser reads (4 GiB of text, 2,000,000 lines, or a compressed "
+                       "log expanding like a decompression bomb); what follows was not read", False),
     "socket_fallback": Code("NCCL used its Socket transport on an EFA instance (fail across nodes, warn on one)",
                             False),
     "provider_not_efa": Code("libfabric selected another provider than efa (e.g. tcp)", False),
@@ -703,7 +704,8 @@ def _neuron(log: ParsedLog, exp: Expectation | None) -> Verdict:
 def _reading(log: ParsedLog) -> list[Finding]:
     if not log.bytes_capped:
         return []
-    return [_f("log_capped", "fail", "the log is larger than the parser reads (4 GiB); the rest was not read, so "
+    bound = log.capped_by or "4 GiB of text"
+    return [_f("log_capped", "fail", f"the log is larger than the parser reads ({bound}); the rest was not read, so "
                "failures in it could not be seen", "write one run per log; send verbose output elsewhere")]
 
 

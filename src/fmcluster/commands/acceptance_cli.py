@@ -12,6 +12,7 @@ from fmcluster.acceptance.model import ParsedLog, json_safe
 from fmcluster.acceptance.parser import parse_file
 from fmcluster.acceptance.verdict import Verdict, judge, render
 from fmcluster.catalog import InstanceType, load_catalog
+from fmcluster.escape import neutral, neutral_lines
 from fmcluster.exits import VERDICT_EXITS, ExitCode
 
 PARSE_EPILOG = """\
@@ -96,8 +97,9 @@ def parse_command(args: argparse.Namespace) -> int:
     if args.json:
         print(_json(log, verdict, code, resolution.reason))
     else:
-        print(describe(log))
-        print(render(verdict))
+        # Every echo of the log (its file name, hosts, versions, error lines) through the one escape.
+        print(neutral_lines(describe(log)))
+        print(neutral_lines(render(verdict)))
     return code
 
 
@@ -105,7 +107,7 @@ def _unreadable(args: argparse.Namespace, message: str) -> int:
     if args.json:
         print(json.dumps({"status": "unreadable", "exit_code": ExitCode.INVALID, "error": message}, allow_nan=False))
     else:
-        print(f"acceptance parse: {message}")
+        print(f"acceptance parse: {neutral(message)}")
     return ExitCode.INVALID
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from fmcluster.doctor.fleet import Diagnose, UsageOf, html_page, row, table, tenants
 from fmcluster.doctor.report import Diagnosis, Out, diagnose_cluster, diagnose_log, render
+from fmcluster.escape import neutral, neutral_lines
 from fmcluster.exits import ExitCode
 
 
@@ -25,7 +26,7 @@ def doctor(org: str = "", node: str = "", log: str = "", as_json: bool = False, 
             diagnosis = diagnose_log(Path(log), org or None, instance_type or None)
         except OSError as err:
             message = f"cannot read {log}: {err.strerror or err}"
-            out(json.dumps({"healthy": False, "error": message}) if as_json else f"doctor: {message}")
+            out(json.dumps({"healthy": False, "error": message}) if as_json else f"doctor: {neutral(message)}")
             return ExitCode.INVALID
     elif instance_type:
         out("doctor: --instance-type judges a --log; a cluster is judged by its tenant (--org)")
@@ -35,7 +36,9 @@ def doctor(org: str = "", node: str = "", log: str = "", as_json: bool = False, 
         return ExitCode.INVALID
     else:
         diagnosis = diagnose_cluster(org, node, out=(lambda _l: None) if as_json else out)
-    out(json.dumps(diagnosis.to_dict(), indent=1) if as_json else render(diagnosis).rstrip("\n"))
+    # Every echo of the log or the nodes (file name, evidence lines, notes) through the one escape; JSON escapes
+    # every non-ASCII character itself.
+    out(json.dumps(diagnosis.to_dict(), indent=1) if as_json else neutral_lines(render(diagnosis).rstrip("\n")))
     return ExitCode.OK if diagnosis.healthy else ExitCode.FAILED
 
 
