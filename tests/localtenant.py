@@ -49,6 +49,8 @@ def make_root(tmp: Path, org: str, vpc_cidr: str, login: int = 0,
 
 
 REF = "0123456789abcdef0123456789abcdef01234567"
+#: A public key as the deploy passes the operator's (public material; no private half exists).
+OPERATOR_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFmclusterTestOperatorKeyAAAAAAAAAAAAAAAAAAAA fmcluster-test"
 
 
 def manifest_for(tenant: Tenant, outputs: dict[str, str] | None = None) -> dict[str, Any]:
@@ -57,7 +59,7 @@ def manifest_for(tenant: Tenant, outputs: dict[str, str] | None = None) -> dict[
     outputs = outputs or {}
     return build_manifest(tenant, REF, outputs, provider.queue_resources, scheduler.manifest_vars(),
                           provider.manifest_vars(), scheduler.discovery(outputs),
-                          booted_image(scheduler.image, provider.node_image))
+                          booted_image(scheduler.image, provider.node_image), [OPERATOR_KEY])
 
 
 def nodes_for(tenant: Tenant, drop: Sequence[str] = ()) -> list[Node]:

@@ -48,6 +48,11 @@ def operator_key(org: str) -> Path:
     return key
 
 
+def operator_public_key(org: str) -> str:
+    """The operator key's public half, one OpenSSH line (the manifest carries it to every node: public material)."""
+    return Path(f"{operator_key(org)}.pub").read_text(encoding="utf-8").strip()
+
+
 def ensure_key_pair(tenant: Tenant, ec2: Any, out: Out = print) -> KeyPair:
     """Import the operator's public key as the EC2 key pair the launch templates name (once)."""
     key = operator_key(tenant.org)

@@ -126,6 +126,7 @@ class Deploy:
 
     def publish(self, outputs: dict[str, str]) -> None:
         """Before the cluster stack: the nodes' bundle (pinned commit) and manifest, the scheduler's uploads."""
+        from fmcluster.access import operator_public_key
         from fmcluster.images import booted_image
         from fmcluster.publish import bootstrap_files, build_manifest, pinned_commit, publish, uncommitted_changes
 
@@ -134,7 +135,8 @@ class Deploy:
         self.manifest = build_manifest(self.tenant, self.ref, outputs, self.provider.queue_resources,
                                        self.scheduler.manifest_vars(), self.provider.manifest_vars(),
                                        self.scheduler.discovery(outputs),
-                                       booted_image(self.scheduler.image, self.provider.node_image))
+                                       booted_image(self.scheduler.image, self.provider.node_image),
+                                       [operator_public_key(self.tenant.org)])
         from fmcluster.inventory import write_manifest
 
         write_manifest(self.tenant.org, self.manifest)

@@ -81,6 +81,8 @@ class Contract:
             "nvidia_driver_manage_stack": self.accelerator_stack == "upgradable",
             "neuron_manage_stack": self.accelerator_stack == "upgradable",
             "imds_guard_access_tool": self.imds_access_tool or "",
+            # The operator logs in as the image's default user (roles/operator_access keeps the key under /etc/ssh).
+            "operator_access_user": self.default_user,
         }
         if self.nccl_home is not None:
             variables["nccl_tests_nccl_home"] = self.nccl_home

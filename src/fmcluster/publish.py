@@ -17,7 +17,7 @@ import hashlib
 import json
 import subprocess
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -93,11 +93,12 @@ def ensure_secrets(tenant: Tenant, secretsmanager: Any, out: Out = print) -> lis
 def build_manifest(tenant: Tenant, ref: str, stack_outputs: Mapping[str, str],
                    queue_resources: Callable[[Any], dict[str, Any]], scheduler_vars: Mapping[str, Any],
                    provider_vars: Mapping[str, Any], discovery: Mapping[str, Any],
-                   image_of: Callable[[str], str]) -> dict[str, Any]:
+                   image_of: Callable[[str], str], operator_keys: Sequence[str] = ()) -> dict[str, Any]:
     """Everything about the cluster that does not depend on which instances exist (fmcluster.manifest).
 
     `image_of`: the image (a key of data/images.yml) a node with an accelerator boots: the provider's own where it
-    boots one (the local substrate), else the scheduler's. Each node kind's group vars carry its image's contract."""
+    boots one (the local substrate), else the scheduler's. Each node kind's group vars carry its image's contract. `operator_keys`: the operator's public keys, put under
+    /etc/ssh for each image's default user (roles/operator_access)."""
     cluster_types = [q.instance.name for q in tenant.queues]
     queues = {
         q.name: {"instance_type": q.instance.name, "instance": q.instance.as_vars(), "default": q.name == tenant.default_queue.name,
@@ -120,6 +121,7 @@ def build_manifest(tenant: Tenant, ref: str, stack_outputs: Mapping[str, str],
         "fmcluster_scheduler": tenant.scheduler,
         "fmcluster_region": tenant.region,
         "fmcluster_secrets_dir": NODE_SECRETS_DIR,
+        "operator_access_keys": list(operator_keys),
         "slurm_cluster_name": tenant.org.replace("-", "_"),
         "munge_key_src": f"{NODE_SECRETS_DIR}/munge-key",
         "fmcluster_shared_storage": storage,
