@@ -126,3 +126,26 @@ def test_nic_counts_are_judged_against_the_catalog_only_for_an_instance_type_the
 def test_the_first_failure_in_the_log_is_named_with_its_rank() -> None:
     result = diagnose_log(CORPUS / "llamafactory-7396-watchdog.log")
     assert any(n.endswith("llamafactory-7396-watchdog.log:1 (rank 0) [collective-timeout]") for n in result.notes)
+
+
+def test_a_long_log_is_read_at_both_ends_and_never_called_healthy_with_its_middle_unread(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The failure of a long training job is usually at its end; what lies between the two ends is noted."""
+    from fmcluster.doctor import report
+
+    monkeypatch.setattr(report, "LOG_SCAN_BYTES", 2000)
+    monkeypatch.setattr(report, "LOG_TAIL_BYTES", 2000)
+    log = tmp_path / "train.out"
+    step = "[rank0]: step 100 loss 2.34 lr 0.0001\n"
+    oom = (CORPUS / "pytorch-16417-cuda-oom.log").read_text(encoding="utf-8")
+    log.write_text(step * 500 + oom, encoding="utf-8")
+    result = diagnose_log(log)
+    assert [f.entry.id for f in result.findings] == ["cuda-out-of-memory"]
+    assert result.findings[0].hits[0].where.startswith(f"{log} (end):")
+    log.write_text(step * 500, encoding="utf-8")
+    clean = diagnose_log(log)
+    assert clean.findings == [] and not clean.healthy
+    assert any("in the middle of the log were not read" in n for n in clean.notes)
+    short = tmp_path / "short.out"
+    short.write_text(step * 10, encoding="utf-8")
+    assert diagnose_log(short).healthy

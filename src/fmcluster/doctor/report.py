@@ -5,6 +5,7 @@ itself is fmcluster.commands.diagnose.doctor."""
 from __future__ import annotations
 
 import re
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -15,8 +16,10 @@ from fmcluster.doctor.detect import Evidence, Finding, findings
 from fmcluster.doctor.logscan import explained
 
 Out = Callable[[str], object]
-#: Bytes of a log scanned for log-pattern entries (the acceptance parser itself streams the whole file).
+#: Characters of a log read for log-pattern entries from its start, and from its end (the acceptance parser itself
+#: streams the whole file); a failure usually shows at one end of a long job's log, and what lies between is noted.
 LOG_SCAN_BYTES = 16 * 1024 * 1024
+LOG_TAIL_BYTES = 16 * 1024 * 1024
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\x80-\x9f]")
 
 
@@ -37,11 +40,13 @@ class Diagnosis:
     nodes: dict[str, int] | None = None
     alerts_firing: int | None = None
     facts: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
+    complete: bool = True
+    """Everything was read (False: the middle of a long log was skipped, so it cannot be called healthy)."""
 
     @property
     def healthy(self) -> bool:
-        """Positive evidence only: something was read, nothing fired, and a judged log passed."""
-        if self.findings or not self.checked:
+        """Positive evidence only: something was read (all of it), nothing fired, and a judged log passed."""
+        if self.findings or not self.checked or not self.complete:
             return False
         return self.acceptance is None or self.acceptance.get("status") == "pass"
 
@@ -93,14 +98,13 @@ def diagnose_log(path: Path, org: str | None = None, instance_type: str | None =
     """Any log: every entry's log pattern in one pass over its lines, and, when it is benchmark output, the acceptance
     verdict's findings; the instance's facts applied (fmcluster.doctor.instance_facts); a cause found drops the
     findings it explains. Raises OSError if unreadable."""
-    from fmcluster.acceptance.parser import read_head
-
     log, verdict = judge_log(path, org, instance_type)
     # Read as the parser reads it: decompressed, decoded, its size and lines bounded (fmcluster.acceptance.parser).
-    text = read_head(path, LOG_SCAN_BYTES)
+    head, tail, skipped = read_ends(path)
     # A log the reader stopped in (4 GiB, the line bound, a decompression bomb) is never healthy: its verdict says so.
     benchmark = is_benchmark(log) or log.bytes_capped
-    ev = Evidence(verdicts={str(path): verdict} if benchmark else {}, logs={str(path): text})
+    logs = {str(path): head, **({f"{path} (end)": tail} if tail else {})}
+    ev = Evidence(verdicts={str(path): verdict} if benchmark else {}, logs=logs)
     entries = [e for e in knowledge.load() if e.log_pattern or (benchmark and e.kind == "acceptance")]
     known = instance_facts.resolve(load_catalog(), instance_type, _org_types(org), log)
     found, notes = instance_facts.apply(findings(entries, ev), log, known, knowledge.by_id(), benchmark)
@@ -109,9 +113,36 @@ def diagnose_log(path: Path, org: str | None = None, instance_type: str | None =
     if not benchmark:
         notes.append("not benchmark output (no nccl-tests or nccom-test header, rank list or table): the acceptance "
                      "checks do not apply; the log was read for every entry's log lines")
-    checked = [f"log {path} ({verdict.status if benchmark else 'read'})"] if text.strip() else []
+    if skipped:
+        notes.append(f"{skipped:,} characters in the middle of the log were not read (it is read to "
+                     f"{LOG_SCAN_BYTES >> 20} MiB from its start and {LOG_TAIL_BYTES >> 20} MiB from its end; lines of "
+                     "'(end)' count from there): it is not called healthy")
+    checked = [f"log {path} ({verdict.status if benchmark else 'read'})"] if (head + tail).strip() else []
     acceptance = {"status": verdict.status, "codes": list(verdict.codes), "cause": verdict.cause} if benchmark else None
-    return Diagnosis(str(path), found, checked=checked, notes=dropped + notes, acceptance=acceptance)
+    return Diagnosis(str(path), found, checked=checked, notes=dropped + notes, acceptance=acceptance,
+                     complete=not skipped)
+
+
+def read_ends(path: Path) -> tuple[str, str, int]:
+    """(the log's start, its end when the start did not hold it all, the characters between them not kept), read
+    through the parser's bounded reader in one pass with bounded memory."""
+    from fmcluster.acceptance.parser import read_bounded
+
+    head: list[str] = []
+    tail: deque[str] = deque()
+    head_size = tail_size = skipped = 0
+    for line, _ in read_bounded(path):
+        if not tail and head_size + len(line) <= LOG_SCAN_BYTES:
+            head.append(line)
+            head_size += len(line)
+            continue
+        tail.append(line)
+        tail_size += len(line)
+        while tail_size > LOG_TAIL_BYTES and len(tail) > 1:
+            dropped = tail.popleft()
+            tail_size -= len(dropped)
+            skipped += len(dropped)
+    return "".join(head), "".join(tail), skipped
 
 
 def _org_types(org: str | None) -> list[str]:
