@@ -346,3 +346,23 @@ def test_first_boots_that_shared_the_deploy_machine_s_cores_are_projected_to_ins
     assert first_boot_warnings([broken], PCLUSTER_DEFAULT_WINDOW, shared_cores=2) == [
         "warning: ip-10-0-128-7's first-boot stage times are not finite seconds ({'converge': nan}): its fit in "
         "ParallelCluster's ComputeNodeBootstrapTimeout (default) is unknown"]
+
+
+@pytest.mark.slow
+def test_when_the_cluster_stack_fails_every_failed_node_is_named_with_its_task_and_log_tail(s3: Any) -> None:
+    """On AWS one node's FAILURE signal rolls the cluster stack back and CloudFormation names only the group: the
+    deploy reads the nodes' own reports and says which node failed, at which task, with its log's end."""
+    from fmcluster.reports import failed_node_reports
+
+    bucket = "fmc-failed-reports"
+    s3.create_bucket(Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": "ap-northeast-1"})
+    failed = report(ok=False, stage="converge", node=COMPUTE.name, error="ansible-pull exited 2",
+                    failed_tasks=[{"task": "slurm_compute : Install Slurm", "msg": "Failed to fetch http://archive"}],
+                    log_tail=["TASK [slurm_compute : Install Slurm]", "fatal: [ip-10-0-128-11]: FAILED!"])
+    s3.put_object(Bucket=bucket, Key=key(COMPUTE), Body=json.dumps(failed).encode())
+    s3.put_object(Bucket=bucket, Key=key(CONTROLLER), Body=json.dumps(report(node=CONTROLLER.name)).encode())
+    lines = failed_node_reports(s3, bucket)
+    assert lines[0] == f"{COMPUTE.name} ({COMPUTE.instance_id}): FAILED at converge: ansible-pull exited 2"
+    assert lines[1] == "    failed task: slurm_compute : Install Slurm: Failed to fetch http://archive"
+    assert lines[-1] == "    | fatal: [ip-10-0-128-11]: FAILED!" and not any(CONTROLLER.name in line for line in lines)
+    assert failed_node_reports(s3, "no-such-bucket")[0].startswith("the node reports could not be listed")

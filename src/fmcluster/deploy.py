@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +30,7 @@ from fmcluster.schedulers.registry import scheduler_for
 from fmcluster.steps import Status, StepOutcome, StepReport
 
 if TYPE_CHECKING:
+    from fmcluster.stacks.result import StackOutcome
     from fmcluster.stacks.rollout import ReplaceGate
 
 Out = Callable[[str], object]
@@ -112,8 +113,13 @@ class Deploy:
         if not result.ok:
             gate.resume()  # the update did not happen or rolled back: the nodes the gate drained serve again
             failure = next((s.failure for s in result.stacks if s.failure), None)
-            return StepOutcome("failed", failure.render() if failure else "; ".join(result.notes) or "a stack did not deploy",
-                               [f"{s.name}: {s.action} {s.status}" for s in result.stacks])
+            reason = failure.render() if failure else "; ".join(result.notes) or "a stack did not deploy"
+            nodes = self.failed_nodes(result.stacks)
+            if nodes:
+                # A node's failure is the cause; CloudFormation's rollback reason only names its group.
+                return StepOutcome("failed", f"{nodes[0]} (the cluster stack then failed: {reason})",
+                                   nodes[1:] + [f"{s.name}: {s.action} {s.status}" for s in result.stacks])
+            return StepOutcome("failed", reason, [f"{s.name}: {s.action} {s.status}" for s in result.stacks])
         self.outputs = dict(result.outputs)
         details = [f"{s.name}: {s.action}" for s in result.stacks] + gate.notes
         missing = [f"{lid} ({kind})" for s in result.stacks for lid, kind in s.not_created]
@@ -123,6 +129,16 @@ class Deploy:
         changed = bool(result.changed) or self.published_changed
         return StepOutcome("changed" if changed else "ok",
                            f"{len(result.changed)} stack(s) created/updated, {len(result.skipped)} unchanged", details)
+
+    def failed_nodes(self, stacks: Sequence[StackOutcome]) -> list[str]:
+        """When the cluster stack failed: what the nodes reported (every failed node, its task and log tail)."""
+        from fmcluster.reports import failed_node_reports
+
+        cluster_failed = any(s.key == "cluster" and s.failure for s in stacks)
+        bucket = next((s.outputs["DataBucketName"] for s in stacks if s.outputs.get("DataBucketName")), "")
+        if not cluster_failed or not bucket:
+            return []
+        return failed_node_reports(self.client("s3"), bucket)
 
     def publish(self, outputs: dict[str, str]) -> None:
         """Before the cluster stack: the nodes' bundle (pinned commit) and manifest, the scheduler's uploads."""

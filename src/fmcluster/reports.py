@@ -195,6 +195,29 @@ def read_report(s3: Any, bucket: str, instance_id: str) -> dict[str, Any] | None
     return _read_object(s3, bucket, f"{REPORT_PREFIX}{listed.stem}.json") if listed else None
 
 
+def failed_node_reports(s3: Any, bucket: str, tail: int = 5) -> list[str]:
+    """Every node whose last report is a failure, as a person reads it: the node, the stage, its failed task and the
+    end of its log. What the deploy says first when a cluster stack fails: on AWS one node's FAILURE signal rolls
+    the stack back, and CloudFormation's reason names the group, never the node or its task."""
+    try:
+        listed = list_reports(s3, bucket)
+    except Exception as err:  # noqa: BLE001 - say why nothing can be read rather than nothing
+        return [f"the node reports could not be listed (s3://{bucket}/{REPORT_PREFIX}): {err}"]
+    lines: list[str] = []
+    for instance, item in sorted(listed.items()):
+        report = _read_object(s3, bucket, f"{REPORT_PREFIX}{item.stem}.json")
+        if not report or report.get("ok"):
+            continue
+        where = f"{report.get('node') or report.get('address') or instance} ({instance})"
+        lines.append(f"{where}: FAILED at {report.get('stage', '?')}: {report.get('error', '')}")
+        for task in (report.get("failed_tasks") or [])[:1]:
+            if isinstance(task, dict):
+                lines.append(f"    failed task: {task.get('task', '?')}: {task.get('msg', '')}")
+        log = report.get("log_tail") or read_log(s3, bucket, instance, tail)
+        lines += [f"    | {line}" for line in [str(x) for x in log][-tail:]]
+    return lines
+
+
 def read_log(s3: Any, bucket: str, instance_id: str, lines: int = 20) -> list[str]:
     try:
         listed = list_reports(s3, bucket).get(instance_id)
