@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import bz2
 import gzip
+import inspect
 import lzma
 import os
 import time
@@ -24,6 +25,7 @@ from typing import Any
 
 import pytest
 import yaml
+from invoke import Context, Exit
 
 from fmcluster import commands
 from fmcluster.cli import main as cli_main
@@ -33,6 +35,7 @@ from fmcluster.scaffold import NewTenantInvalid, new_tenant
 from fmcluster.sshkeys import ed25519_problem
 from fmcluster.validation import CLUSTER_PORTS, image_ids, reserved_accounts
 from hostile_helpers import ROOT, assert_refused, spec_text, validate, write_tenant
+from test_hostile_cli import ORG_TASKS, TASKS, _snapshot
 
 Change = Callable[[dict[str, Any]], Any]
 ED25519 = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAII4mUbGX38GZN2g9pN0PQcLrApTW08GexA8Qz6zdAfqf alice@laptop"
@@ -143,6 +146,25 @@ def test_an_org_named_root_is_refused_on_the_command_line(tmp_path: Path, monkey
     with pytest.raises(NewTenantInvalid, match="Slurm's root account"):
         new_tenant("root", {}, output_dir=tmp_path / "inventories")
     assert not (tmp_path / "inventories" / "root").exists()
+
+
+@pytest.mark.parametrize("task", ORG_TASKS)
+def test_every_task_refuses_the_org_root(task: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "inventories" / "root" / "group_vars" / "all").mkdir(parents=True)
+    monkeypatch.setenv("FMCLUSTER_ROOT", str(tmp_path))
+    before = _snapshot(tmp_path)
+    body = getattr(TASKS, task).body
+    required = {"cmd": "sinfo", "node": "ip-10-0-128-10"}
+    kwargs: dict[str, Any] = {k: v for k, v in required.items() if k in inspect.signature(body).parameters}
+    with pytest.raises((Exit, SystemExit)) as raised:
+        body(Context(), org="root", **({"output_dir": str(tmp_path / "inventories")} if task == "new_tenant" else {}),
+             **kwargs)
+    code = raised.value.code
+    captured = capsys.readouterr()
+    message = captured.out + captured.err + str(getattr(raised.value, "message", "") or "")
+    assert code == 2 and "'root' is Slurm's root account" in message and "fix:" in message, message
+    assert "Traceback" not in message and _snapshot(tmp_path) == before
 
 
 # --- 3. QoS limits that let no job run -------------------------------------------------------------------------
