@@ -91,3 +91,77 @@ def test_what_the_agent_keeps_that_may_hold_a_secret_is_root_s_alone_even_when_i
         os.umask(previous)
     assert (old.stat().st_mode & 0o777) == 0o600 and old.read_text().startswith("receiver:")
     assert sorted(p.name for p in folder.iterdir()) == ["hosts.yml"]
+
+
+# --- a first boot survives the transient ------------------------------------------------------------------------
+
+def _agent_with(attempts: list[object], filed: list[object], signalled: list[object],
+                monkeypatch: pytest.MonkeyPatch) -> object:
+    """An Agent whose converges are the given reports, one per try, and whose reports and signals are recorded."""
+    from fmcluster.node import agent as node_agent
+
+    agent = node_agent.Agent.__new__(node_agent.Agent)
+    tries = iter(attempts)
+    monkeypatch.setattr(agent, "attempt", lambda trigger, membership_only: next(tries), raising=False)
+    monkeypatch.setattr(agent, "file_report", lambda report: filed.append(node_agent.Report(**vars(report))),
+                        raising=False)
+    monkeypatch.setattr(agent, "signal", signalled.append, raising=False)
+    monkeypatch.setattr(agent, "bootstrap_stages", lambda: {"fetch": 1.0}, raising=False)
+    monkeypatch.setattr(node_agent.time, "sleep", lambda seconds: None)
+    return agent
+
+
+def _failed(msg: str) -> object:
+    from fmcluster.node.agent import Report
+
+    return Report(address="10.0.0.5", trigger="first-boot", started="t", stage="converge", error="ansible-pull exited 2",
+                  failed_tasks=[{"task": "slurm_compute : Install Slurm", "msg": msg}])
+
+
+def test_a_first_boot_that_fails_on_a_package_mirror_hiccup_tries_again_and_signals_once(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from fmcluster.node.agent import Report
+
+    filed: list[object] = []
+    signalled: list[object] = []
+    ok = Report(address="10.0.0.5", trigger="first-boot", started="t", ok=True, stage="done")
+    agent = _agent_with([_failed("Failed to fetch http://archive.ubuntu.com/... 503 Service Unavailable"), ok],
+                        filed, signalled, monkeypatch)
+    report = agent.converge("first-boot")  # type: ignore[attr-defined]
+    assert report.ok and len(signalled) == 1 and signalled[0] is report
+    assert [(r.ok, bool(r.retry)) for r in filed] == [(False, True), (True, False)]  # type: ignore[attr-defined]
+    assert "attempt 1 of 3 failed on a transient error" in filed[0].retry  # type: ignore[attr-defined]
+    assert "first boot converged on attempt 2 of 3" in report.notes
+
+
+def test_a_first_boot_that_fails_for_a_real_reason_signals_failure_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    filed: list[object] = []
+    signalled: list[object] = []
+    agent = _agent_with([_failed("the instance catalog says 32 EFA interfaces, found none")], filed, signalled,
+                        monkeypatch)
+    report = agent.converge("first-boot")  # type: ignore[attr-defined]
+    assert not report.ok and not report.retry and len(filed) == 1 and signalled == [report]
+
+
+def test_a_transient_failure_every_time_ends_after_the_last_attempt(monkeypatch: pytest.MonkeyPatch) -> None:
+    from fmcluster.node.agent import FIRST_BOOT_ATTEMPTS
+
+    filed: list[object] = []
+    signalled: list[object] = []
+    agent = _agent_with([_failed("Temporary failure resolving 'archive.ubuntu.com'") for _ in range(FIRST_BOOT_ATTEMPTS)],
+                        filed, signalled, monkeypatch)
+    report = agent.converge("first-boot")  # type: ignore[attr-defined]
+    assert not report.ok and not report.retry and len(filed) == FIRST_BOOT_ATTEMPTS and signalled == [report]
+    assert f"first boot failed {FIRST_BOOT_ATTEMPTS} times" in report.notes
+
+
+def test_the_deploy_waits_on_a_node_that_retries_and_fails_on_one_that_does_not() -> None:
+    from fmcluster.nodes import Node
+    from fmcluster.reports import node_status
+
+    node = Node("ip-10-0-128-11", "10.0.128.11", "compute", "cpu", "i-1", "c5.2xlarge")
+    failed = {"ok": False, "stage": "converge", "ref": "r", "manifest_digest": "m", "error": "ansible-pull exited 2"}
+    waiting = node_status(node, {**failed, "retry": "attempt 1 of 3 failed on a transient error; trying again in 60s"},
+                          "r", "m", "x")
+    assert waiting.state == "converging" and "trying again in 60s" in waiting.detail
+    assert node_status(node, failed, "r", "m", "x").state == "failed"

@@ -238,6 +238,10 @@ def node_status(node: Node, report: dict[str, Any] | None, ref: str, manifest: s
     current = report.get("ref") == ref and report.get("manifest_digest") == manifest
     if node.role in MEMBERSHIP_ROLES:
         current = current and report.get("membership_digest") == membership
+    if not report.get("ok") and report.get("retry"):
+        # A first boot that failed on something transient and tries again: not final until it says so.
+        return NodeStatus(node, report, "converging",
+                          f"{report['retry']} (FAILED at {report.get('stage')}: {report.get('error', '')})")
     if not report.get("ok"):
         # A failure for what is published now is final; an older failure may be superseded by a re-converge.
         # A node of the published commit that could not read the manifest has no manifest digest: final too.

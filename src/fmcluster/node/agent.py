@@ -135,10 +135,33 @@ class Report:
     boot_stages: dict[str, float] = field(default_factory=dict)
     #: The converge's slowest tasks, {"task", "seconds"}, slowest first: where a node's time went.
     slowest_tasks: list[dict[str, Any]] = field(default_factory=list)
+    #: First boot only, on a failure it tries again: which attempt failed and when the next starts (the deploy
+    #: waits on; a failure with no retry is final).
+    retry: str = ""
 
 
 #: How many of a converge's slowest tasks its report names.
 SLOWEST_TASKS = 8
+
+#: A first boot's converge is tried this often when it fails on something transient, waiting between tries: on AWS
+#: one node's FAILURE signal rolls the whole cluster stack back, controller included, and a package mirror's or a
+#: registry's hiccup on one of 16 nodes is not a reason to. Three converges and 4 minutes fit the hour a first boot
+#: has (the cluster stack's signal timeout).
+FIRST_BOOT_ATTEMPTS = 3
+FIRST_BOOT_RETRY_DELAYS_S = (60.0, 180.0)
+#: What a transient failure prints (apt, DNS, HTTP, S3 and registry throttling); anything else fails at once.
+TRANSIENT_SIGNS = (
+    "Failed to fetch", "Temporary failure resolving", "Temporary failure in name resolution", "Could not resolve",
+    "Connection timed out", "Connection reset by peer", "Unable to fetch some archives", "Hash Sum mismatch",
+    "Could not get lock", "502 Bad Gateway", "503 Service Unavailable", "504 Gateway Time", "Read timed out",
+    "TooManyRequests", "toomanyrequests", "SlowDown", "RequestTimeout", "ThrottlingException",
+)
+
+
+def transient(report: Report) -> bool:
+    """A converge that failed on something that goes away by itself (the evidence: its error, failed tasks, log end)."""
+    evidence = " ".join([report.error, *(str(t.get("msg", "")) for t in report.failed_tasks), *report.log_tail])
+    return not report.ok and report.stage == "converge" and any(sign in evidence for sign in TRANSIENT_SIGNS)
 
 
 def checked_out(checkout: Path, ref: str) -> bool:
@@ -317,7 +340,31 @@ class Agent:
     def converge(self, trigger: str, membership_only: bool = False) -> Report:
         """Converge this node and report. `membership_only`: the commit and the manifest are the ones last
         converged and only the node list changed: the manifest's membership playbook (when it names one) runs
-        instead of the whole site playbook."""
+        instead of the whole site playbook. A first boot that fails on something transient tries again
+        (FIRST_BOOT_ATTEMPTS), each failed try reported with its retry, before it signals."""
+        started = time.monotonic()
+        attempts = FIRST_BOOT_ATTEMPTS if trigger == "first-boot" else 1
+        for attempt in range(1, attempts + 1):
+            report = self.attempt(trigger, membership_only)
+            if report.ok or attempt == attempts or not transient(report):
+                break
+            delay = FIRST_BOOT_RETRY_DELAYS_S[min(attempt, len(FIRST_BOOT_RETRY_DELAYS_S)) - 1]
+            report.retry = (f"attempt {attempt} of {attempts} failed on a transient error; trying again in "
+                            f"{delay:.0f}s")
+            self.file_report(report)
+            time.sleep(delay)
+        if trigger == "first-boot":
+            report.boot_stages = {**self.bootstrap_stages(), "converge": round(time.monotonic() - started, 1)}
+            if attempt > 1:
+                report.notes.append(f"first boot converged on attempt {attempt} of {attempts}" if report.ok
+                                    else f"first boot failed {attempt} times")
+        self.file_report(report)
+        if trigger == "first-boot":
+            self.signal(report)
+        return report
+
+    def attempt(self, trigger: str, membership_only: bool) -> Report:
+        """One converge, its report filled in (not filed)."""
         started = time.monotonic()
         report = Report(address="unknown", trigger=trigger, started=now(), ref=self.settings.ref)
         try:
@@ -352,11 +399,6 @@ class Agent:
             report.log_tail = traceback.format_exc().splitlines()[-LOG_TAIL_LINES:]
         report.seconds = round(time.monotonic() - started, 1)
         report.finished = now()
-        if trigger == "first-boot":
-            report.boot_stages = {**self.bootstrap_stages(), "converge": report.seconds}
-        self.file_report(report)
-        if trigger == "first-boot":
-            self.signal(report)
         return report
 
     def fetch_commit(self, ref: str) -> bool:
