@@ -64,6 +64,13 @@ STOCKMARK, NEURONLAB, DEMO = (load_tenant(org) for org in ("stockmark", "neuronl
 
 # --- storage --------------------------------------------------------------------------------------
 
+def test_the_home_export_lets_root_on_the_nodes_make_users_homes_and_only_the_vpc_mount_it() -> None:
+    """With root squashed to nobody, root on a node could neither make a user's home nor hand it over."""
+    export = resources(STOCKMARK, "storage")["OpenZfsFileSystem"]["Properties"]["OpenZFSConfiguration"][
+        "RootVolumeConfiguration"]["NfsExports"][0]["ClientConfigurations"]
+    assert export == [{"Clients": {"Ref": "VpcCidr"}, "Options": ["rw", "crossmnt", "no_root_squash"]}]
+
+
 def test_file_systems_wait_for_their_groups_self_ingress_rule_and_outlive_the_stack() -> None:
     res = resources(STOCKMARK, "storage")
     for name in ("LustreFileSystem", "OpenZfsFileSystem"):

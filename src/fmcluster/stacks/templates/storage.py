@@ -133,8 +133,10 @@ def build(tenant: Tenant) -> dict[str, Any]:
             "OpenZFSConfiguration": {
                 "DeploymentType": "SINGLE_AZ_1", "ThroughputCapacity": zfs.throughput_mbps,
                 "AutomaticBackupRetentionDays": 7, "CopyTagsToBackups": True,
+                # no_root_squash: root on the nodes makes each user's home and hands it over (roles/user_accounts);
+                # squashed to nobody it could do neither. Clients are the VPC's only (and its security group's).
                 "RootVolumeConfiguration": {"DataCompressionType": "LZ4", "NfsExports": [{"ClientConfigurations": [
-                    {"Clients": Ref("VpcCidr"), "Options": ["rw", "crossmnt"]}]}]}},
+                    {"Clients": Ref("VpcCidr"), "Options": ["rw", "crossmnt", "no_root_squash"]}]}]}},
             "Tags": resource_tags(tenant, "home")}}
 
     outputs: dict[str, Any] = {
