@@ -249,25 +249,25 @@ def bootstrap_files(ref: str, playbook: str, root: Path = SOURCE_ROOT, out: Out 
     return files
 
 
-#: Object metadata naming what an object is when its bytes are not a function of it: a `git bundle` of one
-#: commit packs its objects differently from run to run in a checkout with loose objects (measured), so the
-#: bundle is the same when its commit is, not when its bytes are.
+#: Object metadata naming what an object is: its content's SHA-256, or, when its bytes are not a function of it,
+#: what it is (a `git bundle` of one commit packs its objects differently from run to run in a checkout with loose
+#: objects, measured: the bundle is the same when its commit is). Not the ETag: under SSE-KMS, the tenant bucket's
+#: default encryption, an ETag is not the MD5 of the content, and every deploy would upload everything again.
 IDENTITY_METADATA = "fmcluster-identity"
 
 
 def _put_if_changed(s3: Any, bucket: str, key: str, body: bytes, done: Published, identity: str = "") -> None:
     """Upload unless the object already holds this content: the same `identity` when one is given, else the same
-    bytes (a single-part upload's ETag is its MD5)."""
-    md5 = hashlib.md5(body, usedforsecurity=False).hexdigest()
+    bytes (their SHA-256, recorded in the object's metadata when it was written)."""
+    wanted = identity or f"sha256:{hashlib.sha256(body).hexdigest()}"
     try:
-        head = s3.head_object(Bucket=bucket, Key=key)
-        current = head.get("Metadata", {}).get(IDENTITY_METADATA, "") if identity else head["ETag"].strip('"')
+        current = s3.head_object(Bucket=bucket, Key=key).get("Metadata", {}).get(IDENTITY_METADATA, "")
     except Exception:  # noqa: BLE001 - absent (or unreadable): write it
         current = ""
-    if current == (identity or md5):
+    if current == wanted:
         done.unchanged.append(key)
         return
-    s3.put_object(Bucket=bucket, Key=key, Body=body, **({"Metadata": {IDENTITY_METADATA: identity}} if identity else {}))
+    s3.put_object(Bucket=bucket, Key=key, Body=body, Metadata={IDENTITY_METADATA: wanted})
     done.written.append(key)
 
 
