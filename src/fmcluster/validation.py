@@ -833,6 +833,34 @@ def numeric_host(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | N
     return ipaddress.IPv4Address(value)
 
 
+#: EC2's public DNS names (ec2-203-0-113-5.compute-1.amazonaws.com, ec2-...REGION.compute.amazonaws.com): inside a
+#: VPC they resolve to the instance's private address.
+EC2_PUBLIC_NAMES = (".compute.amazonaws.com", ".compute-1.amazonaws.com")
+
+
+def embedded_address(name: str) -> ipaddress.IPv4Address | None:
+    """The IPv4 address a DNS name spells in its labels, as wildcard DNS services read it: four decimal labels in a
+    row (169.254.169.254.nip.io), one label of four dash-separated numbers (169-254-169-254.sslip.io,
+    ip-10-0-0-1), or one label of 8 hex digits (a9fea9fe.nip.io); None when it spells none."""
+    labels = name.split(".")
+    for i in range(len(labels) - 3):
+        if all(re.fullmatch(r"[0-9]{1,3}", label) for label in labels[i:i + 4]):
+            try:
+                return ipaddress.IPv4Address(".".join(labels[i:i + 4]))
+            except ValueError:
+                pass
+    for label in labels:
+        dashed = re.search(r"(?:^|-)([0-9]{1,3}(?:-[0-9]{1,3}){3})(?:-|$)", label)
+        if dashed:
+            try:
+                return ipaddress.IPv4Address(dashed.group(1).replace("-", "."))
+            except ValueError:
+                pass
+        if re.fullmatch(r"[0-9a-f]{8}", label):
+            return ipaddress.IPv4Address(int(label, 16))
+    return None
+
+
 def receiver_host_problem(url: str) -> str | None:
     """Why an alert receiver's URL points inside the host, the VPC or the cluster, or None: any numeric host
     (what it decodes to is named), a name without a dot (resolved through the nodes' /etc/hosts: controller-1,
@@ -862,6 +890,12 @@ def receiver_host_problem(url: str) -> str | None:
     suffix = next((s for s in INTERNAL_SUFFIXES if name == s or name.endswith("." + s)), None)
     if suffix is not None:
         return f"names host {show(name)}, under .{suffix}, which resolves inside the host or the VPC"
+    if name.endswith(EC2_PUBLIC_NAMES):
+        return f"names host {show(name)}, an EC2 instance's public name, which resolves to its private address inside the VPC"
+    embedded = embedded_address(name)
+    if embedded is not None and not embedded.is_global:
+        return (f"names host {show(name)}, which spells the address {embedded} (wildcard DNS services such as nip.io "
+                "resolve such names to it)")
     try:
         port = parts.port
     except ValueError:
@@ -1065,7 +1099,7 @@ def _check_people(out: _Collector, tenant: dict[str, Any], t: KeyPath) -> None:
                         f"declare it under `qos:` first (e.g. `qos: [{{name: {ref if QOS_NAME.fullmatch(ref) else 'normal'}}}]`)")
 
     user_names: dict[str, int] = {}
-    key_owners: dict[tuple[str, ...], tuple[int, int, Any]] = {}
+    key_owners: dict[tuple[str, bytes], tuple[int, int, Any]] = {}
     for i, user in users:
         up: KeyPath = (*t, "users", i)
         name = user.get("name")
@@ -1084,8 +1118,10 @@ def _check_people(out: _Collector, tenant: dict[str, Any], t: KeyPath) -> None:
             if isinstance(key, str) and (why := key_problem(key)) is not None:
                 out.add((*up, "ssh_keys", j), f"{why[0]}", why[1])
             elif isinstance(key, str):
-                # The key itself (type and data), whatever its comment: one key pair logs in as one person.
-                identity = tuple(key.split()[:2])
+                # The key itself (type and decoded data: base64 has more than one spelling of some blobs), whatever
+                # its comment: one key pair logs in as one person.
+                kind, encoded = key.split()[:2]
+                identity = (kind, base64.b64decode(encoded))
                 owner = key_owners.setdefault(identity, (i, j, name))
                 if owner[0] != i:
                     out.add((*up, "ssh_keys", j), f"the same key as users[{owner[0]}].ssh_keys[{owner[1]}] "

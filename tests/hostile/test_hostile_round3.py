@@ -200,6 +200,18 @@ def test_one_key_for_two_users_is_refused(tmp_path: Path, monkeypatch: pytest.Mo
         "log in as both", "fix: give every person a key pair of their own")
 
 
+def test_a_shared_key_spelled_with_other_base64_padding_bits_is_refused(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    key = "ssh-rsa " + wire(b"ssh-rsa", b"\x01\x00\x00\x01", b"\x00" + ((1 << 2047) + 0x2D3).to_bytes(256, "big"))
+    data = key.split()[1]
+    assert data.endswith("==")
+    respelled = data[:-3] + chr(ord(data[-3]) + 1) + "=="  # a spare bit set: the same bytes to every decoder
+    assert base64.b64decode(respelled) == base64.b64decode(data) and respelled != data
+    refused(tmp_path, monkeypatch, spec_text(people(users=[
+        {"name": "alice", "uid": 20001, "teams": ["llm"], "ssh_keys": [key]}, user(ssh_keys=[f"ssh-rsa {respelled} b"])])),
+        f"{U}[1].ssh_keys[0]", "the same key as users[0].ssh_keys[0] ('alice')")
+
+
 def test_a_shared_key_in_a_later_position_is_named_there(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     other = wire(b"ssh-ed25519", (9).to_bytes(32, "little"))
     assert ed25519_problem((9).to_bytes(32, "little")) is None
@@ -514,6 +526,13 @@ INSIDE = [
     ("controller-1.local", "under .local, which resolves inside the host or the VPC"),
     ("router.home.arpa", "under .home.arpa"),
     ("254.169.254.169.in-addr.arpa", "under .arpa"),
+    ("169.254.169.254.nip.io", "which spells the address 169.254.169.254 (wildcard DNS services such as nip.io"),
+    ("169-254-169-254.sslip.io", "which spells the address 169.254.169.254"),
+    ("a9fea9fe.nip.io", "which spells the address 169.254.169.254"),
+    ("hook.127.0.0.1.nip.io", "which spells the address 127.0.0.1"),
+    ("ip-10-0-128-10.example.org", "which spells the address 10.0.128.10"),
+    ("ec2-54-1-2-3.compute-1.amazonaws.com", "an EC2 instance's public name, which resolves to its private address"),
+    ("ec2-13-1-2-3.ap-northeast-1.compute.amazonaws.com", "an EC2 instance's public name"),
     ("hooks.example.org:9090", "names port 9090, where the cluster's own Prometheus listens"),
     ("hooks.example.org:9093", "names port 9093, where the cluster's own Alertmanager listens"),
     ("hooks.example.org:3000", "names port 3000, where the cluster's own Grafana listens"),
@@ -541,7 +560,8 @@ def test_an_alert_target_inside_the_host_the_vpc_or_the_cluster_is_refused(
 
 
 @pytest.mark.parametrize("target", ["https://hooks.slack.com/services/T000/B000/XXXX", "https://hooks.example.org:8443/a",
-                                    "https://alerts.example.org/", "https://a1.example.org/x?y=1"])
+                                    "https://alerts.example.org/", "https://a1.example.org/x?y=1",
+                                    "https://deadbeef.example.org/", "https://release-1-2-3-4.example.org/"])
 def test_a_public_webhook_by_name_is_accepted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, target: str) -> None:
     change = lambda t: t.setdefault("monitoring", {}).update(alert_receivers=[{"name": "ops", "type": "webhook",
                                                                                "target": target}])  # noqa: E731
