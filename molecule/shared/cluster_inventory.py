@@ -16,6 +16,7 @@ import ipaddress
 import sys
 from pathlib import Path
 
+from fmcluster.images import booted_image
 from fmcluster.manifest import assemble_inventory, inventory_yaml
 from fmcluster.model import load_tenant
 from fmcluster.nodes import Node, Role
@@ -41,7 +42,8 @@ def main(org: str, out: Path) -> int:
              for h, (role, queue, instance_type) in zip(hosts, roles)]
     provider, scheduler = LocalProvider(tenant), scheduler_for(tenant)
     manifest = build_manifest(tenant, pinned_commit(), {}, provider.queue_resources, scheduler.manifest_vars(),
-                              provider.manifest_vars(), scheduler.discovery({}))
+                              provider.manifest_vars(), scheduler.discovery({}),
+                              booted_image(scheduler.image, provider.node_image))
     text = inventory_yaml(assemble_inventory(manifest, nodes), HEADER)
     if out.is_file() and out.read_text() == text:
         print(f"{out}: unchanged")
