@@ -187,6 +187,20 @@ def _launch_template(tenant: Tenant, group: NodeGroup, login_sg: bool, user_data
         "TagSpecifications": [{"ResourceType": "launch-template", "Tags": resource_tags(tenant, group.slug)}]}}
 
 
+#: A compute group of at least this many nodes may come up short: one node in ten (at least one) may fail its first
+#: boot without CloudFormation rolling the whole cluster stack back, controller included. The deploy then names the
+#: failed nodes (their reports) and exits non-zero; `invoke replace` repairs them. Login nodes and smaller groups
+#: must all come up.
+SHORTFALL_FROM_NODES = 10
+
+
+def min_successful_percent(group: NodeGroup) -> int:
+    """The share of a group's instances that must signal SUCCESS for its creation or update to succeed."""
+    if group.role != "compute" or group.count < SHORTFALL_FROM_NODES:
+        return 100
+    return (100 * (group.count - max(1, group.count // 10))) // group.count
+
+
 def _auto_scaling_group(tenant: Tenant, group: NodeGroup, role_tags: dict[str, str], signals: bool) -> dict[str, Any]:
     # Replace in batches of a quarter of the group, terminating before launching: a reservation or
     # Capacity Block holds exactly `count` instances, so no batch may need extra capacity.
@@ -205,10 +219,12 @@ def _auto_scaling_group(tenant: Tenant, group: NodeGroup, role_tags: dict[str, s
         # The stack is complete only when every node's bootstrap has signalled SUCCESS
         # (FMCLUSTER_SIGNAL_RESOURCE in the user data names this logical id).
         resource["CreationPolicy"] = {"ResourceSignal": {"Count": group.count, "Timeout": SIGNAL_TIMEOUT},
-                                      "AutoScalingCreationPolicy": {"MinSuccessfulInstancesPercent": 100}}
+                                      "AutoScalingCreationPolicy": {
+                                          "MinSuccessfulInstancesPercent": min_successful_percent(group)}}
     resource["UpdatePolicy"] = {"AutoScalingRollingUpdate": {
         "MaxBatchSize": batch, "MinInstancesInService": group.count - batch,
-        "MinSuccessfulInstancesPercent": 100, "PauseTime": SIGNAL_TIMEOUT, "WaitOnResourceSignals": signals,
+        "MinSuccessfulInstancesPercent": min_successful_percent(group), "PauseTime": SIGNAL_TIMEOUT,
+        "WaitOnResourceSignals": signals,
         "SuspendProcesses": SUSPEND_DURING_UPDATE}}
     resource["Properties"] = props
     return resource
