@@ -21,17 +21,7 @@ from fmcluster.users import manifest_secrets, manifest_vars, sssd_vars
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = yaml.safe_load((ROOT / "inventories/demo/group_vars/all/tenant.yml").read_text())
 # A real self-signed certificate (openssl req -x509, P-256): validation reads its DER structure.
-CA = ('-----BEGIN CERTIFICATE-----\n'
-      'MIIBjjCCATWgAwIBAgIUKkaZXwQitSbPEfN8RipPCGVzmy0wCgYIKoZIzj0EAwIw\n'
-      'HDEaMBgGA1UEAwwRZm1jbHVzdGVyIHRlc3QgQ0EwIBcNMjYxMjA1MDgyODAxWhgP\n'
-      'MjEyNjExMTEwODI4MDFaMBwxGjAYBgNVBAMMEWZtY2x1c3RlciB0ZXN0IENBMFkw\n'
-      'EwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEbXjrKAcGYT5/PdQCiaUYc+7YYXAsFCqP\n'
-      '80eJsZcxJhIpiJseV+Ds+lH4hUlqLHisPTkUwo6fLIjFVGpHVsV6QaNTMFEwHQYD\n'
-      'VR0OBBYEFLRKyB6oBFEIvs8CMIT5C6/BJ9r2MB8GA1UdIwQYMBaAFLRKyB6oBFEI\n'
-      'vs8CMIT5C6/BJ9r2MA8GA1UdEwEB/wQFMAMBAf8wCgYIKoZIzj0EAwIDRwAwRAIg\n'
-      'Z7fYnoMK8FhXlp1P9k6x6utlNruBWmSH6YEyYyi76xACICmLr3sSUuJ9rYboAWiQ\n'
-      '0VcQt12I4XJtZsqFFgSO0owl\n'
-      '-----END CERTIFICATE-----\n')
+CA = (ROOT / "tests/fixtures/directory/test-ca.pem").read_text()
 FULL = {"uri": "ldaps://ldap.example.org", "base_dn": "dc=example,dc=org", "bind_dn": "cn=reader,dc=example,dc=org",
         "bind_password_secret": "ldap-bind-password", "ca_cert": "ldap-ca.pem",
         "user_search_base": "ou=people,dc=example,dc=org", "group_filter": "(objectClass=posixGroup)"}

@@ -7,31 +7,18 @@ packaged by Debian, so its login with that password is checked by the role on AW
 from __future__ import annotations
 
 import configparser
-import os
-import re
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from conftest import ROOT, venv_tool
+from role_helpers import converge_role
 
 pytestmark = pytest.mark.slow
 
 
 def converge(tmp: Path, variables: dict[str, Any], *extra: str) -> tuple[int, int, str]:
-    (tmp / "vars.yml").write_text(yaml.safe_dump(variables))
-    (tmp / "play.yml").write_text(yaml.safe_dump([{"name": "grafana", "hosts": "localhost", "gather_facts": True,
-                                                   "gather_subset": ["min"], "roles": ["grafana"]}]))
-    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_ROLES_PATH": str(ROOT / "roles"),
-           "ANSIBLE_CACHE_PLUGIN": "memory", "ANSIBLE_NOCOLOR": "1"}
-    done = subprocess.run([venv_tool("ansible-playbook"), "-i", "localhost,", "-c", "local", "-e",
-                           "ansible_python_interpreter=/usr/bin/python3", "-e", f"@{tmp / 'vars.yml'}",
-                           str(tmp / "play.yml"), *extra], capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
-    changed = re.search(r"^localhost\s+: ok=\d+\s+changed=(\d+)", done.stdout, re.M)
-    return done.returncode, int(changed.group(1)) if changed else -1, done.stdout + done.stderr
+    return converge_role("grafana", tmp, variables, *extra)
 
 
 def paths(tmp: Path) -> dict[str, Any]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import socket
 import subprocess
@@ -23,7 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
-from conftest import ROOT, venv_tool
+from role_helpers import converge_role
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not Path("/usr/bin/prometheus").exists(), reason="Debian's prometheus is missing"),
@@ -48,16 +47,7 @@ def free_port() -> int:
 
 
 def converge(tmp: Path, variables: dict[str, Any], *extra: str) -> tuple[int, int, str]:
-    (tmp / "vars.yml").write_text(yaml.safe_dump(variables))
-    (tmp / "play.yml").write_text(yaml.safe_dump([{"name": "prometheus", "hosts": "localhost", "gather_facts": True,
-                                                   "gather_subset": ["min"], "roles": ["prometheus"]}]))
-    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_ROLES_PATH": str(ROOT / "roles"),
-           "ANSIBLE_CACHE_PLUGIN": "memory", "ANSIBLE_NOCOLOR": "1"}
-    done = subprocess.run([venv_tool("ansible-playbook"), "-i", "localhost,", "-c", "local", "-e",
-                           "ansible_python_interpreter=/usr/bin/python3", "-e", f"@{tmp / 'vars.yml'}",
-                           str(tmp / "play.yml"), *extra], capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
-    changed = re.search(r"^localhost\s+: ok=\d+\s+changed=(\d+)", done.stdout, re.M)
-    return done.returncode, int(changed.group(1)) if changed else -1, done.stdout + done.stderr
+    return converge_role("prometheus", tmp, variables, *extra)
 
 
 def post(url: str) -> int:

@@ -17,17 +17,7 @@ from hostile_helpers import assert_refused, spec_text, validate, write_tenant
 Change = Callable[[dict[str, Any]], Any]
 D = "tenant.directory"
 # A real self-signed certificate (openssl req -x509, P-256): validation reads its DER structure.
-CA = ('-----BEGIN CERTIFICATE-----\n'
-      'MIIBjjCCATWgAwIBAgIUKkaZXwQitSbPEfN8RipPCGVzmy0wCgYIKoZIzj0EAwIw\n'
-      'HDEaMBgGA1UEAwwRZm1jbHVzdGVyIHRlc3QgQ0EwIBcNMjYxMjA1MDgyODAxWhgP\n'
-      'MjEyNjExMTEwODI4MDFaMBwxGjAYBgNVBAMMEWZtY2x1c3RlciB0ZXN0IENBMFkw\n'
-      'EwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEbXjrKAcGYT5/PdQCiaUYc+7YYXAsFCqP\n'
-      '80eJsZcxJhIpiJseV+Ds+lH4hUlqLHisPTkUwo6fLIjFVGpHVsV6QaNTMFEwHQYD\n'
-      'VR0OBBYEFLRKyB6oBFEIvs8CMIT5C6/BJ9r2MB8GA1UdIwQYMBaAFLRKyB6oBFEI\n'
-      'vs8CMIT5C6/BJ9r2MA8GA1UdEwEB/wQFMAMBAf8wCgYIKoZIzj0EAwIDRwAwRAIg\n'
-      'Z7fYnoMK8FhXlp1P9k6x6utlNruBWmSH6YEyYyi76xACICmLr3sSUuJ9rYboAWiQ\n'
-      '0VcQt12I4XJtZsqFFgSO0owl\n'
-      '-----END CERTIFICATE-----\n')
+CA = (Path(__file__).resolve().parents[1] / "fixtures/directory/test-ca.pem").read_text()
 
 
 def directory(**fields: Any) -> Change:
