@@ -43,13 +43,16 @@ def _ring(n: int) -> float:
     return (n - 1) / n if n > 0 else 0.0
 
 
+# Bus factors are nccl-tests' own (doc/PERFORMANCE.md, "Summary", https://github.com/NVIDIA/nccl-tests/blob/master/
+# doc/PERFORMANCE.md): AllReduce 2(n-1)/n; ReduceScatter, AllGather and AlltoAll (n-1)/n; Broadcast and Reduce 1.
 COLLECTIVES: dict[str, Collective] = {
     # all_reduce: reduce-scatter then all-gather across nodes: 2(N-1)/N of the buffer leaves each node
     "all_reduce": Collective(lambda n: 2 * _ring(n), lambda nodes, g: 2 * _ring(nodes)),
     # all_gather / reduce_scatter: each node receives (sends) the other nodes' share: (N-1)/N
     "all_gather": Collective(_ring, lambda nodes, g: _ring(nodes)),
     "reduce_scatter": Collective(_ring, lambda nodes, g: _ring(nodes)),
-    # alltoall: each of a node's g ranks sends (N-1)/N of its buffer to other nodes
+    # alltoall: busbw = algbw x (n-1)/n (PERFORMANCE.md; AlltoAllGetBw in src/alltoall.cu), as all_gather; each of a
+    # node's g ranks sends (N-1)/N of its buffer to other nodes, so the ceiling is g times lower than all_gather's
     "alltoall": Collective(_ring, lambda nodes, g: g * _ring(nodes)),
     # broadcast / reduce / sendrecv: the whole buffer crosses at least one node boundary once
     "broadcast": Collective(lambda n: 1.0, lambda nodes, g: 1.0 if nodes > 1 else 0.0),
@@ -73,6 +76,47 @@ def canonical_collective(name: str) -> str | None:
 def collective_of_benchmark(benchmark: str | None) -> str | None:
     """The collective an nccl-tests binary runs (`all_gather_perf` -> `all_gather`); None when unknown."""
     return canonical_collective(benchmark) if benchmark else None
+
+
+DTYPE_BYTES: dict[str, int] = {
+    "int8": 1, "uint8": 1, "char": 1, "int32": 4, "uint32": 4, "int": 4, "int64": 8, "uint64": 8,
+    "half": 2, "float16": 2, "bfloat16": 2, "float": 4, "float32": 4, "double": 8, "float64": 8,
+    "f8e4m3": 1, "f8e5m2": 1,
+}
+"""Bytes per element of nccl-tests' type names (`test_typenames` in src/common.cu), and the CPU bench's."""
+
+
+def collective_from_table(log: ParsedLog) -> str | None:
+    """The collective a table that names none must be, when its shape proves it; else None.
+
+    Only all_reduce is proved: a reduction (`redop` not `none`), no root (-1 or no `root` column: reduce has one)
+    and count x element size = size on every row (reduce_scatter prints the per-rank count, n times smaller).
+    """
+    rows = [r for r in log.rows if r.count > 0]
+    if not rows:
+        return None
+    for r in rows:
+        width = DTYPE_BYTES.get(r.dtype)
+        if r.redop in (None, "none") or r.root not in (None, -1) or width is None or r.count * width != r.size_bytes:
+            return None
+    return "all_reduce"
+
+
+PER_RANK_COUNT = frozenset({"all_gather", "reduce_scatter", "alltoall"})
+"""Collectives whose `count` column is each rank's share: nccl-tests computes their algbw from count x ranks x
+element size (AllGatherGetBw, ReduceScatterGetBw, AlltoAllGetBw in src/*.cu), the others' from count x element
+size. The printed size agrees, except where a share rounds down (alltoall's `count/nranks`, aligned to 16 bytes
+since 2.13: a small row prints `8  0` and moves nothing, so its algbw is 0.00 at any time)."""
+
+
+def moved_bytes(collective: str | None, count: int, dtype: str, ranks: int | None) -> int | None:
+    """The bytes nccl-tests divides by the time for a row's algbw, from its count column; None if not known."""
+    width = DTYPE_BYTES.get(dtype)
+    if collective is None or collective not in COLLECTIVES or width is None:
+        return None
+    if collective in PER_RANK_COUNT:
+        return count * ranks * width if ranks else None
+    return count * width
 
 
 def bus_factor(collective: str, ranks: int) -> float | None:

@@ -27,7 +27,9 @@ from fmcluster.acceptance.expectation import (
     Expectation,
     bus_factor,
     ceiling_gbps,
+    collective_from_table,
     collective_of_benchmark,
+    moved_bytes,
 )
 from fmcluster.acceptance.model import Measurement, ParsedLog, SizeRow, json_safe
 from fmcluster.acceptance.parser import parse_file
@@ -215,22 +217,32 @@ def _time_resolution(time_us: float) -> float:
     return 0.005 if time_us < 100 else 0.05 if time_us < 10_000 else 0.5
 
 
-def _collective(log: ParsedLog, exp: Expectation | None) -> str | None:
-    """The collective the table is read as: the one the log names, else the expected one."""
-    named = collective_of_benchmark(log.benchmark)
-    if named is not None or log.benchmark is not None:
-        return named
-    return exp.collective if exp is not None else None
+def judged_collective(log: ParsedLog, exp: Expectation | None) -> str | None:
+    """The one collective every check reads the table as (the benchmark finding, the floor, the bus factor and
+    the ceiling of the physics checks): the one the log names; else the expected one; else, with an
+    expectation, all_reduce (the gate's benchmark, and what the verdict says it judged); else, judged on its
+    own, the collective the table's shape proves (`collective_from_table`). None for an unknown benchmark.
+
+    A log without its `# Collective test starting` line (nccl-tests before 2.10 print none) is so judged as
+    the same collective as with it, so no check is skipped for want of a name.
+    """
+    if log.benchmark is not None:
+        return collective_of_benchmark(log.benchmark)
+    if exp is not None:
+        return exp.collective or "all_reduce"
+    return collective_from_table(log)
 
 
-def _half_physics(m: Measurement, size: int, factor: float | None,
+def _half_physics(m: Measurement, sizes: tuple[int, ...], factor: float | None,
                   ceiling: tuple[float, str] | None) -> list[str]:
+    """`sizes`: the printed size, then the bytes nccl-tests' formula moves (`moved_bytes`) where they differ; the
+    printed algbw must be one of them over the time."""
     if not m.finite:
         return []  # `non_finite` says so
     if m.time_us <= 0:
         return [f"time {m.time_us:g} µs is not positive"]
     problems = []
-    algbw = size / (m.time_us * 1e3)
+    algbw = min((s / (m.time_us * 1e3) for s in sizes), key=lambda a: abs(a - m.algbw_gbps))
     relative = PHYSICS_TOLERANCE + _time_resolution(m.time_us) / m.time_us
     if not _close(m.algbw_gbps, algbw, relative):
         problems.append(f"algbw {m.algbw_gbps:g} GB/s but size/time is {algbw:.4g}")
@@ -243,10 +255,9 @@ def _half_physics(m: Measurement, size: int, factor: float | None,
     return problems
 
 
-def _physics(log: ParsedLog, exp: Expectation | None) -> list[Finding]:
+def _physics(log: ParsedLog, exp: Expectation | None, collective: str | None) -> list[Finding]:
     """Every row's figures must agree with each other and with the hardware; a figure that cannot be true is a
-    failure naming the row, never a pass."""
-    collective = _collective(log, exp)
+    failure naming the row, never a pass. `collective` is `judged_collective`'s, the one the verdict names."""
     ranks = log.ranks or (exp.expected_ranks if exp is not None else None)
     factor = bus_factor(collective, ranks) if collective and ranks else None
     ceiling = None
@@ -255,8 +266,10 @@ def _physics(log: ParsedLog, exp: Expectation | None) -> list[Finding]:
         ceiling = ceiling_gbps(exp.instance, collective, exp.nodes, ranks)
     bad: list[str] = []
     for row in log.rows:
+        moved = moved_bytes(collective, row.count, row.dtype, ranks)
+        sizes = (row.size_bytes,) if moved is None or moved == row.size_bytes else (row.size_bytes, moved)
         for half, m in (("out-of-place", row.out_of_place), ("in-place", row.in_place)):
-            problems = _half_physics(m, row.size_bytes, factor, ceiling)
+            problems = _half_physics(m, sizes, factor, ceiling)
             if problems:
                 line = f" (line {row.line_no})" if row.line_no else ""
                 bad.append(f"{human_bytes(row.size_bytes)} {half}{line}: {'; '.join(problems)}")
@@ -409,8 +422,8 @@ def _benchmark(log: ParsedLog, exp: Expectation) -> tuple[list[Finding], Gate]:
     out: list[Finding] = []
     expected = exp.collective
     name = log.benchmark
+    collective = judged_collective(log, exp)
     if name is None:
-        collective: str | None = expected or "all_reduce"
         out.append(_f("benchmark_unnamed", "warn", "the log does not name its benchmark (older nccl-tests print "
                       f"no `# Collective test starting` line); judged as {collective}_perf",
                       "use a recent nccl-tests, which names the test it runs"))
@@ -419,7 +432,6 @@ def _benchmark(log: ParsedLog, exp: Expectation) -> tuple[list[Finding], Gate]:
                           "so it is not an all_reduce table (all_gather, alltoall and broadcast have none)",
                           "judge this log as the collective it is, or run all_reduce_perf"))
     else:
-        collective = collective_of_benchmark(name)
         shown = f" (printed as {log.benchmark_printed})" if log.benchmark_printed != name else ""
         if collective is None:
             out.append(_f("benchmark_mismatch", "fail", f"benchmark mismatch: the log ran {name}{shown}, not an "
@@ -668,7 +680,7 @@ def judge(log: ParsedLog, expectation: Expectation | None, *, not_judged_reason:
     findings = (_integrity(log) + _completeness(log) + _test_failures(log) + _shape(log, expectation)
                 + _data(log, expectation) + _reading(log))
     if expectation is None:
-        findings += _physics(log, None)
+        findings += _physics(log, None, judged_collective(log, None))
         findings += _nccl_tests_verdict(log, findings)
         failed = any(f.severity == "fail" for f in findings)
         findings.append(_f("not_judged", "warn", "not judged against a floor or a transport: "
@@ -680,7 +692,8 @@ def judge(log: ParsedLog, expectation: Expectation | None, *, not_judged_reason:
     bench, gate = _benchmark(log, exp)
     transport, transport_ok = _transport(log, exp)
     if log.rows:  # without a table the completeness finding is the cause; more would be noise
-        findings += bench + transport + _ranks_off_efa(log, exp) + _topology(log, exp) + _physics(log, exp)
+        findings += (bench + transport + _ranks_off_efa(log, exp) + _topology(log, exp)
+                     + _physics(log, exp, gate.collective))
     findings += _nccl_tests_verdict(log, findings)
     bw, busbw, row = _bandwidth(log, exp, gate, findings)
     findings += bw
