@@ -68,7 +68,7 @@ def emulator_ignored(stack: RenderedStack) -> list[str]:
         for prop in sorted(set(res.get("Properties", {})) & EMULATOR_IGNORED_PROPERTIES.get(rtype, set())):
             ignored.append(f"{lid}.{prop} (moto drops it)")
         for attribute in sorted(set(res) & EMULATOR_IGNORED_ATTRIBUTES):
-            ignored.append(f"{lid} {attribute} (moto does not wait for signals)")
+            ignored.append(f"{lid} {attribute} (the emulator replaces no instance on an update)")
     return ignored
 
 

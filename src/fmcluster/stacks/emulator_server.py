@@ -15,7 +15,8 @@ It is moto 5.1 unchanged except for what CloudFormation's and EC2's contracts ne
    stack half-built. Now, as in CloudFormation, the failing resource gets a CREATE_FAILED or
    UPDATE_FAILED event with the reason, the stack rolls back (created resources deleted, or the
    previous template re-applied) and ends in ROLLBACK_COMPLETE / UPDATE_ROLLBACK_COMPLETE.
-   Each resource moto does create also gets its *_COMPLETE event, so progress can be streamed.
+   Each resource moto does create also gets its *_COMPLETE event, so progress can be streamed. A resource an
+   update (or a rollback) removes is forgotten with it: moto kept it, and an update adding it back created nothing.
 
 5. An instance launched from a launch template took only its image and tags: RunInstances (and with it
    the auto scaling groups) now takes the template's user data, key pair and primary network interface's
@@ -27,9 +28,22 @@ It is moto 5.1 unchanged except for what CloudFormation's and EC2's contracts ne
 7. An output whose value reads an attribute (Fn::GetAtt) of a resource moto skipped (FSx, placement group…)
    failed the whole stack call with HTTP 500, while a Ref to one silently drops the output. Both now drop
    the output: the stack exists, and the output is absent because its resource is (reported as such).
-8. SignalResource (the call a node's bootstrap makes for a CreationPolicy) was not implemented: it is
-   now accepted and recorded as a stack event, as CloudFormation records it. moto does not wait for
-   signals (it creates resources at once), so the event says the signal arrived after creation.
+8. CreationPolicy and SignalResource (moto implemented neither). A change set that creates an auto scaling
+   group or an instance with a CreationPolicy ResourceSignal leaves it CREATE_IN_PROGRESS (event "Resource creation
+   Initiated"), and the stack CREATE_IN_PROGRESS / UPDATE_IN_PROGRESS, until its signals arrive: Count SUCCESS
+   signals, or for a group its MinSuccessfulInstancesPercent (default 100) of Count, rounded to a tenth of a percent
+   and up to whole instances. Each UniqueId counts once; each signal is a stack event ("Received SUCCESS signal with
+   UniqueId i-…"). A FAILURE on an instance, FAILURE signals that leave too few instances to succeed, or the
+   Timeout (PT#H#M#S, at most PT12H; default Count 1, PT5M) running out fails the resource with CloudFormation's
+   reason ("Received 1 FAILURE signal(s) out of 3. Unable to satisfy 100% MinSuccessfulInstancesPercent
+   requirement", "Failed to receive 3 resource signal(s) within the specified duration"), the others waiting are
+   cancelled, and the stack rolls back as in fix 4 (instances terminated). Timeouts are found by a timer thread,
+   not by the next Describe* call, so the stack rolls back on time whether or not anybody polls. A signal to a
+   resource that waits for none is refused as CloudFormation refuses it ("… is in CREATE_COMPLETE state and cannot
+   be signaled"). Every CloudFormation, EC2 and Auto Scaling request is serialized with that timer (one lock).
+   Not emulated: resources that depend on a waiting one are created at once (moto creates them in one pass; on
+   AWS they wait); CreateStack/UpdateStack (fmcluster uses change sets only) do not wait; UpdatePolicy's
+   AutoScalingRollingUpdate is not applied (fix 6 replaces no instance, so there is nothing to wait for).
 
 9. Capacity and quotas, which moto does not have, are stood in (said as such by the capacity pre-flight,
    fmcluster.capacity): EC2 capacity reservations — CreateCapacityReservation (On-Demand Capacity
@@ -46,7 +60,13 @@ detects and reports them itself (fmcluster.stacks.deploy), it never pretends the
 from __future__ import annotations
 
 import argparse
+import math
+import re
+import threading
+import time
 import traceback
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -64,21 +84,68 @@ def _reason(err: BaseException) -> str:
     return f"{code}: {message}"
 
 
+def _stack_of(resources_map: Any) -> Any:
+    from moto.cloudformation import models
+
+    backend = models.cloudformation_backends[resources_map._account_id][resources_map._region_name]
+    return backend.stacks.get(resources_map.stack_id)
+
+
+def _resource_event(stack: Any, logical_id: str, physical_id: str, rtype: str, status: str,
+                    reason: str | None = None) -> None:
+    from moto.cloudformation import models
+
+    if stack is not None:
+        stack.events.append(models.Event(stack.stack_id, stack.name, logical_id, physical_id, rtype, status, reason,
+                                         None))
+
+
+def _roll_back(stack: Any, change_set: Any, failure: ResourceFailed, previous_template: str,
+               previous_parameters: dict[str, Any], *, created: bool | None = None,
+               cancelled: Sequence[tuple[str, str, str]] = ()) -> None:
+    """CloudFormation's rollback after `failure`: the failed resource's event, then each `cancelled` resource's
+    (logical id, physical id, type), then the stack's rollback. `created`: the failed resource was being created
+    (default: the change set creates the stack)."""
+    creating = change_set.change_set_type == "CREATE"
+    created = creating if created is None else created
+    _resource_event(stack, failure.logical_id, "", failure.resource_type,
+                    "CREATE_FAILED" if created else "UPDATE_FAILED", failure.reason)
+    for logical_id, physical_id, rtype in cancelled:
+        _resource_event(stack, logical_id, physical_id, rtype, "CREATE_FAILED", "Resource creation cancelled")
+    change_set.execution_status = "EXECUTE_FAILED"
+    verb = "create" if created else "update"
+    if creating:
+        stack.status = "ROLLBACK_IN_PROGRESS"
+        stack._add_stack_event("ROLLBACK_IN_PROGRESS",
+                               f"The following resource(s) failed to create: [{failure.logical_id}]. "
+                               "Rollback requested by user.")
+        try:
+            stack.resource_map.delete()
+        except Exception:  # noqa: BLE001, S110 - best effort, like a rollback that leaves orphans
+            pass
+        stack.status = "ROLLBACK_COMPLETE"
+        stack._add_stack_event("ROLLBACK_COMPLETE")
+    else:
+        stack.status = "UPDATE_ROLLBACK_IN_PROGRESS"
+        stack._add_stack_event("UPDATE_ROLLBACK_IN_PROGRESS",
+                               f"The following resource(s) failed to {verb}: [{failure.logical_id}].")
+        try:
+            stack.resource_map.update(stack.parse_template(previous_template), previous_parameters)
+        except Exception:  # noqa: BLE001, S110
+            pass
+        stack.template = previous_template
+        stack._parse_template()
+        stack.output_map = stack._create_output_map()
+        stack.status = "UPDATE_ROLLBACK_COMPLETE"
+        stack._add_stack_event("UPDATE_ROLLBACK_COMPLETE")
+
+
 def install_fidelity_fixes() -> None:
     from moto.cloudformation import models, parsing
 
-    def stack_of(resources_map: Any) -> Any:
-        backend = models.cloudformation_backends[resources_map._account_id][resources_map._region_name]
-        return backend.stacks.get(resources_map.stack_id)
-
-    def resource_event(stack: Any, logical_id: str, physical_id: str, rtype: str, status: str,
-                       reason: str | None = None) -> None:
-        if stack is not None:
-            stack.events.append(models.Event(stack.stack_id, stack.name, logical_id, physical_id, rtype,
-                                             status, reason, None))
-
     def reporting(original: Any, done_status: str) -> Any:
-        """Wrap moto's create/update of one resource: a failure names the resource, success adds its event."""
+        """Wrap moto's create/update of one resource: a failure names the resource, success adds its event (a
+        resource created with a CreationPolicy's ResourceSignal waits for its signals instead: fix 8)."""
         def wrapper(logical_id: str, resource_json: dict[str, Any], resources_map: Any, account_id: str,
                     region_name: str) -> Any:
             try:
@@ -88,13 +155,30 @@ def install_fidelity_fixes() -> None:
             except Exception as err:  # noqa: BLE001 - any emulator error is this resource's failure
                 raise ResourceFailed(logical_id, resource_json.get("Type", "?"), _reason(err)) from err
             if resource is not None:
-                resource_event(stack_of(resources_map), logical_id,
-                               str(getattr(resource, "physical_resource_id", "")), resource_json["Type"], done_status)
+                physical_id = str(getattr(resource, "physical_resource_id", ""))
+                stack = _stack_of(resources_map)
+                if done_status == "CREATE_COMPLETE" and _awaits_signals(logical_id, resource_json, physical_id):
+                    _resource_event(stack, logical_id, physical_id, resource_json["Type"], "CREATE_IN_PROGRESS",
+                                    "Resource creation Initiated")
+                else:
+                    _resource_event(stack, logical_id, physical_id, resource_json["Type"], done_status)
             return resource
         return wrapper
 
     parsing.parse_and_create_resource = reporting(parsing.parse_and_create_resource, "CREATE_COMPLETE")
     parsing.parse_and_update_resource = reporting(parsing.parse_and_update_resource, "UPDATE_COMPLETE")
+
+    original_update = parsing.ResourceMap.update
+
+    def update(self: Any, template: dict[str, Any], parameters: dict[str, Any] | None = None) -> None:
+        # moto deletes a removed resource but keeps it among the parsed ones: a later update adding it back (a
+        # rolled-back update executed again) found the deleted one and created nothing.
+        removed = self.build_resource_diff(template, parameters)["Remove"]
+        original_update(self, template, parameters)
+        for logical_id in removed:
+            self._parsed_resources.pop(logical_id, None)
+
+    setattr(parsing.ResourceMap, "update", update)
 
     original_execute = models.CloudFormationBackend.execute_change_set
 
@@ -106,48 +190,25 @@ def install_fidelity_fixes() -> None:
             return original_execute(self, change_set_name, stack_name)
         stack = self.stacks[change_set.stack_id]
         previous_template, previous_parameters = stack.template, dict(stack.resource_map.input_parameters)
+        waits: list[SignalWait] = []
+        _EXECUTING.waits = waits
         try:
             original_execute(self, change_set_name, stack_name)
         except Exception as err:  # noqa: BLE001
+            _EXECUTING.waits = None
             traceback.print_exc()  # into the emulator log, for whoever debugs the emulator itself
             failure = err if isinstance(err, ResourceFailed) else ResourceFailed(stack.name, "AWS::CloudFormation::Stack", _reason(err))
             _roll_back(stack, change_set, failure, previous_template, previous_parameters)
             return None
+        finally:
+            _EXECUTING.waits = None
         stack._parse_template()  # a CREATE change set's stack was made with an empty template
+        if waits:  # CloudFormation is still waiting for signals: moto's *_COMPLETE is not yet true
+            _hold(stack, change_set, waits, previous_template, previous_parameters)
+            return None
         stack.output_map = stack._create_output_map()
         stack.description = stack.template_dict.get("Description")
         return None
-
-    def _roll_back(stack: Any, change_set: Any, failure: ResourceFailed, previous_template: str,
-                   previous_parameters: dict[str, Any]) -> None:
-        creating = change_set.change_set_type == "CREATE"
-        resource_event(stack, failure.logical_id, "", failure.resource_type,
-                       "CREATE_FAILED" if creating else "UPDATE_FAILED", failure.reason)
-        change_set.execution_status = "EXECUTE_FAILED"
-        if creating:
-            stack.status = "ROLLBACK_IN_PROGRESS"
-            stack._add_stack_event("ROLLBACK_IN_PROGRESS",
-                                   f"The following resource(s) failed to create: [{failure.logical_id}]. "
-                                   "Rollback requested by user.")
-            try:
-                stack.resource_map.delete()
-            except Exception:  # noqa: BLE001, S110 - best effort, like a rollback that leaves orphans
-                pass
-            stack.status = "ROLLBACK_COMPLETE"
-            stack._add_stack_event("ROLLBACK_COMPLETE")
-        else:
-            stack.status = "UPDATE_ROLLBACK_IN_PROGRESS"
-            stack._add_stack_event("UPDATE_ROLLBACK_IN_PROGRESS",
-                                   f"The following resource(s) failed to update: [{failure.logical_id}].")
-            try:
-                stack.resource_map.update(stack.parse_template(previous_template), previous_parameters)
-            except Exception:  # noqa: BLE001, S110
-                pass
-            stack.template = previous_template
-            stack._parse_template()
-            stack.output_map = stack._create_output_map()
-            stack.status = "UPDATE_ROLLBACK_COMPLETE"
-            stack._add_stack_event("UPDATE_ROLLBACK_COMPLETE")
 
     setattr(models.CloudFormationBackend, "execute_change_set", execute_change_set)
 
@@ -161,6 +222,8 @@ def install_delete_fixes() -> None:
     def delete_stack(self: Any, name_or_stack_id: str) -> None:
         stack = self.stacks.get(name_or_stack_id) or next(
             (st for st in self.stacks.values() if st.name == name_or_stack_id), None)
+        if stack is not None:
+            forget_waits(stack.stack_id)  # a stack deleted while it waits for signals (CloudFormation cancels them)
         try:
             original_delete(self, name_or_stack_id)
         except Exception as err:  # noqa: BLE001
@@ -323,10 +386,225 @@ def install_scaling_fixes() -> None:
     setattr(FakeAutoScalingGroup, "update_from_cloudformation_json", classmethod(update_group))
 
 
-def install_signal_resource() -> None:
+# --- CloudFormation's signals (fix 8) ----------------------------------------------------------------------------
+
+#: The resource types whose CreationPolicy's ResourceSignal the emulator honours (moto creates no WaitCondition).
+SIGNALLED_TYPES = frozenset({"AWS::AutoScaling::AutoScalingGroup", "AWS::EC2::Instance"})
+#: CloudFormation's ceiling for a ResourceSignal Timeout, and its defaults (CreationPolicy attribute reference).
+MAX_SIGNAL_TIMEOUT_S = 12 * 3600.0
+DEFAULT_SIGNAL_COUNT, DEFAULT_SIGNAL_TIMEOUT = 1, "PT5M"
+#: How often the timer looks for signal timeouts (no request needs to arrive for one to fire).
+TIMER_PERIOD_S = 0.2
+
+#: Serializes every CloudFormation, EC2 and Auto Scaling request with the signal timer: moto's server runs each
+#: request in a thread of its own and locks nothing but its backend lookup, and a timeout's rollback deletes
+#: groups and terminates instances that a concurrent Describe* would iterate.
+_LOCK = threading.RLock()
+#: The signal waits the change set being executed (on this thread) registers as its resources are created.
+_EXECUTING = threading.local()
+_DURATION = re.compile(r"PT(?:(\d+)H)?(?:(\d+)M)?(?:(\d+)S)?")
+
+
+def signal_timeout_s(text: str) -> float:
+    """A ResourceSignal Timeout (ISO 8601 duration, "PT#H#M#S") in seconds; ValueError when CloudFormation would
+    refuse it (another form, nothing in it, or over 12 hours)."""
+    found = _DURATION.fullmatch(text.strip())
+    if not found or not any(found.groups()):
+        raise ValueError(f"Timeout {text!r} is not an ISO 8601 duration of the form PT#H#M#S")
+    hours, minutes, seconds = (int(part or 0) for part in found.groups())
+    total = hours * 3600.0 + minutes * 60.0 + seconds
+    if total > MAX_SIGNAL_TIMEOUT_S:
+        raise ValueError(f"Timeout {text} exceeds the maximum of 12 hours (PT12H)")
+    return total
+
+
+def required_successes(count: int, percent: float | None) -> int:
+    """SUCCESS signals a resource needs: `count`, or for an Auto Scaling group the MinSuccessfulInstancesPercent of
+    its `count` instances, the percentage rounded to the nearest tenth and the instances up (CloudFormation's own
+    example: 50 % of five instances needs three)."""
+    if percent is None:
+        return count
+    return math.ceil(count * round(percent, 1) / 100 - 1e-9)
+
+
+@dataclass
+class SignalWait:
+    """One resource created with a CreationPolicy ResourceSignal, waiting for its signals."""
+
+    logical_id: str
+    resource_type: str
+    physical_id: str
+    count: int
+    percent: float | None  # MinSuccessfulInstancesPercent (Auto Scaling groups: default 100), None for others
+    deadline: float  # time.monotonic() when its Timeout runs out
+    signals: dict[str, str] = field(default_factory=dict)  # UniqueId → SUCCESS | FAILURE (its first signal)
+    state: str = "waiting"  # waiting | complete | failed
+
+    @staticmethod
+    def of(logical_id: str, resource_json: dict[str, Any], physical_id: str) -> SignalWait:
+        policy = resource_json.get("CreationPolicy") or {}
+        signal = policy.get("ResourceSignal") or {}
+        rtype = resource_json["Type"]
+        try:
+            count = int(signal.get("Count", DEFAULT_SIGNAL_COUNT))
+            timeout = signal_timeout_s(str(signal.get("Timeout", DEFAULT_SIGNAL_TIMEOUT)))
+            percent: float | None = None
+            if rtype == "AWS::AutoScaling::AutoScalingGroup":
+                percent = float((policy.get("AutoScalingCreationPolicy") or {}).get("MinSuccessfulInstancesPercent",
+                                                                                    100))
+                if not 0 <= percent <= 100:
+                    raise ValueError(f"MinSuccessfulInstancesPercent {percent:g} is not between 0 and 100")
+        except (TypeError, ValueError) as err:
+            raise ResourceFailed(logical_id, rtype, f"Invalid CreationPolicy: {err}") from err
+        return SignalWait(logical_id, rtype, physical_id, count, percent, time.monotonic() + timeout)
+
+    @property
+    def successes(self) -> int:
+        return sum(1 for status in self.signals.values() if status == "SUCCESS")
+
+    @property
+    def failures(self) -> int:
+        return sum(1 for status in self.signals.values() if status == "FAILURE")
+
+    @property
+    def required(self) -> int:
+        return required_successes(self.count, self.percent)
+
+    def verdict(self, now: float) -> tuple[str, str]:
+        """("complete" | "failed" | "waiting", CloudFormation's status reason for a failure)."""
+        if self.percent is None:
+            failed = next((uid for uid, status in self.signals.items() if status == "FAILURE"), None)
+            if failed is not None:  # "A failure signal causes CloudFormation to immediately fail" (SignalResource)
+                return "failed", f"Received FAILURE signal with UniqueId {failed}"
+        elif self.count - self.failures < self.required:
+            return "failed", (f"Received {self.failures} FAILURE signal(s) out of {self.count}. Unable to satisfy "
+                              f"{round(self.percent, 1):g}% MinSuccessfulInstancesPercent requirement")
+        if self.successes >= self.required and (self.successes + self.failures >= self.count or now >= self.deadline):
+            return "complete", ""  # every instance answered (or the rest are deemed not created at the timeout)
+        if now >= self.deadline:
+            return "failed", (f"Failed to receive {self.required - self.successes} resource signal(s) within the "
+                              "specified duration")
+        return "waiting", ""
+
+
+@dataclass
+class StackWait:
+    """A stack whose executed change set created resources that wait for signals: CREATE_IN_PROGRESS or
+    UPDATE_IN_PROGRESS until every one completes, rolled back as soon as one fails."""
+
+    stack: Any
+    change_set: Any
+    waits: list[SignalWait]
+    previous_template: str
+    previous_parameters: dict[str, Any]
+
+
+#: Stack id → what it waits for.
+_WAITING: dict[str, StackWait] = {}
+
+
+def _awaits_signals(logical_id: str, resource_json: dict[str, Any], physical_id: str) -> bool:
+    """Called as a change set creates a resource: one with a ResourceSignal starts waiting for its signals."""
+    waits: list[SignalWait] | None = getattr(_EXECUTING, "waits", None)
+    policy = resource_json.get("CreationPolicy")
+    if waits is None or resource_json.get("Type") not in SIGNALLED_TYPES or not isinstance(policy, dict) \
+            or "ResourceSignal" not in policy:
+        return False
+    waits.append(SignalWait.of(logical_id, resource_json, physical_id))
+    return True
+
+
+def _hold(stack: Any, change_set: Any, waits: list[SignalWait], previous_template: str,
+          previous_parameters: dict[str, Any]) -> None:
+    """moto ended the change set's execution with the stack *_COMPLETE: take that back while signals are awaited."""
+    kind = change_set.change_set_type
+    last = stack.events[-1] if stack.events else None
+    if last is not None and last.logical_resource_id == stack.name and last.resource_status == f"{kind}_COMPLETE":
+        stack.events.pop()
+    stack.status = f"{kind}_IN_PROGRESS"
+    change_set.execution_status = "EXECUTE_IN_PROGRESS"
+    _WAITING[stack.stack_id] = StackWait(stack, change_set, waits, previous_template, previous_parameters)
+    _evaluate(_WAITING[stack.stack_id], time.monotonic())  # a Count of 0 needs nothing
+
+
+def _evaluate(held: StackWait, now: float) -> None:
+    """Complete each resource that has its signals; fail (and roll back) at the first that cannot; once none waits,
+    complete the stack."""
+    stack = held.stack
+    for wait in held.waits:
+        if wait.state != "waiting":
+            continue
+        verdict, reason = wait.verdict(now)
+        if verdict == "complete":
+            wait.state = "complete"
+            _resource_event(stack, wait.logical_id, wait.physical_id, wait.resource_type, "CREATE_COMPLETE")
+        elif verdict == "failed":
+            wait.state = "failed"
+            _WAITING.pop(stack.stack_id, None)
+            cancelled = [(w.logical_id, w.physical_id, w.resource_type) for w in held.waits if w.state == "waiting"]
+            for other in held.waits:
+                other.state = "failed" if other.state == "waiting" else other.state
+            _roll_back(stack, held.change_set, ResourceFailed(wait.logical_id, wait.resource_type, reason),
+                       held.previous_template, held.previous_parameters, created=True, cancelled=cancelled)
+            return
+    if all(w.state == "complete" for w in held.waits):
+        _WAITING.pop(stack.stack_id, None)
+        kind = held.change_set.change_set_type
+        stack.output_map = stack._create_output_map()
+        stack.description = stack.template_dict.get("Description")
+        stack.status = f"{kind}_COMPLETE"
+        stack._add_stack_event(f"{kind}_COMPLETE")
+        held.change_set.execution_status = "EXECUTE_COMPLETE"
+
+
+def _timer() -> None:
+    """Signal timeouts fire with nobody calling in, as on AWS: a deploy that stopped polling still finds the stack
+    rolled back when it looks again."""
+    while True:
+        time.sleep(TIMER_PERIOD_S)
+        with _LOCK:
+            now = time.monotonic()
+            for held in list(_WAITING.values()):
+                try:
+                    _evaluate(held, now)
+                except Exception:  # noqa: BLE001 - the timer must outlive one stack's broken rollback
+                    traceback.print_exc()
+
+
+def forget_waits(stack_id: str) -> None:
+    """A stack deleted while it waits: nothing waits for its signals any more."""
+    with _LOCK:
+        _WAITING.pop(stack_id, None)
+
+
+def _resource_state(stack: Any, logical_id: str) -> str:
+    """A resource's status as CloudFormation reports it (the stack's own for moto's resources)."""
+    held = _WAITING.get(stack.stack_id)
+    wait = next((w for w in held.waits if w.logical_id == logical_id), None) if held else None
+    if wait is not None:
+        return "CREATE_IN_PROGRESS" if wait.state == "waiting" else "CREATE_COMPLETE"
+    status = str(stack.status)
+    return status.replace("_IN_PROGRESS", "_COMPLETE") if held is not None else status
+
+
+def install_signal_waits() -> None:
+    """SignalResource, CreationPolicy waits and their timer (fix 8)."""
+    from moto.autoscaling.responses import AutoScalingResponse
     from moto.cloudformation import models
+    from moto.cloudformation import responses as cfn_responses
+    from moto.cloudformation.exceptions import ValidationError
     from moto.cloudformation.responses import CloudFormationResponse
     from moto.core.responses import EmptyResult
+    from moto.ec2.responses import EC2Response
+
+    def locked(original: Any) -> Any:
+        def call_action(self: Any) -> Any:
+            with _LOCK:
+                return original(self)
+        return call_action
+
+    for response in (CloudFormationResponse, EC2Response, AutoScalingResponse):
+        setattr(response, "call_action", locked(response.call_action))
 
     def signal_resource(self: Any) -> Any:
         stack = self.cloudformation_backend.get_stack(self._get_param("StackName"))
@@ -334,16 +612,47 @@ def install_signal_resource() -> None:
         status = self._get_param("Status")
         resource = stack.resource_map._resource_json_map.get(logical_id)
         if resource is None:
-            from moto.cloudformation.exceptions import ValidationError
-
             raise ValidationError(logical_id, message=f"Resource {logical_id} does not exist for stack {stack.name}")
-        stack.events.append(models.Event(
-            stack.stack_id, stack.name, logical_id, "", resource.get("Type", ""), "SIGNAL_RECEIVED",
-            f"Received {status} signal with UniqueId {unique_id} (the emulator created the resource without "
-            "waiting for signals)", None))
+        if status not in ("SUCCESS", "FAILURE"):
+            raise ValidationError(logical_id, message=f"Status {status!r} is not SUCCESS or FAILURE")
+        held = _WAITING.get(stack.stack_id)
+        wait = next((w for w in held.waits if w.logical_id == logical_id and w.state == "waiting"), None) \
+            if held else None
+        if held is None or wait is None:
+            state = _resource_state(stack, logical_id)
+            raise ValidationError(logical_id, message=f"Resource {logical_id} is in {state} state and cannot be "
+                                                      "signaled")
+        if unique_id not in wait.signals:  # each UniqueId counts once: its first signal
+            wait.signals[unique_id] = status
+            stack.events.append(models.Event(stack.stack_id, stack.name, logical_id, wait.physical_id,
+                                             resource.get("Type", ""), "CREATE_IN_PROGRESS",
+                                             f"Received {status} signal with UniqueId {unique_id}", None))
+            _evaluate(held, time.monotonic())
         return EmptyResult()
 
     setattr(CloudFormationResponse, "signal_resource", signal_resource)
+
+    original_list = CloudFormationResponse.list_stack_resources
+
+    def list_stack_resources(self: Any) -> Any:
+        listed: Any = original_list(self)
+        stack = self.cloudformation_backend.get_stack(self._get_param("StackName"))
+        for summary in listed.result["StackResourceSummaries"]:  # moto says CREATE_COMPLETE for every one
+            summary["ResourceStatus"] = _resource_state(stack, summary["LogicalResourceId"]) \
+                if stack.stack_id in _WAITING else summary["ResourceStatus"]
+        return listed
+
+    setattr(CloudFormationResponse, "list_stack_resources", list_stack_resources)
+
+    original_dto = cfn_responses.StackResourceDTO.__init__
+
+    def resource_dto(self: Any, stack: Any, resource: Any) -> None:
+        original_dto(self, stack, resource)
+        if stack.stack_id in _WAITING:
+            self.resource_status = _resource_state(stack, str(self.logical_resource_id))
+
+    setattr(cfn_responses.StackResourceDTO, "__init__", resource_dto)
+    threading.Thread(target=_timer, name="signal-timeouts", daemon=True).start()
 
 
 #: What the stand-in's Service Quotas answer for an EC2 quota nobody set (RequestServiceQuotaIncrease sets one).
@@ -488,7 +797,7 @@ def main(argv: list[str] | None = None) -> None:
     install_launch_fixes()
     install_output_fixes()
     install_scaling_fixes()
-    install_signal_resource()
+    install_signal_waits()
     install_capacity_stand_ins()
     from moto.server import main as moto_main
 

@@ -33,7 +33,10 @@ EMULATOR_IGNORED_PROPERTIES: dict[str, set[str]] = {
     "AWS::S3::Bucket": {"LifecycleConfiguration"},
     "AWS::EC2::VPCEndpoint": {"Tags"},
 }
-EMULATOR_IGNORED_ATTRIBUTES = frozenset({"CreationPolicy", "UpdatePolicy"})
+# Resource attributes the emulator accepts but does not apply. CreationPolicy is honoured (emulator_server fix 8:
+# signals, counts, timeouts, rollback); UpdatePolicy is not: the emulator replaces no instance on an update (fix 6),
+# so a rolling update has nothing to replace or wait for.
+EMULATOR_IGNORED_ATTRIBUTES = frozenset({"UpdatePolicy"})
 
 
 @dataclass(frozen=True)
