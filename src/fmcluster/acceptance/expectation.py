@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal
 
-from fmcluster.acceptance.model import ParsedLog
+from fmcluster.acceptance.model import Measurement, ParsedLog, SizeRow
 from fmcluster.catalog import InstanceType, NodeClass, PublicFigure, node_class
 
 Transport = Literal["efa", "nvlink", "socket"]
@@ -107,6 +107,33 @@ PER_RANK_COUNT = frozenset({"all_gather", "reduce_scatter", "alltoall"})
 element size (AllGatherGetBw, ReduceScatterGetBw, AlltoAllGetBw in src/*.cu), the others' from count x element
 size. The printed size agrees, except where a share rounds down (alltoall's `count/nranks`, aligned to 16 bytes
 since 2.13: a small row prints `8  0` and moves nothing, so its algbw is 0.00 at any time)."""
+
+
+IN_PLACE_UNCHECKED = frozenset({"alltoall", "sendrecv"})
+"""Collectives whose in-place half nccl-tests runs and times but never checks: their InitData sets `reportErrors =
+in_place ? 0 : 1` ("We don't support in-place alltoall", src/alltoall.cu; the same in src/sendrecv.cu and
+src/alltoallv.cu), and nccl-tests counts no in-place error of theirs. Since 2.13 (commit a0a1491, "Display N/A for
+error count in AlltoAll in-place test") the in-place `#wrong` prints `N/A` even with -c 1; before, it printed the
+unchecked buffer's figure (`1e+00` on a healthy 64-GPU run, github.com/NVIDIA/nccl-tests/issues/78). Their data are
+judged by the out-of-place half alone: a row is correct when its out-of-place `#wrong` is 0, unchecked when that one
+is N/A (-c 0), whatever the in-place cell says."""
+
+
+def checked_halves(row: SizeRow, collective: str | None) -> tuple[Measurement, ...]:
+    """The halves of a row whose check column nccl-tests fills for `collective` (the out-of-place one alone for
+    IN_PLACE_UNCHECKED collectives, both otherwise, also when the collective is not known)."""
+    return (row.out_of_place,) if collective in IN_PLACE_UNCHECKED else row.halves
+
+
+def row_correct(row: SizeRow, collective: str | None) -> bool | None:
+    """`SizeRow.correct` over the halves nccl-tests checks for `collective`: False if one is wrong or unreadable,
+    None if one was not checked (N/A), True only when every checked half shows 0 wrong elements."""
+    states = [m.correct for m in checked_halves(row, collective)]
+    if False in states:
+        return False
+    if None in states:
+        return None
+    return True
 
 
 def moved_bytes(collective: str | None, count: int, dtype: str, ranks: int | None) -> int | None:

@@ -5,7 +5,8 @@ This is the one judging function: the deploy's gate, its bisection probes, `fmcl
 and `invoke doctor` all call `judge(parse_file(log), expectation)`.
 
 Fail closed: a run passes only on positive evidence, namely a completed table whose row at the reference
-size is finite, correct (`#wrong` 0, or explicitly unchecked and allowed), at or above the floor in both
+size is finite, correct (`#wrong` 0 in every half nccl-tests checks, or explicitly unchecked and allowed; alltoall's
+and sendrecv's in-place half is never checked, see `IN_PLACE_UNCHECKED`), at or above the floor in both
 halves (out-of-place and in-place), over the transport the node-count class must use, on every rank. Every
 row must also obey physics (algbw = size/time, busbw = that x the collective's factor, under the fabric's
 ceiling), and the rank -> host -> device map must match itself and the catalog. Anything missing,
@@ -23,13 +24,16 @@ from typing import Any, Literal
 
 from fmcluster.acceptance.expectation import (
     CEILING_TOLERANCE,
+    IN_PLACE_UNCHECKED,
     TRANSPORT_WORDS,
     Expectation,
     bus_factor,
     ceiling_gbps,
+    checked_halves,
     collective_from_table,
     collective_of_benchmark,
     moved_bytes,
+    row_correct,
 )
 from fmcluster.acceptance.model import Measurement, ParsedLog, SizeRow, json_safe
 from fmcluster.acceptance.parser import parse_file
@@ -377,15 +381,22 @@ def _shape(log: ParsedLog, exp: Expectation | None) -> list[Finding]:
 
 
 def _data(log: ParsedLog, exp: Expectation | None) -> list[Finding]:
+    """Wrong and unchecked data, over the halves nccl-tests checks for the judged collective: alltoall and sendrecv
+    run their in-place half unchecked (`IN_PLACE_UNCHECKED`), so their in-place `N/A` (or, before nccl-tests 2.13,
+    the unchecked buffer's figure) is neither wrong nor unchecked data; their out-of-place `#wrong` must still be
+    0, and N/A there still fails a gate that requires checked data."""
     out: list[Finding] = []
     if not log.rows:
         return out
-    bad = [r for r in log.rows if r.correct is False]
+    collective = judged_collective(log, exp)
+    bad = [r for r in log.rows if row_correct(r, collective) is False]
     if bad or log.out_of_bounds:
-        rounded = any(m.wrong_rounded for r in bad for m in r.halves)
-        unreadable = [r for r in bad if any(m.check == "unreadable" for m in r.halves)]
+        checked = [m for r in bad for m in checked_halves(r, collective)]
+        rounded = any(m.wrong_rounded for m in checked)
+        unreadable = [r for r in bad if any(m.check == "unreadable" for m in checked_halves(r, collective))]
+        wrong = sum(m.wrong or 0 for r in log.rows for m in checked_halves(r, collective))
         sizes = ", ".join(human_bytes(r.size_bytes) for r in bad[:4]) + (", ..." if len(bad) > 4 else "")
-        count = f"{'about ' if rounded else ''}{log.wrong} wrong element(s){' (counts printed rounded, %g)' if rounded else ''}"
+        count = f"{'about ' if rounded else ''}{wrong} wrong element(s){' (counts printed rounded, %g)' if rounded else ''}"
         extra = f"; the check column could not be read at {len(unreadable)} size(s)" if unreadable else ""
         out.append(_f("wrong_data", "fail",
                       f"results were wrong at {len(bad)} size(s) ({sizes or 'see the out-of-bounds line'}; {count}, "
@@ -394,13 +405,15 @@ def _data(log: ParsedLog, exp: Expectation | None) -> list[Finding]:
                       "read the XID errors on the drained node"))
     ref = log.row_at(exp.message_bytes) if exp is not None else None
     judged_rows = [ref] if ref is not None else list(log.rows)
-    unchecked = [r for r in judged_rows if r.correct is None]
+    unchecked = [r for r in judged_rows if row_correct(r, collective) is None]
     if unchecked and (ref is not None or len(unchecked) == len(judged_rows)):
         required = exp is not None and exp.require_data_check
         where = f"at {human_bytes(ref.size_bytes)}" if ref is not None else "anywhere"
+        half = (f" (its out-of-place half: {collective}'s in-place half is never checked by nccl-tests)"
+                if collective in IN_PLACE_UNCHECKED else "")
         out.append(_f("data_unchecked", "fail" if required else "warn",
-                      f"nccl-tests did not check its results {where} (`#wrong` is N/A: run with -c 0), so nothing "
-                      f"shows the data were right{'; this gate requires checked data' if required else ''}",
+                      f"nccl-tests did not check its results {where}{half} (`#wrong` is N/A: run with -c 0), so "
+                      f"nothing shows the data were right{'; this gate requires checked data' if required else ''}",
                       "run with -c 1 (the acceptance job scripts do; keep `nccl_tests_args` with -c 1)"))
     return out
 
@@ -662,7 +675,8 @@ def _missing_evidence(log: ParsedLog, exp: Expectation, row: SizeRow | None, tra
         return f"no row at the reference size {human_bytes(exp.message_bytes)}"
     if not row.finite:
         return "the reference row is not finite"
-    if row.correct is False or (row.correct is None and exp.require_data_check):
+    correct = row_correct(row, gate.collective)
+    if correct is False or (correct is None and exp.require_data_check):
         return "the reference row is not shown correct"
     if gate.collective is None:
         return "the benchmark is not a collective with a floor"
