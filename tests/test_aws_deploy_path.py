@@ -21,6 +21,7 @@ import pytest
 
 from capacity_helpers import reserve_what_the_tenant_names
 from conftest import ROOT
+from signalling import NodesSignal
 from fmcluster.model import load_tenant
 from fmcluster.stacks.api import TEMPLATES_PREFIX
 from fmcluster.stacks.changesets import MAX_TEMPLATE_BODY
@@ -31,17 +32,24 @@ USER_DATA_SCRIPT = first_boot_script()
 
 
 class EmulatedAws:
-    """The aws provider with the emulator as its endpoint."""
+    """The aws provider with the emulator as its endpoint. EC2 boots the instances and each node's first boot
+    signals its group (CreationPolicy): no node runs here, so `nodes` (tests/signalling.py) sends those signals
+    when the deploy boots while the cluster stack waits."""
 
-    def __init__(self, tenant: Any, endpoint: str) -> None:
+    def __init__(self, tenant: Any, endpoint: str, nodes: NodesSignal | None = None) -> None:
         from fmcluster.providers.aws import AwsProvider
 
         self._real = AwsProvider(tenant)
         self._endpoint = endpoint
+        self.nodes = nodes or NodesSignal(tenant.region, endpoint)
         self.name, self.boot_timeout_s = "aws", self._real.boot_timeout_s
 
     def endpoint(self, start: bool, out: Any) -> str:
         return self._endpoint
+
+    def boot(self, endpoint: str | None, out: Any) -> Any:
+        self.nodes()
+        return self._real.boot(endpoint, out)
 
     def image_parameter(self, path: str) -> str:
         # The emulator ships no DLAMI parameters; which image the nodes boot is not what this test checks.
@@ -238,3 +246,88 @@ def test_parallelcluster_nodes_would_fetch_the_same_first_boot_through_on_node_c
                               "FMCLUSTER_ROLE=compute", "FMCLUSTER_QUEUE=gpu"]
     assert config["HeadNode"]["Ssh"]["KeyName"] == "fmcluster-pclab", "the key the deploy imported"
     assert config["HeadNode"]["Iam"]["AdditionalIamPolicies"][0]["Policy"] == deploy.outputs["HeadNodeBootstrapPolicyArn"]
+
+
+@pytest.mark.slow
+def test_a_node_whose_first_boot_fails_rolls_the_cluster_stack_back_and_the_deploy_names_it_first(
+        tmp_path: Path) -> None:
+    """Issue 35: one node's FAILURE signal fails its group (CreationPolicy, 100 % of three), CloudFormation rolls the
+    whole cluster stack back and terminates the instances; the deploy's stacks step then names the node, its failed
+    task and its log's end (its own report, in the storage stack's bucket, which the rollback leaves) before
+    CloudFormation's reason, which names only the group. Nothing here is the local substrate's: the aws provider,
+    the emulator as its endpoint, the node's report and signal as the agent files and sends them."""
+    from datetime import datetime, timezone
+
+    from fmcluster.deploy import Deploy
+    from fmcluster.stacks import aws
+    from fmcluster.stacks.emulator import ensure_emulator, stop_emulator
+
+    org = "demo"
+    root = tmp_path / "root"
+    shutil.copytree(ROOT / "inventories" / org, root / "inventories" / org, ignore=shutil.ignore_patterns("generated"))
+    previous = os.environ.get("FMCLUSTER_ROOT")
+    os.environ["FMCLUSTER_ROOT"] = str(root)
+    emulator = ensure_emulator(org, root)
+    try:
+        tenant = load_tenant(org)
+        cf, ec2 = (aws.client(service, tenant.region, emulator.endpoint) for service in ("cloudformation", "ec2"))
+        s3 = aws.client("s3", tenant.region, emulator.endpoint)
+        failing: dict[str, str] = {}
+
+        def status(logical_id: str, instance: str) -> str:
+            if logical_id == "QueueCpuGroup" and not failing:
+                failing["instance"] = instance  # the first compute node's first boot fails
+            return "FAILURE" if failing.get("instance") == instance else "SUCCESS"
+
+        def file_report(logical_id: str, instance: str, signalled: str) -> None:
+            """What the node agent files before it signals FAILURE (fmcluster.node.agent: report, then signal)."""
+            if signalled != "FAILURE":
+                return
+            bucket = next(o["OutputValue"] for o in cf.describe_stacks(StackName=f"fmc-{org}-storage")["Stacks"][0]
+                          ["Outputs"] if o["OutputKey"] == "DataBucketName")
+            (reservation,) = ec2.describe_instances(InstanceIds=[instance])["Reservations"]
+            address = reservation["Instances"][0]["PrivateIpAddress"]
+            failing["node"] = f"ip-{address.replace('.', '-')}"
+            report = {"address": address, "trigger": "first-boot", "ok": False, "stage": "converge",
+                      "error": "ansible-pull exited 2: task 'slurm : Install Slurm': Failed to fetch "
+                               "http://deb.debian.org/debian/pool/main/s/slurm-wlm/slurmd.deb",
+                      "node": failing["node"], "role": "compute", "queue": "cpu", "instance_id": instance,
+                      "failed_tasks": [{"task": "slurm : Install Slurm",
+                                        "msg": "Failed to fetch http://deb.debian.org/debian/pool/main/s/slurm-wlm"}],
+                      "log_tail": ["TASK [slurm : Install Slurm] ****", f"fatal: [{failing['node']}]: FAILED! => "
+                                   "{\"msg\": \"Failed to fetch\"}", "PLAY RECAP ****"],
+                      "finished": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+            s3.put_object(Bucket=bucket, Key=f"fmcluster/report/AROAEXAMPLENODEROLE01:{instance}.json",
+                          Body=json.dumps(report).encode())
+
+        lines: list[str] = []
+        deploy = Deploy(tenant, out=lines.append)
+        deploy.provider = EmulatedAws(tenant, emulator.endpoint,  # type: ignore[assignment]
+                                      NodesSignal(tenant.region, emulator.endpoint, status, file_report))
+        reports = deploy.run()
+        assert [(r.name, r.outcome.status) for r in reports][-1] == ("stacks", "failed"), "\n".join(lines[-40:])
+        outcome = reports[-1].outcome
+        node, instance = failing["node"], failing["instance"]
+        assert outcome.summary.startswith(f"{node} ({instance}): FAILED at converge: ansible-pull exited 2: task "
+                                          "'slurm : Install Slurm'"), outcome.summary
+        assert outcome.summary.endswith(
+            "(the cluster stack then failed: QueueCpuGroup (AWS::AutoScaling::AutoScalingGroup) CREATE_FAILED: "
+            "Received 1 FAILURE signal(s) out of 3. Unable to satisfy 100% MinSuccessfulInstancesPercent "
+            "requirement)"), outcome.summary
+        assert outcome.details[:4] == [
+            "    failed task: slurm : Install Slurm: Failed to fetch http://deb.debian.org/debian/pool/main/s/slurm-wlm",
+            "    | TASK [slurm : Install Slurm] ****",
+            f"    | fatal: [{node}]: FAILED! => {{\"msg\": \"Failed to fetch\"}}",
+            "    | PLAY RECAP ****"]
+        assert outcome.details[-1] == f"fmc-{org}-cluster: failed ROLLBACK_COMPLETE"
+        # What the person reads: the node and its task come first, right after the step says it failed.
+        shown = lines.index(f"    failed: {outcome.summary} ({reports[-1].seconds:.1f}s)")
+        assert lines[shown + 1] == f"      {outcome.details[0]}"
+        # CloudFormation's side: the stack rolled back and every instance it made is terminated.
+        assert cf.describe_stacks(StackName=f"fmc-{org}-cluster")["Stacks"][0]["StackStatus"] == "ROLLBACK_COMPLETE"
+        made = [i for r in ec2.describe_instances(Filters=[{"Name": "tag:fmcluster:org", "Values": [org]}])
+                ["Reservations"] for i in r["Instances"]]
+        assert len(made) == 5 and {i["State"]["Name"] for i in made} == {"terminated"}, "controller, login, 3 cpu"
+    finally:
+        stop_emulator(org, root)
+        os.environ["FMCLUSTER_ROOT"] = previous or str(ROOT)

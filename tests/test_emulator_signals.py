@@ -20,7 +20,8 @@ from botocore.exceptions import ClientError
 
 from fmcluster.stacks import aws
 from fmcluster.stacks.emulator import ensure_emulator, stop_emulator
-from fmcluster.stacks.emulator_server import required_successes, signal_timeout_s
+from fmcluster.stacks.cfn import signal_timeout_s
+from fmcluster.stacks.emulator_server import required_successes
 
 REGION = "ap-northeast-1"
 ORG = "t-signals"

@@ -357,6 +357,7 @@ def test_when_the_cluster_stack_fails_every_failed_node_is_named_with_its_task_a
     bucket = "fmc-failed-reports"
     s3.create_bucket(Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": "ap-northeast-1"})
     failed = report(ok=False, stage="converge", node=COMPUTE.name, error="ansible-pull exited 2",
+                    finished="2026-12-04T10:20:00+00:00",
                     failed_tasks=[{"task": "slurm_compute : Install Slurm", "msg": "Failed to fetch http://archive"}],
                     log_tail=["TASK [slurm_compute : Install Slurm]", "fatal: [ip-10-0-128-11]: FAILED!"])
     s3.put_object(Bucket=bucket, Key=key(COMPUTE), Body=json.dumps(failed).encode())
@@ -365,4 +366,7 @@ def test_when_the_cluster_stack_fails_every_failed_node_is_named_with_its_task_a
     assert lines[0] == f"{COMPUTE.name} ({COMPUTE.instance_id}): FAILED at converge: ansible-pull exited 2"
     assert lines[1] == "    failed task: slurm_compute : Install Slurm: Failed to fetch http://archive"
     assert lines[-1] == "    | fatal: [ip-10-0-128-11]: FAILED!" and not any(CONTROLLER.name in line for line in lines)
+    # A deploy reads only what its own run's nodes reported: an earlier, rolled-back attempt's nodes are not named.
+    assert failed_node_reports(s3, bucket, since="2026-12-04T10:20:00+00:00") == lines
+    assert failed_node_reports(s3, bucket, since="2026-12-04T10:20:01+00:00") == []
     assert failed_node_reports(s3, "no-such-bucket")[0].startswith("the node reports could not be listed")

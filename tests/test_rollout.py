@@ -32,6 +32,7 @@ from fmcluster.stacks.rollout import (
     DRAIN_REASON, SQUEUE_JOBS, ReplaceGate, Roll, SlurmUnreadable, deployed_template, no_controller, parse_jobs,
     read_nodes, rolls,
 )
+from signalling import NodesSignal
 from slurm_outputs import node_block, show_node
 
 
@@ -236,7 +237,8 @@ def test_the_emulator_does_not_roll_the_gpu_group_while_a_job_runs_on_it_and_rol
     endpoint = ensure_emulator(ORG, root).endpoint
     tenant = load_tenant(ORG)
     image = provider_for(tenant).image_parameter
-    assert api.deploy_stacks(tenant, endpoint, image_parameter=image, out=quiet).ok
+    assert api.deploy_stacks(tenant, endpoint, image_parameter=image, out=quiet,
+                             while_waiting=NodesSignal(tenant.region, endpoint)).ok  # no node boots: they signal
     ec2 = aws.client("ec2", tenant.region, endpoint)
     cf = aws.client("cloudformation", tenant.region, endpoint)
     stack_name = f"fmc-{ORG}-cluster"

@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from conftest import ROOT, venv_tool
+from signalling import NodesSignal
 from fmcluster.model import Tenant, load_tenant
 from fmcluster import commands as fmcluster_commands
 from fmcluster.exits import ExitCode
@@ -60,7 +61,10 @@ def no_aws_credentials(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 
 def deploy_stacks(tenant: Tenant, endpoint: str | None, **options: Any) -> api.StacksResult:
-    """deploy_stacks as the deploy calls it: the provider maps the public image parameters to its endpoint's."""
+    """deploy_stacks as the deploy calls it: the provider maps the public image parameters to its endpoint's. No node
+    boots here: while the cluster stack waits for its nodes' signals, NodesSignal sends what their first boots would."""
+    if endpoint is not None:
+        options.setdefault("while_waiting", NodesSignal(tenant.region, endpoint))
     return api.deploy_stacks(tenant, endpoint, image_parameter=provider_for(tenant).image_parameter, **options)
 
 
@@ -201,8 +205,15 @@ def test_cfn_lint_is_clean_for_the_tenants_region_including_informational_checks
 
 @pytest.mark.slow
 def test_deploy_of_demo_creates_all_stacks_and_writes_the_stack_outputs_inventory(root: Path) -> None:
-    result = deploy_stacks(load_tenant("demo"), endpoint_of(root), out=quiet)
+    nodes = NodesSignal("ap-northeast-1", endpoint_of(root))
+    lines: list[str] = []
+    result = deploy_stacks(load_tenant("demo"), endpoint_of(root), out=lines.append, while_waiting=nodes)
     assert result.ok, result.failure
+    # The cluster stack waited for its groups' signals (login 1, cpu 3; the controller has no CreationPolicy),
+    # the instances "booting" meanwhile; each signal is a stack event, as on AWS.
+    assert nodes.calls >= 1 and list(nodes.sent.values()) == ["SUCCESS"] * 4
+    assert any("fmc-demo-cluster waits for its nodes' signals" in line for line in lines)
+    assert sum("Received SUCCESS signal with UniqueId i-" in line for line in lines) == 4
     assert result.changed == ["fmc-demo-network", "fmc-demo-storage", "fmc-demo-cluster"]
     state = read_state("demo", root)
     assert state and result.endpoint == f"http://127.0.0.1:{state['port']}"

@@ -4,6 +4,11 @@
     bundle and manifest; cluster) → cluster (what the stacks do not make: ParallelCluster's) → boot → converge (wait for every node's own report) → monitoring →
     acceptance → summary
 
+A cluster stack whose groups carry a CreationPolicy completes only once their nodes' first boots signalled, so the
+instances boot while the stacks step waits: it calls the provider's (idempotent) `boot` now and then meanwhile (on
+AWS EC2 boots them and the call only notes it; locally it makes each instance's host). When such a stack fails, the
+step names the failed nodes first (their reports: stage, failed task, log tail), then CloudFormation's reason.
+
 The deploy machine pushes nothing to the nodes: each converges itself from its user data (its first boot)
 or its node agent (later commits, nodes joining or leaving) and files a report in the tenant bucket, which
 this flow reads. The provider supplies the substrate only (fmcluster.providers): the AWS endpoint, what
@@ -23,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from fmcluster.exits import ExitCode
 from fmcluster.model import Tenant
 from fmcluster.nodes import Node
-from fmcluster.providers import Provider
+from fmcluster.providers import BootResult, Provider
 from fmcluster.providers.registry import provider_for
 from fmcluster.schedulers.protocol import Scheduler
 from fmcluster.schedulers.registry import scheduler_for
@@ -56,6 +61,8 @@ class Deploy:
         self.published_changed = False
         self.scale_in: dict[str, str] = {}  # the capacity pre-flight's scale-in times of Capacity Block queues
         self.started_at = ""
+        #: What the provider booted while the stacks step waited for the nodes' signals (the boot step adds it).
+        self.booted_while_waiting = BootResult()
         self.converge_timeout_s = converge_timeout_s or self.provider.boot_timeout_s
 
     def client(self, service: str) -> Any:
@@ -109,7 +116,7 @@ class Deploy:
         gate = self.replace_gate()
         result = deploy_stacks(self.tenant, self.endpoint, before_cluster=self.publish,
                                image_parameter=self.provider.image_parameter, out=self.out, capacity=self.scale_in,
-                               before_execute=gate)
+                               before_execute=gate, while_waiting=self.boot_while_waiting)
         if not result.ok:
             gate.resume()  # the update did not happen or rolled back: the nodes the gate drained serve again
             failure = next((s.failure for s in result.stacks if s.failure), None)
@@ -130,15 +137,26 @@ class Deploy:
         return StepOutcome("changed" if changed else "ok",
                            f"{len(result.changed)} stack(s) created/updated, {len(result.skipped)} unchanged", details)
 
+    def boot_while_waiting(self) -> None:
+        """While a stack waits for its nodes' signals: the instances that exist boot (the provider's boot is
+        idempotent; AWS boots its own). Also after it finished: instances a rollback terminated go."""
+        result = self.provider.boot(self.endpoint, self.out)
+        done = self.booted_while_waiting
+        done.started += [h for h in result.started if h not in done.started]
+        done.removed += [h for h in result.removed if h not in done.removed]
+        done.notes += [n for n in result.notes if n not in done.notes]
+
     def failed_nodes(self, stacks: Sequence[StackOutcome]) -> list[str]:
-        """When the cluster stack failed: what the nodes reported (every failed node, its task and log tail)."""
+        """When the cluster stack failed: what the nodes reported during this run (every failed node, its task and
+        log tail). The reports are in the data bucket, which is the storage stack's (retained): a cluster stack's
+        rollback leaves them readable."""
         from fmcluster.reports import failed_node_reports
 
         cluster_failed = any(s.key == "cluster" and s.failure for s in stacks)
         bucket = next((s.outputs["DataBucketName"] for s in stacks if s.outputs.get("DataBucketName")), "")
         if not cluster_failed or not bucket:
             return []
-        return failed_node_reports(self.client("s3"), bucket)
+        return failed_node_reports(self.client("s3"), bucket, since=self.started_at)
 
     def publish(self, outputs: dict[str, str]) -> None:
         """Before the cluster stack: the nodes' bundle (pinned commit) and manifest, the scheduler's uploads."""
@@ -195,6 +213,11 @@ class Deploy:
 
     def boot(self) -> StepOutcome:
         result = self.provider.boot(self.endpoint, self.out)
+        early = self.booted_while_waiting  # booted while the stacks step waited for the nodes' signals
+        result.started = early.started + [h for h in result.started if h not in early.started]
+        result.removed = early.removed + [h for h in result.removed if h not in early.removed]
+        result.kept = [h for h in result.kept if h not in result.started]
+        result.notes = early.notes + [n for n in result.notes if n not in early.notes]
         self.nodes = self.list_nodes()
         status: Status = "changed" if result.started or result.removed else "ok"
         details = [f"{n.name} {n.address} {n.role}{' ' + n.queue if n.queue else ''} ({n.instance_id})" for n in self.nodes]

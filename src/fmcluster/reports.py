@@ -195,10 +195,11 @@ def read_report(s3: Any, bucket: str, instance_id: str) -> dict[str, Any] | None
     return _read_object(s3, bucket, f"{REPORT_PREFIX}{listed.stem}.json") if listed else None
 
 
-def failed_node_reports(s3: Any, bucket: str, tail: int = 5) -> list[str]:
+def failed_node_reports(s3: Any, bucket: str, tail: int = 5, since: str = "") -> list[str]:
     """Every node whose last report is a failure, as a person reads it: the node, the stage, its failed task and the
     end of its log. What the deploy says first when a cluster stack fails: on AWS one node's FAILURE signal rolls
-    the stack back, and CloudFormation's reason names the group, never the node or its task."""
+    the stack back, and CloudFormation's reason names the group, never the node or its task. `since` (an ISO time):
+    only reports finished then or later (the nodes of an earlier, rolled-back attempt are not this run's)."""
     try:
         listed = list_reports(s3, bucket)
     except Exception as err:  # noqa: BLE001 - say why nothing can be read rather than nothing
@@ -206,7 +207,7 @@ def failed_node_reports(s3: Any, bucket: str, tail: int = 5) -> list[str]:
     lines: list[str] = []
     for instance, item in sorted(listed.items()):
         report = _read_object(s3, bucket, f"{REPORT_PREFIX}{item.stem}.json")
-        if not report or report.get("ok"):
+        if not report or report.get("ok") or str(report.get("finished") or "") < since:
             continue
         where = f"{report.get('node') or report.get('address') or instance} ({instance})"
         lines.append(f"{where}: FAILED at {report.get('stage', '?')}: {report.get('error', '')}")

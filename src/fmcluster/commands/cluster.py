@@ -114,7 +114,9 @@ def capacity_preflight(tenant: Tenant, endpoint: str | None, unreachable: NoEndp
 
 
 def stacks(org: str) -> int:
-    """The stacks alone (network → storage → cluster), without publishing for the nodes or waiting for them."""
+    """The stacks alone (network → storage → cluster), without publishing for the nodes or waiting for their
+    reports. A cluster stack with a CreationPolicy still waits for its nodes' signals, as on AWS: its instances boot
+    meanwhile, and with nothing published their first boot fails and the stack rolls back (use `invoke deploy`)."""
     from fmcluster.stacks.api import deploy_stacks
     from fmcluster.commands.stack_helpers import summarize
 
@@ -134,8 +136,11 @@ def stacks(org: str) -> int:
     # `invoke stacks` reaches no node: an update that would replace instances is refused (the deploy drains first).
     gate = ReplaceGate(False, lambda roll: [], no_controller,
                        deployed=deployed_template(aws.client("cloudformation", tenant.region, endpoint)))
-    result = deploy_stacks(tenant, endpoint, image_parameter=provider_for(tenant).image_parameter, capacity=scale_in,
-                           before_execute=gate)
+    provider = provider_for(tenant)
+    # A cluster stack waits for its nodes' signals: its instances boot meanwhile (EC2 on AWS, hosts locally). Nothing
+    # is published here, so a first create fails at the nodes' first boot, as it would on AWS (`invoke deploy` publishes).
+    result = deploy_stacks(tenant, endpoint, image_parameter=provider.image_parameter, capacity=scale_in,
+                           before_execute=gate, while_waiting=lambda: provider.boot(endpoint, print))
     summarize(result)
     return ExitCode.OK if result.ok else ExitCode.FAILED
 

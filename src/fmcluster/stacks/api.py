@@ -23,7 +23,7 @@ from fmcluster.model import Tenant
 from fmcluster.paths import generated_dir, tenant_dir, write_fresh
 from fmcluster.stacks import aws
 from fmcluster.stacks.changesets import (
-    BeforeExecute, apply_stack, delete_stack, not_created, render_changes, resource_details, stack_outputs, stack_status,
+    BeforeExecute, WhileWaiting, apply_stack, delete_stack, not_created, render_changes, resource_details, stack_outputs, stack_status,
     outputs_left_out,
 )
 from fmcluster.stacks.checks import check_stacks
@@ -119,7 +119,8 @@ def deploy_stacks(tenant: Tenant, endpoint: str | None, *, before_cluster: Befor
                   image_parameter: Callable[[str], str] = lambda path: path, out: Out = print,
                   root: Path | None = None, refresh_images: bool = False,
                   capacity: dict[str, str] | None = None,
-                  before_execute: BeforeExecute | None = None) -> StacksResult:
+                  before_execute: BeforeExecute | None = None,
+                  while_waiting: WhileWaiting | None = None) -> StacksResult:
     """Create or update the tenant's stacks in order and write generated/stack_outputs.yml.
 
     `endpoint` is where the AWS APIs answer (None: AWS itself; the tenant's emulator on provider local);
@@ -130,7 +131,9 @@ def deploy_stacks(tenant: Tenant, endpoint: str | None, *, before_cluster: Befor
     pinned when the cluster stack is created; `refresh_images` resolves them again. `capacity`: the capacity
     pre-flight's scale-in times by queue (fmcluster.capacity.Preflight.scale_in), for Capacity Block queues.
     `before_execute`: asked with each update's change set before it runs (fmcluster.stacks.rollout.ReplaceGate:
-    a change that would replace a group's instances is refused or waits for Slurm to drain them)."""
+    a change that would replace a group's instances is refused or waits for Slurm to drain them).
+    `while_waiting`: called while a stack waits for its nodes' signals (CreationPolicy): the caller boots the
+    instances that exist (fmcluster.providers: EC2 on AWS, a host per instance locally), so they can signal."""
     stacks = render_stacks(tenant, image_parameter)
     result = StacksResult(tenant.org, tenant.provider, None)
     findings = _security_gate(stacks, out)
@@ -158,7 +161,7 @@ def deploy_stacks(tenant: Tenant, endpoint: str | None, *, before_cluster: Befor
         try:
             url = large_template_url(tenant, stack, outputs.get("storage", {}), result.endpoint)
             outcome = apply_stack(cf, stack, params, tenant.tags, execute=True, emulator=emulator, out=out,
-                                  template_url=url, before_execute=before_execute)
+                                  template_url=url, before_execute=before_execute, while_waiting=while_waiting)
         except (ClientError, BotoCoreError) as err:
             outcome = StackOutcome(stack.key, stack.name, "failed",
                                    failure=Failure(stack.name, "AWS::CloudFormation::Stack", "API_ERROR", str(err)))

@@ -24,6 +24,24 @@ _SUB_VARIABLE = re.compile(r"\$\{([A-Za-z0-9:.]+)\}")
 _SUB_ANY = re.compile(r"\$\{")
 
 
+#: CloudFormation's ceiling for a CreationPolicy's ResourceSignal Timeout (and a rolling update's PauseTime).
+MAX_SIGNAL_TIMEOUT_S = 12 * 3600.0
+_DURATION = re.compile(r"PT(?:(\d+)H)?(?:(\d+)M)?(?:(\d+)S)?")
+
+
+def signal_timeout_s(text: str) -> float:
+    """A ResourceSignal Timeout (ISO 8601 duration, "PT#H#M#S") in seconds; ValueError when CloudFormation would
+    refuse it (another form, nothing in it, or over 12 hours)."""
+    found = _DURATION.fullmatch(text.strip())
+    if not found or not any(found.groups()):
+        raise ValueError(f"Timeout {text!r} is not an ISO 8601 duration of the form PT#H#M#S")
+    hours, minutes, seconds = (int(part or 0) for part in found.groups())
+    total = hours * 3600.0 + minutes * 60.0 + seconds
+    if total > MAX_SIGNAL_TIMEOUT_S:
+        raise ValueError(f"Timeout {text} exceeds the maximum of 12 hours (PT12H)")
+    return total
+
+
 @dataclass(frozen=True)
 class Ref:
     name: str

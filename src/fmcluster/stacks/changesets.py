@@ -6,7 +6,11 @@ CloudFormation semantics followed here, on AWS and on the emulator alike:
 - a stack left in ROLLBACK_COMPLETE (a failed first create) can only be deleted: it is deleted and
   created again, which is what makes a re-run after a failure resume cleanly;
 - UPDATE_ROLLBACK_COMPLETE is a healthy stack (the failed update was undone): it is updated again;
-- a stack still in progress (another run, or one interrupted) is waited for first.
+- a stack still in progress (another run, or one interrupted) is waited for first;
+- a stack whose resources carry a CreationPolicy ResourceSignal stays in progress until its nodes signal (their first
+  boot): it is waited for up to the longest signal Timeout, CloudFormation itself failing it when that runs out, and
+  meanwhile `while_waiting` is called (the deploy's: the provider boots the instances that exist; on AWS EC2 boots
+  them and the call only notes it; on the local substrate it makes their hosts, which run their user data).
 """
 
 from __future__ import annotations
@@ -31,8 +35,34 @@ NO_CHANGES = ("didn't contain changes", "No updates are to be performed")
 SYMBOL = {"Add": "+", "Modify": "~", "Remove": "-", "Import": "<", "Dynamic": "?"}
 
 
+#: Called now and then while a stack waits for its nodes' signals (the deploy: the provider boots the instances).
+WhileWaiting = Callable[[], object]
+#: How often `while_waiting` is called while a stack waits for signals.
+WHILE_WAITING_EVERY_S = 30.0
+#: What the wait allows beyond the longest signal Timeout (CloudFormation fails the resource at the Timeout, "no
+#: sooner than the time you specify but can occur shortly thereafter"; then the rollback).
+SIGNAL_MARGIN_S = 300.0
+#: A long wait polls less often: after this long, at most every SLOW_POLL_S.
+SLOW_POLL_AFTER_S, SLOW_POLL_S = 10.0, 2.0
+
+
 class StackTimeout(RuntimeError):
     pass
+
+
+def signal_wait_s(stack: RenderedStack) -> float:
+    """The longest a resource of the stack waits for its signals (CreationPolicy ResourceSignal Timeout; 0: none)."""
+    from fmcluster.stacks.cfn import signal_timeout_s
+
+    longest = 0.0
+    for res in (load_cfn_yaml(stack.body).get("Resources") or {}).values():
+        signal = (res.get("CreationPolicy") or {}).get("ResourceSignal") if isinstance(res, dict) else None
+        if isinstance(signal, dict):
+            try:
+                longest = max(longest, signal_timeout_s(str(signal.get("Timeout", "PT5M"))))
+            except ValueError:
+                longest = max(longest, 1.0)  # CloudFormation refuses it: the change set fails, nothing waits
+    return longest
 
 
 def stack_status(cf: Any, name: str) -> dict[str, Any] | None:
@@ -82,10 +112,17 @@ def format_event(event: dict[str, Any]) -> str:
 
 
 def wait_for_stack(cf: Any, name: str, since: str | None, out: Out, poll_s: float, timeout_s: float,
-                   ) -> tuple[str, list[dict[str, Any]]]:
-    """Stream the stack's events until it leaves *_IN_PROGRESS; returns (final status, events seen)."""
+                   while_waiting: WhileWaiting | None = None) -> tuple[str, list[dict[str, Any]]]:
+    """Stream the stack's events until it leaves *_IN_PROGRESS; returns (final status, events seen).
+
+    `while_waiting`: called while the stack is CREATE_IN_PROGRESS or UPDATE_IN_PROGRESS (waiting for its nodes'
+    signals), at once and then every WHILE_WAITING_EVERY_S; once more when the stack has finished (a rollback
+    terminated the instances: the substrate drops what ran them). An exception it raises while the stack waits
+    ends the wait (the stack is left in progress; a re-run waits for it again)."""
     seen: list[dict[str, Any]] = []
-    deadline = time.monotonic() + timeout_s
+    started = time.monotonic()
+    deadline = started + timeout_s
+    called, next_call = False, started
     while True:
         for event in _new_events(cf, name, seen[-1]["EventId"] if seen else since):
             seen.append(event)
@@ -96,10 +133,19 @@ def wait_for_stack(cf: Any, name: str, since: str | None, out: Out, poll_s: floa
             for event in _new_events(cf, name, seen[-1]["EventId"] if seen else since):
                 seen.append(event)
                 out(format_event(event))
+            if called and while_waiting is not None:
+                try:
+                    while_waiting()
+                except Exception as err:  # noqa: BLE001 - the stack's outcome stands; say why the substrate lags
+                    out(f"  after {name} finished ({status}), the instances could not be reconciled: {err}")
             return status, seen
+        now = time.monotonic()
+        if while_waiting is not None and status in ("CREATE_IN_PROGRESS", "UPDATE_IN_PROGRESS") and now >= next_call:
+            while_waiting()
+            called, next_call = True, time.monotonic() + WHILE_WAITING_EVERY_S
         if time.monotonic() > deadline:
             raise StackTimeout(f"{name} still {status} after {timeout_s:.0f} s; re-run to resume waiting")
-        time.sleep(poll_s)
+        time.sleep(poll_s if now - started < SLOW_POLL_AFTER_S else max(poll_s, SLOW_POLL_S))
 
 
 def first_failure(events: list[dict[str, Any]]) -> Failure | None:
@@ -223,10 +269,16 @@ BeforeExecute = Callable[[RenderedStack, list[ResourceChange]], "Failure | None"
 
 def apply_stack(cf: Any, stack: RenderedStack, parameters: dict[str, str], tags: dict[str, str], *,
                 execute: bool, emulator: bool, out: Out, template_url: str | None = None,
-                before_execute: BeforeExecute | None = None) -> StackOutcome:
+                before_execute: BeforeExecute | None = None, while_waiting: WhileWaiting | None = None) -> StackOutcome:
     """Create/update one stack through a change set; with execute=False only show the change set.
-    `before_execute`: asked with an update's changes before they are executed (the replacement gate)."""
+    `before_execute`: asked with an update's changes before they are executed (the replacement gate).
+    `while_waiting`: called while the stack waits for its nodes' signals (wait_for_stack)."""
     poll_s, timeout_s = (0.2, 120.0) if emulator else (5.0, 3 * 3600.0)
+    signal_s = signal_wait_s(stack)
+    if signal_s:  # its nodes boot and signal meanwhile: CloudFormation's own Timeout ends the wait
+        timeout_s = max(timeout_s, signal_s + SIGNAL_MARGIN_S)
+    else:
+        while_waiting = None
     outcome = StackOutcome(stack.key, stack.name, "failed")
     if len(stack.body.encode()) > MAX_TEMPLATE_BODY and template_url is None:
         raise ValueError(f"{stack.name}: rendered template is {len(stack.body.encode())} bytes, over the "
@@ -234,7 +286,7 @@ def apply_stack(cf: Any, stack: RenderedStack, parameters: dict[str, str], tags:
     current = stack_status(cf, stack.name)
     if current and current["StackStatus"].endswith("_IN_PROGRESS") and current["StackStatus"] != "REVIEW_IN_PROGRESS":
         out(f"  {stack.name} is {current['StackStatus']} (another run?): waiting for it first")
-        wait_for_stack(cf, stack.name, _latest_event_id(cf, stack.name), out, poll_s, timeout_s)
+        wait_for_stack(cf, stack.name, _latest_event_id(cf, stack.name), out, poll_s, timeout_s, while_waiting)
         current = stack_status(cf, stack.name)
     if current and current["StackStatus"] in STUCK_STATES:
         outcome.status = current["StackStatus"]
@@ -306,7 +358,9 @@ def apply_stack(cf: Any, stack: RenderedStack, parameters: dict[str, str], tags:
     out(f"  {stack.name}: {change_set_type.lower()} ({len(changes)} resource change(s))")
     since = _latest_event_id(cf, stack.name)
     cf.execute_change_set(StackName=stack.name, ChangeSetName=change_set)
-    status, events = wait_for_stack(cf, stack.name, since, out, poll_s, timeout_s)
+    if while_waiting is not None:
+        out(f"  {stack.name} waits for its nodes' signals (at most {signal_s:.0f} s); booting its instances meanwhile")
+    status, events = wait_for_stack(cf, stack.name, since, out, poll_s, timeout_s, while_waiting)
     outcome.status = status
     if status not in ("CREATE_COMPLETE", "UPDATE_COMPLETE"):
         outcome.failure = first_failure(events) or Failure(stack.name, "AWS::CloudFormation::Stack", status,

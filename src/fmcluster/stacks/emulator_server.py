@@ -61,7 +61,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import re
 import threading
 import time
 import traceback
@@ -390,8 +389,7 @@ def install_scaling_fixes() -> None:
 
 #: The resource types whose CreationPolicy's ResourceSignal the emulator honours (moto creates no WaitCondition).
 SIGNALLED_TYPES = frozenset({"AWS::AutoScaling::AutoScalingGroup", "AWS::EC2::Instance"})
-#: CloudFormation's ceiling for a ResourceSignal Timeout, and its defaults (CreationPolicy attribute reference).
-MAX_SIGNAL_TIMEOUT_S = 12 * 3600.0
+#: A ResourceSignal's defaults (CreationPolicy attribute reference; its Timeout: fmcluster.stacks.cfn.signal_timeout_s).
 DEFAULT_SIGNAL_COUNT, DEFAULT_SIGNAL_TIMEOUT = 1, "PT5M"
 #: How often the timer looks for signal timeouts (no request needs to arrive for one to fire).
 TIMER_PERIOD_S = 0.2
@@ -402,20 +400,6 @@ TIMER_PERIOD_S = 0.2
 _LOCK = threading.RLock()
 #: The signal waits the change set being executed (on this thread) registers as its resources are created.
 _EXECUTING = threading.local()
-_DURATION = re.compile(r"PT(?:(\d+)H)?(?:(\d+)M)?(?:(\d+)S)?")
-
-
-def signal_timeout_s(text: str) -> float:
-    """A ResourceSignal Timeout (ISO 8601 duration, "PT#H#M#S") in seconds; ValueError when CloudFormation would
-    refuse it (another form, nothing in it, or over 12 hours)."""
-    found = _DURATION.fullmatch(text.strip())
-    if not found or not any(found.groups()):
-        raise ValueError(f"Timeout {text!r} is not an ISO 8601 duration of the form PT#H#M#S")
-    hours, minutes, seconds = (int(part or 0) for part in found.groups())
-    total = hours * 3600.0 + minutes * 60.0 + seconds
-    if total > MAX_SIGNAL_TIMEOUT_S:
-        raise ValueError(f"Timeout {text} exceeds the maximum of 12 hours (PT12H)")
-    return total
 
 
 def required_successes(count: int, percent: float | None) -> int:
@@ -442,6 +426,8 @@ class SignalWait:
 
     @staticmethod
     def of(logical_id: str, resource_json: dict[str, Any], physical_id: str) -> SignalWait:
+        from fmcluster.stacks.cfn import signal_timeout_s
+
         policy = resource_json.get("CreationPolicy") or {}
         signal = policy.get("ResourceSignal") or {}
         rtype = resource_json["Type"]
