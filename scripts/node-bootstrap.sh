@@ -33,6 +33,7 @@ venv=${FMCLUSTER_VENV:-/opt/fmcluster/venv}
 tries=${FMCLUSTER_FETCH_TRIES:-8}
 s3client=${FMCLUSTER_S3_CLIENT:-/usr/local/sbin/fmcluster-s3}
 started=${FMCLUSTER_BOOT_STARTED:-$(date +%s)}
+mode=${1:-first-boot}  # or --fetch (the agent, for a newly published commit: nothing to signal then)
 declare -A stage_seconds=()
 s3="s3://$FMCLUSTER_BUCKET/fmcluster"
 install -d -m 0755 "$etc" "$state" "$bundle" /var/log/fmcluster
@@ -60,9 +61,11 @@ my_address() {
 
 # A failure before the agent runs: file a report the deploy can read, naming what could not be reached. It goes
 # under this node's aws:userid ("<role id>:<instance id>"): the one report key the node's role may write, and
-# the instance the deploy reads it for.
+# the instance the deploy reads it for. At first boot, where CloudFormation waits for this node (its group's
+# CreationPolicy), the report is followed by a FAILURE signal, its instance id as UniqueId: the stack fails (and
+# rolls back) now, as the agent's own FAILURE would, instead of when the signal Timeout runs out.
 report_failure() {
-  local stage=$1 message=$2 address identity
+  local stage=$1 message=$2 address identity=""
   address=$(my_address || true)
   say "FAILED at $stage: $message"
   printf '{"address": "%s", "ok": false, "stage": "%s", "error": %s, "finished": "%s"}\n' \
@@ -71,7 +74,17 @@ report_failure() {
   if identity=$("$s3client" whoami 2>"$state/whoami.err"); then
     "$s3client" put "$state/report.json" "$s3/report/${identity}.json" || true
   else
+    identity=""
     say "cannot file the report: STS gave no caller identity: $(tail -n 1 "$state/whoami.err" 2>/dev/null)"
+  fi
+  if [[ $mode != --fetch && -n ${FMCLUSTER_STACK:-} && -n ${FMCLUSTER_SIGNAL_RESOURCE:-} ]]; then
+    local unique=${identity#*:}
+    [[ -n $unique ]] || unique=$(hostname)  # no identity: a FAILURE still fails the group now
+    if "$s3client" signal "$FMCLUSTER_STACK" "$FMCLUSTER_SIGNAL_RESOURCE" "$unique" FAILURE 2>"$state/signal.err"; then
+      say "signalled FAILURE to $FMCLUSTER_STACK/$FMCLUSTER_SIGNAL_RESOURCE"
+    else
+      say "cannot signal FAILURE to $FMCLUSTER_STACK/$FMCLUSTER_SIGNAL_RESOURCE: $(tail -n 1 "$state/signal.err" 2>/dev/null)"
+    fi
   fi
   exit 1
 }

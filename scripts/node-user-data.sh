@@ -21,4 +21,9 @@ for try in 1 2 3 4 5 6 7 8 9 10; do
   sleep $((try * 3))
 done
 echo "fmcluster: FAILED: no node bootstrap in s3://$FMCLUSTER_BUCKET/fmcluster/bootstrap/; is the deploy running?" >&2
+# Where CloudFormation waits for this node (its group's CreationPolicy): fail it now, not at the signal Timeout.
+if [[ -n ${FMCLUSTER_STACK:-} && -n ${FMCLUSTER_SIGNAL_RESOURCE:-} ]]; then
+  me=$("$bin_dir/fmcluster-s3" whoami) || me=$(hostname)
+  "$bin_dir/fmcluster-s3" signal "$FMCLUSTER_STACK" "$FMCLUSTER_SIGNAL_RESOURCE" "${me#*:}" FAILURE || true
+fi
 exit 1

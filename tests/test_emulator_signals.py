@@ -257,3 +257,31 @@ def test_the_emulator_honours_creation_policy_and_still_lists_update_policy_as_i
     from fmcluster.stacks.result import EMULATOR_IGNORED_ATTRIBUTES
 
     assert "CreationPolicy" not in EMULATOR_IGNORED_ATTRIBUTES and "UpdatePolicy" in EMULATOR_IGNORED_ATTRIBUTES
+
+
+@slow
+def test_the_first_boot_s_own_client_signals_as_the_agent_does(cloud: Aws, endpoint: str) -> None:
+    """scripts/fmcluster-s3 (Python's standard library alone): what node-bootstrap.sh's report_failure sends when a
+    first boot fails before the agent (which has boto3) runs. Its FAILURE fails the group now, not at the Timeout."""
+    import subprocess
+
+    from conftest import ROOT
+
+    def client(*args: str) -> subprocess.CompletedProcess[str]:
+        env = {"PATH": "/usr/bin:/bin", "AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "emulator",
+               "AWS_SECRET_ACCESS_KEY": "emulator", "FMCLUSTER_REGION": REGION}
+        return subprocess.run(["/usr/bin/python3", str(ROOT / "scripts" / "fmcluster-s3"), *args], capture_output=True,
+                              text=True, env=env, timeout=60, check=False)
+
+    name = "signals-first-boot-client"
+    cloud.execute(name, cloud.template(group=COUNT_TWO))
+    first, second = cloud.members(name)
+    assert client("signal", name, "Group", first, "SUCCESS").returncode == 0
+    assert cloud.status(name) == "CREATE_IN_PROGRESS"
+    failed = client("signal", name, "Group", second, "FAILURE")
+    assert failed.returncode == 0, failed.stderr
+    assert cloud.status(name) == "ROLLBACK_COMPLETE"
+    late = client("signal", name, "Group", second, "FAILURE")
+    assert late.returncode == 1
+    assert "HTTP 400 ValidationError: Resource Group is in ROLLBACK_COMPLETE state and cannot be signaled" in late.stderr
+    assert client("signal", name, "Group", second, "MAYBE").returncode == 1

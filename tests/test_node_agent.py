@@ -165,3 +165,29 @@ def test_the_deploy_waits_on_a_node_that_retries_and_fails_on_one_that_does_not(
                           "r", "m", "x")
     assert waiting.state == "converging" and "trying again in 60s" in waiting.detail
     assert node_status(node, failed, "r", "m", "x").state == "failed"
+
+
+def test_a_first_boot_that_failed_before_the_node_knew_itself_still_signals_failure_under_its_instance_id(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A converge that failed reading the manifest has no instance id in its report; the FAILURE signal (which fails
+    the group at once instead of at the signal Timeout) takes it from the node's caller identity."""
+    from fmcluster.node import agent as node_agent
+
+    sent: list[dict[str, str]] = []
+
+    class CloudFormation:
+        def signal_resource(self, **kwargs: str) -> None:
+            sent.append(kwargs)
+
+    agent = node_agent.Agent.__new__(node_agent.Agent)
+    agent.settings = node_agent.Settings("b", "r", "o", "ref", "playbooks/site.yml", "fmc-o-cluster", "QueueCpuGroup")
+    monkeypatch.setattr(agent, "client", lambda service: CloudFormation(), raising=False)
+    monkeypatch.setattr(agent, "identity", lambda: "AROAEXAMPLENODEROLE01:i-0123456789abcdef0", raising=False)
+    agent.signal(node_agent.Report(address="10.0.0.5", trigger="first-boot", started="t", stage="manifest",
+                                   error="NoSuchKey"))
+    agent.signal(node_agent.Report(address="10.0.0.6", trigger="first-boot", started="t", ok=True,
+                                   instance_id="i-0fedcba9876543210"))
+    assert sent == [{"StackName": "fmc-o-cluster", "LogicalResourceId": "QueueCpuGroup",
+                     "UniqueId": "i-0123456789abcdef0", "Status": "FAILURE"},
+                    {"StackName": "fmc-o-cluster", "LogicalResourceId": "QueueCpuGroup",
+                     "UniqueId": "i-0fedcba9876543210", "Status": "SUCCESS"}]

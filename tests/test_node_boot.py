@@ -272,13 +272,29 @@ def test_first_boot_fetch_unpacks_the_pinned_commit_and_writes_the_node_s_settin
 
 
 def test_a_node_that_cannot_fetch_the_bundle_files_a_report_naming_what_it_could_not_reach(node: Node) -> None:
+    """...and, where CloudFormation waits for it (its group's CreationPolicy), signals FAILURE right after: the stack
+    rolls back now instead of when the signal Timeout runs out (issue 35)."""
     empty = f"{BUCKET}-empty"
+    cf = node.client("cloudformation")
+    image = node.client("ec2").describe_images()["Images"][0]["ImageId"]
+    waiting = "fmc-t-boot-signal"
+    cf.create_change_set(StackName=waiting, ChangeSetName="cs", ChangeSetType="CREATE", TemplateBody=json.dumps(
+        {"Resources": {"Node": {"Type": "AWS::EC2::Instance", "Properties": {"ImageId": image},
+                                "CreationPolicy": {"ResourceSignal": {"Count": 1, "Timeout": "PT30M"}}}}}))
+    cf.execute_change_set(StackName=waiting, ChangeSetName="cs")
     failed = node.run("bash /tmp/nb", {"FMCLUSTER_BUCKET": empty, "FMCLUSTER_REGION": node.tenant.region,
-                                       "FMCLUSTER_ORG": ORG, "FMCLUSTER_FETCH_TRIES": "1"})
+                                       "FMCLUSTER_ORG": ORG, "FMCLUSTER_FETCH_TRIES": "1",
+                                       "FMCLUSTER_STACK": waiting, "FMCLUSTER_SIGNAL_RESOURCE": "Node"})
     assert failed.returncode == 1
     report = node.report(empty)
     assert (report["address"], report["ok"], report["stage"]) == (ADDRESS, False, "bundle")
     assert f"cannot fetch s3://{empty}/fmcluster/bootstrap/" in report["error"]
+    assert f"signalled FAILURE to {waiting}/Node" in failed.stderr
+    assert cf.describe_stacks(StackName=waiting)["Stacks"][0]["StackStatus"] == "ROLLBACK_COMPLETE"
+    identity = node.client("sts").get_caller_identity()["UserId"]
+    reasons = [e.get("ResourceStatusReason") for e in cf.describe_stack_events(StackName=waiting)["StackEvents"]
+               if e["ResourceStatus"] == "CREATE_FAILED"]
+    assert reasons == [f"Received FAILURE signal with UniqueId {identity.rsplit(':', 1)[-1]}"]
 
 
 def test_the_agent_waits_for_the_manifest_of_its_commit_then_fails_naming_its_s3_key(node: Node) -> None:

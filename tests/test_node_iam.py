@@ -302,13 +302,18 @@ def _substituted(url: str) -> str:
     return url
 
 
-def s3_client_requests(tenant: Tenant, verb: str, rest: str) -> list[Request]:
+def s3_client_requests(tenant: Tenant, verb: str, rest: str, signalled: bool = False) -> list[Request]:
     """The IAM requests of one fmcluster-s3 call: get (GetObject), put (PutObject), sync (ListBucket on the prefix,
-    GetObject on its objects) and whoami (STS GetCallerIdentity, which IAM never denies)."""
+    GetObject on its objects), whoami (STS GetCallerIdentity, which IAM never denies) and signal (SignalResource on
+    the cluster stack, made only where the user data names a resource to signal: `signalled`)."""
     ctx = context(tenant)
     words = [_substituted(w) for w in shlex.split(rest.split("||")[0].split("&&")[0].split(" 2>")[0])]
     if verb == "whoami":
         return []
+    if verb == "signal":
+        assert words[:2] == ["$FMCLUSTER_STACK", "$FMCLUSTER_SIGNAL_RESOURCE"], words
+        stack = f"arn:aws:cloudformation:{tenant.region}:{ACCOUNT}:stack/{tenant.stack_prefix}-cluster/0a1b2c3d-uuid"
+        return [Request("cloudformation:SignalResource", stack, ctx)] if signalled else []
     assert verb in ("get", "put", "sync"), f"fmcluster-s3 {verb}: model it in this test"
     url = words[1] if verb == "put" else words[0]
     bucket, _, key = url.removeprefix("s3://").partition("/")
@@ -320,8 +325,10 @@ def s3_client_requests(tenant: Tenant, verb: str, rest: str) -> list[Request]:
             Request("s3:GetObject", f"arn:aws:s3:::{bucket}/{key}node-bootstrap.sh", ctx)]
 
 
-def script_requests(tenant: Tenant) -> list[tuple[str, Request]]:
-    """(where, request) for every `aws` CLI call in the node scripts and roles (and a refusal of boto3 there)."""
+def script_requests(tenant: Tenant, role: str = "") -> list[tuple[str, Request]]:
+    """(where, request) for every `aws` CLI call in the node scripts and roles (and a refusal of boto3 there), as a
+    node of `role` makes them."""
+    signalled = bool(role) and signals(tenant) and role != "controller"
     out = []
     for path in script_files():
         text = path.read_text().replace("\\\n", " ")
@@ -332,7 +339,7 @@ def script_requests(tenant: Tenant) -> list[tuple[str, Request]]:
             if code.startswith("#"):
                 continue
             if client := S3_CLIENT_COMMAND.search(code):
-                out += [(where, r) for r in s3_client_requests(tenant, *client.groups())]
+                out += [(where, r) for r in s3_client_requests(tenant, *client.groups(), signalled)]
                 continue
             match = AWS_COMMAND.search(code)
             if not match:
@@ -392,7 +399,7 @@ def test_every_aws_call_of_a_node_is_allowed_by_its_role_policy(scheduler: str, 
     tenant = tenants[scheduler]
     policies = role_policies(tenant)[role]
     calls = [("node agent", request(tenant, c)) for c in agent_calls(tenant, role, tmp_path)]
-    calls += script_requests(tenant)
+    calls += script_requests(tenant, role)
     denied = [(where, r.action, r.resource) for where, r in calls
               if r.action not in NEEDS_NO_PERMISSION and not allows(policies, r)]
     assert not denied, f"{scheduler} {role}: denied by its own policy: {denied}"

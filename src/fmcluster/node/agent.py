@@ -457,13 +457,17 @@ class Agent:
               f"(stage {report.stage}) in {report.seconds}s {report.error}", flush=True)
 
     def signal(self, report: Report) -> None:
-        """Tell CloudFormation the node is ready (CreationPolicy of its group), once, at first boot."""
-        if not (self.settings.stack and self.settings.signal_resource and report.instance_id):
+        """Tell CloudFormation the node is ready, or that its first boot failed (CreationPolicy of its group), once, at
+        first boot. A FAILURE fails the group (and rolls the stack back) at once instead of at the signal Timeout,
+        also when the converge failed before the node knew itself from the manifest: its instance id is then its
+        caller identity's ("<role id>:<instance id>")."""
+        if not (self.settings.stack and self.settings.signal_resource):
             return
         try:
+            unique_id = report.instance_id or self.identity().rsplit(":", 1)[-1]
             self.client("cloudformation").signal_resource(
                 StackName=self.settings.stack, LogicalResourceId=self.settings.signal_resource,
-                UniqueId=report.instance_id, Status="SUCCESS" if report.ok else "FAILURE")
+                UniqueId=unique_id, Status="SUCCESS" if report.ok else "FAILURE")
         except Exception as err:  # noqa: BLE001 - the stack's own timeout is the gate; say why it will fire
             print(f"fmcluster-node: signal to {self.settings.stack}/{self.settings.signal_resource} failed: {err}",
                   file=sys.stderr)
