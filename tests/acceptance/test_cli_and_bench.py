@@ -66,7 +66,8 @@ def strict_json(text: str) -> dict[str, object]:
     (["p5_2node_provider_tcp.log", "--instance-type", "p5.48xlarge"], 1, "fail"),
     (["p5_2node_truncated.log"], 1, "fail"),  # fails any run, instance type or not
     (["p5_2node_socket_fallback.log"], ExitCode.NOT_JUDGED, "not_judged"),
-    (["p5_2node_socket_fallback.log", "--instance-type", "trn1.32xlarge"], ExitCode.NOT_JUDGED, "not_judged"),
+    # a Trainium type is judged on nccom-test output: an nccl-tests log given as one is a benchmark mismatch
+    (["p5_2node_socket_fallback.log", "--instance-type", "trn1.32xlarge"], 1, "fail"),
     (["no-such.log"], 2, "unreadable"),
     (["p5_2node_all_reduce_ok.log", "--instance-type", "p9.96xlarge"], 2, "unreadable"),
     (["p5_2node_all_reduce_ok.log", "--instance-type", "p5.48xlarge", "--nodes", "0"], 2, "unreadable"),

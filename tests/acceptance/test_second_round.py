@@ -140,13 +140,17 @@ def test_a_bad_option_is_exit_2_and_never_blames_a_node(args: list[str], capsys:
 
 
 # Neuron ----------------------------------------------------------------------------------------------
-def test_nccom_test_output_is_not_judged_never_unreadable(capsys: pytest.CaptureFixture[str]) -> None:
+def test_nccom_test_output_is_read_never_unreadable_and_judged_given_its_instance_type(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Without an instance type: not judged (exit 5). As a trn1.32xlarge: judged (tests/acceptance/test_nccom_test.py);
+    this generated log runs 32 workers over 2 nodes, half a trn1's NeuronCores."""
     path = str(FIXTURES / "r2_nccom_test_trn1.log")
     assert main(["acceptance", "parse", path, "--json"]) == ExitCode.NOT_JUDGED
     data = json.loads(capsys.readouterr().out)
-    assert data["codes"] == ["neuron_not_judged"] and data["log"]["tool"] == "nccom-test"
-    assert main(["acceptance", "parse", path, "--instance-type", "trn1.32xlarge", "--nodes", "2"]) == ExitCode.NOT_JUDGED
-    assert "NOT JUDGED" in capsys.readouterr().out
+    assert data["codes"] == ["data_unchecked", "neuron_not_judged"] and data["log"]["tool"] == "nccom-test"
+    assert data["log"]["nccom"]["command"] if "command" in data["log"]["nccom"] else data["log"]["nccom"]["commands"]
+    assert main(["acceptance", "parse", path, "--instance-type", "trn1.32xlarge"]) == ExitCode.FAILED
+    assert "nccom-test ran 32 workers (-r), 64 expected" in capsys.readouterr().out
 
 
 # reading ---------------------------------------------------------------------------------------------

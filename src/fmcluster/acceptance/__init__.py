@@ -9,7 +9,8 @@ parse`, `invoke doctor`)::
     log, verdict = judge_file(path, exp)         # both at once; an unreadable file fails, never passes
 
 Modules: parser (log → ParsedLog) · expectation (catalog baselines → Expectation) · verdict (ParsedLog +
-Expectation → Verdict; CODES lists every finding) · bench (the CPU stand-in for nccl-tests) · slurm (sbatch,
+Expectation → Verdict; CODES lists every finding) · neuron (AWS Neuron's nccom-test: its output, bus factors,
+NeuronCores per instance, public figures) · bench (the CPU stand-in for nccl-tests) · slurm (sbatch,
 wait, drain) · bisect (pair tests → bad nodes) · results (per-run JSON + summary) · runner
 (`run_acceptance(tenant)`, what the deploy flow calls).
 """

@@ -18,14 +18,17 @@ from typing import Literal
 from fmcluster.acceptance.model import Measurement, ParsedLog, SizeRow
 from fmcluster.catalog import InstanceType, NodeClass, PublicFigure, node_class
 
-Transport = Literal["efa", "nvlink", "socket"]
+Transport = Literal["efa", "nvlink", "socket", "neuron"]
 """efa: inter-node traffic over aws-ofi-nccl's efa provider; nvlink: intra-node P2P/NVLS only (one GPU
-node); socket: TCP (the CPU stand-in, or GPU instances without EFA)."""
+node); socket: TCP (the CPU stand-in, or GPU instances without EFA); neuron: Trainium's NeuronLink within an
+instance and EFA between instances, which nccom-test's output does not show (not checked)."""
 TRANSPORT_WORDS: dict[Transport, str] = {
     "efa": "EFA (aws-ofi-nccl, provider efa)",
     "nvlink": "NVLink (P2P/NVLS within the node)",
     "socket": "TCP sockets",
+    "neuron": "NeuronLink within an instance, EFA between instances (nccom-test prints no transport)",
 }
+Tool = Literal["nccl-tests", "nccom-test"]
 
 
 @dataclass(frozen=True)
@@ -179,7 +182,7 @@ def ceiling_gbps(instance: InstanceType, collective: str, nodes: int, ranks: int
 
 
 class NotJudgeable(ValueError):
-    """nccl-tests cannot judge this instance type (Neuron runs nccom-test, not nccl-tests)."""
+    """No benchmark fmcluster knows can judge this instance type (a Neuron type without a NeuronCore count)."""
 
 
 @dataclass(frozen=True)
@@ -207,12 +210,18 @@ class Expectation:
     instance: InstanceType | None = None
     """The catalog entry: device model, EFA NIC count, network and NVLink bandwidth for the topology and
     physics checks, and for the floors of other collectives."""
+    tool: Tool = "nccl-tests"
+    """The benchmark that runs on this instance type: nccl-tests (CUDA, and the CPU stand-in's copy of its format)
+    or AWS Neuron's nccom-test (Trainium)."""
 
     def floor_for(self, collective: str, ranks: int | None) -> tuple[float | None, str, str]:
         """(floor GB/s, where it comes from, "catalog"/"tenant override"/"derived") for `collective`; the floor is
-        None where nothing to derive one from exists (the CPU stand-in's other collectives: no hardware ceiling)."""
+        None where nothing to derive one from exists (the CPU stand-in's other collectives: no hardware ceiling;
+        nccom-test's collectives but all_reduce: no public figure)."""
         if collective == "all_reduce":
             return self.min_busbw_gbps, self.floor_source, self.floor_from
+        if self.tool == "nccom-test":
+            return None, f"no public nccom-test {collective} figure or floor exists", "none"
         ranks = ranks or self.expected_ranks or 0
         ceiling = (ceiling_gbps(self.instance, collective, self.nodes, ranks)
                    if self.instance and self.transport != "socket" else None)
@@ -292,15 +301,15 @@ def expectation_for(instance: InstanceType, nodes: int, override_gbps: float | N
                     ranks_per_node: int | None = None, *, collective: str | None = "all_reduce",
                     require_data_check: bool = False, basis: str = "") -> Expectation:
     """The expectation for a run over `nodes` nodes of `instance` (tenant override replaces the floor)."""
-    if instance.accelerator == "neuron":
-        raise NotJudgeable(f"{instance.name} is a Neuron instance: nccl-tests does not apply (nccom-test "
-                           "acceptance is not implemented yet)")
     if nodes < 1:
         raise ValueError(f"a run has at least one node, not {nodes}")
     if collective is not None and collective not in COLLECTIVES:
         raise ValueError(f"unknown collective {collective!r}; known: {', '.join(COLLECTIVES)}")
     acc = instance.acceptance
     floor = acc.floor(nodes)
+    if instance.accelerator == "neuron":
+        return _neuron_expectation(instance, nodes, override_gbps, ranks_per_node, collective, require_data_check,
+                                   basis)
     per_node = ranks_per_node if ranks_per_node is not None else (instance.accelerators_per_node or None)
     return Expectation(
         instance_type=instance.name,
@@ -318,6 +327,40 @@ def expectation_for(instance: InstanceType, nodes: int, override_gbps: float | N
         require_data_check=require_data_check,
         basis=basis,
         instance=instance,
+    )
+
+
+def _neuron_expectation(instance: InstanceType, nodes: int, override_gbps: float | None, ranks_per_node: int | None,
+                        collective: str | None, require_data_check: bool, basis: str) -> Expectation:
+    """A Trainium run, judged on nccom-test's output: the catalog's floor (GB/s) at its reference size, the public
+    nccom-test figures (fmcluster.acceptance.neuron), one worker per NeuronCore of each instance."""
+    from fmcluster.acceptance import neuron
+
+    cores = neuron.NEURON_CORES.get(instance.name)
+    if cores is None:
+        raise NotJudgeable(f"{instance.name} is a Neuron instance whose NeuronCore count fmcluster does not know: "
+                           "nccom-test's rank count cannot be checked")
+    acc = instance.acceptance
+    floor = acc.floor(nodes)
+    klass = node_class(nodes)
+    per_node = ranks_per_node if ranks_per_node is not None else cores.per_node
+    return Expectation(
+        instance_type=instance.name,
+        nodes=nodes,
+        node_class=klass,
+        collective=collective,
+        message_bytes=acc.reference_bytes,
+        min_busbw_gbps=override_gbps if override_gbps is not None else floor.gbps,
+        floor_from="tenant override" if override_gbps is not None else "catalog",
+        floor_source=floor.source,
+        catalog_floor_gbps=floor.gbps,
+        public=acc.public_figures(nodes) + neuron.public_figures(instance.name, klass),
+        transport="neuron",
+        expected_ranks=per_node * nodes,
+        require_data_check=require_data_check,
+        basis=basis,
+        instance=instance,
+        tool="nccom-test",
     )
 
 
@@ -379,9 +422,15 @@ def resolve_expectation(log: ParsedLog, catalog: dict[str, InstanceType], *, ins
     if instance is None:
         return Resolution(None, "no instance type to judge against: give --instance-type (or --org), or a log "
                                 "with aws-ofi-nccl's 'NET/OFI Running on <type> platform' line (NCCL_DEBUG=INFO)")
+    command = log.nccom.command if log.nccom is not None else None
+    if nodes is None and command is not None and command.nodes:
+        nodes, basis = command.nodes, f"{basis}; {command.nodes} node(s) from the nccom-test command line (-N; 1 when absent)"
     if nodes is None:
         seen = max(len(log.hosts), log.nccl_nodes or 0)
         if not seen:
+            if log.tool == "nccom-test":
+                return Resolution(None, f"{instance.name} ({basis}), but the log does not show the nccom-test "
+                                        "command line (`-N` nodes): give --nodes")
             return Resolution(None, f"{instance.name} ({basis}), but the log names no hosts (`# Rank ... on HOST` "
                                     "lines) and NCCL printed no node count: give --nodes")
         nodes, basis = seen, f"{basis}; {seen} node(s) from the log"

@@ -163,6 +163,78 @@ class RankTransport:
 
 
 @dataclass(frozen=True)
+class NccomRow:
+    """One size row of AWS Neuron's nccom-test: `size(B) count(elems) type time(us) algbw(GB/s) busbw(GB/s)`.
+
+    One half only (nccom-test has no in-place run). The figures are as printed: nccom-test releases of 2023 printed
+    GiB/s (its user guide says so: 33554432 B in 768 us is 40.69), later ones decimal GB/s (536870912 B in
+    9689.51 us is 55.41); the verdict tells the unit from the row's own size and time."""
+
+    size_bytes: int
+    count: int
+    dtype: str
+    time_us: float
+    """The `time(us)` cell, or `time:avg(us)` when the table has several time statistics (`--stats`)."""
+    algbw_gbps: float
+    busbw_gbps: float
+    time_resolution_us: float = 0.5
+    """Half the last printed digit of the time cell (`768` 0.5, `312.4` 0.05, `63.52` 0.005)."""
+    algorithm: str | None = None
+    line_no: int = 0
+
+    @property
+    def finite(self) -> bool:
+        return all(math.isfinite(x) for x in (self.time_us, self.algbw_gbps, self.busbw_gbps))
+
+
+@dataclass(frozen=True)
+class NccomCommand:
+    """The `nccom-test ...` command line as the log shows it (a job script's echo, `set -x`, a pasted prompt)."""
+
+    text: str
+    operation: str | None
+    """The collective, canonical: all_reduce, all_gather, reduce_scatter, sendrecv, alltoall, alltoallv, permute,
+    all_gatherv (from `allr`, `allg`, `redsct`, ... as nccom-test accepts them); None when none is named."""
+    ranks: int | None
+    """`-r/--nworkers`: workers (NeuronCores) over all nodes; None when absent or not a number (`$NWORKERS`)."""
+    nodes: int | None
+    """`-N/--nnodes`, 1 (nccom-test's default) when the option is absent; None when not a number."""
+    check: bool
+    """`-c/--check` given: nccom-test verifies every result and fails the test on a wrong one."""
+    datatype: str | None = None
+    hosts: tuple[str, ...] = ()
+    replica_groups: bool = False
+    """`--data-parallel-dimension` / `--custom-replica-groups` / `--streams-json`: collectives over sub-groups, whose
+    bus factor is not the whole run's."""
+    line_no: int = 0
+
+
+@dataclass(frozen=True)
+class NccomRun:
+    """What a log of AWS Neuron's nccom-test shows (ParsedLog.nccom); its footer is ParsedLog's `avg_busbw_*`."""
+
+    commands: tuple[NccomCommand, ...] = ()
+    columns: tuple[str, ...] = ()
+    time_column: str = ""
+    rows: tuple[NccomRow, ...] = ()
+    tables: int = 0
+    unreadable_sizes: tuple[int, ...] = ()
+    garbled_lines: int = 0
+    duplicate_rows: int = 0
+    failures: tuple[str, ...] = ()
+    """nccom-test's own failure lines: `Failure running neuron-bench - log file ...`, `1 errors found - test
+    failed`, `Neuron DKMS Driver is not running!`, a failed data check."""
+
+    @property
+    def command(self) -> NccomCommand | None:
+        return self.commands[0] if self.commands else None
+
+    def row_at(self, size_bytes: int) -> NccomRow | None:
+        """The row for exactly `size_bytes`, or None. Never a neighbour."""
+        return next((r for r in self.rows if r.size_bytes == size_bytes), None)
+
+
+@dataclass(frozen=True)
 class ParsedLog:
     """Everything read from one log, plus what the parser noticed about its shape."""
 
@@ -217,7 +289,10 @@ class ParsedLog:
     test_failures: tuple[str, ...] = ()
     """nccl-tests' own failure lines (`Test NCCL failure`, `Test failure`), wherever in the log they are."""
     tool: str = "nccl-tests"
-    """`nccl-tests` (and the CPU bench, same format) or `nccom-test` (Neuron), from the table's shape."""
+    """`nccl-tests` (and the CPU bench, same format) or `nccom-test` (Neuron), from its table, command or failure
+    lines."""
+    nccom: NccomRun | None = None
+    """Neuron nccom-test's table, command line and failures (None for nccl-tests output)."""
     encoding: str = "utf-8"
     """How the file was read: utf-8, utf-16-le, ..., with `gzip+` in front when it was compressed."""
     bytes_capped: bool = False

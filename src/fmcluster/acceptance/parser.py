@@ -3,7 +3,8 @@
 Any log a user has: plain, gzip/bzip2/xz, UTF-8/16/32 (by BOM or NUL pattern), with ANSI colour codes; a
 device, FIFO or directory is refused at once (LogReadError, an OSError). Per process and per rank it keeps
 what the last line of a kind would hide: every provider selected, the NICs found, each rank's NET transport,
-the rank -> host -> device map and every NCCL version. Neuron nccom-test tables are recognised, not read.
+the rank -> host -> device map and every NCCL version. AWS Neuron's nccom-test output (its command line, table,
+footer and failure lines) is read into `ParsedLog.nccom` (fmcluster.acceptance.neuron).
 
 Streaming and bounded: `parse_stream` takes lines one at a time and keeps only what the verdict needs
 (rows, counters, capped lists), and `parse_file` reads the file in bounded pieces, so a 200 MB log of
@@ -34,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from fmcluster.acceptance import neuron
 from fmcluster.acceptance.model import (
     CheckKind,
     Measurement,
@@ -120,8 +122,6 @@ _IFACE = re.compile(r"\[\d+\]([\w.\-@]+):")
 _CONNECTION = re.compile(r"(?:Channel|Ring) \d+(?:/\d+)? : (.*?) via (.+?)\s*$")
 _ENDS = re.compile(r"^(\d+)\[[^\]]*\] -> (\d+)\[[^\]]*\](?: \[(send|receive)\])?")
 _PROC = re.compile(r"^\s*([^\s:]+):(\d+):\d+ \[\d+\]")
-# Neuron's nccom-test prints one half-table: `size(B) count(elems) type time(us) algbw(GB/s) busbw(GB/s)`.
-_NCCOM_HEADER = re.compile(r"size\(B\)\s+count\(elems\)\s+type\s+time\(us\)")
 _TEST_FAILURE = re.compile(r"Test (?:NCCL |CUDA )?failure")
 _RING = re.compile(r"^Channel (\d+)(?:/(\d+))? :((?:\s+\d+)+)\s*$")
 _COLL_CHANNELS = re.compile(r"^(\d+) coll channels")
@@ -395,6 +395,7 @@ class LogParser:
         self.killed = False
         self.test_failures: list[str] = []
         self.tool = "nccl-tests"
+        self.nccom = neuron.NccomBuilder()
         self.rank_map: dict[int, RankDevice] = {}
         self.rank_lines_seen = 0
         self.procs: dict[tuple[str, int], tuple[list[str], list[int], list[str]]] = {}
@@ -421,6 +422,10 @@ class LogParser:
             if lib:
                 self._library_line(line, lib)
                 return
+        if "nccom-test" in line and (cmd := neuron.parse_command(line, self.line_no)) is not None:
+            self.nccom.command(cmd)
+            self.tool = "nccom-test"
+            return
         if line.startswith("#"):
             self._comment(line)
             return
@@ -432,18 +437,39 @@ class LogParser:
             return
         if "[" in line:
             line = _INNER_TAG.sub(" ", line)
-        if "count(elems)" in line and _NCCOM_HEADER.search(line):
-            self.tool = "nccom-test"
+        if self._nccom_line(line):
             return
         if _ROW_START.match(line):
-            if self.tool == "nccom-test":
-                return  # Neuron's table: recognised, not judged (verdict.py says so)
             self._row(line)
             return
         if _NUMBERS_ONLY.match(line):
             self.garbled += 1
             return
         self._maybe_error(line.strip())
+
+    def _nccom_line(self, line: str) -> bool:
+        """nccom-test's header, rows under it, footer and failure lines (True when the line was one of them)."""
+        if "count(elems)" in line and neuron.HEADER.match(line):
+            self.nccom.header(line)
+            self.tool = "nccom-test"
+            return True
+        if neuron.FAILURE.search(line):
+            self.nccom.failure(line.strip())
+            self.tool = "nccom-test"
+            return True
+        if self.nccom.columns and neuron.is_row(line):
+            self.nccom.row(line, self.line_no)
+            return True
+        if "Avg bus bandwidth:" in line and (m := neuron.FOOTER.match(line)):
+            self.tool = "nccom-test"
+            self.completed = True
+            self.avg_text = m.group("value")
+            try:
+                self.avg = _float(self.avg_text)
+            except ValueError:
+                self.avg = None
+            return True
+        return False
 
     def _library_line(self, line: str, lib: re.Match[str]) -> None:
         before = line[: lib.start()]
@@ -615,6 +641,7 @@ class LogParser:
             killed=self.killed,
             test_failures=tuple(self.test_failures),
             tool=self.tool,
+            nccom=self.nccom.build() if self.nccom.seen else None,
             encoding=encoding,
             bytes_capped=bytes_capped,
             capped_by=capped_by if bytes_capped else "",

@@ -35,7 +35,8 @@ from fmcluster.acceptance.expectation import (
     moved_bytes,
     row_correct,
 )
-from fmcluster.acceptance.model import Measurement, ParsedLog, SizeRow, json_safe
+from fmcluster.acceptance import neuron
+from fmcluster.acceptance.model import Measurement, NccomRow, NccomRun, ParsedLog, SizeRow, json_safe
 from fmcluster.acceptance.parser import parse_file
 from fmcluster.catalog import NODE_CLASS_WORDS
 
@@ -100,7 +101,11 @@ CODES: dict[str, Code] = {
                          "different models", True),
     "nic_count": Code("aws-ofi-nccl found another number of EFA NICs than the catalog's for the instance type", True),
     "nccl_version_mixed": Code("ranks report different NCCL versions", True),
-    "neuron_not_judged": Code("Neuron nccom-test output: recognised, not judged (no public trn floors)", False),
+    "neuron_not_judged": Code("AWS Neuron nccom-test output and no Neuron instance type to judge it against "
+                              "(no --instance-type/--org): read, checked for what fails any run, not judged", False),
+    "nccom_test_failed": Code("AWS Neuron nccom-test's own failure output (`N errors found - test failed`, `Failure "
+                              "running neuron-bench`, `Neuron DKMS Driver is not running!`), with or without a table",
+                              True),
     "log_capped": Code("the log is larger than the parser reads (4 GiB of text, 2,000,000 lines, or a compressed "
                        "log expanding like a decompression bomb); what follows was not read", False),
     "socket_fallback": Code("NCCL used its Socket transport on an EFA instance (fail across nodes, warn on one)",
@@ -690,7 +695,15 @@ def _missing_evidence(log: ParsedLog, exp: Expectation, row: SizeRow | None, tra
 def judge(log: ParsedLog, expectation: Expectation | None, *, not_judged_reason: str = "") -> Verdict:
     """The verdict on `log`. With no expectation, a log fails only on what fails any run; else not judged."""
     if log.tool == "nccom-test":
-        return _neuron(log, expectation)
+        return _neuron(log, expectation, not_judged_reason)
+    if expectation is not None and expectation.tool == "nccom-test":
+        mismatch = _f("benchmark_mismatch", "fail", f"benchmark mismatch: {expectation.instance_type} is a Trainium "
+                      "instance, judged on AWS Neuron's nccom-test output; this log is not nccom-test's",
+                      "run nccom-test on Neuron queues (the acceptance job does), or give the instance type the log "
+                      "ran on")
+        findings = _reading(log) + _integrity(log) + _completeness(log) + [mismatch]
+        return Verdict("fail", expectation, None, None, tuple(findings), f"not comparable: {expectation.instance_type}"
+                       " is judged on nccom-test output")
     findings = (_integrity(log) + _completeness(log) + _test_failures(log) + _shape(log, expectation)
                 + _data(log, expectation) + _reading(log))
     if expectation is None:
@@ -721,11 +734,267 @@ def judge(log: ParsedLog, expectation: Expectation | None, *, not_judged_reason:
                    baseline_sentence(log, exp, row, gate))
 
 
-def _neuron(log: ParsedLog, exp: Expectation | None) -> Verdict:
-    finding = _f("neuron_not_judged", "warn", "Neuron nccom-test output: read, not judged (fmcluster has no "
-                 "public trn1/trn2 floors for nccom-test yet, and nccl-tests floors do not apply)",
-                 "compare its busbw with the Neuron documentation's nccom-test figures by hand")
-    return Verdict("not_judged", exp, None, None, (finding,), "not judged: Neuron nccom-test output")
+# --- AWS Neuron's nccom-test (fmcluster.acceptance.neuron) -------------------------------------------------------
+
+NCCOM_FIX = ("read the neuron-bench log file nccom-test names (`/tmp/nccom_test_log_*.log`); check the Neuron driver and "
+             "devices on every node (`neuron-ls`, `lsmod | grep neuron`), that no other process holds the NeuronCores "
+             "(`neuron-top`), and for several instances NEURON_RT_ROOT_COMM_ID and the EFA devices; rerun")
+
+
+def _neuron(log: ParsedLog, exp: Expectation | None, not_judged_reason: str) -> Verdict:
+    """nccom-test output, judged by the same rule as nccl-tests' (pass only on positive evidence): one completed
+    table with its command line; no failure line; every row physical (algbw = size/time in the unit nccom-test
+    printed, busbw = that x nccom-test's own bus factor for the command's workers); and, against a Neuron instance
+    type, the expected operation, workers (NeuronCores x nodes) and nodes, `--check` where data checks are
+    required, a finite row at the reference size and all_reduce's busbw at or above the floor."""
+    run = log.nccom or NccomRun()
+    command = run.command
+    findings = _reading(log) + _neuron_completeness(log, run) + _neuron_integrity(log, run)
+    if run.garbled_lines:
+        findings.append(_f("garbled", "warn", f"{run.garbled_lines} row-shaped line(s) under nccom-test's header could "
+                           "not be read and were skipped", "check what wraps the output (a launcher prefix, a pager)"))
+    if exp is None:
+        findings += _neuron_physics(run, None)
+        if command is not None and not command.check and run.rows:
+            findings.append(_f("data_unchecked", "warn", "nccom-test ran without --check, so nothing shows the "
+                               "results were right", "run nccom-test with --check (the acceptance job does)"))
+        failed = any(f.severity == "fail" for f in findings)
+        findings.append(_f("neuron_not_judged", "warn", "AWS Neuron nccom-test output: read, not judged against a "
+                           f"floor or a rank count: {not_judged_reason or 'no instance type given'}",
+                           "give --instance-type (trn1.32xlarge, ...) or --org and, when the log does not show the "
+                           "nccom-test command line, --nodes"))
+        return Verdict("fail" if failed else "not_judged", None, None, None, tuple(findings),
+                       "not judged: nccom-test output without an instance type to compare with")
+    if exp.tool != "nccom-test":
+        findings.append(_f("benchmark_mismatch", "fail", f"benchmark mismatch: this is AWS Neuron nccom-test output; "
+                           f"{exp.instance_type} runs nccl-tests", "judge it against the Trainium instance type it "
+                           "ran on (--instance-type trn1.32xlarge, ...)"))
+        return Verdict("fail", exp, None, None, tuple(findings), f"not comparable: nccom-test output judged as "
+                       f"{exp.instance_type}")
+    operation = (command.operation if command is not None else None) or exp.collective or "all_reduce"
+    if run.rows:
+        findings += _neuron_command(run, exp) + _neuron_physics(run, exp)
+    floor, source, origin = exp.floor_for(operation, exp.expected_ranks)
+    if floor is None and run.rows:
+        findings.append(_f("bandwidth_not_gated", "warn", f"{operation}'s bandwidth is reported, not gated: {source}",
+                           "gate Trainium bandwidth with nccom-test all_reduce (`allr`)"))
+    row = run.row_at(exp.message_bytes)
+    busbw = _nccom_gbps(row)
+    if row is None and run.rows:
+        findings.append(_neuron_reference_missing(run, exp))
+    elif row is not None and busbw is not None and floor is not None and busbw < floor:
+        cause, fix, blames = _slowness(findings)
+        findings.append(_f("below_floor", "fail", f"busbw {busbw:.2f} GB/s at {human_bytes(row.size_bytes)} is under "
+                           f"the floor of {floor:g} GB/s; {cause}", fix, blames))
+    if not any(f.severity == "fail" for f in findings):
+        missing = _neuron_missing_evidence(log, run, exp, row, floor)
+        if missing:
+            findings.append(_f("no_positive_evidence", "fail", f"no positive evidence to pass on: {missing}",
+                               "echo the nccom-test command in the job (the acceptance job script does) and run the "
+                               "reference size with --check"))
+    status: Status = "fail" if any(f.severity == "fail" for f in findings) else "pass"
+    gate = Gate(operation, floor, source, origin)
+    return Verdict(status, exp, busbw, row.size_bytes if row is not None else None, tuple(findings),
+                   _neuron_baseline(run, exp, row, gate))
+
+
+def _nccom_gbps(row: NccomRow | None) -> float | None:
+    """A row's busbw in decimal GB/s (the unit of every floor), whatever unit nccom-test printed it in."""
+    if row is None or not row.finite:
+        return None
+    return row.busbw_gbps * neuron.units(row)[0][1] / 1e9
+
+
+def _neuron_completeness(log: ParsedLog, run: NccomRun) -> list[Finding]:
+    if run.failures:
+        where = "before printing results" if not run.rows else "(a table printed before it proves nothing)"
+        return [_f("nccom_test_failed", "fail", f"nccom-test failed {where}: {run.failures[0]}"
+                   + (f" (and {len(run.failures) - 1} more)" if len(run.failures) > 1 else ""), NCCOM_FIX)]
+    kills = [e for e in log.errors if "CANCELLED" in e or "Killed" in e or "oom" in e.lower()]
+    if not run.rows:
+        if log.killed:
+            return [_f("killed", "fail", f"the job was killed before nccom-test's first result: "
+                       f"{(kills or list(log.errors) or [''])[0]}", "look at the job's time limit and at `sacct -j JOBID`")]
+        if log.errors:
+            return [_f("run_failed", "fail", f"the job failed before nccom-test printed results: {log.errors[0]}",
+                       NCCOM_FIX)]
+        if run.unreadable_sizes or run.garbled_lines:
+            return [_f("table_unreadable", "fail", f"{run.garbled_lines} row-shaped line(s) under nccom-test's header "
+                       f"({' '.join(run.columns)}) but not one readable row", "`fmcluster acceptance parse LOG` shows "
+                       "what was read; report the log if it is nccom-test's own output")]
+        if run.columns or run.commands:
+            return [_f("truncated", "fail", "nccom-test started (its command or header is there) but the log stops "
+                       "before the first result: it hung or died while the collectives set up",
+                       "rerun; for several instances check NEURON_RT_ROOT_COMM_ID and that every node reaches it")]
+        return [_f("no_results", "fail", "the log has no nccom-test size table", "read the job's output and stderr")]
+    out: list[Finding] = []
+    if run.tables > 1 or len(run.commands) > 1:
+        out.append(_f("multiple_tables", "fail", f"{max(run.tables, len(run.commands))} nccom-test runs or result "
+                      "tables in one log (several commands, or --streams-json's one table per stream): no single run "
+                      "can be judged", "write one nccom-test run per log, one collective per run"))
+    if not log.completed:
+        largest = human_bytes(max(r.size_bytes for r in run.rows))
+        if log.killed:
+            out.append(_f("killed", "fail", f"the job was killed mid-run after {largest}: "
+                          f"{(kills or list(log.errors) or [''])[0]}", "raise the job's time limit or lower -e"))
+        else:
+            out.append(_f("truncated", "fail", f"the log stops after {largest} without nccom-test's `Avg bus "
+                          "bandwidth:` line (truncated output, or a node died)", "rerun; bisect if it repeats"))
+    return out
+
+
+def _neuron_integrity(log: ParsedLog, run: NccomRun) -> list[Finding]:
+    bad = [f"{human_bytes(r.size_bytes)}: " + ", ".join(f"{name} {value}" for name, value in
+                                                      (("time", r.time_us), ("algbw", r.algbw_gbps),
+                                                       ("busbw", r.busbw_gbps)) if not math.isfinite(value))
+           for r in run.rows if not r.finite]
+    if log.avg_busbw_text is not None and (log.avg_busbw_gbps is None or not math.isfinite(log.avg_busbw_gbps)):
+        bad.append(f"the footer's average '{log.avg_busbw_text}'")
+    if not bad:
+        return []
+    return [_f("non_finite", "fail", f"nccom-test printed figures that are not finite numbers: {'; '.join(bad[:4])}",
+               NCCOM_FIX)]
+
+
+def _neuron_command(run: NccomRun, exp: Expectation) -> list[Finding]:
+    """The command line against the expectation: operation, workers, nodes, whole-run groups, --check."""
+    command = run.command
+    if command is None:
+        return [_f("rank_count_unknown", "warn", "the log does not show the nccom-test command line, and nccom-test "
+                   "prints no rank list: the operation, workers, nodes and --check are not shown",
+                   "echo the command in the job script (`set -x`, or the acceptance job's "
+                   "`# fmcluster acceptance job: nccom-test ...` line)")] + (
+            [_f("data_unchecked", "fail" if exp.require_data_check else "warn", "nothing shows nccom-test ran with "
+                "--check (its command line is not in the log)", "run nccom-test with --check and echo the command")])
+    out: list[Finding] = []
+    expected = exp.collective
+    if expected and command.operation is not None and command.operation != expected:
+        out.append(_f("benchmark_mismatch", "fail", f"benchmark mismatch: nccom-test ran {command.operation}, "
+                      f"{expected} was expected", "check the job script's nccom-test operation"))
+    if command.replica_groups:
+        out.append(_f("benchmark_mismatch", "fail", "nccom-test ran its collectives over sub-groups "
+                      "(--data-parallel-dimension, --custom-replica-groups or --streams-json), not over every worker "
+                      "the floor is defined for", "run the whole-cluster collective without replica groups"))
+    if command.ranks is None:
+        out.append(_f("rank_count_unknown", "warn", f"the nccom-test command line does not give a number of workers "
+                      f"(`{command.text[:120]}`)", "echo the expanded command (`set -x`)"))
+    elif exp.expected_ranks and command.ranks != exp.expected_ranks:
+        per = exp.expected_ranks // max(exp.nodes, 1)
+        out.append(_f("rank_count", "fail", f"nccom-test ran {command.ranks} workers (-r), {exp.expected_ranks} "
+                      f"expected: {exp.nodes} node(s) of {exp.instance_type} with {per} NeuronCores each",
+                      "run one worker per NeuronCore (`-r` = NeuronCores per instance x instances); check `neuron-ls` "
+                      "shows every device on every node"))
+    if command.nodes is None or command.nodes != exp.nodes:
+        out.append(_f("host_count", "fail", f"nccom-test ran on {command.nodes if command.nodes else 'an unknown number of'}"
+                      f" node(s) (-N), the run is judged as {exp.nodes}", "give the node count the job used "
+                      "(--nodes), or check the job's -N and --hosts"))
+    if not command.check:
+        required = exp.require_data_check
+        out.append(_f("data_unchecked", "fail" if required else "warn", "nccom-test ran without --check, so nothing "
+                      f"shows the results were right{'; this gate requires checked data' if required else ''}",
+                      "run nccom-test with --check (the acceptance job does)"))
+    return out
+
+
+def _neuron_physics(run: NccomRun, exp: Expectation | None) -> list[Finding]:
+    """algbw = size/time (in GiB/s or GB/s: nccom-test has printed both), busbw = that x nccom-test's bus factor for
+    the command's workers (else the expected ones), and, across instances, all_reduce under the EFA ceiling."""
+    command = run.command
+    operation = (command.operation if command else None) or (exp.collective if exp else None)
+    ranks = (command.ranks if command else None) or (exp.expected_ranks if exp else None)
+    factor = None if command is not None and command.replica_groups else neuron.bus_factor(operation, ranks)
+    ceiling = None
+    if exp is not None and exp.instance is not None and operation == "all_reduce" and ranks:
+        ceiling = ceiling_gbps(exp.instance, "all_reduce", exp.nodes, ranks)
+    bad: list[str] = []
+    for row in run.rows:
+        if not row.finite:
+            continue
+        where = f"{human_bytes(row.size_bytes)} (line {row.line_no})"
+        if row.time_us <= 0:
+            bad.append(f"{where}: time {row.time_us:g} µs is not positive")
+            continue
+        relative = PHYSICS_TOLERANCE + row.time_resolution_us / row.time_us
+        (unit, scale), (other, other_scale) = neuron.units(row)
+        algbw = row.size_bytes / (row.time_us * 1e-6) / scale
+        problems = []
+        if not _close(row.algbw_gbps, algbw, relative):
+            problems.append(f"algbw {row.algbw_gbps:g} but size/time is {algbw:.4g} {unit} "
+                            f"({row.size_bytes / (row.time_us * 1e-6) / other_scale:.4g} {other})")
+        elif factor is not None and not _close(row.busbw_gbps, algbw * factor, relative):
+            problems.append(f"busbw {row.busbw_gbps:g} but size/time x {factor:.4g} is {algbw * factor:.4g} {unit}")
+        if ceiling is not None and row.busbw_gbps * scale / 1e9 > ceiling[0] * (1 + CEILING_TOLERANCE):
+            problems.append(f"busbw {row.busbw_gbps * scale / 1e9:.2f} GB/s is above the physical ceiling "
+                            f"{ceiling[0]:.1f} GB/s ({ceiling[1]})")
+        if problems:
+            bad.append(f"{where}: {'; '.join(problems)}")
+    if not bad:
+        return []
+    more = f"; and {len(bad) - 3} more" if len(bad) > 3 else ""
+    return [_f("non_physical", "fail", f"{len(bad)} nccom-test row(s) cannot be a real measurement: "
+               f"{' | '.join(bad[:3])}{more}", "rerun; figures edited or post-processed by a script are not evidence")]
+
+
+def _neuron_reference_missing(run: NccomRun, exp: Expectation) -> Finding:
+    ref = exp.message_bytes
+    sizes = sorted({r.size_bytes for r in run.rows})
+    if ref in run.unreadable_sizes:
+        what = f"the {human_bytes(ref)} row could not be read"
+    elif sizes and sizes[-1] < ref:
+        what = f"the largest size run was {human_bytes(sizes[-1])}"
+    else:
+        what = f"the sizes run skip it ({', '.join(human_bytes(s) for s in sizes[:3])}, ...)"
+    return _f("reference_size_missing", "fail", f"no readable nccom-test result at the reference size "
+              f"{human_bytes(ref)}: {what}", f"run nccom-test with -b/-e covering {human_bytes(ref)} (e.g. -b 8 -e 1G -f 2)")
+
+
+def _neuron_missing_evidence(log: ParsedLog, run: NccomRun, exp: Expectation, row: NccomRow | None,
+                             floor: float | None) -> str | None:
+    """Why the pass rule is not met, or None when it is. Independent of the findings above."""
+    command = run.command
+    if not log.completed or run.tables != 1 or len(run.commands) > 1 or run.failures:
+        return "no single completed nccom-test table"
+    if command is None:
+        return "the nccom-test command line (operation, workers, nodes, --check) is not in the log"
+    if command.ranks != exp.expected_ranks or command.nodes != exp.nodes:
+        return "the command line does not show the expected workers and nodes"
+    if exp.require_data_check and not command.check:
+        return "nccom-test did not run with --check"
+    if row is None or not row.finite:
+        return f"no finite row at the reference size {human_bytes(exp.message_bytes)}"
+    busbw = _nccom_gbps(row)
+    if floor is not None and not (busbw is not None and busbw >= floor):
+        return "the reference row is under the floor"
+    return None
+
+
+def _neuron_baseline(run: NccomRun, exp: Expectation, row: NccomRow | None, gate: Gate) -> str:
+    size = human_bytes(exp.message_bytes)
+    klass = "1 instance: NeuronLink only" if exp.nodes <= 1 else "2+ instances: crosses EFA"
+    head = (f"{exp.instance_type} x{exp.nodes} node{'s' if exp.nodes > 1 else ''} ({klass}), nccom-test "
+            f"{gate.collective} busbw at {size}")
+    if row is None:
+        measured = f"no result at {size}"
+    elif not row.finite:
+        measured = f"no finite result at {size}"
+    else:
+        unit = neuron.units(row)[0][0]
+        measured = f"measured {_nccom_gbps(row):.2f} GB/s (nccom-test printed {row.busbw_gbps:g} {unit})"
+    if gate.floor_gbps is None:
+        floor = f"not gated ({gate.floor_source})"
+    elif gate.floor_from == "tenant override":
+        floor = f"floor {gate.floor_gbps:g} GB/s (tenant override; the catalog's is {exp.catalog_floor_gbps:g})"
+    else:
+        floor = f"floor {gate.floor_gbps:g} GB/s (catalog: {gate.floor_source})"
+    same = next((f for f in exp.public if f.message_bytes == exp.message_bytes), None)
+    busbw = _nccom_gbps(row)
+    if same is not None and gate.collective == "all_reduce":
+        share = f": this run is at {100 * busbw / same.gbps:.0f}% of it" if busbw is not None else ""
+        public = (f"healthy clusters show ~{same.gbps:g} GB/s at {size} on {same.nodes} node(s) ({same.source})"
+                  f"{share}")
+    else:
+        public = "no public nccom-test figure for this instance type, node class and size"
+    return f"{head}: {measured}; {floor}; {public}"
 
 
 def _reading(log: ParsedLog) -> list[Finding]:
