@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
+import subprocess
+from pathlib import Path, PurePosixPath
+from typing import Any
 
 import pytest
 
 from fmcluster.acceptance.expectation import expectation_for, resolve_expectation
 from fmcluster.acceptance.neuron import bus_factor, parse_command, units
 from fmcluster.acceptance.parser import parse_file, parse_text
+from fmcluster.acceptance.slurm import Job
 from fmcluster.acceptance.verdict import Verdict, judge, render
 from fmcluster.catalog import load_catalog
 from fmcluster.cli import main
@@ -183,3 +186,64 @@ def test_the_user_guide_s_failure_and_driver_examples_are_nccom_test_failures() 
         v = judge(log, expectation_for(load_catalog()["trn1.32xlarge"], 1))
         assert failed(v) == {"nccom_test_failed"}, render(v)
         assert re.search(r"neuron-bench|DKMS", v.cause)
+
+
+# --- the gate on a Trainium queue ------------------------------------------------------------------------------
+
+class FakeSlurm:
+    """sinfo, `test -f` on the job scripts, sbatch, wait and cat of the job logs: what run_acceptance sends."""
+
+    def __init__(self, scripts: set[str], logs: dict[str, str]) -> None:
+        self.scripts, self.logs = scripts, logs
+        self.submitted: list[tuple[str, tuple[str, ...], int | None]] = []
+
+    def run(self, argv: list[str], check: bool = True, timeout: float = 60) -> "subprocess.CompletedProcess[str]":
+        if argv[0] == "sinfo":
+            return subprocess.CompletedProcess(argv, 0, "trn-1 idle\ntrn-2 idle\n", "")
+        assert argv[:2] == ["test", "-f"], argv
+        return subprocess.CompletedProcess(argv, 0 if argv[2] in self.scripts else 1, "", "")
+
+    def make_dir(self, path: PurePosixPath) -> None:
+        pass
+
+    def submit(self, script: PurePosixPath, *, nodes: list[str], output: PurePosixPath,
+               ntasks_per_node: int | None = None, **_: object) -> Job:
+        self.submitted.append((str(script), tuple(nodes), ntasks_per_node))
+        return Job(len(self.submitted), tuple(nodes), output)
+
+    def wait(self, jobs: list[Job], timeout: float, poll: float = 0.5) -> dict[int, str]:
+        return {j.job_id: "COMPLETED" for j in jobs}
+
+    def read_file(self, path: PurePosixPath) -> str | None:
+        return self.logs.get(path.name)
+
+
+def _trn1_gate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scripts: set[str]) -> tuple[Any, FakeSlurm]:
+    from fmcluster.acceptance import runner
+    from fmcluster.model import load_spec
+
+    tenant = load_spec(ROOT / "golden" / "parallelcluster" / "trn1-tenant.yml")
+    monkeypatch.setattr(runner.results, "new_run_dir", lambda org, now=None: tmp_path)
+    monkeypatch.setattr(runner.results, "previous_result", lambda org, current: None)
+    single = (PUBLIC / "neuron-docs-nccom-test-single-2rank.log").read_text()
+    slurm = FakeSlurm(scripts, {"trn-all_reduce-1node.log": single, "trn-all_reduce-2nodes.log": CHECKED})
+    result = runner.run_acceptance(tenant, slurm, "/fsx", out=lambda line: None)  # type: ignore[arg-type]
+    return result, slurm
+
+
+def test_a_trainium_queue_without_the_nccom_test_job_script_is_reported_not_gated(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    result, slurm = _trn1_gate(tmp_path, monkeypatch, set())
+    assert slurm.submitted == [] and result.tests == [] and result.passed
+    assert any("nccom-test" in n and "neuron-all_reduce.sbatch" in n and "not gated" in n for n in result.notes)
+
+
+def test_a_trainium_queue_with_the_job_script_runs_nccom_test_and_judges_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    result, slurm = _trn1_gate(tmp_path, monkeypatch, {"/opt/fmcluster/acceptance/neuron-all_reduce.sbatch"})
+    assert slurm.submitted == [("/opt/fmcluster/acceptance/neuron-all_reduce.sbatch", ("trn-1",), 32),
+                               ("/opt/fmcluster/acceptance/neuron-all_reduce.sbatch", ("trn-1", "trn-2"), 32)]
+    verdicts = {t.name: t.verdict for t in result.tests}
+    assert verdicts["trn-all_reduce-2nodes"].passed, render(verdicts["trn-all_reduce-2nodes"])
+    assert "rank_count" in failed(verdicts["trn-all_reduce-1node"])  # the guide's 2-worker run is not a full instance
+    assert not result.passed and result.bisection is None  # only a failing all-node run is bisected

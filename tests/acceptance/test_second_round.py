@@ -148,7 +148,7 @@ def test_nccom_test_output_is_read_never_unreadable_and_judged_given_its_instanc
     assert main(["acceptance", "parse", path, "--json"]) == ExitCode.NOT_JUDGED
     data = json.loads(capsys.readouterr().out)
     assert data["codes"] == ["data_unchecked", "neuron_not_judged"] and data["log"]["tool"] == "nccom-test"
-    assert data["log"]["nccom"]["command"] if "command" in data["log"]["nccom"] else data["log"]["nccom"]["commands"]
+    assert data["log"]["nccom"]["commands"][0]["ranks"] == 32 and data["log"]["nccom"]["commands"][0]["nodes"] == 2
     assert main(["acceptance", "parse", path, "--instance-type", "trn1.32xlarge"]) == ExitCode.FAILED
     assert "nccom-test ran 32 workers (-r), 64 expected" in capsys.readouterr().out
 

@@ -2,7 +2,8 @@
 
 `run_acceptance(tenant)` is what `invoke acceptance` and the deploy flow call. Per compute queue it runs
 each of `tenant.acceptance.tests` on one node and on all available nodes of the queue (jobs submitted
-with `sbatch` to the job scripts the `nccl_tests` role installed), parses and judges every log against
+with `sbatch` to the job scripts the `nccl_tests` role installed: nccl-tests, the CPU bench, or AWS Neuron's
+nccom-test on Trainium queues where its `neuron-<collective>.sbatch` is installed), parses and judges every log against
 the catalog, and when the all-node all_reduce fails for a reason a node can cause (bandwidth under the
 floor with no configuration problem visible, wrong data, a hang) bisects node pairs and drains the
 nodes found (`scontrol update nodename=… state=drain reason=…`). Configuration-wide failures (sockets
@@ -28,7 +29,7 @@ from fmcluster.catalog import InstanceType
 from fmcluster.exits import ExitCode
 from fmcluster.model import Queue, Tenant
 
-Backend = Literal["nccl", "cpu"]
+Backend = Literal["nccl", "cpu", "neuron"]
 Out = Callable[[str], object]
 
 #: Where the nccl_tests role puts the job scripts on the login node (the controller without one).
@@ -38,12 +39,18 @@ SHARED_RUNS = "fmcluster/acceptance"
 #: CPU stand-in: one rank per node on the all-node run, two on the single-node run (a 1-rank collective
 #: moves no data).
 CPU_SINGLE_NODE_RANKS = 2
-PROBE_ARGS: dict[Backend, tuple[str, ...]] = {"cpu": ("-n", "3", "-w", "1"), "nccl": ("-g", "1", "-c", "1", "-n", "20")}
+PROBE_ARGS: dict[Backend, tuple[str, ...]] = {"cpu": ("-n", "3", "-w", "1"), "nccl": ("-g", "1", "-c", "1", "-n", "20"),
+                                              "neuron": ("--check", "-n", "20")}
 
 
 def backend_for(instance: InstanceType) -> Backend | None:
-    """nccl-tests on CUDA instances, fmcluster's TCP-ring bench on CPU ones; None for Neuron (nccom-test, not here)."""
-    return {"cuda": "nccl", "none": "cpu"}.get(instance.accelerator)  # type: ignore[return-value]
+    """nccl-tests on CUDA instances, fmcluster's TCP-ring bench on CPU ones, AWS Neuron's nccom-test on Trainium."""
+    return {"cuda": "nccl", "none": "cpu", "neuron": "neuron"}.get(instance.accelerator)  # type: ignore[return-value]
+
+
+def job_script(jobs: PurePosixPath, backend: Backend, collective: str) -> PurePosixPath:
+    """`<backend>-<collective>.sbatch` in the job directory the nccl_tests role fills."""
+    return jobs / f"{backend}-{collective}.sbatch"
 
 
 @dataclass(frozen=True)
@@ -124,7 +131,7 @@ class _Gate:
     def submit(self, name: str, backend: Backend, collective: str, nodes: Sequence[str], rpn: int,
                args: Sequence[str] = ()) -> Job:
         return self.client.submit(
-            self.jobs / f"{backend}-{collective}.sbatch", nodes=nodes, output=self.remote_dir / f"{name}.log",
+            job_script(self.jobs, backend, collective), nodes=nodes, output=self.remote_dir / f"{name}.log",
             ntasks_per_node=rpn, job_name=f"fmc-accept-{name}"[:60], args=args)
 
     def collect(self, specs: Sequence[tuple[str, str, Queue, tuple[str, ...], int, Job]]) -> list[CollectiveRun]:
@@ -175,6 +182,11 @@ def human_size_arg(n: int) -> str:
 def ranks_per_node(instance: InstanceType, backend: Backend, single: bool = False) -> int:
     if backend == "nccl":
         return instance.accelerators_per_node
+    if backend == "neuron":  # nccom-test's workers: one per NeuronCore (fmcluster.acceptance.neuron)
+        from fmcluster.acceptance.neuron import NEURON_CORES
+
+        cores = NEURON_CORES.get(instance.name)
+        return cores.per_node if cores else 0
     return CPU_SINGLE_NODE_RANKS if single else 1
 
 
@@ -210,9 +222,9 @@ def run_acceptance(tenant: Tenant, client: SlurmClient, shared_dir: str, *, out:
     queues: list[tuple[Queue, Backend, list[str]]] = []
     for queue in tenant.queues:
         backend = backend_for(queue.instance)
-        if backend is None:
-            result.notes.append(f"queue {queue.name}: {queue.instance.name} is a Neuron instance; nccl-tests does "
-                                "not apply (nccom-test acceptance is not implemented yet) — not gated")
+        unrunnable = _unrunnable(client, gate, queue, backend, tenant.acceptance.tests)
+        if backend is None or unrunnable:
+            result.notes.append(f"queue {queue.name}: {unrunnable or 'no benchmark for its accelerator'} — not gated")
             out(f"acceptance: {result.notes[-1]}")
             continue
         nodes, unavailable = available_nodes(client, queue.name)
@@ -276,6 +288,22 @@ def run_acceptance(tenant: Tenant, client: SlurmClient, shared_dir: str, *, out:
     for line in result.comparison:
         out(f"  {line}")
     return result
+
+
+def _unrunnable(client: SlurmClient, gate: _Gate, queue: Queue, backend: Backend | None,
+                collectives: Sequence[str]) -> str:
+    """Why a Trainium queue cannot be gated yet ('' when it can): the verdict judges nccom-test output, but the job
+    scripts that run it (`neuron-<collective>.sbatch`) come from the nccl_tests role, which may not install them."""
+    if backend != "neuron":
+        return ""
+    if not ranks_per_node(queue.instance, backend):
+        return f"{queue.instance.name}: fmcluster does not know its NeuronCores per instance (nccom-test's workers)"
+    missing = [str(job_script(gate.jobs, backend, c)) for c in collectives
+               if client.run(["test", "-f", str(job_script(gate.jobs, backend, c))], check=False).returncode != 0]
+    if missing:
+        return (f"{queue.instance.name} runs AWS Neuron's nccom-test, whose job script is not installed "
+                f"({', '.join(missing)}; the nccl_tests role installs nccl-* and cpu-* scripts only)")
+    return ""
 
 
 def available_nodes(client: SlurmClient, partition: str) -> tuple[list[str], list[str]]:
