@@ -13,6 +13,7 @@ APT_PACKAGES=(
   iproute2 iputils-ping procps psmisc            # network namespaces, veth, bridge; process checks
   git rsync sudo                                 # ansible-pull from a local git server; become
   mmdebstrap                                     # the local nodes' pristine Debian 12 image
+  systemd-container                              # systemd-nspawn: each local node boots its own systemd
   apt-cacher-ng                                  # the local VPC's package source (a caching proxy of Debian's archive)
   slapd ldap-utils openssl                       # the local substrate's directory (OpenLDAP, TLS) for `directory:`
 )

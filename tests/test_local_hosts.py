@@ -1,14 +1,16 @@
-"""Local hosts (fmcluster.providers.local.hosts): the machines of a provider-local tenant, made of namespaces.
+"""Local hosts (fmcluster.providers.local.hosts): the machines of a provider-local tenant, each booting systemd.
 
 A host stands in for one EC2 instance: its own address on the tenant's bridge, its own hostname, its own
-filesystem (an overlay of this machine's root). These tests create real namespaces, veth pairs, a bridge and
-mounts (root only), under a temporary substrate directory, and check that nothing is left afterwards.
+filesystem (an overlay of the pristine image), its own init and process table. These tests boot real hosts
+(systemd-nspawn), veth pairs, a bridge and mounts (root only), under a temporary substrate directory, and check
+that nothing is left afterwards.
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from conftest import substrate_root_at
-from fmcluster.providers.local import harness
+from fmcluster.providers.local import harness, image
 from fmcluster.providers.local.packages import APT_CONF_PATH, stop_package_source
 from fmcluster.providers.local.hosts import (
     IFNAMSIZ, Bind, Host, HostSpec, SubstrateError, _veth_names, bridge_name, ensure_network, host_run,
@@ -108,14 +110,21 @@ def dirs(substrate: Path) -> dict[str, Path]:
 @pytest.fixture(scope="module")
 def specs(dirs: dict[str, Path]) -> list[HostSpec]:
     binds = (Bind(str(dirs["shared"]), "/shared"), Bind(str(dirs["image"]), "/opt/image", read_only=True))
-    return [HostSpec(f"i-{n}", f"ip-10-93-30-{n}", f"10.93.30.{n}", 25, VPC, binds, (str(dirs["checkout"]),))
-            for n in (132, 133)]
+    pristine = str(image.ensure_image().rootfs)
+    return [HostSpec(f"i-{n}", f"ip-10-93-30-{n}", f"10.93.30.{n}", 25, VPC, binds, (str(dirs["checkout"]),),
+                     image=pristine) for n in (132, 133)]
+
+
+def not_an_instance(host: Host) -> None:
+    """What these hosts' disks hold before boot: their hostname, and cloud-init off (no metadata service here)."""
+    (host.root / "etc" / "hostname").write_text(f"{host.hostname}\n")
+    (host.root / "etc" / "cloud" / "cloud-init.disabled").write_text("test host\n")
 
 
 @pytest.fixture(scope="module")
 def hosts(substrate: Path, specs: list[HostSpec]) -> list[Host]:
     ensure_network(ORG, VPC, [router_address(PRIVATE)])
-    made, created, removed = reconcile_hosts(ORG, specs, bridge_name(ORG))
+    made, created, removed = reconcile_hosts(ORG, specs, bridge_name(ORG), not_an_instance)
     assert (made, removed) == (created, [])
     return made
 
@@ -133,6 +142,24 @@ def test_each_host_has_its_own_address_and_hostname(hosts: list[Host]) -> None:
 
 
 @root_only
+def test_each_host_boots_its_own_systemd_and_sees_only_its_own_processes(hosts: list[Host]) -> None:
+    """As an instance: systemd is PID 1, `ps -e` lists the host's processes alone, and a process killed by name in
+    one host is killed there only (issue 35: `pkill -x slurmd` on one node killed every node's)."""
+    sleepers = [subprocess.Popen([*h.nsenter(), "sleep", "301"]) for h in hosts]
+    try:
+        for host in hosts:
+            assert sh(host, "ps -o comm= -p 1").stdout.strip() == "systemd"
+            assert sh(host, "systemctl is-system-running --wait").stdout.strip() in ("running", "degraded")
+            listed = sh(host, "ps -e -o pid=,comm=").stdout
+            assert "systemd-nspawn" not in listed and "pytest" not in listed, listed
+        assert sh(hosts[0], "pkill -x sleep").returncode == 0
+        assert sleepers[0].wait(timeout=10) != 0 and sleepers[1].poll() is None, "the other host's process lives on"
+    finally:
+        for sleeper in sleepers:
+            sleeper.kill()
+
+
+@root_only
 def test_hosts_reach_each_other_and_the_vpc_router_on_the_bridge(hosts: list[Host]) -> None:
     for target in (hosts[1].address, "10.93.30.129"):
         ping = sh(hosts[0], f"ping -c1 -W2 {target}")
@@ -146,6 +173,17 @@ def test_a_file_written_in_one_host_is_seen_by_no_other_host_nor_this_machine(ho
     assert sh(hosts[1], f"test -e {probe}").returncode == 1
     assert not Path(probe).exists()
     assert sh(hosts[0], "cat /etc/hostname; ls /tmp /run | wc -l").returncode == 0  # /tmp and /run are its own
+
+
+@root_only
+def test_a_reboot_from_inside_boots_the_host_again_with_its_disk_kept(hosts: list[Host]) -> None:
+    before = hosts[0].init_pid()
+    assert sh(hosts[0], "echo kept > /root/across-reboot && systemctl reboot").returncode in (0, 255)
+    deadline = time.monotonic() + 60
+    while hosts[0].init_pid() in (None, before) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert hosts[0].init_pid() not in (None, before), "the host did not come back"
+    assert sh(hosts[0], "cat /root/across-reboot").stdout == "kept\n"
 
 
 @root_only

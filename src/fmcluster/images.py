@@ -40,7 +40,8 @@ class Component:
 
 
 Init = Literal["systemd", "none"]
-Cgroup = Literal["v2", "v1", "hybrid"]
+#: "hybrid-read-only": v1 controllers mounted read-only (a container whose manager delegates none of them).
+Cgroup = Literal["v2", "v1", "hybrid", "hybrid-read-only"]
 SlurmInstaller = Literal["fmcluster", "service"]
 AcceleratorStack = Literal["upgradable", "service-owned", "none"]
 #: Slurm's first release with a cgroup v2 plugin (https://slurm.schedmd.com/cgroup_v2.html).
@@ -64,7 +65,7 @@ class Contract:
 
     def slurm_cgroups(self) -> bool:
         """Slurm may use its cgroup plugins: systemd delegates a subtree, and the Slurm knows the hierarchy."""
-        if self.init != "systemd" or self.slurm_version is None:
+        if self.init != "systemd" or self.slurm_version is None or self.cgroup == "hybrid-read-only":
             return False
         if self.cgroup == "v1":
             return True
@@ -83,6 +84,8 @@ class Contract:
             "imds_guard_access_tool": self.imds_access_tool or "",
             # The operator logs in as the image's default user (roles/operator_access keeps the key under /etc/ssh).
             "operator_access_user": self.default_user,
+            # ... and submits the acceptance jobs as that user: it needs an association where they are enforced.
+            "slurm_associations_operator": self.default_user,
         }
         if self.nccl_home is not None:
             variables["nccl_tests_nccl_home"] = self.nccl_home

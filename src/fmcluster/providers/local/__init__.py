@@ -25,9 +25,9 @@
 
 from __future__ import annotations
 
-import base64
 import ipaddress
 import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -42,10 +42,10 @@ from fmcluster.paths import repo_root
 from fmcluster.providers import (BootResult, NoEndpoint, Out, Route, known_nodes, operator_argv, operator_key_path,
                                  route_to)
 from fmcluster.providers.local.hosts import (
-    Bind, Host, HostSpec, SubstrateError, bridge_name, ensure_network, host_run, host_spawn, load_hosts,
+    Bind, Host, HostSpec, SubstrateError, bridge_name, ensure_network, host_run, load_hosts,
     reconcile_hosts, remove_all, remove_host, router_address, substrate_root,
 )
-from fmcluster.providers.local import channel, directory, image, instance_role, packages
+from fmcluster.providers.local import channel, directory, image, instance_role, metadata, packages
 from fmcluster.providers.local.packages import APT_CONF_PATH, PackageSource, ensure_package_source, stop_package_source
 from fmcluster.stacks import aws
 from fmcluster.users import home_root
@@ -53,8 +53,12 @@ from fmcluster.users import home_root
 #: Share of this machine's memory each local node offers Slurm (slurmd drains a node whose configured
 #: RealMemory exceeds what it detects, and every host detects this whole machine).
 MEMORY_SHARE = 0.9
-USER_DATA_PATH = "/var/lib/cloud/instance/user-data.txt"
 CONSOLE_LOG = "/var/log/cloud-init-output.log"
+#: Where the region's AWS endpoints answer, for every unit the host's systemd starts (cloud-init's user data, the
+#: node agent) and every login (/etc/environment): on AWS the SDKs find them by name; here they are the emulator.
+ENDPOINT_UNIT_CONF = "/etc/systemd/system.conf.d/90-fmcluster-aws-endpoint.conf"
+ENDPOINT_WHY = ("fmcluster local substrate: the region's AWS endpoints are the tenant's emulator "
+                "(docs/local-nodes.md)")
 #: The emulator ships no DLAMI or Ubuntu parameters, only Amazon Linux's: every image parameter names that one
 #: here (the hosts boot the pristine local image, node_image, whatever the image id says).
 EMULATOR_IMAGE_PARAMETER = "/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-default-x86_64"
@@ -123,7 +127,8 @@ class LocalProvider:
                    {"Name": "instance-state-name", "Values": list(LIVE_STATES)}]
         for page in ec2.get_paginator("describe_instances").paginate(Filters=filters):
             for reservation in page["Reservations"]:
-                found += reservation["Instances"]
+                found += [{**instance, "ReservationId": reservation.get("ReservationId", "")}
+                          for instance in reservation["Instances"]]
         return found
 
     def boot(self, endpoint: str | None, out: Out) -> BootResult:
@@ -152,14 +157,20 @@ class LocalProvider:
                                   address, prefixes.get(instance.get("SubnetId", ""), vpc.prefixlen), str(vpc),
                                   binds, image=str(rootfs.rootfs)))
             by_key[instance["InstanceId"]] = instance
-        hosts, created, removed = reconcile_hosts(self.tenant.org, specs, bridge_name(self.tenant.org))
+        cidrs = {s["SubnetId"]: s["CidrBlock"] for s in ec2.describe_subnets()["Subnets"]}
+        hosts, created, removed = reconcile_hosts(
+            self.tenant.org, specs, bridge_name(self.tenant.org),
+            lambda host: self._prepare(host, by_key[host.key], ec2, endpoint, source, cidrs))
         for host in removed:
             out(f"  host {host.hostname} ({host.address}, {host.key}) removed: its instance is gone")
             result.removed.append(host.hostname)
         for host in created:
-            self._first_boot(host, by_key[host.key], ec2, endpoint, source)
-            out(f"  host {host.hostname} ({host.address}, {host.key}) booted: running its user data")
+            out(f"  host {host.hostname} ({host.address}, {host.key}) booted: systemd, then cloud-init runs its "
+                "user data from its metadata service")
             result.started.append(host.hostname)
+        for host in hosts:
+            if host not in created and metadata.ensure_service(host):
+                out(f"  host {host.hostname}: its metadata service was down; started again")
         result.kept = [h.hostname for h in hosts if h not in created]
         return result
 
@@ -186,44 +197,49 @@ class LocalProvider:
                 if current != value:
                     secrets.put_secret_value(SecretId=name, SecretString=value)
 
-    def _first_boot(self, host: Host, instance: dict[str, Any], ec2: Any, endpoint: str | None,
-                    source: PackageSource) -> None:
-        """What EC2 and cloud-init do for a new instance: its own ssh host keys, its key pair, the VPC's package
-        source for apt, sshd, then its user data, detached. Nothing else is put on the host."""
-        done = host_run(host, ["ssh-keygen", "-A"])
-        if done.returncode != 0:
-            raise SubstrateError(f"cannot make the ssh host keys of host {host.hostname}: {done.stderr.strip()}")
-        self._write(host, APT_CONF_PATH, source.apt_conf(), "0644")
-        key_name = instance.get("KeyName")
-        if key_name:
-            pair = ec2.describe_key_pairs(KeyNames=[key_name], IncludePublicKey=True)["KeyPairs"][0]
-            self._write(host, "/root/.ssh/authorized_keys", pair["PublicKey"].strip() + "\n", "0600")
-        started = host_run(host, ["/usr/sbin/sshd"])
-        if started.returncode != 0:
-            raise SubstrateError(f"sshd did not start on host {host.hostname}: {started.stderr.strip()}")
-        raw = ec2.describe_instance_attribute(InstanceId=host.key, Attribute="userData").get("UserData", {})
-        user_data = base64.b64decode(raw.get("Value", "")).decode() if raw.get("Value") else ""
-        if not user_data:
-            return
-        self._write(host, USER_DATA_PATH, user_data, "0700")
-        # The instance role's session, as IMDS would hand it: the node's own identity (its own report key).
+    def _prepare(self, host: Host, instance: dict[str, Any], ec2: Any, endpoint: str | None,
+                 source: PackageSource, cidrs: dict[str, str]) -> None:
+        """Before a new host boots: its metadata service (what EC2 knows of the instance), and on its disk what the
+        substrate differs in (docs/local-nodes.md): where the region's AWS endpoints answer, and apt's package
+        source. Everything else — its ssh host keys, the key pair in the default user's authorized_keys, its
+        hostname, its user data — cloud-init does at boot from the metadata service, as on EC2."""
+        def client(service: str) -> Any:
+            return aws.client(service, self.tenant.region, endpoint)
+
         stacks = [f"{self.tenant.stack_prefix}-{kind}" for kind in ("cluster", "storage", "network")]
-        session = instance_role.role_session(instance, lambda service: aws.client(service, self.tenant.region, endpoint),
-                                             stacks)
-        env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-               "HOME": "/root", "LANG": "C.UTF-8", "AWS_ENDPOINT_URL": str(endpoint), **session}
+        session = instance_role.role_session(instance, client, stacks)
+        public_key = ""
+        if instance.get("KeyName"):
+            pair = ec2.describe_key_pairs(KeyNames=[instance["KeyName"]], IncludePublicKey=True)["KeyPairs"][0]
+            public_key = pair["PublicKey"]
+        raw = ec2.describe_instance_attribute(InstanceId=host.key, Attribute="userData").get("UserData", {})
+        user_data = str(raw.get("Value") or "")  # base64, as EC2 serves it decoded: the stand-in decodes
+        account = client("sts").get_caller_identity()["Account"]
+        metadata.write_config(host, metadata.instance_config(
+            instance, instance.get("ReservationId", ""), account, self.tenant.region, [self.tenant.network.vpc_cidr],
+            cidrs.get(instance.get("SubnetId", ""), self.tenant.network.vpc_cidr), public_key, user_data,
+            instance_role.launch_template_data(instance, client, stacks), session))
+        metadata.ensure_service(host)
+        done = subprocess.run(["ip", "-n", host.netns, "link", "set", "dev", "eth0", "address", metadata.mac(instance)],
+                              capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise SubstrateError(f"cannot give host {host.hostname}'s eth0 its instance's MAC: {done.stderr.strip()}")
+        environment = {"AWS_ENDPOINT_URL": str(endpoint)}
         # Fault tests shorten the nodes' retries (node-bootstrap.sh and the agent honour it); unset normally.
         if os.environ.get("FMCLUSTER_FETCH_TRIES"):
-            env["FMCLUSTER_FETCH_TRIES"] = os.environ["FMCLUSTER_FETCH_TRIES"]
-        host_spawn(host, ["/bin/bash", USER_DATA_PATH], env, CONSOLE_LOG)
+            environment["FMCLUSTER_FETCH_TRIES"] = os.environ["FMCLUSTER_FETCH_TRIES"]
+        manager = "".join(f"DefaultEnvironment={key}={value}\n" for key, value in environment.items())
+        self._write(host, ENDPOINT_UNIT_CONF, f"# {ENDPOINT_WHY}\n[Manager]\n{manager}")
+        self._write(host, "/etc/environment", "".join(f"{key}={value}\n" for key, value in environment.items()))
+        self._write(host, APT_CONF_PATH, source.apt_conf())
 
     @staticmethod
-    def _write(host: Host, path: str, content: str, mode: str) -> None:
-        folder = os.path.dirname(path)
-        done = host_run(host, ["sh", "-c", f"install -d -m 0700 '{folder}' && cat > '{path}' && chmod {mode} '{path}'"],
-                        input_text=content)
-        if done.returncode != 0:
-            raise SubstrateError(f"cannot write {path} on host {host.hostname}: {done.stderr.strip()}")
+    def _write(host: Host, path: str, content: str) -> None:
+        """A file on the host's disk before it boots (root's, 0644)."""
+        target = host.root / path.lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(content)
+        target.chmod(0o644)
 
     # --- the rest of the substrate --------------------------------------------------------------------------
     def image_parameter(self, path: str) -> str:
@@ -261,23 +277,36 @@ class LocalProvider:
                 raise SubstrateError(f"no local host for instance {escaped(target.instance_id)} "
                                      f"({escaped(target.name)}): nothing to open a session to")
             return ("ip", "netns", "exec", host.netns, sys.executable, "-I", str(Path(channel.__file__)), "%h", "%p")
-        return route_to(node, known_nodes(self.tenant.org), operator_key_path(self.tenant.org), "root", session)
+        return route_to(node, known_nodes(self.tenant.org), operator_key_path(self.tenant.org), self.login_user(),
+                        session)
+
+    def login_user(self) -> str:
+        """The account cloud-init puts the EC2 key pair in: the local image's default user (its contract)."""
+        from fmcluster.images import load_images
+
+        return load_images()[image.NAME].contract.default_user
 
 
     def client_argv(self, node: Node) -> list[str]:
-        return operator_argv(self.route(node), operator_key_path(self.tenant.org), "root")
+        return operator_argv(self.route(node), operator_key_path(self.tenant.org), self.login_user())
 
     def console_output(self, endpoint: str | None, node: Node) -> str:
         host = next((h for h in load_hosts(self.tenant.org) if h.key == node.instance_id), None)
         if host is None:
             return "(no local host for this instance)"
-        done = host_run(host, ["tail", "-n", "30", CONSOLE_LOG])
-        return done.stdout or done.stderr
+        if host.init_pid() is not None:
+            done = host_run(host, ["tail", "-n", "30", CONSOLE_LOG])
+            if done.returncode == 0:
+                return done.stdout
+        # A host that is down (or has not written its cloud-init log yet): its console, as the serial console shows.
+        lines = host.console.read_text(errors="replace").splitlines() if host.console.is_file() else []
+        return "\n".join(lines[-30:])
 
     def substrate_notes(self) -> list[str]:
         notes = [f"AWS APIs: moto emulator on {self.router} (the VPC router address of {self.subnets['private']})",
-                 f"instances: namespace hosts on bridge {bridge_name(self.tenant.org)} (own network, hostname and "
-                 "overlay file system of the pristine image below; nothing of this machine's is mounted in them)",
+                 f"instances: systemd-nspawn containers on bridge {bridge_name(self.tenant.org)}, each booting its own "
+                 "systemd as PID 1 (own PID, network, UTS, IPC and mount namespaces; an overlay of the pristine image "
+                 "below; nothing of this machine's is mounted in them but the shared-storage stand-ins)",
                  f"image: {image.NAME}, a pristine Debian 12 root file system built by mmdebstrap from Debian's packages "
                  f"({image.image_dir()}): {', '.join(image.PACKAGES)}; first boot adds the rest",
                  f"package source: apt-cacher-ng (Debian's archive) on {self.router}:{packages.PORT}, "
@@ -285,8 +314,11 @@ class LocalProvider:
                  "operator access: a node without a public address is reached by a Session Manager session; its "
                  "channel is stood in (ssh's ProxyCommand enters the instance's own network namespace, found by its "
                  "instance id, and connects to its sshd, as the SSM agent forwards AWS-StartSSHSession)",
-                 "instance credentials: no IMDS here; each host's user data gets the emulator's STS session of the "
-                 "role in its instance profile, named by its instance id, as IMDS would hand it"]
+                 "instances' metadata: each host's own metadata service on 169.254.169.254 in its network "
+                 "(fmcluster.providers.local.imds, IMDSv2): the instance as the emulator describes it, its key pair, "
+                 "user data, and its profile's role session from the emulator's STS; cloud-init reads it at boot",
+                 f"AWS endpoints: the emulator, named in each host's systemd manager environment ({ENDPOINT_UNIT_CONF}) "
+                 "and /etc/environment (on AWS the SDKs find the region's endpoints by name)"]
         if self.tenant.directory is not None:
             notes.append(f"directory: OpenLDAP slapd (Debian's package) on ldaps://{self.router}:{directory.PORT}, "
                          f"standing in for the tenant's {self.tenant.directory.uri} with a demo tree "

@@ -15,10 +15,11 @@ own network, hostname and filesystem) on a VPC range, with
   nothing of this machine's) and the VPC's package source on the router address (apt-cacher-ng,
   fmcluster.providers.local.packages), so the roles under test install Slurm, munge and the rest through apt
   exactly as on a node; at `up` each new host gets what EC2 and a node's first boot give it before any role
-  runs: its own ssh host keys, apt pointed at the package source, and apt's package lists;
+  runs: its own ssh host keys, apt pointed at the package source, and apt's package lists; each host boots
+  its own systemd (cloud-init is off: there is no metadata service or user data here);
 - each `--shared` directory bound at the same path on every host (a shared file system stand-in);
 - an ed25519 key made for the run (under the tenant's substrate directory, removed by `down`) in root's
-  authorized_keys, and sshd running in each host.
+  authorized_keys, and sshd started by each host's systemd.
 
 `up` is idempotent: a second run with the same arguments changes nothing and says "nothing changed".
 """
@@ -39,7 +40,7 @@ from fmcluster.nodes import hostname_for
 from fmcluster.providers.local import image
 from fmcluster.providers.local.hosts import (
     Bind, Host, HostSpec, SubstrateError, bridge_name, ensure_network, host_run, reconcile_hosts, remove_all,
-    router_address, substrate_root,
+    router_address, substrate_root, wait_running,
 )
 from fmcluster.providers.local.packages import APT_CONF_PATH, PackageSource, ensure_package_source, stop_package_source
 from fmcluster.stacks.render import subnet_cidrs
@@ -99,25 +100,29 @@ def ssh_key(org: str) -> Path:
     return key
 
 
-def _authorize(host: Host, public_key: str) -> None:
-    current = host_run(host, ["cat", "/root/.ssh/authorized_keys"])
-    if current.returncode == 0 and current.stdout == public_key:
-        return
-    done = host_run(host, ["sh", "-c", "install -d -m 0700 /root/.ssh && cat > /root/.ssh/authorized_keys && "
-                                       "chmod 0600 /root/.ssh/authorized_keys"], input_text=public_key)
+def _prepare(host: Host, source: PackageSource, public_key: str) -> None:
+    """What a new host's disk holds before it boots: its own ssh host keys, the run's key in root's
+    authorized_keys, apt pointed at the VPC's package source. cloud-init stays off: a harness host is not an
+    instance (no user data, no metadata service)."""
+    root = host.root
+    done = subprocess.run(["ssh-keygen", "-A", "-f", str(root)], capture_output=True, text=True, check=False)
     if done.returncode != 0:
-        raise SubstrateError(f"cannot write root's authorized_keys on {host.hostname}: {done.stderr.strip()}")
+        raise SubstrateError(f"cannot make the ssh host keys of {host.hostname}: {done.stderr.strip()}")
+    (root / "root" / ".ssh").mkdir(mode=0o700, parents=True, exist_ok=True)
+    keys = root / "root" / ".ssh" / "authorized_keys"
+    keys.write_text(public_key)
+    keys.chmod(0o600)
+    (root / APT_CONF_PATH.lstrip("/")).write_text(source.apt_conf())
+    (root / "etc" / "hostname").write_text(f"{host.hostname}\n")
+    (root / "etc" / "cloud" / "cloud-init.disabled").write_text("fmcluster role-test harness: not an instance\n")
 
 
-def _ensure_sshd(host: Host) -> bool:
-    """Start sshd in the host unless one listens there on port 22; returns whether it was started."""
-    listening = host_run(host, ["ss", "-Hltn", "sport = :22"])
-    if listening.returncode == 0 and listening.stdout.strip():
-        return False
-    started = host_run(host, ["/usr/sbin/sshd"])
-    if started.returncode != 0:
-        raise SubstrateError(f"sshd did not start on host {host.hostname}: {started.stderr.strip()}")
-    return True
+def _first_boot(host: Host) -> None:
+    """Once its systemd is up (sshd with it): apt's package lists, as node-bootstrap.sh's packages stage makes."""
+    wait_running(host)
+    done = host_run(host, ["apt-get", "-q", "-o", "DPkg::Lock::Timeout=600", "update"], timeout=600)
+    if done.returncode != 0:
+        raise SubstrateError(f"apt-get update failed on host {host.hostname}: {(done.stderr or done.stdout).strip()[-500:]}")
 
 
 def inventory_document(hosts: Sequence[Host], key: Path) -> dict[str, object]:
@@ -128,18 +133,6 @@ def inventory_document(hosts: Sequence[Host], key: Path) -> dict[str, object]:
                  "ansible_ssh_common_args": "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null"},
         "hosts": {h.hostname: {"ansible_host": h.address} for h in hosts},
     }}
-
-
-def _first_boot(host: Host, source: PackageSource) -> None:
-    """What EC2 and a node's first boot give a new host before any role runs: its ssh host keys, apt pointed at
-    the VPC's package source, apt's package lists (node-bootstrap.sh's packages stage runs `apt-get update`)."""
-    for argv in (["ssh-keygen", "-A"],
-                 ["sh", "-c", f"cat > {APT_CONF_PATH}"],
-                 ["apt-get", "-q", "-o", "DPkg::Lock::Timeout=600", "update"]):
-        done = host_run(host, argv, input_text=source.apt_conf() if argv[0] == "sh" else None, timeout=600)
-        if done.returncode != 0:
-            raise SubstrateError(f"{' '.join(argv[:2])} failed on host {host.hostname}: "
-                                 f"{(done.stderr or done.stdout).strip()[-500:]}")
 
 
 def up(org: str, vpc_cidr: str, count: int, inventory: Path, shared: Sequence[str] = (),
@@ -155,16 +148,13 @@ def up(org: str, vpc_cidr: str, count: int, inventory: Path, shared: Sequence[st
         folder = shared_source(org, mount)
         folder.mkdir(parents=True, exist_ok=True)
         folder.chmod(0o1777)
-    hosts, created, removed = reconcile_hosts(org, specs, bridge_name(org))
-    for host in created:
-        _first_boot(host, source)
     key = ssh_key(org)
     public_key = Path(f"{key}.pub").read_text()
-    started = []
-    for host in hosts:
-        _authorize(host, public_key)
-        if _ensure_sshd(host):
-            started.append(host.hostname)
+    hosts, created, removed = reconcile_hosts(org, specs, bridge_name(org),
+                                              lambda host: _prepare(host, source, public_key))
+    for host in created:
+        _first_boot(host)
+    started = [h.hostname for h in created]
     text = HEADER + yaml.safe_dump(inventory_document(hosts, key), sort_keys=False)
     written = not inventory.is_file() or inventory.read_text() != text
     if written:

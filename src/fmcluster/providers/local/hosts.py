@@ -1,18 +1,20 @@
-"""Local hosts: the machines of a provider-`local` tenant, each made of Linux namespaces on this machine.
+"""Local hosts: the machines of a provider-`local` tenant, each a container that boots systemd as an instance does.
 
 A host stands in for one EC2 instance. It has
 - its own network: a network namespace whose `eth0` (one end of a veth pair, the other on the tenant's
   bridge) carries the instance's private address; the whole VPC range is on-link, so hosts reach each other
   and the bridge (which holds each subnet's router address, `.1`, as the VPC router does) without routing;
-- its own hostname: a UTS namespace set to the instance's private DNS name (`ip-10-77-128-4`);
-- its own filesystem: a mount namespace whose root is an overlay of its image (provider local: the pristine
-  Debian 12 root file system of fmcluster.providers.local.image, which holds nothing of this machine's) with a
-  private writable layer, and fresh /run and /tmp.
-So every role uses the same paths as on AWS (/etc/slurm, /etc/munge, /etc/fmcluster, /opt/fmcluster) and no
-host sees another's files. Processes share this machine's kernel and process table; the clock is shared too.
+- its own init: `systemd-nspawn --boot` (Debian's systemd-container) starts the image's systemd as PID 1 in the
+  host's own PID, IPC, UTS and mount namespaces, joined to that network namespace; `ps -e` on a host lists
+  only its own processes, and systemd starts its units, timers, mounts and cloud-init as on an instance;
+- its own filesystem: the root is an overlay of its image (provider local: the pristine Debian 12 root file
+  system of fmcluster.providers.local.image) with a private writable layer; only the shared-storage stand-ins
+  are bound in.
+So every role uses the same paths and the same service manager as on AWS. The kernel and the clock are this
+machine's. A reboot inside a host (`systemctl reboot`) boots it again, as an instance reboots; the console
+(what an instance's serial console shows) goes to `<substrate>/console/<instance id>.log`.
 
-Namespaces outlive the processes in them through bind-mounted handles under `<substrate>/ns/`. Everything a
-tenant has here lives under `substrate_root(org)` and goes with `remove_all`.
+Everything a tenant has here lives under `substrate_root(org)` and goes with `remove_all`.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -81,13 +83,31 @@ class Host:
     def netns_path(self) -> str:
         return f"/run/netns/{self.netns}"
 
-    def ns_handle(self, kind: str) -> Path:
-        return substrate_root(self.org) / "ns" / f"{self.key}.{kind}"
+    @property
+    def root(self) -> Path:
+        """The host's root file system as this machine sees it (the overlay systemd-nspawn boots)."""
+        return substrate_root(self.org) / "roots" / self.key
+
+    @property
+    def console(self) -> Path:
+        return substrate_root(self.org) / "console" / f"{self.key}.log"
+
+    def init_pid(self) -> int | None:
+        """The pid (in this machine's PID namespace) of the host's PID 1, its systemd; None when it is down."""
+        supervisor = read_pid(_pidfile(self.org, self.key))
+        if supervisor is None:
+            return None
+        for nspawn in _children(supervisor):
+            for init in _children(nspawn):
+                return init
+        return None
 
     def nsenter(self) -> list[str]:
-        """argv prefix that runs a command inside this host (its network, filesystem and hostname)."""
-        return ["nsenter", f"--net={self.netns_path}", f"--mount={self.ns_handle('mnt')}",
-                f"--uts={self.ns_handle('uts')}", "--wdns=/"]
+        """argv prefix that runs a command inside this host: all of its PID 1's namespaces, its root."""
+        pid = self.init_pid()
+        if pid is None:
+            raise SubstrateError(f"host {self.hostname} ({self.key}) is not running")
+        return ["nsenter", "-t", str(pid), "--all"]
 
 
 def substrate_root(org: str) -> Path:
@@ -135,9 +155,10 @@ def _is_mountpoint(path: Path) -> bool:
 def require_root() -> None:
     if os.geteuid() != 0:
         raise SubstrateError("local hosts need root (namespaces, veth, bridge, mounts); run as root")
-    for tool in ("ip", "nsenter", "unshare", "mount", "mountpoint"):
+    for tool in ("ip", "nsenter", "systemd-nspawn", "mount", "mountpoint"):
         if not shutil.which(tool):
-            raise SubstrateError(f"{tool} is missing; run scripts/bootstrap.sh (iproute2, util-linux)")
+            raise SubstrateError(f"{tool} is missing; run scripts/bootstrap.sh (iproute2, util-linux, "
+                                 "systemd-container)")
 
 
 # --- the tenant's network: one bridge, the VPC router addresses -------------------------------------------
@@ -204,15 +225,104 @@ def _ensure_substrate_dirs(org: str) -> None:
     root = substrate_root(org)
     root.mkdir(parents=True, exist_ok=True)
     root.chmod(0o755)
-    ns = root / "ns"
-    ns.mkdir(exist_ok=True)
-    if not _is_mountpoint(ns):  # namespace handles need a private mount to be bound onto
-        _run(["mount", "--bind", str(ns), str(ns)])
-        _run(["mount", "--make-private", str(ns)])
+    for name in ("run", "console", "roots"):
+        (root / name).mkdir(exist_ok=True)
     layers = root / "layers"
     layers.mkdir(exist_ok=True)
     if not _is_mountpoint(layers):  # another filesystem than /, or overlay refuses an upper layer inside its lower
         _run(["mount", "-t", "tmpfs", "-o", f"size={LAYERS_SIZE},mode=0700", f"fmcluster-{org}", str(layers)])
+
+
+# --- one host's init: systemd-nspawn --boot, restarted when the host reboots --------------------------------
+
+#: systemd-nspawn's exit status when the container's systemd asked for a reboot (systemd-nspawn(1)).
+NSPAWN_REBOOT = 133
+#: How long a host's systemd may take to come up before its boot is called failed.
+INIT_TIMEOUT_S = 60.0
+
+
+def _pidfile(org: str, key: str) -> Path:
+    return substrate_root(org) / "run" / f"{key}.pid"
+
+
+def read_pid(path: Path) -> int | None:
+    try:
+        pid = int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+    return pid if Path(f"/proc/{pid}").exists() and not _is_zombie(pid) else None
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        found = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return []
+    return [int(child) for child in found]
+
+
+def _nspawn_argv(spec: HostSpec, host: Host) -> list[str]:
+    argv = ["systemd-nspawn", "--boot", "--quiet",
+            # No systemd-machined and no systemd on this machine to register with or to make a scope.
+            "--register=no", "--keep-unit",
+            f"--directory={host.root}", f"--network-namespace-path={host.netns_path}",
+            f"--machine={host.netns}"[:74], f"--hostname={spec.hostname}",
+            # Nothing of this machine's: not its resolver, time zone or journal.
+            "--resolv-conf=off", "--timezone=off", "--link-journal=no", "--console=read-only",
+            # An instance's root manages its own network (iptables: imds_guard); systemd-nspawn grants this only
+            # with a network it makes itself. Not CAP_SYS_TIME or CAP_SYS_MODULE: the clock and the kernel are
+            # this machine's.
+            "--capability=CAP_NET_ADMIN"]
+    argv += [f"--tmpfs={hidden}:mode=0755" for hidden in spec.hidden]
+    argv += [f"--bind{'-ro' if b.read_only else ''}={b.source}:{b.target}" for b in spec.binds]
+    return argv
+
+
+def boot_host(host: Host, spec: HostSpec) -> None:
+    """Start the host's init (systemd as PID 1); a reboot from inside boots it again, a poweroff ends it."""
+    argv = _nspawn_argv(spec, host)
+    # The loop stands in for the hypervisor: exit 133 is the guest's reboot.
+    loop = f"while :; do {' '.join(_shell_quote(a) for a in argv)}; rc=$?; [ $rc -eq {NSPAWN_REBOOT} ] || exit $rc; done"
+    host.console.parent.mkdir(parents=True, exist_ok=True)
+    with host.console.open("ab") as console:
+        proc = subprocess.Popen(["sh", "-c", loop], stdin=subprocess.DEVNULL, stdout=console,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    _pidfile(host.org, host.key).write_text(f"{proc.pid}\n")
+    deadline = time.monotonic() + INIT_TIMEOUT_S
+    while host.init_pid() is None:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            tail = "\n".join(host.console.read_text(errors="replace").splitlines()[-8:])
+            raise SubstrateError(f"host {host.hostname} did not boot (systemd-nspawn exit {proc.poll()}); "
+                                 f"console {host.console}:\n{tail}")
+        time.sleep(0.1)
+
+
+def wait_running(host: Host, timeout_s: float = INIT_TIMEOUT_S) -> None:
+    """Wait until the host's systemd has finished starting its units (running or degraded, as an instance's
+    status checks see it); SubstrateError naming the failed units otherwise."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        # "offline": PID 1 does not answer on its bus yet (it has just been exec'd); --wait covers only the rest.
+        done = host_run(host, ["systemctl", "is-system-running", "--wait"], timeout=timeout_s)
+        state = done.stdout.strip()
+        if state not in ("offline", "") or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    if state not in ("running", "degraded"):
+        raise SubstrateError(f"host {host.hostname} did not finish booting (systemd: {state or done.stderr.strip()})")
+
+
+def _stop_init(host: Host) -> None:
+    """Take the host down hard, as pulling an instance's power: its supervisor first (no reboot loop), then every
+    process in its PID namespace goes with its PID 1."""
+    supervisor = read_pid(_pidfile(host.org, host.key))
+    if supervisor is not None:
+        nspawn = _children(supervisor)
+        terminate([supervisor], timeout=2.0, sig=signal.SIGKILL)
+        inits = [init for pid in nspawn for init in _children(pid)]
+        terminate(inits, timeout=10.0, sig=signal.SIGKILL)
+        terminate(nspawn, timeout=10.0)
+    _pidfile(host.org, host.key).unlink(missing_ok=True)
 
 
 # --- one host --------------------------------------------------------------------------------------------
@@ -223,31 +333,10 @@ def _veth_names(org: str, address: str, vpc_cidr: str) -> tuple[str, str]:
     return f"fm{tag}{offset:x}"[:IFNAMSIZ], f"fp{tag}{offset:x}"[:IFNAMSIZ]
 
 
-def _root_script(spec: HostSpec, upper: Path, work: Path, merged: Path) -> str:
-    """Shell run in the host's new mount namespace: overlay root, fresh /run and /tmp, binds, pivot_root."""
-    lines = [
-        "set -eu",
-        f"mkdir -p {merged}",
-        f"mount -t overlay overlay -o lowerdir={spec.image},upperdir={upper},workdir={work} {merged}",
-        f"for d in proc sys dev; do mount --rbind /$d {merged}/$d; done",
-        f"mount -t tmpfs -o mode=0755 tmpfs {merged}/run",
-        f"mount -t tmpfs -o mode=1777 tmpfs {merged}/tmp",
-        f"mkdir -p {merged}/run/sshd {merged}/run/lock",
-    ]
-    for hidden in spec.hidden:
-        lines.append(f"[ -d {merged}{hidden} ] && mount -t tmpfs -o mode=0755 tmpfs {merged}{hidden} || true")
-    for bind in spec.binds:
-        target = f"{merged}{bind.target}"
-        lines.append(f"mkdir -p {target} && mount --bind {bind.source} {target}")
-        if bind.read_only:
-            lines.append(f"mount -o remount,bind,ro {target}")
-    lines += [f"cd {merged}", "mkdir -p .oldroot", "pivot_root . .oldroot", "umount -l /.oldroot",
-              "rmdir /.oldroot"]
-    return "\n".join(lines) + "\n"
-
-
-def ensure_host(org: str, spec: HostSpec, bridge: str) -> tuple[Host, bool]:
-    """Create the host (or check the one there); returns it and whether anything was created."""
+def ensure_host(org: str, spec: HostSpec, bridge: str,
+                prepare: Callable[[Host], None] | None = None) -> tuple[Host, bool]:
+    """Create the host (or check the one there); returns it and whether anything was created. `prepare` writes
+    into a new host's root before it boots (what the substrate puts on the disk: never an answer)."""
     host_veth, peer = _veth_names(org, spec.address, spec.vpc_cidr)
     host = Host(org, spec.key, spec.hostname, spec.address, f"fmc-{org}-{spec.key}"[:64], host_veth,
                 {"binds": [asdict(b) for b in spec.binds], "image": spec.image})
@@ -272,44 +361,44 @@ def ensure_host(org: str, spec: HostSpec, bridge: str) -> tuple[Host, bool]:
     _run(["ip", "-n", host.netns, "route", "replace", spec.vpc_cidr, "dev", "eth0"])
     _run(["ip", "link", "set", host_veth, "master", bridge, "up"])
 
-    mnt, uts = host.ns_handle("mnt"), host.ns_handle("uts")
-    if not (_is_mountpoint(mnt) and _is_mountpoint(uts)):
-        for handle in (mnt, uts):
-            if _is_mountpoint(handle):
-                _run(["umount", str(handle)])
-            handle.touch()
+    if host.init_pid() is None:
+        _stop_init(host)  # a supervisor left without its init
+        if _is_mountpoint(host.root):
+            _run(["umount", "-l", str(host.root)])
         layer = substrate_root(org) / "layers" / spec.key
         upper, work = layer / "upper", layer / "work"
-        shutil.rmtree(layer, ignore_errors=True)  # a host that lost its namespaces starts from the image again
+        shutil.rmtree(layer, ignore_errors=True)  # a host that lost its init starts from the image again
         upper.mkdir(parents=True)
         work.mkdir()
-        _run(["unshare", f"--mount={mnt}", f"--uts={uts}", "--propagation", "private", "true"])
-        merged = substrate_root(org) / "roots" / spec.key
-        merged.mkdir(parents=True, exist_ok=True)
-        _run(["nsenter", f"--mount={mnt}", "sh", "-s"], input_text=_root_script(spec, upper, work, merged))
-        _run(["nsenter", f"--uts={uts}", "hostname", spec.hostname])
+        host.root.mkdir(parents=True, exist_ok=True)
+        _run(["mount", "-t", "overlay", "overlay", "-o", f"lowerdir={spec.image},upperdir={upper},workdir={work}",
+              str(host.root)])
+        host.console.unlink(missing_ok=True)
+        if prepare is not None:
+            prepare(host)
+        boot_host(host, spec)
         changed = True
     return host, changed
 
 
 def remove_host(host: Host) -> None:
-    """Stop every process of the host and remove its namespaces, veth and writable layer."""
+    """Stop every process of the host and remove its network namespace, veth, root and writable layer."""
+    _stop_init(host)
     if Path(host.netns_path).exists():
-        terminate(netns_pids(host.netns))
+        terminate(netns_pids(host.netns))  # what the substrate runs in the host's network (its IMDS stand-in)
         _run(["ip", "netns", "del", host.netns], check=False)
     if _link_exists(host.host_veth):
         _run(["ip", "link", "del", host.host_veth], check=False)
-    for kind in ("mnt", "uts"):
-        handle = host.ns_handle(kind)
-        if _is_mountpoint(handle):
-            _run(["umount", "-l", str(handle)], check=False)
-        handle.unlink(missing_ok=True)
+    if _is_mountpoint(host.root):
+        _run(["umount", "-l", str(host.root)], check=False)
     shutil.rmtree(substrate_root(host.org) / "layers" / host.key, ignore_errors=True)
-    shutil.rmtree(substrate_root(host.org) / "roots" / host.key, ignore_errors=True)
+    shutil.rmtree(host.root, ignore_errors=True)
+    host.console.unlink(missing_ok=True)
 
 
-def reconcile_hosts(org: str, specs: Sequence[HostSpec], bridge: str) -> tuple[list[Host], list[Host], list[Host]]:
-    """Make the tenant's hosts exactly `specs`: (hosts, created, removed). Idempotent."""
+def reconcile_hosts(org: str, specs: Sequence[HostSpec], bridge: str, prepare: Callable[[Host], None] | None = None
+                    ) -> tuple[list[Host], list[Host], list[Host]]:
+    """Make the tenant's hosts exactly `specs`: (hosts, created, removed). Idempotent. `prepare`: see ensure_host."""
     require_root()
     _ensure_substrate_dirs(org)
     existing = {h.key: h for h in load_hosts(org)}
@@ -320,7 +409,7 @@ def reconcile_hosts(org: str, specs: Sequence[HostSpec], bridge: str) -> tuple[l
     hosts: list[Host] = []
     created: list[Host] = []
     for spec in specs:
-        host, changed = ensure_host(org, spec, bridge)
+        host, changed = ensure_host(org, spec, bridge, prepare)
         hosts.append(host)
         if changed:
             created.append(host)
@@ -341,10 +430,7 @@ def remove_all(org: str) -> list[str]:
         remove_host(host)
         gone.append(f"host {host.hostname} ({host.address})")
     root = substrate_root(org)
-    for handle in sorted((root / "ns").glob("*")) if (root / "ns").is_dir() else []:
-        if _is_mountpoint(handle):
-            _run(["umount", "-l", str(handle)], check=False)
-    for mount in (root / "ns", root / "layers"):
+    for mount in (root / "layers",):
         if _is_mountpoint(mount):
             _run(["umount", "-l", str(mount)], check=False)
     bridge = bridge_name(org)
@@ -387,11 +473,11 @@ def netns_pids(netns: str) -> list[int]:
     return [int(p) for p in proc.stdout.split() if p.strip().isdigit()]
 
 
-def terminate(pids: Iterable[int], timeout: float = 10.0) -> None:
+def terminate(pids: Iterable[int], timeout: float = 10.0, sig: int = signal.SIGTERM) -> None:
     pending = set(pids)
     for pid in pending:
         try:
-            os.kill(pid, signal.SIGTERM)
+            os.kill(pid, sig)
         except ProcessLookupError:
             pass
     deadline = time.monotonic() + timeout

@@ -1,13 +1,15 @@
 """The local nodes' image: a pristine Debian 12 root file system, built from Debian's packages with mmdebstrap.
 
 It holds what a stock Debian 12 cloud image holds for fmcluster's purposes (src/fmcluster/data/images.yml,
-`debian-12-local`): python3, ssh, curl, CA certificates, iproute2, sudo — and nothing of fmcluster's: no AWS
-CLI, no git, no toolchain, no Slurm. Everything else reaches a local node the way it reaches an AWS node, through
-its first boot (its user data, the bootstrap bundle's wheelhouse, apt from the VPC's package source).
+`debian-12-local`): systemd as init, cloud-init, python3, ssh, curl, CA certificates, iproute2, sudo — and nothing
+of fmcluster's: no AWS CLI, no git, no toolchain, no Slurm. Everything else reaches a local node the way it
+reaches an AWS node, through its first boot (cloud-init runs its user data; the bootstrap bundle's wheelhouse, apt
+from the VPC's package source).
 
-Two things are the substrate's, not the image's, and are said so: the hosts have no init system (fmcluster's
-supervised_service runs the daemons), so `policy-rc.d` tells dpkg not to start daemons on install; and the ssh
-host keys are not in the image (each host makes its own at first boot, as cloud-init does).
+What is the substrate's, not Debian's genericcloud image's, is in CUSTOMIZE and cloud.cfg beside this module, and
+listed in docs/local-nodes.md: cloud-init is told its datasource is EC2 (no DMI says so here) and leaves the
+network alone (the substrate configures eth0); no ssh host keys, hostname or resolver of the build machine stay
+in the image (cloud-init makes the keys and sets the hostname at first boot).
 
 The image is cached under /var/cache/fmcluster/images/<name>-<digest>/ (or $FMCLUSTER_IMAGE_CACHE) and built
 again only when what it is made from (suite, mirror, package list, hooks) changes.
@@ -34,13 +36,20 @@ NAME = "debian-12-local"
 SUITE = "bookworm"
 MIRROR = "http://deb.debian.org/debian"
 #: What a Debian 12 cloud image carries that fmcluster's first boot relies on (and nothing more).
-PACKAGES = ("python3", "openssh-server", "curl", "ca-certificates", "iproute2", "sudo", "procps", "netbase",
-            "iputils-ping", "less")
-#: The substrate's own changes to the image (see the module's doc).
+PACKAGES = ("systemd", "systemd-sysv", "dbus", "cloud-init", "locales", "python3", "openssh-server", "curl", "ca-certificates",
+            "iproute2", "sudo", "procps", "netbase", "iputils-ping", "less")
+#: cloud-init's configuration for the substrate (datasource EC2 through the IMDS stand-in).
+CLOUD_CFG = Path(__file__).with_name("cloud.cfg")
+CLOUD_CFG_TARGET = "/etc/cloud/cloud.cfg.d/90_fmcluster_local.cfg"
+#: The substrate's own changes to the image (see the module's doc): nothing of the build machine stays in it.
 CUSTOMIZE = (
-    "printf '#!/bin/sh\\n# fmcluster local substrate: no init system here; supervised_service runs daemons\\nexit 101\\n'"
-    " > \"$1/usr/sbin/policy-rc.d\" && chmod 0755 \"$1/usr/sbin/policy-rc.d\"",
     "rm -f \"$1\"/etc/ssh/ssh_host_*",
+    "echo localhost > \"$1/etc/hostname\"",
+    # cloud-init's locale module sets en_US.UTF-8 (its default) and Debian's locale-gen makes only what
+    # /etc/locale.gen lists: generated here, as a cloud image ships it.
+    "echo 'en_US.UTF-8 UTF-8' > \"$1/etc/locale.gen\" && chroot \"$1\" locale-gen",
+    "echo '# no resolver: the VPC resolver is not stood in' > \"$1/etc/resolv.conf\"",
+    f"upload {{cloud_cfg}} {CLOUD_CFG_TARGET}",  # {cloud_cfg}: CLOUD_CFG, filled in at build (not in the digest)
 )
 COMPLETE = ".fmcluster-image.json"
 
@@ -63,7 +72,8 @@ def cache_root() -> Path:
 
 
 def digest() -> str:
-    what = {"suite": SUITE, "mirror": MIRROR, "packages": sorted(PACKAGES), "customize": list(CUSTOMIZE)}
+    what = {"suite": SUITE, "mirror": MIRROR, "packages": sorted(PACKAGES), "customize": list(CUSTOMIZE),
+            "cloud_cfg": CLOUD_CFG.read_text()}
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:12]
 
 
@@ -96,7 +106,7 @@ def _build(folder: Path, rootfs: Path, out: Out) -> Image:
     folder.mkdir(parents=True)
     building = folder / "rootfs.partial"
     argv = ["mmdebstrap", "--mode=root", "--variant=minbase", f"--include={','.join(PACKAGES)}",
-            *[f"--customize-hook={hook}" for hook in CUSTOMIZE], SUITE, str(building), MIRROR]
+            *[f"--customize-hook={hook.format(cloud_cfg=CLOUD_CFG)}" for hook in CUSTOMIZE], SUITE, str(building), MIRROR]
     done = subprocess.run(argv, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         shutil.rmtree(folder, ignore_errors=True)

@@ -1,10 +1,9 @@
 """What EC2's instance metadata service hands an instance, stood in: its instance profile's role as a session named
 by the instance id, so the node's caller identity (aws:userid) is "<role id>:<instance id>" as on AWS.
 
-The local substrate has no IMDS. At first boot it asks the emulator's STS for exactly the session EC2 would give
-(AssumeRole of the role in the instance's profile, RoleSessionName = the instance id) and hands it to the user
-data's environment, where fmcluster-bootstrap passes it on to the node's agent and daemons (node.env, root only).
-Every node so has its own identity, and its own report key (the role policy's fmcluster/report/${aws:userid}).
+Each local host's IMDS stand-in (fmcluster.providers.local.imds) serves exactly the session EC2 would give (AssumeRole
+of the role in the instance's profile, RoleSessionName = the instance id), asked of the emulator's STS when the host
+is made. Every node so has its own identity, and its own report key (the role policy's fmcluster/report/${aws:userid}).
 
 The profile is the one the instance was launched with, found the way it was declared: the instance's own
 IamInstanceProfile when EC2 (the emulator) records it; else its launch template, reached through its Auto Scaling
@@ -15,6 +14,8 @@ No profile found is an error: on AWS such a node would have no credentials at al
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any
 
 from fmcluster.providers.local.hosts import SubstrateError
@@ -25,11 +26,9 @@ Client = Callable[[str], Any]
 SESSION_SECONDS = 12 * 3600
 
 
-def _template_profile(ec2: Any, template_id: str, version: str) -> str:
+def _template_data(ec2: Any, template_id: str, version: str) -> dict[str, Any]:
     versions = ec2.describe_launch_template_versions(LaunchTemplateId=template_id, Versions=[version or "$Default"])
-    data = (versions.get("LaunchTemplateVersions") or [{}])[0].get("LaunchTemplateData", {})
-    profile = data.get("IamInstanceProfile") or {}
-    return str(profile.get("Arn") or profile.get("Name") or "")
+    return dict((versions.get("LaunchTemplateVersions") or [{}])[0].get("LaunchTemplateData", {}))
 
 
 def _group_template(client: Client, group: str) -> tuple[str, str] | None:
@@ -65,13 +64,10 @@ def _stack_template(client: Client, stack: str, instance_id: str) -> tuple[str, 
     return (template_id, str(spec.get("Version", ""))) if template_id else None
 
 
-def instance_profile(instance: dict[str, Any], client: Client, stacks: Sequence[str]) -> str:
-    """The ARN (or name) of the instance profile `instance` was launched with; raises SubstrateError if none.
-    `stacks`: the tenant's stacks, where an instance without a group is declared (EC2 tags such an instance
-    aws:cloudformation:stack-name; the emulator does not)."""
-    recorded = (instance.get("IamInstanceProfile") or {}).get("Arn")
-    if recorded:
-        return str(recorded)
+def launch_template_data(instance: dict[str, Any], client: Client, stacks: Sequence[str]) -> dict[str, Any]:
+    """The LaunchTemplateData `instance` was launched from ({} when none is found). `stacks`: the tenant's stacks,
+    where an instance without a group is declared (EC2 tags such an instance aws:cloudformation:stack-name; the
+    emulator does not)."""
     tags = {t["Key"]: t["Value"] for t in instance.get("Tags", [])}
     where = None
     if tags.get("aws:autoscaling:groupName"):
@@ -80,16 +76,39 @@ def instance_profile(instance: dict[str, Any], client: Client, stacks: Sequence[
         declared = [tags["aws:cloudformation:stack-name"]] if tags.get("aws:cloudformation:stack-name") else stacks
         where = next((found for stack in declared
                       if (found := _stack_template(client, stack, instance["InstanceId"])) is not None), None)
-    profile = _template_profile(client("ec2"), *where) if where else ""
-    if not profile:
+    return _template_data(client("ec2"), *where) if where else {}
+
+
+def instance_profile(instance: dict[str, Any], client: Client, stacks: Sequence[str]) -> str:
+    """The ARN (or name) of the instance profile `instance` was launched with; raises SubstrateError if none."""
+    recorded = (instance.get("IamInstanceProfile") or {}).get("Arn")
+    if recorded:
+        return str(recorded)
+    profile = launch_template_data(instance, client, stacks).get("IamInstanceProfile") or {}
+    found = str(profile.get("Arn") or profile.get("Name") or "")
+    if not found:
         raise SubstrateError(f"instance {instance['InstanceId']} has no instance profile (none recorded, none in its "
                              "launch template): on AWS its node would have no credentials; the cluster stack must "
                              "give it one")
-    return profile
+    return found
 
 
-def role_session(instance: dict[str, Any], client: Client, stacks: Sequence[str]) -> dict[str, str]:
-    """The environment of `instance`'s role session: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN."""
+@dataclass(frozen=True)
+class RoleSession:
+    """What IMDS hands an instance for its profile: the profile, its role, and the role's session named by the
+    instance id."""
+
+    profile_arn: str
+    profile_id: str
+    role_name: str
+    access_key_id: str
+    secret_access_key: str
+    token: str
+    expiration: str  # ISO 8601, UTC ("Z")
+
+
+def role_session(instance: dict[str, Any], client: Client, stacks: Sequence[str]) -> RoleSession:
+    """`instance`'s role session, as IMDS's iam/security-credentials/<role> answers it."""
     profile = instance_profile(instance, client, stacks)
     iam = client("iam")
     profiles = [p for page in iam.get_paginator("list_instance_profiles").paginate()
@@ -101,6 +120,9 @@ def role_session(instance: dict[str, Any], client: Client, stacks: Sequence[str]
     session = client("sts").assume_role(RoleArn=roles[0]["Arn"], RoleSessionName=instance["InstanceId"],
                                         DurationSeconds=SESSION_SECONDS)
     credentials = session["Credentials"]
-    return {"AWS_ACCESS_KEY_ID": credentials["AccessKeyId"], "AWS_SECRET_ACCESS_KEY": credentials["SecretAccessKey"],
-            "AWS_SESSION_TOKEN": credentials["SessionToken"]}
+    expiration = credentials["Expiration"]
+    stamp = expiration.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ") if isinstance(expiration, datetime) \
+        else str(expiration)
+    return RoleSession(profiles[0]["Arn"], profiles[0]["InstanceProfileId"], roles[0]["RoleName"],
+                       credentials["AccessKeyId"], credentials["SecretAccessKey"], credentials["SessionToken"], stamp)
 
