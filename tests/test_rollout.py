@@ -72,6 +72,8 @@ class FakeSlurm:
             lines = [f"{job}|RUNNING|{','.join(nodes)}" for job, nodes in self.jobs.items()]
             return subprocess.CompletedProcess(command, 0, "".join(line + "\n" for line in lines), "")
         argv = shlex.split(command)
+        if argv[:2] == ["sudo", "-n"]:  # the operator logs in as the image's default user: drains go through sudo
+            argv = argv[2:]
         if argv[:2] == ["scontrol", "update"]:
             names = set(argv[2].removeprefix("nodename=").split(","))
             if argv[3] == "state=drain":
@@ -180,7 +182,7 @@ def test_without_approval_the_update_is_refused_naming_the_group_and_the_running
     assert failure is not None and failure.status == "REFUSED"
     assert "QueueGpuGroup (queue gpu): 16 instance(s) replaced, 4 at a time" in failure.reason
     assert "ip-10-1-0-12: allocated, jobs 1042" in failure.reason and "--approve-replace" in failure.reason
-    assert not any(c.startswith("scontrol update") for c in slurm.commands), "nothing drained without approval"
+    assert not any(c.startswith("sudo -n scontrol update") for c in slurm.commands), "nothing drained without approval"
 
 
 def test_with_approval_the_gpu_nodes_are_drained_and_the_update_waits_for_the_job() -> None:
@@ -189,8 +191,8 @@ def test_with_approval_the_gpu_nodes_are_drained_and_the_update_waits_for_the_jo
     lines: list[str] = []
     gate = gate_for(slurm, True, lines)
     assert gate(stack, launch_template_change(stack)) is None
-    drains = [c for c in slurm.commands if c.startswith("scontrol update")]
-    assert drains == [f"scontrol update nodename={','.join(GPU_NODES)} state=drain 'reason={DRAIN_REASON}'"]
+    drains = [c for c in slurm.commands if c.startswith("sudo -n scontrol update")]
+    assert drains == [f"sudo -n scontrol update nodename={','.join(GPU_NODES)} state=drain 'reason={DRAIN_REASON}'"]
     assert slurm.jobs == {} and slurm.polls > 3, "asked until Slurm showed no job on the nodes"
     assert any("waiting for ip-10-1-0-12, ip-10-1-0-13 to drain" in line for line in lines)
     assert gate.drained == GPU_NODES and gate.notes and gate.notes[0].startswith("drained ip-10-1-0-12")

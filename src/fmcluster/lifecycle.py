@@ -37,7 +37,7 @@ from fmcluster.health import slurm as slurm_text
 from fmcluster.health.inventory import INSTALL_DIR
 from fmcluster.health.triage import Finding
 from fmcluster.model import Tenant
-from fmcluster.nodes import Node
+from fmcluster.nodes import Node, as_root
 from fmcluster.providers import Provider, RouteUnusable
 from fmcluster.schedulers.registry import scheduler_for
 
@@ -46,7 +46,7 @@ HEALTH_PROGRAM = f"{INSTALL_DIR}/bin/fmcluster-health"
 #: The node_health role's paths (node_health_cluster_config_path, node_health_config_path defaults).
 CLUSTER_CONFIG = "/etc/fmcluster/health/cluster.json"
 NODE_CONFIG = "/etc/fmcluster/health/config.json"
-TRIAGE = f"{HEALTH_PROGRAM} triage --config {CLUSTER_CONFIG} --json"
+TRIAGE = as_root(f"{HEALTH_PROGRAM} triage --config {CLUSTER_CONFIG} --json")
 SHOW_NODE = "scontrol show node"
 
 
@@ -372,8 +372,8 @@ class Replacer:
 
     def _health(self, new: Node) -> str:
         """The health program on the new node, by hand (context manual: it drains nothing, files no report)."""
-        command = (f"{HEALTH_PROGRAM} check --config {NODE_CONFIG} --node {shlex.quote(new.name)} --context manual "
-                   "--no-drain --json")
+        command = as_root(f"{HEALTH_PROGRAM} check --config {NODE_CONFIG} --node {shlex.quote(new.name)} "
+                          "--context manual --no-drain --json")
         done = remote(self.provider, new, command, timeout=120)
         try:
             report = json.loads(done.stdout)

@@ -21,6 +21,12 @@ ROLES: tuple[Role, ...] = ("controller", "login", "compute")
 LIVE_STATES = ("pending", "running")
 
 
+def as_root(command: str) -> str:
+    """`command` (a shell text) as root on a node an operator reached: the operator logs in as the image's default
+    user, never root (as on AWS), and sudo without a password prompt fails at once instead of waiting."""
+    return f"sudo -n {command}"
+
+
 @dataclass(frozen=True)
 class NodeTags:
     """How a cluster's instances say what they are: the tag holding the role (its values → roles) and the one

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from fmcluster.escape import escaped, neutral
 from fmcluster.doctor.detect import Evidence
 from fmcluster.model import Tenant
-from fmcluster.nodes import Node
+from fmcluster.nodes import Node, as_root
 
 if TYPE_CHECKING:
     from fmcluster.providers import Provider
@@ -54,8 +54,8 @@ def node_script(node: Node) -> str:
     lines = ["echo '" + _MARK + "up=='"]
     if node.role == "compute":
         lines += ["echo '" + _MARK + "health=='",
-                  f"{HEALTH_PROGRAM} check --context=manual --no-drain --json --config={HEALTH_CONFIG} "
-                  f"--node={shlex.quote(node.name)} 2>&1; echo '{_MARK}rc='$?'=='"]
+                  as_root(f"{HEALTH_PROGRAM} check --context=manual --no-drain --json --config={HEALTH_CONFIG} "
+                          f"--node={shlex.quote(node.name)}") + f" 2>&1; echo '{_MARK}rc='$?'=='"]
     lines += ["echo '" + _MARK + "nccl-env=='", f"cat {NCCL_ENV_FILE} 2>/dev/null; true"]
     return "; ".join(lines)
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fmcluster.health import slurm as slurm_text
+from fmcluster.nodes import as_root
 from fmcluster.stacks.render import RenderedStack, load_cfn_yaml
 from fmcluster.stacks.result import Failure, ResourceChange
 
@@ -190,11 +191,12 @@ def read_nodes(run: RunOnController, nodes: Sequence[str]) -> NodeReading:
 
 
 def drain_command(nodes: Sequence[str]) -> str:
-    return shlex.join(["scontrol", "update", f"nodename={','.join(nodes)}", "state=drain", f"reason={DRAIN_REASON}"])
+    return as_root(shlex.join(["scontrol", "update", f"nodename={','.join(nodes)}", "state=drain",
+                               f"reason={DRAIN_REASON}"]))
 
 
 def resume_command(nodes: Sequence[str]) -> str:
-    return shlex.join(["scontrol", "update", f"nodename={','.join(nodes)}", "state=resume"])
+    return as_root(shlex.join(["scontrol", "update", f"nodename={','.join(nodes)}", "state=resume"]))
 
 
 def deployed_template(cf: Any) -> Callable[[RenderedStack], Mapping[str, Any] | None]:
