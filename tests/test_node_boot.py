@@ -190,7 +190,7 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
         venv = str(ROOT / ".venv")
         spec = HostSpec("i-boot", HOSTNAME, ADDRESS, 25, VPC,
                         (Bind(venv, venv, True), Bind(venv, "/opt/fmcluster/venv", True),
-                         Bind(str(ROOT / "src"), str(ROOT / "src"), True)), (str(ROOT),))
+                         Bind(str(ROOT / "src"), str(ROOT / "src"), True)), (str(ROOT),), boot=False)
         (host,), _, _ = reconcile_hosts(ORG, [spec], bridge_name(ORG))
         tenant = load_tenant(ORG, root)
         ref = pinned_commit()
@@ -373,7 +373,8 @@ def test_a_node_converges_itself_reports_to_the_bucket_and_never_shows_a_secret(
             assert value not in text, f"a secret value is in the {where}"
     # The node agent it started keeps the node converged from now on.
     pid = node.read("/var/lib/fmcluster/run/fmcluster-node-agent.pid").strip()
-    assert Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[1:4] == [b"-m", b"fmcluster.node", b"watch"]
+    cmdline = node.run(f"cat /proc/{pid}/cmdline").stdout  # the host's own process table
+    assert cmdline.split("\0")[1:4] == ["-m", "fmcluster.node", "watch"], cmdline
 
 
 def test_no_file_fmcluster_writes_on_the_node_shows_a_secret_to_an_unprivileged_user(node: Node, instance: str) -> None:
