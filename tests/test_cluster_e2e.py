@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import threading
@@ -174,8 +175,14 @@ def slurm(cmd: str) -> subprocess.CompletedProcess[str]:
     return invoke("slurm", f"--cmd={cmd}", timeout=300)
 
 
-def on_node(name: str, command: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+def as_operator(name: str, command: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """`command` on node `name` as the operator runs it: ssh as the image's default user, no sudo."""
     return invoke("slurm", f"--cmd={command}", f"--node={name}", timeout=timeout)
+
+
+def on_node(name: str, command: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """`command` on node `name` as root: the operator's ssh, then sudo (faults and what only root reads)."""
+    return as_operator(name, f"sudo -n bash -c {shlex.quote(command)}", timeout)
 
 
 def test_the_first_deploy_builds_the_cluster_with_every_node_converging_itself(cluster: Cluster) -> None:
@@ -255,6 +262,39 @@ def test_every_node_booted_the_pristine_image_and_brought_itself_everything_else
         stages = report.get("boot_stages") or {}
         assert set(stages) >= {"fetch", "packages", "toolchain", "commit", "converge"}, (name, stages)
     assert len(re.findall(r"first boot \d+s: fetch [\d.]+s, packages [\d.]+s, toolchain [\d.]+s", cluster.first.stdout)) == 5
+
+
+def test_each_node_is_a_booted_instance_the_operator_reaches_as_the_default_user(cluster: Cluster) -> None:
+    """Issue 35: a local node is the machine AWS boots, minus the hardware. Its PID 1 is systemd and it sees only its
+    own processes; its daemons are systemd units; cloud-init read it from its metadata service; the operator
+    reaches it as the image's default user (sudo for root); an unprivileged account gets no IMDS token; and
+    killing slurmd on one node kills no other node's."""
+    roles = nodes_of(cluster.first.stdout)
+    units = {"controller": ("fmcluster-munged", "fmcluster-slurmctld"), "login": ("fmcluster-munged",),
+             "compute": ("fmcluster-munged", "fmcluster-slurmd")}
+    token = ("curl -s -m 3 -o /dev/null -w '%{http_code}' -X PUT http://169.254.169.254/latest/api/token "
+             "-H 'X-aws-ec2-metadata-token-ttl-seconds: 60'")
+    for name, role in roles.items():
+        seen = as_operator(name, "whoami; ps -o comm= -p 1; ps -e -o comm= | sort | uniq -c | sort -rn | head -n 40; "
+                                 f"cloud-init status; systemctl is-active {' '.join(units[role])}; "
+                                 f"{token} || echo refused", timeout=120)
+        assert seen.returncode == 0, f"{name}: {seen.stdout}{seen.stderr}"
+        lines = seen.stdout.split("\n")
+        assert lines[:2] == ["debian", "systemd"], (name, lines[:2])
+        counts = {comm: int(n) for n, comm in (line.split() for line in lines[2:] if re.fullmatch(r"\s*\d+ \S+", line))}
+        assert counts.get("slurmd", 0) <= 1 and counts.get("munged", 0) == 1, (name, counts)
+        assert "systemd-nspawn" not in counts and "pytest" not in counts, (name, counts)
+        assert "status: done" in seen.stdout, (name, seen.stdout)
+        assert seen.stdout.count("\nactive") == len(units[role]), (name, seen.stdout)
+        assert seen.stdout.rstrip().endswith("refused"), f"{name}: the operator's account reached IMDS: {seen.stdout}"
+        assert "200" in on_node(name, token, timeout=60).stdout, f"{name}: root must reach IMDS"
+    compute = sorted(n for n, r in roles.items() if r == "compute")
+    assert on_node(compute[0], "pkill -KILL -x slurmd").returncode == 0
+    for other in compute[1:]:
+        assert on_node(other, "pgrep -x slurmd").returncode == 0, f"killing slurmd on {compute[0]} killed {other}'s"
+    # The node's systemd starts the daemon it lost again (Restart=on-failure), as on an instance.
+    wait_for("slurmd restarted by systemd", lambda: on_node(compute[0], "pgrep -x slurmd", 60).returncode == 0, 60)
+    wait_for(f"{compute[0]} idle again", lambda: node_states().get(compute[0], ("", ""))[0] == "idle", 120)
 
 
 def test_secrets_reach_neither_the_repository_nor_the_inventory_nor_any_log(cluster: Cluster) -> None:
@@ -453,12 +493,10 @@ def test_a_throttled_node_fails_the_gate_and_is_bisected_and_drained(cluster: Cl
         doctor_judges_the_failed_run_s_log()  # docs/doctor.md
     finally:
         subprocess.run(["ip", "netns", "exec", host.netns, "tc", "qdisc", "del", "dev", "eth0", "root"], check=False)
-        slurm(f"scontrol update nodename={name} state=resume")
+        slurm(f"sudo -n scontrol update nodename={name} state=resume")
 
 
 # --- node health, accounting and Slurm metrics (docs/health.md) --------------------------------------------
-#: Plain-process supervision on the local hosts (the supervised_service role): pidfile and recorded start argv.
-RUN_DIR = "/var/lib/fmcluster/run"
 #: Seconds a drain or a return may take: one HealthCheckInterval (30 s locally, from the manifest) twice, with
 #: slack for a loaded 2-core machine.
 HEALTH_DEADLINE = 150
@@ -513,15 +551,14 @@ def wait_for(what: str, test: Any, timeout: float, diagnose: Any = None) -> Any:
 
 
 def start_again(name: str, service: str) -> None:
-    """Start a supervised daemon on node `name` as its role does (the recorded argv; no converge)."""
-    done = on_node(name, "python3 -c 'import json, subprocess, sys; subprocess.run(json.load(open(sys.argv[1])), "
-                         f"check=True)' {RUN_DIR}/{service}.start.json", timeout=60)
+    """Start a daemon's unit on node `name` again (no converge)."""
+    done = on_node(name, f"systemctl start {service}", timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-def stop(name: str, service: str, executable: str, signal: str = "TERM") -> None:
-    done = on_node(name, f"start-stop-daemon --stop --quiet --retry={signal}/10/KILL/5 --remove-pidfile "
-                         f"--pidfile={RUN_DIR}/{service}.pid --exec={executable}", timeout=60)
+def stop(name: str, service: str) -> None:
+    """Stop a daemon's unit on node `name`: it stays down (systemd restarts only a daemon that failed)."""
+    done = on_node(name, f"systemctl stop {service}", timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -547,8 +584,9 @@ USERS = {"alice": (20001, "llm"), "bob": (20002, "vision")}
 
 def as_user(user: str, command: str, node: str = "") -> subprocess.CompletedProcess[str]:
     """`command` run by `user` from their home on the login node (or `node`), as they would after ssh."""
-    return invoke("slurm", f"--cmd=cd /fsx/home/{user} && runuser -u {user} -- {command}",
-                  *([f"--node={node}"] if node else []), timeout=300)
+    inner = f"cd /fsx/home/{user} && runuser -u {user} -- {command}"
+    return invoke("slurm", f"--cmd=sudo -n bash -c {shlex.quote(inner)}", *([f"--node={node}"] if node else []),
+                  timeout=300)
 
 
 def uids_everywhere() -> dict[str, list[str]]:
@@ -621,9 +659,9 @@ def test_broken_nodes_are_drained_with_the_check_that_caught_them_and_return_onc
     assert on_node(no_fs, "mkdir -p /root/fsx-keep && mount --bind /fsx /root/fsx-keep").returncode == 0
     t0 = time.monotonic()
     try:
-        assert on_node(killed, f"kill -KILL $(cat {RUN_DIR}/fmcluster-slurmd.pid)").returncode == 0
+        assert on_node(killed, "systemctl stop fmcluster-slurmd").returncode == 0
         assert on_node(bad_key, "head -c 1024 /dev/urandom > /etc/munge/munge.key").returncode == 0
-        stop(bad_key, "fmcluster-munged", "/usr/sbin/munged")
+        stop(bad_key, "fmcluster-munged")
         start_again(bad_key, "fmcluster-munged")
         assert on_node(no_fs, "umount -l /fsx").returncode == 0
         # slurmctld starts HealthCheckProgram by an RPC that a node with another munge key cannot authenticate, so
@@ -649,9 +687,9 @@ def test_broken_nodes_are_drained_with_the_check_that_caught_them_and_return_onc
         on_node(no_fs, "mountpoint -q /fsx || mount --bind /root/fsx-keep /fsx; umount /root/fsx-keep")
         # The munge key repaired as doctor's fix says (knowledge.yml munge-key-mismatch): munged, then slurmd.
         on_node(bad_key, "cp -p /root/munge.key.good /etc/munge/munge.key")
-        stop(bad_key, "fmcluster-munged", "/usr/sbin/munged")
+        stop(bad_key, "fmcluster-munged")
         start_again(bad_key, "fmcluster-munged")
-        stop(bad_key, "fmcluster-slurmd", "/usr/sbin/slurmd")
+        stop(bad_key, "fmcluster-slurmd")
         start_again(bad_key, "fmcluster-slurmd")
         start_again(killed, "fmcluster-slurmd")
     wait_for("all nodes back in service", lambda: {s for s, _ in node_states().values()} == {"idle"}, HEALTH_DEADLINE,
@@ -669,8 +707,8 @@ def test_broken_nodes_are_drained_with_the_check_that_caught_them_and_return_onc
 
 # --- invoke doctor and invoke fleet (docs/doctor.md) ---------------------------------------------------------
 NCCL_ENV = "/etc/profile.d/fmcluster-nccl.sh"
-#: node_exporter's supervision files (roles/node_exporter: node_exporter_run_dir, one per node).
-EXPORTER = "$(echo /var/lib/fmcluster/*/node_exporter)/fmcluster-node-exporter"
+#: node_exporter's unit (roles/node_exporter: node_exporter_service_name).
+EXPORTER = "fmcluster-node-exporter"
 DOCTOR_RUNS: list[float] = []
 
 
@@ -729,9 +767,8 @@ def test_doctor_names_each_fault_with_its_entry_and_is_clean_once_repaired(clust
     no_munge, no_exporter, bad_env = compute_nodes()
     t0 = time.monotonic()
     try:
-        stop(no_munge, "fmcluster-munged", "/usr/sbin/munged")
-        assert on_node(no_exporter, f"start-stop-daemon --stop --quiet --retry=TERM/10/KILL/5 --remove-pidfile "
-                                    f"--pidfile={EXPORTER}.pid --exec=/usr/bin/prometheus-node-exporter").returncode == 0
+        stop(no_munge, "fmcluster-munged")
+        stop(no_exporter, EXPORTER)
         assert on_node(bad_env, f"(test -e {NCCL_ENV} && cp -p {NCCL_ENV} /root/nccl-env.keep || true) && "
                                 f"mkdir -p /etc/profile.d && echo 'export NCCL_PROTO=simple' >> {NCCL_ENV}").returncode == 0
         expected = {no_munge: "munged-down", no_exporter: "node-exporter-down", bad_env: "nccl-proto-override"}
@@ -749,8 +786,7 @@ def test_doctor_names_each_fault_with_its_entry_and_is_clean_once_repaired(clust
         assert re.search(rf"^{ORG} .*degraded$", fleet.stdout, re.M), fleet.stdout
     finally:
         start_again(no_munge, "fmcluster-munged")
-        on_node(no_exporter, "python3 -c 'import json, subprocess, sys; subprocess.run(json.load(open(sys.argv[1])), "
-                             f"check=True)' {EXPORTER}.start.json", timeout=60)
+        start_again(no_exporter, EXPORTER)
         on_node(bad_env, f"if test -e /root/nccl-env.keep; then mv /root/nccl-env.keep {NCCL_ENV}; else rm -f {NCCL_ENV}; fi")
     t1 = time.monotonic()
     try:
@@ -773,7 +809,7 @@ def test_a_drained_node_is_listed_with_its_check_and_replaced_by_a_new_one_that_
     victim = compute_nodes()[0]
     jobs_before = sacct_jobs()
     wait_for("every node idle before the replace", lambda: {s for s, _ in node_states().values()} == {"idle"}, 90)
-    assert on_node(victim, f"kill -KILL $(cat {RUN_DIR}/fmcluster-slurmd.pid)").returncode == 0
+    assert on_node(victim, "systemctl stop fmcluster-slurmd").returncode == 0
     wait_for(f"{victim} drained for replace", lambda: node_states().get(victim, ("", ""))[1].startswith(
         "fmcluster-health: slurmd: "), HEALTH_DEADLINE)
     listed = invoke("nodes", timeout=120)
