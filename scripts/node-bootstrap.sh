@@ -51,7 +51,7 @@ stage_done() {
 }
 
 # The address this node reaches AWS from (its primary private address): named in its report, which is filed
-# under its caller identity (report_failure).
+# under its caller identity and instance id (report_failure).
 my_address() {
   local target=${AWS_ENDPOINT_URL:-http://169.254.169.254}
   target=${target#*://}
@@ -60,26 +60,31 @@ my_address() {
 }
 
 # A failure before the agent runs: file a report the deploy can read, naming what could not be reached. It goes
-# under this node's aws:userid ("<role id>:<instance id>"): the one report key the node's role may write, and
-# the instance the deploy reads it for. At first boot, where CloudFormation waits for this node (its group's
-# CreationPolicy), the report is followed by a FAILURE signal, its instance id as UniqueId: the stack fails (and
-# rolls back) now, as the agent's own FAILURE would, instead of when the signal Timeout runs out.
+# under this node's aws:userid ("<role id>:<role session name>"), the one prefix the node's role may write, named
+# by its instance id (the instance metadata service's): fmcluster/report/<aws:userid>/<instance id>.json, so nodes
+# sharing one role session (HyperPod's) never overwrite each other, and the deploy reads it for that instance. At
+# first boot, where CloudFormation waits for this node (its group's CreationPolicy), the report is followed by a
+# FAILURE signal, its instance id as UniqueId: the stack fails (and rolls back) now, as the agent's own FAILURE
+# would, instead of when the signal Timeout runs out.
 report_failure() {
-  local stage=$1 message=$2 address identity=""
+  local stage=$1 message=$2 address identity="" instance=""
   address=$(my_address || true)
   say "FAILED at $stage: $message"
   printf '{"address": "%s", "ok": false, "stage": "%s", "error": %s, "finished": "%s"}\n' \
     "${address:-unknown}" "$stage" "$(printf '%s' "$message" | python3 -c 'import json,sys; print(json.dumps(sys.stdin.read()))')" \
     "$(date -u +%FT%TZ)" >"$state/report.json"
-  if identity=$("$s3client" whoami 2>"$state/whoami.err"); then
-    "$s3client" put "$state/report.json" "$s3/report/${identity}.json" || true
-  else
+  if ! identity=$("$s3client" whoami 2>"$state/whoami.err"); then
     identity=""
     say "cannot file the report: STS gave no caller identity: $(tail -n 1 "$state/whoami.err" 2>/dev/null)"
+  elif ! instance=$("$s3client" instance-id 2>"$state/whoami.err"); then
+    instance=""
+    say "cannot file the report: no instance id: $(tail -n 1 "$state/whoami.err" 2>/dev/null)"
+  else
+    "$s3client" put "$state/report.json" "$s3/report/${identity}/${instance}.json" || true
   fi
   if [[ $mode != --fetch && -n ${FMCLUSTER_STACK:-} && -n ${FMCLUSTER_SIGNAL_RESOURCE:-} ]]; then
-    local unique=${identity#*:}
-    [[ -n $unique ]] || unique=$(hostname)  # no identity: a FAILURE still fails the group now
+    local unique=$instance
+    [[ -n $unique ]] || unique=$(hostname)  # no instance id: a FAILURE still fails the group now
     if "$s3client" signal "$FMCLUSTER_STACK" "$FMCLUSTER_SIGNAL_RESOURCE" "$unique" FAILURE 2>"$state/signal.err"; then
       say "signalled FAILURE to $FMCLUSTER_STACK/$FMCLUSTER_SIGNAL_RESOURCE"
     else

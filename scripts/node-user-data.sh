@@ -23,7 +23,7 @@ done
 echo "fmcluster: FAILED: no node bootstrap in s3://$FMCLUSTER_BUCKET/fmcluster/bootstrap/; is the deploy running?" >&2
 # Where CloudFormation waits for this node (its group's CreationPolicy): fail it now, not at the signal Timeout.
 if [[ -n ${FMCLUSTER_STACK:-} && -n ${FMCLUSTER_SIGNAL_RESOURCE:-} ]]; then
-  me=$("$bin_dir/fmcluster-s3" whoami) || me=$(hostname)
-  "$bin_dir/fmcluster-s3" signal "$FMCLUSTER_STACK" "$FMCLUSTER_SIGNAL_RESOURCE" "${me#*:}" FAILURE || true
+  me=$("$bin_dir/fmcluster-s3" instance-id) || me=$(hostname)
+  "$bin_dir/fmcluster-s3" signal "$FMCLUSTER_STACK" "$FMCLUSTER_SIGNAL_RESOURCE" "$me" FAILURE || true
 fi
 exit 1

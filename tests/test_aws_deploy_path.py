@@ -297,7 +297,7 @@ def test_a_node_whose_first_boot_fails_rolls_the_cluster_stack_back_and_the_depl
                       "log_tail": ["TASK [slurm : Install Slurm] ****", f"fatal: [{failing['node']}]: FAILED! => "
                                    "{\"msg\": \"Failed to fetch\"}", "PLAY RECAP ****"],
                       "finished": datetime.now(timezone.utc).isoformat(timespec="seconds")}
-            s3.put_object(Bucket=bucket, Key=f"fmcluster/report/AROAEXAMPLENODEROLE01:{instance}.json",
+            s3.put_object(Bucket=bucket, Key=f"fmcluster/report/AROAEXAMPLENODEROLE01:{instance}/{instance}.json",
                           Body=json.dumps(report).encode())
 
         lines: list[str] = []

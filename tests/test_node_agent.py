@@ -49,7 +49,7 @@ def test_another_commit_a_changed_or_an_extra_file_or_no_checkout_is_pulled_agai
 @pytest.mark.slow
 def test_a_membership_pass_reads_the_facts_the_last_converge_recorded(tmp_path: Path) -> None:
     """Ansible through ansible-runner, as the agent runs it: a converge gathers and records; a membership pass
-    gathers nothing and still has the recorded facts (service_mgr chooses how daemons are supervised). The
+    gathers nothing and still has the recorded facts (pkg_mgr here, which common's apt steps read). The
     runner's own fact cache (a fresh directory every run) must not take the node's place."""
     import sys
 
@@ -57,7 +57,7 @@ def test_a_membership_pass_reads_the_facts_the_last_converge_recorded(tmp_path: 
 
     play = tmp_path / "play.yml"
     play.write_text("- hosts: localhost\n  gather_subset: [min]\n  tasks:\n"
-                    "    - ansible.builtin.debug:\n        msg: 'mgr={{ ansible_facts.service_mgr }}'\n")
+                    "    - ansible.builtin.debug:\n        msg: 'mgr={{ ansible_facts.pkg_mgr }}'\n")
 
     def run(reuse: bool) -> tuple[list[str], str]:
         tasks: list[str] = []
@@ -170,7 +170,8 @@ def test_the_deploy_waits_on_a_node_that_retries_and_fails_on_one_that_does_not(
 def test_a_first_boot_that_failed_before_the_node_knew_itself_still_signals_failure_under_its_instance_id(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A converge that failed reading the manifest has no instance id in its report; the FAILURE signal (which fails
-    the group at once instead of at the signal Timeout) takes it from the node's caller identity."""
+    the group at once instead of at the signal Timeout) takes it from the instance metadata service or, without one,
+    from the node's caller identity's session where that names the instance (EC2's)."""
     from fmcluster.node import agent as node_agent
 
     sent: list[dict[str, str]] = []
@@ -183,6 +184,7 @@ def test_a_first_boot_that_failed_before_the_node_knew_itself_still_signals_fail
     agent.settings = node_agent.Settings("b", "r", "o", "ref", "playbooks/site.yml", "fmc-o-cluster", "QueueCpuGroup")
     monkeypatch.setattr(agent, "client", lambda service: CloudFormation(), raising=False)
     monkeypatch.setattr(agent, "identity", lambda: "AROAEXAMPLENODEROLE01:i-0123456789abcdef0", raising=False)
+    monkeypatch.setattr(agent, "metadata_instance_id", lambda: "", raising=False)  # no metadata service here
     agent.signal(node_agent.Report(address="10.0.0.5", trigger="first-boot", started="t", stage="manifest",
                                    error="NoSuchKey"))
     agent.signal(node_agent.Report(address="10.0.0.6", trigger="first-boot", started="t", ok=True,
@@ -191,3 +193,95 @@ def test_a_first_boot_that_failed_before_the_node_knew_itself_still_signals_fail
                      "UniqueId": "i-0123456789abcdef0", "Status": "FAILURE"},
                     {"StackName": "fmc-o-cluster", "LogicalResourceId": "QueueCpuGroup",
                      "UniqueId": "i-0fedcba9876543210", "Status": "SUCCESS"}]
+
+
+# --- where a node files its report ------------------------------------------------------------------------------
+
+class _S3:
+    def __init__(self) -> None:
+        self.put: list[str] = []
+
+    def put_object(self, **kwargs: object) -> None:
+        self.put.append(str(kwargs["Key"]))
+
+
+def _filing_agent(identity: str, metadata: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> object:
+    from fmcluster.node import agent as node_agent
+
+    agent = node_agent.Agent.__new__(node_agent.Agent)
+    agent.settings = node_agent.Settings("b", "r", "o", "ref", "playbooks/site.yml")
+    agent.state_dir = tmp_path
+    agent.s3 = _S3()
+    monkeypatch.setattr(agent, "identity", lambda: identity, raising=False)
+    monkeypatch.setattr(agent, "metadata_instance_id", lambda: metadata, raising=False)
+    return agent
+
+
+@pytest.mark.parametrize("identity", ["AROAEXAMPLENODEROLE01:SageMaker", "AROAEXAMPLENODEROLE01:i-0aaaaaaaaaaaaaaaa"])
+def test_a_report_is_filed_under_the_caller_identity_named_by_the_instance_id(
+        identity: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """fmcluster/report/<aws:userid>/<instance id>.json: the instance discovery found, else the metadata service's.
+    HyperPod's nodes all run as "<role id>:SageMaker": the instance id is what keeps their reports apart."""
+    from fmcluster.node.agent import Report
+
+    found = _filing_agent(identity, "i-0aaaaaaaaaaaaaaaa", monkeypatch, tmp_path)
+    found.file_report(Report(address="10.0.0.5", trigger="t", started="s", instance_id="i-0aaaaaaaaaaaaaaaa"))  # type: ignore[attr-defined]
+    (tmp_path / "early").mkdir()
+    early = _filing_agent(identity, "i-0aaaaaaaaaaaaaaaa", monkeypatch, tmp_path / "early")
+    early.file_report(Report(address="10.0.0.5", trigger="t", started="s", stage="manifest"))  # type: ignore[attr-defined]
+    expected = f"fmcluster/report/{identity}/i-0aaaaaaaaaaaaaaaa.json"
+    assert found.s3.put == [expected] and early.s3.put == [expected]  # type: ignore[attr-defined]
+
+
+def test_without_a_metadata_service_only_a_session_named_after_the_instance_gives_the_report_its_name(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Before discovery, with no metadata service: EC2's session names the instance and is used; HyperPod's
+    ("SageMaker") names none, and the report is filed nowhere rather than under a name no node has (said)."""
+    from fmcluster.node.agent import Report
+
+    ec2 = _filing_agent("AROAEXAMPLENODEROLE01:i-0aaaaaaaaaaaaaaaa", "", monkeypatch, tmp_path)
+    ec2.file_report(Report(address="10.0.0.5", trigger="t", started="s", stage="manifest"))  # type: ignore[attr-defined]
+    assert ec2.s3.put == ["fmcluster/report/AROAEXAMPLENODEROLE01:i-0aaaaaaaaaaaaaaaa/i-0aaaaaaaaaaaaaaaa.json"]  # type: ignore[attr-defined]
+    shared = _filing_agent("AROAEXAMPLENODEROLE01:SageMaker", "", monkeypatch, tmp_path)
+    shared.file_report(Report(address="10.0.0.5", trigger="t", started="s", stage="manifest"))  # type: ignore[attr-defined]
+    assert shared.s3.put == []  # type: ignore[attr-defined]
+    assert "cannot file the report to s3://b/fmcluster/report/AROAEXAMPLENODEROLE01:SageMaker/<instance id>.json: " \
+           "no instance id" in capsys.readouterr().err
+
+
+def test_the_instance_id_comes_from_the_metadata_service_with_an_imdsv2_token(tmp_path: Path) -> None:
+    """The agent asks IMDS as EC2 (and HyperPod's nodes, and the local stand-in) require: a token first."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from fmcluster.node.agent import metadata_instance_id
+
+    class Imds(BaseHTTPRequestHandler):
+        def do_PUT(self) -> None:
+            ok = self.path == "/latest/api/token" and self.headers.get("X-aws-ec2-metadata-token-ttl-seconds")
+            self._answer(200 if ok else 400, b"token-1")
+
+        def do_GET(self) -> None:
+            if self.headers.get("X-aws-ec2-metadata-token") != "token-1":
+                self._answer(401, b"")
+            elif self.path == "/latest/meta-data/instance-id":
+                self._answer(200, b"i-0fedcba9876543210")
+            else:
+                self._answer(404, b"")
+
+        def _answer(self, code: int, body: bytes) -> None:
+            self.send_response(code)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Imds)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        assert metadata_instance_id(f"http://127.0.0.1:{server.server_port}") == "i-0fedcba9876543210"
+        assert metadata_instance_id("http://127.0.0.1:9", timeout=0.5) == ""
+    finally:
+        server.shutdown()

@@ -45,6 +45,16 @@ REF = "0123456789abcdef0123456789abcdef01234567"
 #: One tenant per scheduler, as the repository's inventories have them.
 ORGS = {"slurm-ec2": "stockmark", "hyperpod": "neuronlab", "parallelcluster": "pclab"}
 ROLES = ("controller", "login", "compute")
+#: The role session SageMaker HyperPod runs every node of an instance group under: `aws sts get-caller-identity` on
+#: a HyperPod node answers "<role id>:SageMaker" (arn …:assumed-role/<execution role>/SageMaker; Classmethod,
+#: https://dev.classmethod.jp/articles/sagemaker-hyperpod-execution-role-s3-bucket-permissions). EC2 names an
+#: instance profile's session after the instance.
+HYPERPOD_SESSION = "SageMaker"
+
+
+def session(tenant: Tenant, instance: str = ME) -> str:
+    """The role session name a node's credentials carry: HyperPod's one name for every node, EC2's instance id."""
+    return HYPERPOD_SESSION if tenant.scheduler == "hyperpod" else instance
 
 
 # --- the rendered policies of each node role ----------------------------------------------------------
@@ -103,8 +113,8 @@ class Call:
 class Recorder:
     """A boto3 session stand-in: records each call and answers what the agent needs to go on."""
 
-    def __init__(self, tenant: Tenant) -> None:
-        self.tenant = tenant
+    def __init__(self, tenant: Tenant, instance: str = ME) -> None:
+        self.tenant, self.instance = tenant, instance
         self.calls: list[Call] = []
         outputs = {"ClusterName": f"{tenant.stack_prefix}-cluster"}
         self.manifest = {"ref": REF, "discovery": scheduler_for(tenant).discovery(outputs),
@@ -127,8 +137,8 @@ class Recorder:
             return {"ClusterNodeSummaries": [{"InstanceGroupName": "controller", "InstanceId": ME,
                                               "InstanceStatus": {"Status": "Running"}, "InstanceType": "ml.m5.xlarge"}]}
         if call.operation == "get_caller_identity":
-            return {"UserId": f"{ROLE_ID}:{ME}", "Account": ACCOUNT,
-                    "Arn": f"arn:aws:sts::{ACCOUNT}:assumed-role/node/{ME}"}
+            return {"UserId": f"{ROLE_ID}:{session(self.tenant, self.instance)}", "Account": ACCOUNT,
+                    "Arn": f"arn:aws:sts::{ACCOUNT}:assumed-role/node/{session(self.tenant, self.instance)}"}
         if call.operation == "describe_cluster_node":
             return {"NodeDetails": {"PrivatePrimaryIp": ADDRESS}}
         return {}
@@ -155,10 +165,11 @@ class _Client:
         return lambda **params: self._call(operation, params)
 
 
-def agent_calls(tenant: Tenant, role: str, tmp_path: Path) -> list[Call]:
-    """What the node agent asks AWS on a node of `role`: first boot (manifest, secrets, discovery, report and,
-    where CloudFormation waits for the node, the signal) and its watch (what the deploy published)."""
-    recorder = Recorder(tenant)
+def agent_calls(tenant: Tenant, role: str, tmp_path: Path, instance: str = ME) -> list[Call]:
+    """What the node agent asks AWS on a node of `role` (instance `instance`): first boot (manifest, secrets,
+    discovery, report and, where CloudFormation waits for the node, the signal) and its watch (what the deploy
+    published)."""
+    recorder = Recorder(tenant, instance)
     signal = signals(tenant) and role != "controller"
     settings = Settings(BUCKET, tenant.region, tenant.org, REF, "playbooks/site.yml",
                         f"{tenant.stack_prefix}-cluster" if signal else "", "QueueGroup" if signal else "", 1)
@@ -169,7 +180,7 @@ def agent_calls(tenant: Tenant, role: str, tmp_path: Path) -> list[Call]:
     manifest = agent.manifest()
     agent.secrets(manifest, role)
     agent.discover(manifest)
-    report = Report(address=ADDRESS, trigger="first-boot", started="now", ok=True, stage="done", instance_id=ME)
+    report = Report(address=ADDRESS, trigger="first-boot", started="now", ok=True, stage="done", instance_id=instance)
     agent.file_report(report)
     agent.signal(report)
     agent.wanted(role)
@@ -201,8 +212,8 @@ def operation_name(service: str, snake: str) -> str:
 
 
 def context(tenant: Tenant, instance: str = ME) -> dict[str, str]:
-    """The request context of a call with this instance's role credentials."""
-    return {"aws:userid": f"{ROLE_ID}:{instance}", "aws:PrincipalAccount": ACCOUNT,
+    """The request context of a call with this instance's role credentials (its session: `session`)."""
+    return {"aws:userid": f"{ROLE_ID}:{session(tenant, instance)}", "aws:PrincipalAccount": ACCOUNT,
             "ec2:SourceInstanceARN": f"arn:aws:ec2:{tenant.region}:{ACCOUNT}:instance/{instance}"}
 
 
@@ -277,8 +288,10 @@ def static_operations() -> set[tuple[str, str]]:
     return found
 
 
-SCRIPT_VARIABLES = {"$s3": f"s3://{BUCKET}/fmcluster", "$FMCLUSTER_BUCKET": BUCKET, "${address:-unknown}": ADDRESS,
-                    "${identity}": f"{ROLE_ID}:{ME}"}
+def script_variables(tenant: Tenant) -> dict[str, str]:
+    """What the node scripts' variables hold on a node of `tenant` (instance ME)."""
+    return {"$s3": f"s3://{BUCKET}/fmcluster", "$FMCLUSTER_BUCKET": BUCKET, "${address:-unknown}": ADDRESS,
+            "${identity}": f"{ROLE_ID}:{session(tenant)}", "${instance}": ME}
 
 
 def script_files() -> list[Path]:
@@ -293,11 +306,11 @@ AWS_COMMAND = re.compile(r"(?:^|[;&|(!]\s*|\b(?:then|do|exec|if|cmd:|command:|sh
 
 
 #: A call of the first boot's stdlib S3 client (scripts/fmcluster-s3), however the script names its path.
-S3_CLIENT_COMMAND = re.compile(r'(?:"\$s3client"|"\$bin_dir/fmcluster-s3"|\bfmcluster-s3)\s+([a-z]+)\b(.*)')
+S3_CLIENT_COMMAND = re.compile(r'(?:"\$s3client"|"\$bin_dir/fmcluster-s3"|\bfmcluster-s3)\s+([a-z-]+)\b(.*)')
 
 
-def _substituted(url: str) -> str:
-    for variable, value in SCRIPT_VARIABLES.items():
+def _substituted(url: str, tenant: Tenant) -> str:
+    for variable, value in script_variables(tenant).items():
         url = url.replace(variable, value)
     return url
 
@@ -307,8 +320,8 @@ def s3_client_requests(tenant: Tenant, verb: str, rest: str, signalled: bool = F
     GetObject on its objects), whoami (STS GetCallerIdentity, which IAM never denies) and signal (SignalResource on
     the cluster stack, made only where the user data names a resource to signal: `signalled`)."""
     ctx = context(tenant)
-    words = [_substituted(w) for w in shlex.split(rest.split("||")[0].split("&&")[0].split(" 2>")[0])]
-    if verb == "whoami":
+    words = [_substituted(w, tenant) for w in shlex.split(rest.split("||")[0].split("&&")[0].split(" 2>")[0])]
+    if verb in ("whoami", "instance-id"):  # STS GetCallerIdentity (never denied) and the instance metadata service
         return []
     if verb == "signal":
         assert words[:2] == ["$FMCLUSTER_STACK", "$FMCLUSTER_SIGNAL_RESOURCE"], words
@@ -356,7 +369,7 @@ def script_requests(tenant: Tenant, role: str = "") -> list[tuple[str, Request]]
                 else:
                     args.append(w)
             source, dest = (a for a in args[:2])
-            for variable, value in SCRIPT_VARIABLES.items():
+            for variable, value in script_variables(tenant).items():
                 source, dest = source.replace(variable, value), dest.replace(variable, value)
             recursive = "--recursive" in words
             ctx = context(tenant)
@@ -420,22 +433,46 @@ def test_a_node_files_its_report_under_the_key_its_policy_allows(scheduler: str,
 
 
 @pytest.mark.parametrize("scheduler", sorted(ORGS))
-def test_a_node_may_write_its_own_report_and_never_another_nodes(scheduler: str, tenants: dict[str, Tenant]) -> None:
+def test_a_node_may_write_its_own_report_and_never_another_sessions(scheduler: str, tenants: dict[str, Tenant]) -> None:
+    """Reports are fmcluster/report/<aws:userid>/<instance id>.json (and .log): a node writes only under its own
+    role session, and there only report and log objects named by an instance id."""
     tenant = tenants[scheduler]
     bucket = f"arn:aws:s3:::{BUCKET}/"
     for role, policies in role_policies(tenant).items():
-        mine, theirs = f"{ROLE_ID}:{ME}", f"{ROLE_ID}:{OTHER}"
+        mine, theirs = f"{ROLE_ID}:{session(tenant)}", f"{ROLE_ID}:{OTHER}"
+        other_role = f"AROAEXAMPLEOTHERROLE1:{session(tenant)}"
         for suffix in (".json", ".log"):
-            assert allows(policies, Request("s3:PutObject", bucket + report_key(mine, suffix), context(tenant))), role
-            assert not allows(policies, Request("s3:PutObject", bucket + report_key(theirs, suffix), context(tenant)))
-        for key in ("fmcluster/report/x.json", "fmcluster/report/*.json", f"fmcluster/report/{mine}.json.extra",
-                    f"fmcluster/report/{mine}/x.json", "fmcluster/manifest/cluster.json",
+            assert allows(policies, Request("s3:PutObject", bucket + report_key(mine, ME, suffix), context(tenant))), role
+            for key in (report_key(theirs, OTHER, suffix), report_key(theirs, ME, suffix),
+                        report_key(other_role, ME, suffix)):
+                assert not allows(policies, Request("s3:PutObject", bucket + key, context(tenant))), (role, key)
+        for key in ("fmcluster/report/x.json", "fmcluster/report/*.json", f"fmcluster/report/{mine}.json",
+                    f"fmcluster/report/{mine}/x.json", f"fmcluster/report/{mine}/{ME}.json.extra",
+                    f"fmcluster/report/{mine}/{ME}.sh", f"fmcluster/report/{mine}x/{ME}.json",
+                    f"fmcluster/report/{ROLE_ID}/{ME}.json", "fmcluster/manifest/cluster.json",
                     "fmcluster/bootstrap/node-bootstrap.sh", "hyperpod/lifecycle/on_create.sh", "data/checkpoint.pt"):
             assert not allows(policies, Request("s3:PutObject", bucket + key, context(tenant))), (role, key)
-        # A caller whose identity has no instance (no aws:userid) matches no report statement at all.
-        assert not allows(policies, Request("s3:PutObject", bucket + report_key(mine), {}))
-        for key in (report_key(theirs), "data/checkpoint.pt"):
+        # A caller whose identity has no session (no aws:userid) matches no report statement at all.
+        assert not allows(policies, Request("s3:PutObject", bucket + report_key(mine, ME), {}))
+        for key in (report_key(theirs, OTHER), report_key(mine, OTHER), "data/checkpoint.pt"):
             assert not allows(policies, Request("s3:GetObject", bucket + key, context(tenant))), (role, key)
+
+
+def test_hyperpod_nodes_sharing_one_role_session_file_their_reports_apart(tenants: dict[str, Tenant],
+                                                                          tmp_path: Path) -> None:
+    """Every HyperPod node of a group is "<role id>:SageMaker" to IAM: a report keyed on the caller identity alone
+    would be one object that each node overwrites (and the deploy would wait for the others until it gave up).
+    Keyed on the instance id below the session, two such nodes file two reports, each allowed by the group's role."""
+    tenant = tenants["hyperpod"]
+    for role in ROLES:
+        policies = role_policies(tenant)[role]
+        keys = []
+        for instance in (ME, OTHER):
+            puts = [request(tenant, c) for c in agent_calls(tenant, role, tmp_path, instance) if c.operation == "put_object"]
+            assert puts and all(allows(policies, r) for r in puts), [r.resource for r in puts]
+            keys.append({r.resource for r in puts})
+            assert all(f"/fmcluster/report/{ROLE_ID}:{HYPERPOD_SESSION}/{instance}." in r.resource for r in puts), keys
+        assert not keys[0] & keys[1], f"{role}: two nodes of one session file the same object: {keys}"
 
 
 @pytest.mark.parametrize("scheduler", sorted(ORGS))

@@ -20,7 +20,9 @@ from fmcluster.acceptance.results import acceptance_dir
 from fmcluster.manifest import digest, membership_digest
 from fmcluster.model import load_tenant
 from fmcluster.nodes import Node
-from fmcluster.reports import ReportReader, node_status, read_report, statuses, wait_for_reports
+from fmcluster.reports import (
+    ReportReader, failed_node_reports, node_status, read_log, read_report, statuses, wait_for_reports,
+)
 from fmcluster.stacks import aws
 from fmcluster.stacks.emulator import ensure_emulator, stop_emulator
 from localtenant import make_root
@@ -103,16 +105,19 @@ def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         stop_emulator("t-reports", root)
 
 
-#: The instance role's id: a node files under its aws:userid, "<role id>:<instance id>".
+#: The instance role's id: a node files under its aws:userid, "<role id>:<session>", named by its instance id.
 ROLE_ID = "AROAEXAMPLENODEROLE01"
+#: The one role session SageMaker HyperPod gives every node of an instance group (tests/test_node_iam.py).
+SHARED = "SageMaker"
 
 
-def key(node: Node, role_id: str = ROLE_ID) -> str:
-    return f"fmcluster/report/{role_id}:{node.instance_id}.json"
+def key(node: Node, role_id: str = ROLE_ID, session: str = "") -> str:
+    """EC2's layout by default: the session named after the instance."""
+    return f"fmcluster/report/{role_id}:{session or node.instance_id}/{node.instance_id}.json"
 
 
-def put(s3: Any, node: Node, body: bytes, role_id: str = ROLE_ID) -> None:
-    s3.put_object(Bucket=BUCKET, Key=key(node, role_id), Body=body)
+def put(s3: Any, node: Node, body: bytes, role_id: str = ROLE_ID, session: str = "") -> None:
+    s3.put_object(Bucket=BUCKET, Key=key(node, role_id, session), Body=body)
 
 
 
@@ -128,21 +133,85 @@ def test_an_unreadable_report_is_a_failure_and_an_absent_one_silence(s3: Any) ->
 
 @pytest.mark.slow
 def test_a_report_speaks_for_the_instance_its_key_names_never_for_what_its_body_claims(s3: Any) -> None:
-    """A node may write only fmcluster/report/<its aws:userid>.json: the key, not the body, says whose it is."""
+    """A node may write only below fmcluster/report/<its aws:userid>/: the key, not the body, says whose it is, and
+    a session named after an instance (EC2's) speaks for that instance only."""
     s3.delete_object(Bucket=BUCKET, Key=key(CONTROLLER))
     forged = {**report(), "address": CONTROLLER.address, "instance_id": CONTROLLER.instance_id, "node": CONTROLLER.name}
     put(s3, COMPUTE, json.dumps(forged).encode())
     assert read_report(s3, BUCKET, CONTROLLER.instance_id) is None
-    for stem in (CONTROLLER.address, CONTROLLER.instance_id, f"{ROLE_ID}:", f":{CONTROLLER.instance_id}"):
+    compute_session = f"{ROLE_ID}:{COMPUTE.instance_id}"
+    for stem in (CONTROLLER.address, CONTROLLER.instance_id, f"{ROLE_ID}:{CONTROLLER.instance_id}",
+                 f"{ROLE_ID}:/{CONTROLLER.instance_id}", f":{SHARED}/{CONTROLLER.instance_id}",
+                 f"{ROLE_ID}/{CONTROLLER.instance_id}", f"{ROLE_ID}:{SHARED}/{CONTROLLER.address}",
+                 f"{ROLE_ID}:{SHARED}/x/{CONTROLLER.instance_id}", f"{ROLE_ID}:{SHARED}/{CONTROLLER.instance_id}/x",
+                 # EC2: the compute node's session filing under the controller's instance id, within its own prefix.
+                 f"{compute_session}/{CONTROLLER.instance_id}"):
         s3.put_object(Bucket=BUCKET, Key=f"fmcluster/report/{stem}.json", Body=json.dumps(report()).encode())
         assert read_report(s3, BUCKET, CONTROLLER.instance_id) is None, stem
         s3.delete_object(Bucket=BUCKET, Key=f"fmcluster/report/{stem}.json")
-    # The instance's role replaced (a new role id): its newest report speaks for it.
+    # The instance's role replaced (a new role id): its newest report speaks for it, and the older one is said.
     put(s3, CONTROLLER, json.dumps(report(ref=OLD)).encode())
     time.sleep(1.1)  # S3's LastModified has whole seconds
     put(s3, CONTROLLER, json.dumps(report()).encode(), role_id="AROAEXAMPLENEWROLE02")
     assert read_report(s3, BUCKET, CONTROLLER.instance_id) == report()
+    (found,) = [s for s in statuses(s3, BUCKET, NODES, REF, MANIFEST) if s.node == CONTROLLER]
+    assert found.state == "converged", found.line()
+    assert found.line().endswith(f"[also filed under {ROLE_ID}:{CONTROLLER.instance_id} (older; the newest, under "
+                                 f"AROAEXAMPLENEWROLE02:{CONTROLLER.instance_id}, is the one read)]"), found.line()
     s3.delete_object(Bucket=BUCKET, Key=key(CONTROLLER, "AROAEXAMPLENEWROLE02"))
+
+
+def filing_agent(s3: Any, identity: str, instance: str, state: Path) -> Any:
+    """The node agent's report filing as a node runs it, against the emulator: its caller identity `identity`,
+    the instance metadata service's answer `instance`."""
+    from fmcluster.node.agent import Agent, Settings
+
+    agent = Agent.__new__(Agent)
+    agent.settings = Settings(BUCKET, "ap-northeast-1", "t-reports", REF, "playbooks/site.yml")
+    agent.state_dir, agent.s3 = state, s3
+    agent._identity, agent._instance = identity, ""
+    agent.metadata_instance_id = lambda: instance  # type: ignore[method-assign]
+    return agent
+
+
+@pytest.mark.slow
+def test_two_nodes_sharing_one_role_session_both_report_and_both_are_read(s3: Any, tmp_path: Path) -> None:
+    """HyperPod gives every node of an instance group one role session ("<role id>:SageMaker"): each node names its
+    report by its own instance id below it, and the deploy (statuses: deploy's wait, `invoke status`) reads both,
+    one as converged and the other as failed, with its own log."""
+    from fmcluster.node.agent import Report
+
+    shared = f"{ROLE_ID}:{SHARED}"
+    login = Node("ip-10-0-128-12", "10.0.128.12", "login", None, "i-0login00000000001", "m5.xlarge")
+    worker = Node("ip-10-0-128-13", "10.0.128.13", "compute", "cpu", "i-0worker0000000001", "trn1.32xlarge")
+    nodes = [login, worker]
+    for node, ok in ((login, True), (worker, False)):
+        (tmp_path / node.name).mkdir()
+        log = tmp_path / node.name / "converge.log"
+        log.write_text(f"converge of {node.name}\n")
+        filed = Report(address=node.address, trigger="first-boot", started="s", ok=ok, stage="done" if ok else "converge",
+                       error="" if ok else "ansible-pull exited 2", node=node.name, role=node.role, queue=node.queue,
+                       instance_id=node.instance_id, ref=REF, manifest_digest=MANIFEST,
+                       membership_digest=membership_digest(nodes), log=str(log))
+        filing_agent(s3, shared, node.instance_id, tmp_path / node.name).file_report(filed)
+    keys = {o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET, Prefix=f"fmcluster/report/{shared}/")["Contents"]}
+    assert keys == {f"fmcluster/report/{shared}/{n.instance_id}{suffix}" for n in nodes for suffix in (".json", ".log")}
+    found = statuses(s3, BUCKET, nodes, REF, MANIFEST)
+    assert [(s.node, s.state) for s in found] == [(login, "converged"), (worker, "failed")], [s.line() for s in found]
+    assert [s.report["node"] for s in found if s.report] == [login.name, worker.name]
+    assert read_log(s3, BUCKET, worker.instance_id) == [f"converge of {worker.name}"]
+    lines = failed_node_reports(s3, BUCKET)
+    assert f"{worker.name} ({worker.instance_id}): FAILED at converge: ansible-pull exited 2" in lines
+    assert not any(login.instance_id in line for line in lines)
+    # A node of the shared session that fails before it knows itself files under the metadata service's instance id.
+    (tmp_path / "early").mkdir()
+    filing_agent(s3, shared, worker.instance_id, tmp_path / "early").file_report(
+        Report(address=worker.address, trigger="first-boot", started="s", stage="manifest", error="NoSuchKey"))
+    assert read_report(s3, BUCKET, worker.instance_id)["stage"] == "manifest"  # type: ignore[index]
+    assert read_report(s3, BUCKET, login.instance_id)["ok"] is True  # type: ignore[index]
+    for node in nodes:
+        for suffix in (".json", ".log"):
+            s3.delete_object(Bucket=BUCKET, Key=f"fmcluster/report/{shared}/{node.instance_id}{suffix}")
 
 
 @pytest.mark.slow

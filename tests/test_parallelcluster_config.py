@@ -237,7 +237,7 @@ def test_storage_stack_holds_the_node_policies_scoped_to_the_bootstrap_prefixes_
             "${DataBucket.Arn}/fmcluster/bootstrap/*", "${DataBucket.Arn}/fmcluster/manifest/*"]
         assert statements["WriteReports"]["Action"] == "s3:PutObject"
         assert [[r["Fn::Join"][1][0]["Fn::Sub"], r["Fn::Join"][1][1]] for r in statements["WriteReports"]["Resource"]] \
-            == [["${DataBucket.Arn}", "/fmcluster/report/${aws:userid}" + suffix] for suffix in (".json", ".log")]
+            == [["${DataBucket.Arn}", "/fmcluster/report/${aws:userid}/i-*" + suffix] for suffix in (".json", ".log")]
         # the org is tenant data: a Join part
         assert [r["Fn::Join"][1] for r in statements["ReadOwnSecrets"]["Resource"]] == [
             [{"Fn::Sub": secret}, "pclab", f"/{n}-??????"] for n in secrets], name

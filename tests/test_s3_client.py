@@ -181,3 +181,62 @@ def test_whoami_names_the_caller_as_iam_s_aws_userid_does(s3_endpoint: str) -> N
                           timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout == f"{role['RoleId']}:i-0123456789abcdef0\n"
+
+
+def _session(endpoint: str, name: str) -> dict[str, str]:
+    """The environment of a node whose credentials are a session `name` of an instance role (the emulator's STS)."""
+    iam: Any = aws.client("iam", REGION, endpoint)
+    try:
+        role = iam.get_role(RoleName="instance-id-node")["Role"]
+    except iam.exceptions.NoSuchEntityException:
+        role = iam.create_role(RoleName="instance-id-node", AssumeRolePolicyDocument=json.dumps(
+            {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "sts:AssumeRole",
+                                                     "Principal": {"Service": "sagemaker.amazonaws.com"}}]}))["Role"]
+    creds = aws.client("sts", REGION, endpoint).assume_role(RoleArn=role["Arn"], RoleSessionName=name)["Credentials"]
+    return {"PATH": "/usr/bin:/bin", "AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": creds["AccessKeyId"],
+            "AWS_SECRET_ACCESS_KEY": creds["SecretAccessKey"], "AWS_SESSION_TOKEN": creds["SessionToken"],
+            "FMCLUSTER_REGION": REGION}
+
+
+def test_instance_id_is_the_metadata_service_s_and_never_a_shared_session_s(s3_endpoint: str) -> None:
+    """`instance-id` names a node's report below its caller identity: the instance metadata service's answer (IMDSv2),
+    else the session's name where it names an instance (EC2's); HyperPod's one session for every node of a group,
+    "SageMaker", names none, and the command fails rather than give every node one name."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Imds(BaseHTTPRequestHandler):
+        def do_PUT(self) -> None:
+            self._answer(200 if self.path == "/latest/api/token" else 404, b"token-1")
+
+        def do_GET(self) -> None:
+            ok = self.path == "/latest/meta-data/instance-id" and self.headers.get("X-aws-ec2-metadata-token") == "token-1"
+            self._answer(200 if ok else 401, b"i-0fedcba9876543210" if ok else b"")
+
+        def _answer(self, code: int, body: bytes) -> None:
+            self.send_response(code)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    def instance_id(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["/usr/bin/python3", str(CLIENT), "instance-id"], capture_output=True, text=True,
+                              env=env, timeout=60, check=False)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Imds)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        shared = _session(s3_endpoint, "SageMaker")
+        done = instance_id({**shared, "AWS_EC2_METADATA_SERVICE_ENDPOINT": f"http://127.0.0.1:{server.server_port}"})
+        assert (done.returncode, done.stdout) == (0, "i-0fedcba9876543210\n"), done.stderr
+    finally:
+        server.shutdown()
+    no_imds = {"AWS_EC2_METADATA_SERVICE_ENDPOINT": "http://127.0.0.1:9"}
+    done = instance_id({**_session(s3_endpoint, "i-0123456789abcdef0"), **no_imds})
+    assert (done.returncode, done.stdout) == (0, "i-0123456789abcdef0\n"), done.stderr
+    done = instance_id({**shared, **no_imds})
+    assert done.returncode == 1 and done.stdout == ""
+    assert "no instance id: the instance metadata service gave none and the caller's session ('SageMaker')" in done.stderr

@@ -395,9 +395,9 @@ def test_nodes_read_bootstrap_manifest_and_lifecycle_write_reports_and_read_only
               for a in cfn_list(st["Action"]) if str(a).startswith("s3:")}
         reads = [bucket + p for p in ("fmcluster/bootstrap/*", "fmcluster/manifest/*", "hyperpod/lifecycle/*")]
         assert s3["s3:GetObject"] == reads, f"{role}: no node reads another node's report"
-        # Each node its own report and log, named by its caller identity (tests/test_node_iam.py evaluates it).
-        assert s3["s3:PutObject"] == [bucket + "fmcluster/report/${aws:userid}" + suffix for suffix in (".json", ".log")], \
-            role
+        # Reports and logs under the node's own role session, named by instance id (tests/test_node_iam.py evaluates it).
+        assert s3["s3:PutObject"] == [bucket + "fmcluster/report/${aws:userid}/i-*" + suffix
+                                      for suffix in (".json", ".log")], role
         assert set(s3) == {"s3:ListBucket", "s3:GetBucketLocation", "s3:GetObject", "s3:PutObject"}, \
             f"{role}: no delete, no access to the tenant's data prefix"
         read = next(st for st in statements(res[role]) if st["Action"] == "secretsmanager:GetSecretValue")

@@ -1,8 +1,17 @@
-"""The nodes' convergence reports, read where the nodes file them: s3://<bucket>/fmcluster/report/<userid>.json.
+"""The nodes' convergence reports, read where the nodes file them:
+s3://<bucket>/fmcluster/report/<aws:userid>/<instance id>.json (and .log beside it).
 
-A node files under its own caller identity, aws:userid "<role id>:<instance id>" (the only report key its role may
-write), so a report is read for the instance its key names, never for what its body claims: a node cannot speak
-for another.
+A node files under its own caller identity's prefix (aws:userid, "<role id>:<role session name>": the only prefix
+its role may write) and names the object after its own instance id, so nodes that share one role session never
+overwrite each other. On EC2 the session is named after the instance ("<role id>:i-…"); on SageMaker HyperPod every
+node of an instance group runs in the group's execution role under the one session "SageMaker" (docs/stacks.md,
+"Node IAM"). A report is read for the instance its key names, never for what its body claims, and fail closed:
+- a key that is not <role id>:<session>/<instance id>.json names no node;
+- a session named after an instance (EC2's) speaks for that instance only: a node cannot file for another under
+  its own prefix;
+- one instance filed under two sessions (its role replaced, or another node of a shared session writing its name):
+  the newest report is read and the others are said (NodeStatus.line, failed_node_reports).
+Nodes sharing one session share its credentials: IAM cannot tell them apart, and neither can the key.
 
 `wait_for_reports` is the deploy's converge step: it waits, with progress, until every node of the cluster
 has reported converging the published commit and manifest (and the controller and login nodes the current
@@ -36,8 +45,13 @@ class NodeStatus:
     report: dict[str, Any] | None
     state: str  # converged | converging | failed | silent
     detail: str = ""
+    #: What the reader says about this node's reports beyond the one it read (Listed.said), whatever the state.
+    note: str = ""
 
     def line(self) -> str:
+        return self._line() + (f" [{self.note}]" if self.note else "")
+
+    def _line(self) -> str:
         r = self.report or {}
         where = f"{self.node.name} ({self.node.role}{', ' + self.node.queue if self.node.queue else ''}, {self.node.address})"
         if self.state == "converged":
@@ -143,17 +157,46 @@ def first_boot_warnings(statuses: Sequence[NodeStatus], window: tuple[str, float
     return lines
 
 
-def report_instance(stem: str) -> str:
-    """The instance a report key's stem names ("<role id>:<instance id>" → the instance id); "" for any other."""
-    role_id, sep, session = stem.rpartition(":")
-    return session if sep and role_id and session.startswith("i-") else ""
+def report_key(user_id: str, instance_id: str, suffix: str = ".json") -> str:
+    """Where a node files its report (`suffix` ".json") and log (".log"): under its caller identity's prefix, named by
+    its instance id."""
+    return f"{REPORT_PREFIX}{user_id}/{instance_id}{suffix}"
+
+
+def _is_instance_id(value: str) -> bool:
+    return value.startswith("i-") and len(value) > 2 and value[2:].isalnum()
+
+
+def report_owner(stem: str) -> tuple[str, str] | None:
+    """(session, instance id) of a report key's stem "<role id>:<session name>/<instance id>"; None when the stem is
+    not one, or its session is named after another instance (EC2's sessions speak for their own instance only)."""
+    session, sep, instance = stem.partition("/")
+    role_id, colon, name = session.partition(":")
+    if not (sep and colon and role_id and name and _is_instance_id(instance)) or "/" in instance:
+        return None
+    if name.startswith("i-") and name != instance:
+        return None
+    return session, instance
 
 
 @dataclass(frozen=True)
 class Listed:
-    stem: str
+    stem: str  # "<session>/<instance id>": the report is f"{REPORT_PREFIX}{stem}.json", its log ….log
     etag: str
     modified: float
+    #: Other sessions that filed a report for this instance, older than this one (not read).
+    others: tuple[str, ...] = ()
+
+    @property
+    def session(self) -> str:
+        return self.stem.partition("/")[0]
+
+    def said(self) -> str:
+        """What the reader says about the reports it did not read for this instance ("" when there are none)."""
+        if not self.others:
+            return ""
+        return (f"also filed under {', '.join(self.others)} (older; the newest, under {self.session}, is the one "
+                f"read)")
 
 
 def list_reports(s3: Any, bucket: str) -> dict[str, Listed]:
@@ -165,12 +208,19 @@ def list_reports(s3: Any, bucket: str) -> dict[str, Listed]:
             if not key.endswith(".json"):
                 continue
             stem = key[len(REPORT_PREFIX):-len(".json")]
-            instance = report_instance(stem)
+            owner = report_owner(stem)
+            if owner is None:
+                continue
+            session, instance = owner
             modified = item.get("LastModified")
             listed = Listed(stem, str(item.get("ETag", "")), modified.timestamp() if modified else 0.0)
-            # The same instance under two role ids (its role was replaced): the newer report speaks for it.
-            if instance and (instance not in found or listed.modified >= found[instance].modified):
+            held = found.get(instance)
+            if held is None:
                 found[instance] = listed
+            elif listed.modified >= held.modified:  # the same instance under two sessions: the newer speaks
+                found[instance] = Listed(stem, listed.etag, listed.modified, (*held.others, held.session))
+            else:
+                found[instance] = Listed(held.stem, held.etag, held.modified, (*held.others, session))
     return found
 
 
@@ -211,6 +261,8 @@ def failed_node_reports(s3: Any, bucket: str, tail: int = 5, since: str = "") ->
             continue
         where = f"{report.get('node') or report.get('address') or instance} ({instance})"
         lines.append(f"{where}: FAILED at {report.get('stage', '?')}: {report.get('error', '')}")
+        if item.said():
+            lines.append(f"    {item.said()}")
         for task in (report.get("failed_tasks") or [])[:1]:
             if isinstance(task, dict):
                 lines.append(f"    failed task: {task.get('task', '?')}: {task.get('msg', '')}")
@@ -270,6 +322,8 @@ class ReportReader:
         self.s3, self.bucket = s3, bucket
         self._held: dict[str, tuple[str, dict[str, Any] | None]] = {}
         self.error = ""
+        #: Instance id → what the last poll said about reports of it not read (Listed.said); absent: nothing.
+        self.notes: dict[str, str] = {}
 
     def read(self, instance_ids: Sequence[str]) -> dict[str, dict[str, Any] | None]:
         try:
@@ -277,8 +331,10 @@ class ReportReader:
             self.error = ""
         except Exception as err:  # noqa: BLE001 - permissions, a flaky endpoint: said, and every node silent
             self.error = f"cannot list s3://{self.bucket}/{REPORT_PREFIX}: {type(err).__name__}: {err}"
+            self.notes = {}
             return {i: None for i in instance_ids}
         found: dict[str, dict[str, Any] | None] = {}
+        self.notes = {i: listed[i].said() for i in instance_ids if i in listed and listed[i].said()}
         for instance in instance_ids:
             item = listed.get(instance)
             held = self._held.get(instance)
@@ -301,7 +357,10 @@ def statuses(s3: Any, bucket: str, nodes: Sequence[Node], ref: str, manifest: st
     reader = reader or ReportReader(s3, bucket)
     reports = reader.read([n.instance_id for n in nodes])
     detail = reader.error or "no report yet"
-    return [node_status(n, reports[n.instance_id], ref, manifest, membership, detail) for n in nodes]
+    found = [node_status(n, reports[n.instance_id], ref, manifest, membership, detail) for n in nodes]
+    for status in found:
+        status.note = reader.notes.get(status.node.instance_id, "")
+    return found
 
 
 def wait_for_reports(s3: Any, bucket: str, list_nodes: Callable[[], list[Node]], ref: str, manifest: str,

@@ -7,9 +7,10 @@
 
 It runs on the node's own toolchain (/opt/fmcluster/venv: ansible-core, ansible-runner, boto3, PyYAML) from
 its checkout of the pinned commit, with the settings fmcluster-bootstrap wrote to /etc/fmcluster/node.env.
-Every report goes to s3://<bucket>/fmcluster/report/<aws:userid>.json (and the log next to it): the node's own
-caller identity, "<role id>:<instance id>", the one report key its role may write. `invoke deploy` and
-`invoke status` read it there for that instance: no ssh from the deploy machine.
+Every report goes to s3://<bucket>/fmcluster/report/<aws:userid>/<instance id>.json (and the log next to it): under
+the node's own caller identity, "<role id>:<role session name>", the one prefix its role may write, named by its own
+instance id, so nodes that share one role session (HyperPod's "SageMaker") never overwrite each other. `invoke
+deploy` and `invoke status` read it there for that instance: no ssh from the deploy machine.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import subprocess
 import sys
 import time
 import traceback
+import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -50,6 +52,10 @@ CONVERGE_TIMEOUT_S = 3600
 LOG_TAIL_LINES = 40
 #: What the user data installed: fetches a published bundle (`--fetch`) or boots the node.
 BOOTSTRAP = "/usr/local/sbin/fmcluster-bootstrap"
+#: The instance metadata service (EC2's, HyperPod's nodes', the local substrate's stand-in): the node's instance id.
+#: AWS_EC2_METADATA_SERVICE_ENDPOINT names another, as the AWS SDKs read it.
+IMDS = "http://169.254.169.254"
+IMDS_TIMEOUT_S = 2.0
 
 T = TypeVar("T")
 
@@ -185,6 +191,31 @@ def my_address() -> str:
         return str(sock.getsockname()[0])
 
 
+def metadata_instance_id(base: str = "", timeout: float = IMDS_TIMEOUT_S) -> str:
+    """This instance's id from the instance metadata service (IMDSv2: a session token first); "" when it answers
+    none. HyperPod's nodes answer it too (awsome-distributed-training's patching-backup.sh keys each node's backup
+    by it)."""
+    base = (base or os.environ.get("AWS_EC2_METADATA_SERVICE_ENDPOINT") or IMDS).rstrip("/")
+    try:
+        token_request = urllib.request.Request(f"{base}/latest/api/token", method="PUT",
+                                               headers={"X-aws-ec2-metadata-token-ttl-seconds": "60"})
+        with urllib.request.urlopen(token_request, timeout=timeout) as response:
+            token = response.read().decode()
+        get = urllib.request.Request(f"{base}/latest/meta-data/instance-id",
+                                     headers={"X-aws-ec2-metadata-token": token})
+        with urllib.request.urlopen(get, timeout=timeout) as response:
+            found = response.read().decode().strip()
+    except (OSError, ValueError):
+        return ""
+    return found if found.startswith("i-") and "/" not in found else ""
+
+
+def session_instance(user_id: str) -> str:
+    """The instance a caller identity's session is named after ("<role id>:i-…", EC2's); "" for any other session."""
+    session = user_id.rpartition(":")[2] if ":" in user_id else ""
+    return session if session.startswith("i-") else ""
+
+
 def retry(what: str, stage: str, tries: int, call: Callable[[], T], accept: Callable[[T], bool] = lambda _: True) -> T:
     """call() until it returns an accepted value; exponential backoff (2, 4 … 30 s); StageFailed naming `what`."""
     delay, last = 2.0, ""
@@ -212,6 +243,7 @@ class Agent:
         self.config = config
         self.s3 = self.client("s3")
         self._identity = ""
+        self._instance = ""
 
     def client(self, service: str) -> Any:
         return self.session.client(service, config=self.config)
@@ -224,6 +256,19 @@ class Agent:
                 raise StageFailed("report", f"STS gave no usable caller identity ({user_id!r})")
             self._identity = user_id
         return self._identity
+
+    def instance_id(self, report: Report) -> str:
+        """This node's instance id, which names its report under its identity: the one discovery found it as (what
+        the deploy reads it by), else the instance metadata service's, else its session's name where that names an
+        instance (EC2's); "" when none says (the report then cannot be filed: it would speak for no node)."""
+        if report.instance_id:
+            return report.instance_id
+        if not getattr(self, "_instance", ""):
+            self._instance = self.metadata_instance_id() or session_instance(self.identity())
+        return self._instance
+
+    def metadata_instance_id(self) -> str:
+        return metadata_instance_id()
 
     # --- what the deploy published ----------------------------------------------------------------------
     def manifest(self) -> dict[str, Any]:
@@ -444,9 +489,15 @@ class Agent:
     def file_report(self, report: Report) -> None:
         body = json.dumps(asdict(report), indent=1)
         write_private(self.state_dir / "report.json", body + "\n")
-        key = f"{REPORT_PREFIX}{report.address}"
+        key = f"{REPORT_PREFIX}<identity>/<instance id>"
         try:
-            key = f"{REPORT_PREFIX}{self.identity()}"
+            identity = self.identity()
+            key = f"{REPORT_PREFIX}{identity}/<instance id>"
+            instance = self.instance_id(report)
+            if not instance:
+                raise StageFailed("report", "no instance id: discovery did not find this node, the instance metadata "
+                                            "service gave none and the caller identity's session names no instance")
+            key = f"{REPORT_PREFIX}{identity}/{instance}"
             self.s3.put_object(Bucket=self.settings.bucket, Key=f"{key}.json", Body=body.encode())
             if report.log and Path(report.log).is_file():
                 self.s3.put_object(Bucket=self.settings.bucket, Key=f"{key}.log", Body=Path(report.log).read_bytes())
@@ -459,12 +510,12 @@ class Agent:
     def signal(self, report: Report) -> None:
         """Tell CloudFormation the node is ready, or that its first boot failed (CreationPolicy of its group), once, at
         first boot. A FAILURE fails the group (and rolls the stack back) at once instead of at the signal Timeout,
-        also when the converge failed before the node knew itself from the manifest: its instance id is then its
-        caller identity's ("<role id>:<instance id>")."""
+        also when the converge failed before the node knew itself from the manifest: its instance id is then the
+        instance metadata service's (or its caller identity's session's, EC2's "<role id>:<instance id>")."""
         if not (self.settings.stack and self.settings.signal_resource):
             return
         try:
-            unique_id = report.instance_id or self.identity().rsplit(":", 1)[-1]
+            unique_id = self.instance_id(report) or self.identity().rsplit(":", 1)[-1]
             self.client("cloudformation").signal_resource(
                 StackName=self.settings.stack, LogicalResourceId=self.settings.signal_resource,
                 UniqueId=unique_id, Status="SUCCESS" if report.ok else "FAILURE")

@@ -104,28 +104,36 @@ def assume_role(service: str, source_account: bool = False, source_arn: Any = No
     return {"Version": "2012-10-17", "Statement": [statement]}
 
 
-#: The IAM policy variable naming the calling node. For an EC2 instance role's session, aws:userid is
-#: "<role id>:<instance id>" (IAM User Guide, "Request information that you can use for policy variables"), so a
-#: grant on a key holding it is a grant to that one instance. It resolves for every role session (HyperPod's too,
-#: as "<role id>:<session name>"), where ec2:SourceInstanceARN exists only for EC2-delivered credentials: a
-#: statement whose variable cannot be resolved grants nothing. Written into Fn::Join parts, never a Sub
-#: (CloudFormation would read it as a parameter).
+#: The IAM policy variable naming the calling node's role session: aws:userid is "<role id>:<role session name>" for
+#: every assumed role (IAM User Guide, "Request information that you can use for policy variables"). EC2 names an
+#: instance profile's session after the instance ("<role id>:<instance id>"); SageMaker HyperPod gives every node of
+#: an instance group its execution role under one session, "SageMaker" (docs/stacks.md, "Node IAM"), so on HyperPod
+#: it names the group's role, not the node. A grant under it is a grant to that session: the report key adds the
+#: node's instance id below it (REPORT_INSTANCE). It resolves for every role session, where ec2:SourceInstanceARN
+#: exists only for EC2-delivered credentials: a statement whose variable cannot be resolved grants nothing. Written
+#: into Fn::Join parts, never a Sub (CloudFormation would read it as a parameter).
 NODE_IDENTITY = "${aws:userid}"
-#: What a node files under REPORT_PREFIX: its report and the log beside it, named by NODE_IDENTITY.
+#: The last part of a report's key: the node's own instance id (EC2 and HyperPod instance ids both start "i-").
+REPORT_INSTANCE = "i-*"
+#: What a node files under REPORT_PREFIX + NODE_IDENTITY: its report and the log beside it, named by its instance id.
 REPORT_SUFFIXES = (".json", ".log")
 
 
 def own_report_keys(bucket: Sub) -> list[Any]:
-    """The report objects a node may write (`bucket`: the bucket's ARN as a Sub, e.g. bucket_arn()): its own
-    report and log, fmcluster/report/<aws:userid>.json and .log, and nothing else. A node files under the UserId
-    STS gives its own credentials (fmcluster-s3 whoami, the agent's get_caller_identity); on the local substrate
-    each host gets its instance role's session as EC2 would give it (providers/local)."""
-    return [join([bucket, "/" + REPORT_PREFIX + NODE_IDENTITY + suffix]) for suffix in REPORT_SUFFIXES]
+    """The report objects a node may write (`bucket`: the bucket's ARN as a Sub, e.g. bucket_arn()): reports and logs
+    under its own role session, fmcluster/report/<aws:userid>/i-*.json and .log, and nothing else. A node names them
+    by its instance id (report_key), so nodes sharing one session (HyperPod's) never overwrite each other, while no
+    node may write under another session. It files under the UserId STS gives its own credentials (fmcluster-s3
+    whoami, the agent's get_caller_identity); on the local substrate each host gets its instance role's session as
+    EC2 would give it (providers/local)."""
+    return [join([bucket, "/" + REPORT_PREFIX + NODE_IDENTITY + "/" + REPORT_INSTANCE + suffix])
+            for suffix in REPORT_SUFFIXES]
 
 
-def report_key(user_id: str, suffix: str = ".json") -> str:
-    """The key a node's report has under the policy: its STS caller identity's UserId (aws:userid)."""
-    return f"{REPORT_PREFIX}{user_id}{suffix}"
+def report_key(user_id: str, instance_id: str, suffix: str = ".json") -> str:
+    """The key a node's report (or log) has under the policy: its STS caller identity's UserId (aws:userid), then
+    its instance id (fmcluster.reports.report_key, which the deploy reads by)."""
+    return f"{REPORT_PREFIX}{user_id}/{instance_id}{suffix}"
 
 
 def secret_arns(org: str, names: Sequence[str]) -> list[Any]:
