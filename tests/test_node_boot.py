@@ -126,6 +126,10 @@ def test_the_hyperpod_lifecycle_runs_the_same_user_data_script_with_the_same_set
 
 # --- a node on the local substrate -----------------------------------------------------------------------------
 
+#: The name of the node's role session: an instance id, as EC2 names an instance profile's session.
+SESSION_INSTANCE = "i-0b007e57b007e57b0"
+
+
 @dataclass
 class Node:
     """The throw-away host, the emulator it reaches, and the tenant and commit it boots."""
@@ -135,15 +139,16 @@ class Node:
     tenant: Tenant
     ref: str
     manifest: dict[str, Any]
+    session: dict[str, str]
 
     def client(self, service: str) -> Any:
         return aws.client(service, self.tenant.region, self.endpoint)
 
     def env(self, **extra: str) -> dict[str, str]:
-        """What the substrate hands an instance's user data: its AWS endpoint and credentials, the toolchain."""
+        """What an instance's user data has: its AWS endpoint, its role session named after the instance (as EC2
+        names an instance profile's: this bare host has no metadata service to ask), the toolchain."""
         return {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/opt/fmcluster/venv/bin",
-                "AWS_ENDPOINT_URL": self.endpoint, "AWS_ACCESS_KEY_ID": "emulator",
-                "AWS_SECRET_ACCESS_KEY": "emulator", **extra}
+                "AWS_ENDPOINT_URL": self.endpoint, **self.session, **extra}
 
     def run(self, script: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         return host_run(self.host, ["bash", "-c", script], env=self.env(**(env or {})), timeout=timeout)
@@ -158,12 +163,17 @@ class Node:
         assert done.returncode == 0, done.stderr
         return done.stdout
 
-    def report_key(self, suffix: str = ".json") -> str:
-        """Where the node files its report: under its caller identity, the credentials env() hands it."""
-        return f"fmcluster/report/{self.client('sts').get_caller_identity()['UserId']}{suffix}"
+    def report_key(self, suffix: str = ".json", instance: str = SESSION_INSTANCE, bucket: str = BUCKET) -> str:
+        """Where the node filed its report: fmcluster/report/<its caller identity>/<the instance it found itself to be,
+        its session's name before then><suffix>, found as the deploy finds it (by instance id)."""
+        listed = self.client("s3").list_objects_v2(Bucket=bucket, Prefix="fmcluster/report/").get("Contents", [])
+        # The newest, as the deploy reads it: the emulator gives a role it never made a new id at each AssumeRole.
+        mine = sorted((o for o in listed if o["Key"].endswith(f"/{instance}{suffix}")), key=lambda o: o["LastModified"])
+        assert mine, f"no report for {instance} in {bucket}: {[o['Key'] for o in listed]}"
+        return str(mine[-1]["Key"])
 
-    def report(self, bucket: str = BUCKET) -> dict[str, Any]:
-        body = self.client("s3").get_object(Bucket=bucket, Key=self.report_key())["Body"].read()
+    def report(self, bucket: str = BUCKET, instance: str = SESSION_INSTANCE) -> dict[str, Any]:
+        body = self.client("s3").get_object(Bucket=bucket, Key=self.report_key(instance=instance, bucket=bucket))["Body"].read()
         loaded: dict[str, Any] = json.loads(body)
         return loaded
 
@@ -202,7 +212,12 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
         for bucket in (BUCKET, f"{BUCKET}-empty", f"{BUCKET}-contract"):
             s3.create_bucket(Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": tenant.region})
         publish(s3, BUCKET, bootstrap_files(ref, PLAYBOOK), manifest, out=lambda _: None)
-        yield Node(host, endpoint, tenant, ref, manifest)
+        sts = aws.client("sts", tenant.region, endpoint)
+        assumed = sts.assume_role(RoleArn=f"arn:aws:iam::123456789012:role/{ORG}-node", RoleSessionName=SESSION_INSTANCE)
+        credentials = assumed["Credentials"]
+        yield Node(host, endpoint, tenant, ref, manifest, {
+            "AWS_ACCESS_KEY_ID": credentials["AccessKeyId"], "AWS_SECRET_ACCESS_KEY": credentials["SecretAccessKey"],
+            "AWS_SESSION_TOKEN": credentials["SessionToken"]})
     finally:
         remove_all(ORG)
         stop_emulator(ORG, root)
@@ -261,8 +276,7 @@ def test_first_boot_fetch_unpacks_the_pinned_commit_and_writes_the_node_s_settin
     assert settings.startswith("# written by fmcluster-bootstrap")
     assert {line.split("=", 1)[0]: line.split("=", 1)[1] for line in settings.splitlines()[1:]} == {
         "FMCLUSTER_BUCKET": BUCKET, "FMCLUSTER_REGION": node.tenant.region, "FMCLUSTER_ORG": ORG,
-        "AWS_ENDPOINT_URL": node.endpoint, "AWS_ACCESS_KEY_ID": "emulator", "AWS_SECRET_ACCESS_KEY": "emulator",
-        "FMCLUSTER_REF": node.ref, "FMCLUSTER_PLAYBOOK": PLAYBOOK}
+        "AWS_ENDPOINT_URL": node.endpoint, **node.session, "FMCLUSTER_REF": node.ref, "FMCLUSTER_PLAYBOOK": PLAYBOOK}
     assert node.run("stat -c %a /etc/fmcluster/node.env").stdout.strip() == "600"
     assert node.run("git -C /var/lib/fmcluster/repo.git rev-parse refs/heads/fmcluster").stdout.strip() == node.ref
     assert node.run("git -C /var/lib/fmcluster/agent rev-parse HEAD").stdout.strip() == node.ref
@@ -285,16 +299,16 @@ def test_a_node_that_cannot_fetch_the_bundle_files_a_report_naming_what_it_could
     failed = node.run("bash /tmp/nb", {"FMCLUSTER_BUCKET": empty, "FMCLUSTER_REGION": node.tenant.region,
                                        "FMCLUSTER_ORG": ORG, "FMCLUSTER_FETCH_TRIES": "1",
                                        "FMCLUSTER_STACK": waiting, "FMCLUSTER_SIGNAL_RESOURCE": "Node"})
-    assert failed.returncode == 1
+    assert failed.returncode == 1, failed.stderr
+    assert "cannot file the report" not in failed.stderr, failed.stderr
     report = node.report(empty)
     assert (report["address"], report["ok"], report["stage"]) == (ADDRESS, False, "bundle")
     assert f"cannot fetch s3://{empty}/fmcluster/bootstrap/" in report["error"]
     assert f"signalled FAILURE to {waiting}/Node" in failed.stderr
     assert cf.describe_stacks(StackName=waiting)["Stacks"][0]["StackStatus"] == "ROLLBACK_COMPLETE"
-    identity = node.client("sts").get_caller_identity()["UserId"]
     reasons = [e.get("ResourceStatusReason") for e in cf.describe_stack_events(StackName=waiting)["StackEvents"]
                if e["ResourceStatus"] == "CREATE_FAILED"]
-    assert reasons == [f"Received FAILURE signal with UniqueId {identity.rsplit(':', 1)[-1]}"]
+    assert reasons == [f"Received FAILURE signal with UniqueId {SESSION_INSTANCE}"]
 
 
 def test_the_agent_waits_for_the_manifest_of_its_commit_then_fails_naming_its_s3_key(node: Node) -> None:
@@ -343,7 +357,7 @@ def instance(node: Node) -> str:
 
 def test_a_secret_the_node_cannot_read_fails_the_converge_naming_the_secret(node: Node, instance: str) -> None:
     assert node.agent().returncode == 1
-    report = node.report()
+    report = node.report(instance=instance)
     assert (report["ok"], report["stage"], report["node"], report["instance_id"]) == (False, "secrets", HOSTNAME, instance)
     assert f"cannot read secret fmcluster/{ORG}/grafana-admin-password from Secrets Manager after 1 tries" in report["error"]
 
@@ -356,7 +370,7 @@ def test_a_node_converges_itself_reports_to_the_bucket_and_never_shows_a_secret(
 
     converged = node.agent()
     assert converged.returncode == 0, converged.stdout[-3000:] + converged.stderr[-3000:]
-    report = node.report()
+    report = node.report(instance=instance)
     assert (report["ok"], report["stage"], report["node"], report["role"]) == (True, "done", HOSTNAME, "controller")
     assert (report["ref"], report["manifest_digest"]) == (node.ref, digest(node.manifest))
     assert report["changed"] and report["changed"] > 0 and report["failed_tasks"] == []
@@ -365,7 +379,7 @@ def test_a_node_converges_itself_reports_to_the_bucket_and_never_shows_a_secret(
         assert node.read(f"/etc/fmcluster/secrets/{name}") == value
         assert node.run(f"stat -c %a /etc/fmcluster/secrets/{name}").stdout.strip() == "600"
     assert node.run("stat -c %a /etc/fmcluster/secrets").stdout.strip() == "700"
-    log = node.client("s3").get_object(Bucket=BUCKET, Key=node.report_key(".log"))["Body"].read().decode()
+    log = node.client("s3").get_object(Bucket=BUCKET, Key=node.report_key(".log", instance))["Body"].read().decode()
     inventory = node.read("/var/lib/fmcluster/inventory/hosts.yml")
     for value in values:
         for where, text in (("report", json.dumps(report)), ("log", log), ("inventory", inventory),
@@ -386,7 +400,7 @@ def test_no_file_fmcluster_writes_on_the_node_shows_a_secret_to_an_unprivileged_
               for name in ("munge-key", "grafana-admin-password")]
     assert node.agent().returncode == 0
     assert RECEIVER_URL in node.read("/var/lib/fmcluster/inventory/hosts.yml")
-    secrets = [*values, RECEIVER_URL, '"AWS_SECRET_ACCESS_KEY": "emulator"', "AWS_SECRET_ACCESS_KEY=emulator"]
+    secrets = [*values, RECEIVER_URL, node.session["AWS_SECRET_ACCESS_KEY"], node.session["AWS_SESSION_TOKEN"]]
     found = host_run(node.host, ["runuser", "-u", "nobody", "--", "grep", "-rlF", "--exclude-dir=pull",
                                  "--exclude-dir=agent", "--exclude-dir=repo.git", "-f", "-", "/etc/fmcluster",
                                  "/var/lib/fmcluster", "/var/log/fmcluster", "/run/fmcluster", "/opt/fmcluster/bootstrap"],
