@@ -3,7 +3,7 @@ by the instance id, so the node's caller identity (aws:userid) is "<role id>:<in
 
 Each local host's IMDS stand-in (fmcluster.providers.local.imds) serves exactly the session EC2 would give (AssumeRole
 of the role in the instance's profile, RoleSessionName = the instance id), asked of the emulator's STS when the host
-is made. Every node so has its own identity, and its own report key (the role policy's fmcluster/report/${aws:userid}).
+is made. Every node so has its own identity, and its own report prefix (the role policy's fmcluster/report/${aws:userid}/).
 
 The profile is the one the instance was launched with, found the way it was declared: the instance's own
 IamInstanceProfile when EC2 (the emulator) records it; else its launch template, reached through its Auto Scaling
