@@ -142,11 +142,12 @@ def test_parallelcluster_nodes_are_replaced_by_parallelcluster_itself() -> None:
 
 
 def test_hyperpod_is_asked_through_slurm_with_the_node_name_as_one_quoted_word() -> None:
-    # HyperPod's own scontrol, by path (HyperPod's Slurm is the only one on its nodes).
+    # HyperPod's own scontrol, by path (HyperPod's Slurm is the only one on its nodes), as root: the operator logs in
+    # as the image's default user.
     assert hyperpod_replace_command("ip-10-0-128-1") == \
-        f"/opt/slurm/bin/scontrol update nodename=ip-10-0-128-1 state=fail reason={HYPERPOD_REPLACE_REASON}"
+        f"sudo -n /opt/slurm/bin/scontrol update nodename=ip-10-0-128-1 state=fail reason={HYPERPOD_REPLACE_REASON}"
     assert hyperpod_replace_command("x; reboot") == \
-        "/opt/slurm/bin/scontrol update nodename='x; reboot' state=fail reason=Action:Replace"
+        "sudo -n /opt/slurm/bin/scontrol update nodename='x; reboot' state=fail reason=Action:Replace"
 
 
 def test_the_pinned_botocore_has_no_hyperpod_replace_api_so_the_slurm_path_is_used() -> None:

@@ -278,7 +278,7 @@ class Replacer:
                                                      f"(triage: {finding.action})" if finding else ", healthy in triage"))
         if known is not None and (known.state in slurm_text.BUSY_STATES or "COMPLETING" in known.flags):
             raise LifecycleError(f"{old.name} is running jobs ({state}): drain it and let them finish first "
-                                 f"(`invoke slurm --org={self.tenant.org} --cmd='scontrol update nodename={old.name} "
+                                 f"(`invoke slurm --org={self.tenant.org} --cmd='sudo scontrol update nodename={old.name} "
                                  "state=drain reason=replace'`)")
 
         began = time.monotonic()

@@ -113,11 +113,12 @@ class SlurmClient:
     def cancel(self, job_id: int) -> None:
         self.run(["scancel", str(job_id)], check=False)
 
+    # The operator logs in as the image's default user: changing a node's state is root's (or SlurmUser's).
     def drain(self, node: str, reason: str) -> None:
-        self.run(["scontrol", "update", f"nodename={node}", "state=drain", f"reason={reason}"])
+        self.run(["sudo", "-n", "scontrol", "update", f"nodename={node}", "state=drain", f"reason={reason}"])
 
     def resume(self, node: str) -> None:
-        self.run(["scontrol", "update", f"nodename={node}", "state=resume"])
+        self.run(["sudo", "-n", "scontrol", "update", f"nodename={node}", "state=resume"])
 
 
 def _fields(line: str) -> dict[str, str]:

@@ -19,7 +19,7 @@ from typing import Any
 
 from fmcluster.capabilities import SCHEDULERS, SchedulerCapabilities
 from fmcluster.model import Tenant
-from fmcluster.nodes import Node
+from fmcluster.nodes import Node, as_root
 from fmcluster.schedulers.hyperpod.lifecycle import LIFECYCLE_DIR, lifecycle_environment
 from fmcluster.schedulers.hyperpod.template import CLUSTER_TEMPLATE, cluster_name
 from fmcluster.schedulers.protocol import SITE_PLAYBOOK, Out
@@ -45,8 +45,8 @@ HYPERPOD_REPLACE_REASON = "Action:Replace"
 
 def hyperpod_replace_command(node: str) -> str:
     """HyperPod (Slurm): the documented manual replacement, as a command for the controller."""
-    return (f"{SLURM_BIN_DIR}/scontrol update nodename={shlex.quote(node)} state=fail "
-            f"reason={shlex.quote(HYPERPOD_REPLACE_REASON)}")
+    return as_root(f"{SLURM_BIN_DIR}/scontrol update nodename={shlex.quote(node)} state=fail "
+                   f"reason={shlex.quote(HYPERPOD_REPLACE_REASON)}")
 
 
 class HyperPod:
