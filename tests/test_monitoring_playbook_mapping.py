@@ -3,7 +3,7 @@
 A GPU node of an AWS tenant (stockmark: p5.48xlarge in queue `gpu`, FSx for Lustre and an OpenZFS home), with the
 inventory fmcluster.manifest.assemble_inventory makes from its manifest, is run through the real playbook in
 check mode with --diff: nothing is written, and the diff shows what the node_exporter role would write (the
-expectations textfile, the daemon's command line).
+expectations textfile, the daemon's systemd unit with its command line).
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def test_the_node_s_info_carries_its_role_queue_and_instance_type(check_diff: st
 
 
 def test_node_exporter_listens_on_the_node_s_cluster_address(check_diff: str, gpu_node: tuple[str, str]) -> None:
-    assert f'"--web.listen-address={gpu_node[1]}:9100"' in check_diff
+    assert f"+ExecStart=/usr/bin/prometheus-node-exporter --web.listen-address={gpu_node[1]}:9100 " in check_diff
 
 
 def test_gpu_and_efa_exporters_are_skipped_by_facts_on_a_host_without_the_hardware(

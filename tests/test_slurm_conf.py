@@ -49,8 +49,7 @@ PLAY = """\
 
 - name: Run the slurm role as a node would
   hosts: role
-  gather_facts: true
-  gather_subset: ["!all", service_mgr]
+  gather_facts: false  # the role reads no fact
   roles:
     - role: slurm
 """
@@ -59,7 +58,7 @@ PLAY = """\
 @pytest.fixture(scope="module")
 def rendered(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One ansible-playbook run, one local host per case: the templates rendered with a tenant's inventory
-    (stockmark: AWS, GPUs, systemd; demo: local, no systemd) and the role run on a configless compute node and on
+    (stockmark: AWS, GPUs, Slurm's cgroup plugins; demo: local, none) and the role run on a configless compute node and on
     the controller (their directories under the case's own folder). Returns the folder holding every case."""
     tmp = tmp_path_factory.mktemp("slurm-conf")
     defaults = yaml.safe_load((ROOT / "roles/slurm/defaults/main.yml").read_text())
@@ -126,7 +125,7 @@ def test_the_placement_group_is_a_leaf_switch_under_one_spine(rendered: Path) ->
     assert f"SwitchName=spine Switches=fmc-stockmark-{queue}-pg" in topo
 
 
-def test_local_nodes_without_systemd_get_linuxproc_no_gres_and_munge_s_default_socket(rendered: Path) -> None:
+def test_local_nodes_without_slurm_cgroups_get_linuxproc_no_gres_and_munge_s_default_socket(rendered: Path) -> None:
     conf = (rendered / "demo" / "slurm.conf").read_text()
     assert "ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\nJobAcctGatherType=jobacct_gather/none\n" in conf
     assert "Gres" not in conf and "TopologyPlugin" not in conf
