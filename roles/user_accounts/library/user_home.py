@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import errno
 import os
+import secrets
+import socket
 import stat
 
 from ansible.module_utils.basic import AnsibleModule
@@ -124,12 +126,11 @@ def read_keys(ssh: int, shown: str) -> tuple[str | None, os.stat_result | None]:
 
 
 def write_keys(ssh: int, content: str, owner: int, group: int) -> None:
-    """A new file in .ssh (O_EXCL: never an existing entry), then renamed over the key file's name."""
-    tmp = f".authorized_keys.fmcluster-{os.getpid()}"
-    try:
-        os.unlink(tmp, dir_fd=ssh)
-    except FileNotFoundError:
-        pass
+    """A new file in .ssh (O_EXCL: never an existing entry), then renamed over the key file's name. Its name is
+    this converge's own: the home is shared by every node, each converging at the same time with PIDs of its own
+    PID namespace (two nodes' converges often have the same one), so a name of the PID alone was another node's
+    file as often as not (one node renamed or removed the other's, whose rename then failed)."""
+    tmp = f".authorized_keys.fmcluster-{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(8)}"
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, KEYS_MODE, dir_fd=ssh)
     except FileExistsError:
