@@ -1,124 +1,139 @@
-"""roles/node_health converges on this host (a local connection, everything under a temporary directory): the
-program and its config install, a second run and a --check run change nothing, the program slurm.conf names runs
-as slurmd would run it, the config equals what fmcluster.health.data builds, and the controller's pass runs as a
-supervised process. Tools it would call (scontrol, munge) are stand-in scripts: nothing here needs a cluster."""
+"""roles/node_health converges on a harness host that boots systemd as PID 1 (over ssh, as on a node), as two
+inventory hosts of one machine: compute node cpu-7 and the controller controller-1, every path under one test
+directory. The program and its config install, a second run and a --check run change nothing, the program
+slurm.conf names runs as slurmd would run it, the config equals what fmcluster.health.data builds, and the
+controller's pass runs as its systemd unit. Tools it would call (scontrol, munge) are stand-in scripts: nothing
+here needs a cluster."""
 
 from __future__ import annotations
 
 import json
 import os
-import re
-import subprocess
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
-from conftest import ROOT, venv_tool
 from fmcluster.catalog import load_catalog
 from fmcluster.health import data
+from fmcluster.providers.local.hosts import Host, host_run
+from role_helpers import converge_hosts, systemd_hosts
 from slurm_outputs import node_block
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(os.geteuid() != 0, reason="harness hosts (namespaces, systemd-nspawn) need root")]
+
+ORG = "t-health"
+VPC = "10.95.42.0/24"
+#: Everything the role writes, on the host.
+BASE = Path("/srv/fmct-health")
+UNIT = "fmcluster-health-cluster"
 
 
-def stand_in(path: Path, stdout: str) -> list[str]:
-    path.write_text(f"#!/bin/sh\ncat <<'EOF'\n{stdout}EOF\n")
-    path.chmod(0o755)
+@pytest.fixture(scope="module")
+def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Host]]:
+    with systemd_hosts(ORG, VPC, 1, tmp_path_factory.mktemp("health-hosts")) as (inventory, hosts):
+        yield inventory, hosts[0]
+
+
+def on_host(node: Host, path: Path) -> Path:
+    """A path of the host as this machine sees it (its root file system)."""
+    return node.root / path.relative_to("/")
+
+
+def stand_in(node: Host, path: Path, stdout: str) -> list[str]:
+    target = on_host(node, path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(f"#!/bin/sh\ncat <<'EOF'\n{stdout}EOF\n")
+    target.chmod(0o755)
     return [str(path)]
 
 
-def inventory(tmp: Path) -> Path:
-    bin_dir = tmp / "bin"
-    bin_dir.mkdir()
-    commands = {"scontrol": stand_in(bin_dir / "scontrol", node_block("cpu-7")),
-                "munge": stand_in(bin_dir / "munge", "MUNGE:cred:\n"),
-                "unmunge": stand_in(bin_dir / "unmunge", "STATUS: Success (0)\n")}
+def inventory(harness_inventory: Path, node: Host, tmp: Path) -> Path:
+    """cpu-7 and controller-1, both this host, with the harness's connection settings."""
+    connection = yaml.safe_load(harness_inventory.read_text())["all"]["vars"]
+    commands = {"scontrol": stand_in(node, BASE / "bin" / "scontrol", node_block("cpu-7")),
+                "munge": stand_in(node, BASE / "bin" / "munge", "MUNGE:cred:\n"),
+                "unmunge": stand_in(node, BASE / "bin" / "unmunge", "STATUS: Success (0)\n")}
     common = {
-        "ansible_connection": "local", "ansible_python_interpreter": "/usr/bin/python3",
+        **connection, "ansible_host": node.address,
         "fmcluster_capabilities": {"real_accelerators": False, "slurm_owner": "fmcluster"},
         "fmcluster_instance": load_catalog()["c5.2xlarge"].as_vars(),
         "slurm_nodes": [{"name": "cpu-7", "real_memory_mb": 1024}],
-        "node_health_install_dir": str(tmp / "health"),
-        "node_health_config_path": str(tmp / "nodes" / "%n" / "health" / "config.json"),
-        "node_health_cluster_config_path": str(tmp / "health" / "cluster.json"),
-        "node_health_state_dir": str(tmp / "nodes" / "%n" / "state"),
-        "node_health_report_dir": str(tmp / "reports"),
+        "node_health_install_dir": str(BASE / "health"),
+        "node_health_config_path": str(BASE / "nodes" / "%n" / "health" / "config.json"),
+        "node_health_cluster_config_path": str(BASE / "health" / "cluster.json"),
+        "node_health_state_dir": str(BASE / "nodes" / "%n" / "state"),
+        "node_health_report_dir": str(BASE / "reports"),
         "node_health_reports_shared": True,
-        "node_health_textfile_dir": str(tmp / "nodes" / "{{ inventory_hostname }}" / "textfile"),
-        "node_health_run_dir": str(tmp / "run"),
+        "node_health_textfile_dir": str(BASE / "nodes" / "{{ inventory_hostname }}" / "textfile"),
         "node_health_commands": commands,
-        "node_health_disk": [{"path": str(tmp), "min_free_percent": 1, "min_free_mib": 1}],
+        "node_health_disk": [{"path": str(BASE), "min_free_percent": 1, "min_free_mib": 1}],
         "node_health_interval": 5,
     }
     doc = {"all": {"vars": common, "hosts": {"cpu-7": {"node_health_scope": "node"},
                                               "controller-1": {"node_health_scope": "cluster"}}}}
-    path = tmp / "hosts.yml"
+    path = tmp / "health-hosts.yml"
     path.write_text(yaml.safe_dump(doc))
-    (tmp / "play.yml").write_text(yaml.safe_dump([{"name": "node_health", "hosts": "all", "gather_facts": True, "gather_subset": ["min"],
-                                                    "roles": [{"role": "node_health"}]}]))
     return path
 
 
-def converge(tmp: Path, *extra: str) -> tuple[int, dict[str, int], str]:
-    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_ROLES_PATH": str(ROOT / "roles"),
-           "ANSIBLE_CACHE_PLUGIN_CONNECTION": str(tmp / "facts")}
-    done = subprocess.run([venv_tool("ansible-playbook"), "-i", str(tmp / "hosts.yml"), str(tmp / "play.yml"), *extra],
-                          capture_output=True, text=True, env=env, cwd=ROOT)
-    changed = {host: int(n) for host, n in re.findall(r"^(\S+)\s+: ok=\d+\s+changed=(\d+)", done.stdout, re.M)}
-    return done.returncode, changed, done.stdout
+PLAY: list[dict[str, Any]] = [{"name": "node_health", "hosts": "all", "gather_facts": True, "gather_subset": ["min"],
+                               "roles": [{"role": "node_health"}]}]
 
 
-def test_node_health_converges_idempotently_and_runs_as_slurm_runs_it(tmp_path: Path) -> None:
-    inventory(tmp_path)
-    pidfile = tmp_path / "run" / "fmcluster-health-cluster.pid"
-    try:
-        code, changed, out = converge(tmp_path)
-        assert code == 0, out[-4000:]
-        assert changed["cpu-7"] > 0 and changed["controller-1"] > 0
-        assert "skip  gpu-count" in out  # the role shows which checks apply, and why the others skip
+def run(node: Host, *argv: str) -> str:
+    done = host_run(node, argv, timeout=60)
+    assert done.returncode == 0, f"{argv}: {done.stdout}{done.stderr}"
+    return done.stdout
 
-        code, changed, out = converge(tmp_path)
-        assert code == 0 and changed == {"cpu-7": 0, "controller-1": 0}, out[-4000:]
-        code, changed, out = converge(tmp_path, "--check", "--diff")
-        assert code == 0 and changed == {"cpu-7": 0, "controller-1": 0}, out[-4000:]
 
-        # The program slurm.conf names, in the bare environment slurmd gives it.
-        check = tmp_path / "health" / "bin" / "fmcluster-health-slurmd"
-        done = subprocess.run([str(check)], env={"SLURMD_NODENAME": "cpu-7"}, capture_output=True, text=True)
-        assert done.returncode == 0, done.stdout + done.stderr
-        report = json.loads((tmp_path / "reports" / "cpu-7.json").read_text())
-        assert report["healthy"] and {r["check"]: r["status"] for r in report["results"]}["munge"] == "pass"
-        assert (tmp_path / "nodes" / "cpu-7" / "textfile" / "fmcluster_health.prom").is_file()
+def test_node_health_converges_idempotently_and_runs_as_slurm_runs_it(host: tuple[Path, Host], tmp_path: Path) -> None:
+    harness_inventory, node = host
+    hosts = inventory(harness_inventory, node, tmp_path)
+    code, changed, out = converge_hosts(hosts, PLAY, tmp_path)
+    assert code == 0, out[-4000:]
+    assert changed["cpu-7"] > 0 and changed["controller-1"] > 0
+    assert "skip  gpu-count" in out  # the role shows which checks apply, and why the others skip
 
-        # The same program is the Prolog: a job given no GPU leaves at once; a GPU job runs the prolog checks.
-        prolog_report = tmp_path / "reports" / "cpu-7.prolog.json"
-        done = subprocess.run([str(check)], env={"SLURMD_NODENAME": "cpu-7", "SLURM_JOB_ID": "7"},
-                              capture_output=True, text=True)
-        assert done.returncode == 0 and not prolog_report.exists(), done.stdout + done.stderr
-        done = subprocess.run([str(check)], env={"SLURMD_NODENAME": "cpu-7", "SLURM_JOB_ID": "8", "SLURM_JOB_GPUS": "0"},
-                              capture_output=True, text=True)
-        assert done.returncode == 0, done.stdout + done.stderr
-        assert json.loads(prolog_report.read_text())["context"] == "prolog"
+    code, changed, out = converge_hosts(hosts, PLAY, tmp_path)
+    assert code == 0 and changed == {"cpu-7": 0, "controller-1": 0}, out[-4000:]
+    code, changed, out = converge_hosts(hosts, PLAY, tmp_path, "--check", "--diff")
+    assert code == 0 and changed == {"cpu-7": 0, "controller-1": 0}, out[-4000:]
 
-        # The config the role wrote is the one fmcluster builds for the same node (doctor runs the same checks).
-        installed = json.loads((tmp_path / "nodes" / "cpu-7" / "health" / "config.json").read_text())
-        built = data.node_config("cpu-7", load_catalog()["c5.2xlarge"].as_vars(), False, 1024,
-                                 # a compute node is configless: scontrol reads the copy slurmd caches
-                                 slurm_conf="/var/spool/slurmd/conf-cache/slurm.conf", munge_socket="",
-                                 report_dir=str(tmp_path / "reports"),
-                                 state_dir=str(tmp_path / "nodes" / "%n" / "state"),
-                                 textfile_dir=str(tmp_path / "nodes" / "cpu-7" / "textfile"),
-                                 disk=[{"path": str(tmp_path), "min_free_percent": 1, "min_free_mib": 1}],
-                                 commands=installed["commands"])
-        assert installed == json.loads(json.dumps(built))
+    # The program slurm.conf names, in the bare environment slurmd gives it.
+    check = str(BASE / "health" / "bin" / "fmcluster-health-slurmd")
+    done = host_run(node, ["env", "-i", "SLURMD_NODENAME=cpu-7", check], timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads(on_host(node, BASE / "reports" / "cpu-7.json").read_text())
+    assert report["healthy"] and {r["check"]: r["status"] for r in report["results"]}["munge"] == "pass"
+    assert on_host(node, BASE / "nodes" / "cpu-7" / "textfile" / "fmcluster_health.prom").is_file()
 
-        # The controller's pass runs supervised.
-        pid = int(pidfile.read_text())
-        assert Path(f"/proc/{pid}/cmdline").read_text().split("\0")[1:4] == [
-            str(tmp_path / "health" / "bin" / "fmcluster-health"), "cluster",
-            f"--config={tmp_path / 'health' / 'cluster.json'}"]
-    finally:
-        if pidfile.exists():
-            subprocess.run(["start-stop-daemon", "--stop", "--quiet", "--retry=TERM/5/KILL/2", "--remove-pidfile",
-                            f"--pidfile={pidfile}"], check=False)
+    # The same program is the Prolog: a job given no GPU leaves at once; a GPU job runs the prolog checks.
+    prolog_report = on_host(node, BASE / "reports" / "cpu-7.prolog.json")
+    done = host_run(node, ["env", "-i", "SLURMD_NODENAME=cpu-7", "SLURM_JOB_ID=7", check], timeout=60)
+    assert done.returncode == 0 and not prolog_report.exists(), done.stdout + done.stderr
+    done = host_run(node, ["env", "-i", "SLURMD_NODENAME=cpu-7", "SLURM_JOB_ID=8", "SLURM_JOB_GPUS=0", check],
+                    timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads(prolog_report.read_text())["context"] == "prolog"
+
+    # The config the role wrote is the one fmcluster builds for the same node (doctor runs the same checks).
+    installed = json.loads(on_host(node, BASE / "nodes" / "cpu-7" / "health" / "config.json").read_text())
+    built = data.node_config("cpu-7", load_catalog()["c5.2xlarge"].as_vars(), False, 1024,
+                             # a compute node is configless: scontrol reads the copy slurmd caches
+                             slurm_conf="/var/spool/slurmd/conf-cache/slurm.conf", munge_socket="",
+                             report_dir=str(BASE / "reports"), state_dir=str(BASE / "nodes" / "%n" / "state"),
+                             textfile_dir=str(BASE / "nodes" / "cpu-7" / "textfile"),
+                             disk=[{"path": str(BASE), "min_free_percent": 1, "min_free_mib": 1}],
+                             commands=installed["commands"])
+    assert installed == json.loads(json.dumps(built))
+
+    # The controller's pass runs as its systemd unit, enabled for the next boot.
+    assert run(node, "systemctl", "is-active", UNIT).strip() == "active"
+    assert run(node, "systemctl", "is-enabled", UNIT).strip() == "enabled"
+    pid = run(node, "systemctl", "show", "--property=MainPID", "--value", UNIT).strip()
+    assert run(node, "cat", f"/proc/{pid}/cmdline").split("\0")[1:4] == [
+        str(BASE / "health" / "bin" / "fmcluster-health"), "cluster", f"--config={BASE / 'health' / 'cluster.json'}"]

@@ -1,123 +1,123 @@
-"""roles/prometheus converges a real Prometheus on this host (a local connection, a plain supervised process, every
-path and the port under a temporary directory): it listens on loopback only, its lifecycle API is off (anyone who
-reaches the port could otherwise POST /-/quit), a changed configuration is reloaded by SIGHUP (same process, new
-configuration), a second converge and a --check run change nothing, and extra flags that would enable the
-lifecycle or admin API are refused before anything runs (issue 42)."""
+"""roles/prometheus converges a real Prometheus on a harness host that boots systemd as PID 1 (over ssh, as on a
+node; Prometheus from Debian's package through the VPC's package source): it runs as the role's systemd unit,
+listens on loopback only, its lifecycle API is off (anyone who reaches the port could otherwise POST /-/quit), a
+changed configuration is reloaded by SIGHUP through the unit's ExecReload (same process, new configuration), a
+second converge and a --check run change nothing, and extra flags that would enable the lifecycle or admin API
+are refused before anything runs (issue 42)."""
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
-import subprocess
-import tempfile
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from role_helpers import converge_role
+from fmcluster.providers.local.hosts import Host, host_run
+from role_helpers import converge_hosts, converge_role, systemd_hosts
 
 pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not Path("/usr/bin/prometheus").exists(), reason="Debian's prometheus is missing"),
-              pytest.mark.skipif(os.geteuid() != 0, reason="runs Prometheus as the prometheus user")]
+              pytest.mark.skipif(os.geteuid() != 0, reason="harness hosts (namespaces, systemd-nspawn) need root")]
+
+ORG = "t-prom"
+VPC = "10.95.41.0/24"
+PORT = 19090
+UNIT = "fmcluster-prometheus"
+#: A TSDB directory whose parent the image lacks: the role makes that parent root's, 0755.
+DATA_DIR = "/var/lib/fmct/prometheus/data"
 
 
-@pytest.fixture
-def base() -> Iterator[Path]:
-    """A directory the prometheus user can reach (pytest's own are root's, 0700)."""
-    path = Path(tempfile.mkdtemp(prefix="fmct-prometheus-"))
-    path.chmod(0o755)
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
+@pytest.fixture(scope="module")
+def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Host]]:
+    with systemd_hosts(ORG, VPC, 1, tmp_path_factory.mktemp("prometheus-hosts")) as (inventory, hosts):
+        yield inventory, hosts[0]
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+def run(host: Host, *argv: str) -> str:
+    done = host_run(host, argv, timeout=60)
+    assert done.returncode == 0, f"{argv}: {done.stdout}{done.stderr}"
+    return done.stdout
 
 
-def converge(tmp: Path, variables: dict[str, Any], *extra: str) -> tuple[int, int, str]:
-    return converge_role("prometheus", tmp, variables, *extra)
+def post(host: Host, path: str) -> int:
+    return int(run(host, "curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-X", "POST",
+                   f"http://127.0.0.1:{PORT}{path}"))
 
 
-def post(url: str) -> int:
-    try:
-        with urllib.request.urlopen(urllib.request.Request(url, method="POST"), timeout=5) as answer:
-            return int(answer.status)
-    except urllib.error.HTTPError as err:
-        return int(err.code)
+def loaded_config(host: Host) -> str:
+    return str(json.loads(run(host, "curl", "-sf", f"http://127.0.0.1:{PORT}/api/v1/status/config"))["data"]["yaml"])
 
 
-def loaded_config(port: int) -> str:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/status/config", timeout=5) as answer:
-        return str(json.loads(answer.read())["data"]["yaml"])
+def main_pid(host: Host) -> str:
+    return run(host, "systemctl", "show", "--property=MainPID", "--value", UNIT).strip()
 
 
-def listening(port: int) -> set[str]:
-    """Local addresses with a TCP socket listening on `port` (from /proc/net/tcp and tcp6)."""
+def listening(host: Host) -> set[str]:
+    """Local addresses with a TCP socket listening on PORT in the host's network namespace."""
     found = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        for line in Path(table).read_text().splitlines()[1:]:
-            local, state = line.split()[1], line.split()[3]
-            address, hexport = local.rsplit(":", 1)
-            if state == "0A" and int(hexport, 16) == port:
-                found.add(socket.inet_ntoa(bytes.fromhex(address)[::-1]) if len(address) == 8 else address)
+    for line in run(host, "cat", "/proc/net/tcp", "/proc/net/tcp6").splitlines():
+        fields = line.split()
+        if len(fields) < 4 or fields[0] == "sl":
+            continue
+        address, hexport = fields[1].rsplit(":", 1)
+        if fields[3] == "0A" and int(hexport, 16) == PORT:
+            found.add(socket.inet_ntoa(bytes.fromhex(address)[::-1]) if len(address) == 8 else address)
     return found
 
 
-def test_prometheus_listens_on_loopback_without_lifecycle_api_and_reloads_by_sighup(base: Path) -> None:
-    tmp_path, port = base, free_port()
-    settings = {"prometheus_install": False, "prometheus_port": port, "prometheus_config_dir": str(tmp_path / "etc"),
-            "prometheus_data_dir": str(tmp_path / "lib" / "prometheus" / "data"),
-            "prometheus_run_dir": str(tmp_path / "run"), "prometheus_service_name": f"fmct-prometheus-{port}",
-            "prometheus_external_labels": {"cluster": "first"}, "supervised_service_mode": "process",
-            "prometheus_environment_file": ""}
-    pidfile = tmp_path / "run" / f"fmct-prometheus-{port}.pid"
-    try:
-        code, changed, out = converge(tmp_path, settings)
-        assert code == 0 and changed > 0, out[-4000:]
-        pid = pidfile.read_text().strip()
-        assert listening(port) == {"127.0.0.1"}
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
-        assert not [arg for arg in argv if "enable-lifecycle" in arg or "enable-admin-api" in arg], argv
-        assert post(f"http://127.0.0.1:{port}/-/quit") == 403
-        assert post(f"http://127.0.0.1:{port}/-/reload") == 403
-        assert Path(f"/proc/{pid}").exists()
-        # The TSDB's missing parent is made as root's (0755), not the prometheus user's 0750.
-        parent = (tmp_path / "lib" / "prometheus").stat()
-        assert (parent.st_uid, oct(parent.st_mode & 0o777)) == (0, "0o755")
+def play(variables: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{"name": "prometheus", "hosts": "all", "gather_facts": False, "vars": variables, "roles": ["prometheus"]}]
 
-        code, changed, out = converge(tmp_path, settings)
-        assert (code, changed) == (0, 0), out[-4000:]
-        code, changed, out = converge(tmp_path, {**settings, "prometheus_external_labels": {"cluster": "second"}},
-                                      "--check")
-        assert code == 0 and "cluster: first" in loaded_config(port), out[-4000:]
 
-        code, changed, out = converge(tmp_path, {**settings, "prometheus_external_labels": {"cluster": "second"}})
-        assert code == 0 and "Reload prometheus (plain process)" in out, out[-4000:]
-        deadline = time.monotonic() + 20
-        while "cluster: second" not in loaded_config(port) and time.monotonic() < deadline:
-            time.sleep(0.5)
-        assert "cluster: second" in loaded_config(port)
-        assert pidfile.read_text().strip() == pid, "reloaded in place, not restarted"
-    finally:
-        subprocess.run(["start-stop-daemon", "--stop", "--quiet", "--retry=TERM/10/KILL/5", "--remove-pidfile",
-                        f"--pidfile={pidfile}", "--exec=/usr/bin/prometheus"], check=False)
+def test_prometheus_runs_as_its_unit_on_loopback_without_lifecycle_api_and_reloads_by_sighup(
+        host: tuple[Path, Host], tmp_path: Path) -> None:
+    inventory, node = host
+    settings = {"prometheus_port": PORT, "prometheus_data_dir": DATA_DIR,
+                "prometheus_external_labels": {"cluster": "first"}, "prometheus_environment_file": ""}
+    code, changed, out = converge_hosts(inventory, play(settings), tmp_path)
+    assert code == 0 and changed[node.hostname] > 0, out[-4000:]
+    assert run(node, "systemctl", "is-active", UNIT).strip() == "active"
+    assert run(node, "systemctl", "is-enabled", UNIT).strip() == "enabled"
+    pid = main_pid(node)
+    assert pid != "0"
+    assert listening(node) == {"127.0.0.1"}
+    argv = run(node, "cat", f"/proc/{pid}/cmdline").split("\0")
+    assert argv[0] == "/usr/bin/prometheus", argv
+    assert not [arg for arg in argv if "enable-lifecycle" in arg or "enable-admin-api" in arg], argv
+    assert post(node, "/-/quit") == 403
+    assert post(node, "/-/reload") == 403
+    assert main_pid(node) == pid
+    # The TSDB's missing parent is made as root's (0755), not the prometheus user's 0750.
+    assert run(node, "stat", "-c", "%U %a", str(Path(DATA_DIR).parent)).split() == ["root", "755"]
+    # The packaged unit Debian started on install is stopped, disabled and not left failed.
+    assert host_run(node, ["systemctl", "is-active", "--quiet", "prometheus"]).returncode != 0
+    assert host_run(node, ["systemctl", "is-failed", "--quiet", "prometheus"]).returncode != 0
+
+    code, changed, out = converge_hosts(inventory, play(settings), tmp_path)
+    assert (code, changed[node.hostname]) == (0, 0), out[-4000:]
+    second = {**settings, "prometheus_external_labels": {"cluster": "second"}}
+    code, changed, out = converge_hosts(inventory, play(second), tmp_path, "--check")
+    assert code == 0 and changed[node.hostname] > 0, out[-4000:]
+    assert "cluster: first" in loaded_config(node)
+
+    code, changed, out = converge_hosts(inventory, play(second), tmp_path)
+    assert code == 0 and "RUNNING HANDLER [prometheus : Reload prometheus]" in out, out[-4000:]
+    deadline = time.monotonic() + 30
+    while "cluster: second" not in loaded_config(node) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert "cluster: second" in loaded_config(node)
+    assert main_pid(node) == pid, "reloaded in place, not restarted"
+    assert run(node, "systemctl", "show", "--property=NRestarts", "--value", UNIT).strip() == "0"
 
 
 def test_extra_flags_enabling_the_lifecycle_api_are_refused_before_anything_runs(tmp_path: Path) -> None:
-    code, _, out = converge(tmp_path, {"prometheus_install": False, "prometheus_config_dir": str(tmp_path / "etc"),
-                                       "prometheus_extra_args": ["--web.enable-lifecycle"]})
+    code, _, out = converge_role("prometheus", tmp_path, {"prometheus_install": False,
+                                                          "prometheus_config_dir": str(tmp_path / "etc"),
+                                                          "prometheus_extra_args": ["--web.enable-lifecycle"]})
     assert code != 0
     assert "prometheus_extra_args enables --web.enable-lifecycle" in " ".join(out.split())
     assert not (tmp_path / "etc").exists()
