@@ -15,10 +15,15 @@ RUNNER = testinfra.utils.ansible_runner.AnsibleRunner(
 
 
 def test_munged_slurmctld_run_here_and_slurmd_on_every_compute_node(host: testinfra.host.Host) -> None:
+    """Each daemon is its systemd unit, running, and the process its own pid file names."""
+    assert host.service("fmcluster-munged").is_running and host.service("fmcluster-munged").is_enabled
+    assert host.service("fmcluster-slurmctld").is_running and host.service("fmcluster-slurmctld").is_enabled
     assert host.run("pgrep -F /run/munge/munged.pid munged").rc == 0
     assert host.run("pgrep -F /run/slurm/slurmctld.pid slurmctld").rc == 0
     for node in COMPUTE:
-        assert RUNNER.get_host(node).run(f"pgrep -F /run/slurm/slurmd-{node}.pid slurmd").rc == 0
+        compute = RUNNER.get_host(node)
+        assert compute.service("fmcluster-slurmd").is_running and compute.service("fmcluster-munged").is_running
+        assert compute.run(f"pgrep -F /run/slurm/slurmd-{node}.pid slurmd").rc == 0
 
 
 def test_sinfo_shows_every_compute_node_idle(host: testinfra.host.Host) -> None:
@@ -75,7 +80,10 @@ def test_each_team_is_an_account_under_the_org_with_its_users_and_qos(host: test
                               "format=Account,User,ParentName,Fairshare,QOS")
     rows = {tuple(line.split("|")[:2]): line.split("|")[2:] for line in assoc.splitlines()}
     assert rows[("llm", "")][:2] == ["mol_cluster", "3"] and rows[("vision", "")][:2] == ["mol_cluster", "1"]
-    assert {(a, u) for a, u in rows if u not in ("", "root")} == {("llm", "alice"), ("vision", "bob")}
+    # The operator (the image's default user) submits the acceptance jobs: an association in the org's account.
+    operator = host.ansible.get_variables()["slurm_associations_operator"]
+    assert {(a, u) for a, u in rows if u not in ("", "root")} == {("llm", "alice"), ("vision", "bob"),
+                                                                  ("mol_cluster", operator)}
     assert not any(u == "carol" for _, u in rows)
     qos = host.check_output("sacctmgr --noheader --parsable2 show qos format=Name,MaxTRESPU,Flags")
     assert "standard|cpu=2|DenyOnLimit" in qos.splitlines()
