@@ -5,7 +5,7 @@
 For each size it resets one emulator (moto, in its own process on 127.0.0.1, started by the project's own
 helper), launches the instances a slurm-ec2 tenant's cluster stack would (controller, login, the rest one
 p5.48xlarge queue; tagged as the stack tags them), files a converged report for every node where the node
-agent files it (s3://<bucket>/fmcluster/report/<aws:userid>.json), and writes the tenant's generated state as a
+agent files it (s3://<bucket>/fmcluster/report/<aws:userid>/<instance id>.json), and writes the tenant's generated state as a
 deploy would (manifest.json, hosts.yml). Then it times, each in this process and under tracemalloc (the peak
 of Python allocations during that operation alone), counting the AWS API calls each makes:
 
@@ -228,7 +228,7 @@ def run_size(n: int, endpoint: str, work: Path, counter: CallCounter) -> dict[st
     for node in nodes:
         report = {"ok": True, "ref": REF, "manifest_digest": manifest_digest, "membership_digest": membership,
                   "role": node.role, "address": node.address, "seconds": 61.2, "changed": 0, "stage": "done"}
-        s3.put_object(Bucket=BUCKET, Key=f"fmcluster/report/AROAEXAMPLENODEROLE01:{node.instance_id}.json",
+        s3.put_object(Bucket=BUCKET, Key=f"fmcluster/report/AROAEXAMPLENODEROLE01:{node.instance_id}/{node.instance_id}.json",
                       Body=json.dumps(report).encode())
     generated_dir(ORG, root).mkdir(parents=True, exist_ok=True)
     (generated_dir(ORG, root) / "manifest.json").write_text(json.dumps(manifest))

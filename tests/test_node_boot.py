@@ -200,7 +200,7 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
         venv = str(ROOT / ".venv")
         spec = HostSpec("i-boot", HOSTNAME, ADDRESS, 25, VPC,
                         (Bind(venv, venv, True), Bind(venv, "/opt/fmcluster/venv", True),
-                         Bind(str(ROOT / "src"), str(ROOT / "src"), True)), (str(ROOT),), boot=False)
+                         Bind(str(ROOT / "src"), str(ROOT / "src"), True)), (str(ROOT),))  # boots its systemd
         (host,), _, _ = reconcile_hosts(ORG, [spec], bridge_name(ORG))
         tenant = load_tenant(ORG, root)
         ref = pinned_commit()
@@ -386,7 +386,8 @@ def test_a_node_converges_itself_reports_to_the_bucket_and_never_shows_a_secret(
                             ("agent output", converged.stdout + converged.stderr)):
             assert value not in text, f"a secret value is in the {where}"
     # The node agent it started keeps the node converged from now on.
-    pid = node.read("/var/lib/fmcluster/run/fmcluster-node-agent.pid").strip()
+    pid = node.run("systemctl show -p MainPID --value fmcluster-node-agent").stdout.strip()  # its systemd unit
+    assert pid not in ("", "0"), "the node agent's unit is not running"
     cmdline = node.run(f"cat /proc/{pid}/cmdline").stdout  # the host's own process table
     assert cmdline.split("\0")[1:4] == ["-m", "fmcluster.node", "watch"], cmdline
 
