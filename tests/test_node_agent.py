@@ -250,38 +250,11 @@ def test_without_a_metadata_service_only_a_session_named_after_the_instance_give
 
 
 def test_the_instance_id_comes_from_the_metadata_service_with_an_imdsv2_token(tmp_path: Path) -> None:
-    """The agent asks IMDS as EC2 (and HyperPod's nodes, and the local stand-in) require: a token first."""
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
+    """The agent asks IMDS as EC2 (and HyperPod's nodes, and the local stand-in) require: a token first. Asked of the
+    local substrate's stand-in itself, which refuses a request without one."""
     from fmcluster.node.agent import metadata_instance_id
+    from imds_standin import serving
 
-    class Imds(BaseHTTPRequestHandler):
-        def do_PUT(self) -> None:
-            ok = self.path == "/latest/api/token" and self.headers.get("X-aws-ec2-metadata-token-ttl-seconds")
-            self._answer(200 if ok else 400, b"token-1")
-
-        def do_GET(self) -> None:
-            if self.headers.get("X-aws-ec2-metadata-token") != "token-1":
-                self._answer(401, b"")
-            elif self.path == "/latest/meta-data/instance-id":
-                self._answer(200, b"i-0fedcba9876543210")
-            else:
-                self._answer(404, b"")
-
-        def _answer(self, code: int, body: bytes) -> None:
-            self.send_response(code)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Imds)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        assert metadata_instance_id(f"http://127.0.0.1:{server.server_port}") == "i-0fedcba9876543210"
-        assert metadata_instance_id("http://127.0.0.1:9", timeout=0.5) == ""
-    finally:
-        server.shutdown()
+    with serving(tmp_path, "i-0fedcba9876543210") as url:
+        assert metadata_instance_id(url) == "i-0fedcba9876543210"
+    assert metadata_instance_id("http://127.0.0.1:9", timeout=0.5) == ""

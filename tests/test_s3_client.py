@@ -198,42 +198,20 @@ def _session(endpoint: str, name: str) -> dict[str, str]:
             "FMCLUSTER_REGION": REGION}
 
 
-def test_instance_id_is_the_metadata_service_s_and_never_a_shared_session_s(s3_endpoint: str) -> None:
+def test_instance_id_is_the_metadata_service_s_and_never_a_shared_session_s(s3_endpoint: str, tmp_path: Path) -> None:
     """`instance-id` names a node's report below its caller identity: the instance metadata service's answer (IMDSv2),
     else the session's name where it names an instance (EC2's); HyperPod's one session for every node of a group,
     "SageMaker", names none, and the command fails rather than give every node one name."""
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-    class Imds(BaseHTTPRequestHandler):
-        def do_PUT(self) -> None:
-            self._answer(200 if self.path == "/latest/api/token" else 404, b"token-1")
-
-        def do_GET(self) -> None:
-            ok = self.path == "/latest/meta-data/instance-id" and self.headers.get("X-aws-ec2-metadata-token") == "token-1"
-            self._answer(200 if ok else 401, b"i-0fedcba9876543210" if ok else b"")
-
-        def _answer(self, code: int, body: bytes) -> None:
-            self.send_response(code)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
+    from imds_standin import serving
 
     def instance_id(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
         return subprocess.run(["/usr/bin/python3", str(CLIENT), "instance-id"], capture_output=True, text=True,
                               env=env, timeout=60, check=False)
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Imds)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        shared = _session(s3_endpoint, "SageMaker")
-        done = instance_id({**shared, "AWS_EC2_METADATA_SERVICE_ENDPOINT": f"http://127.0.0.1:{server.server_port}"})
+    shared = _session(s3_endpoint, "SageMaker")
+    with serving(tmp_path, "i-0fedcba9876543210") as url:  # the local substrate's stand-in: tokens required
+        done = instance_id({**shared, "AWS_EC2_METADATA_SERVICE_ENDPOINT": url})
         assert (done.returncode, done.stdout) == (0, "i-0fedcba9876543210\n"), done.stderr
-    finally:
-        server.shutdown()
     no_imds = {"AWS_EC2_METADATA_SERVICE_ENDPOINT": "http://127.0.0.1:9"}
     done = instance_id({**_session(s3_endpoint, "i-0123456789abcdef0"), **no_imds})
     assert (done.returncode, done.stdout) == (0, "i-0123456789abcdef0\n"), done.stderr
