@@ -65,9 +65,6 @@ class HostSpec:
     binds: tuple[Bind, ...] = ()
     hidden: tuple[str, ...] = ()  # directories of the image the host must not see (empty tmpfs over them)
     image: str = "/"  # the root file system the host's root is an overlay of
-    #: Boot the image's init (an instance). False: a bare container whose only program waits (tests that run one
-    #: program in a host of this machine's root, which must not boot this machine's services).
-    boot: bool = True
 
 
 @dataclass(frozen=True)
@@ -265,7 +262,7 @@ def _children(pid: int) -> list[int]:
 
 
 def _nspawn_argv(spec: HostSpec, host: Host) -> list[str]:
-    argv = ["systemd-nspawn", "--boot" if spec.boot else "--as-pid2", "--quiet",
+    argv = ["systemd-nspawn", "--boot", "--quiet",
             # No systemd-machined and no systemd on this machine to register with or to make a scope.
             "--register=no", "--keep-unit",
             f"--directory={host.root}", f"--network-namespace-path={host.netns_path}",
@@ -278,7 +275,7 @@ def _nspawn_argv(spec: HostSpec, host: Host) -> list[str]:
             "--capability=CAP_NET_ADMIN"]
     argv += [f"--tmpfs={hidden}:mode=0755" for hidden in spec.hidden]
     argv += [f"--bind{'-ro' if b.read_only else ''}={b.source}:{b.target}" for b in spec.binds]
-    return argv if spec.boot else [*argv, "sleep", "infinity"]
+    return argv
 
 
 def boot_host(host: Host, spec: HostSpec) -> None:
