@@ -207,7 +207,8 @@ class LocalProvider:
             return aws.client(service, self.tenant.region, endpoint)
 
         stacks = [f"{self.tenant.stack_prefix}-{kind}" for kind in ("cluster", "storage", "network")]
-        session = instance_role.role_session(instance, client, stacks)
+        template = instance_role.launch_template_data(instance, client, stacks)  # profile and MetadataOptions
+        session = instance_role.role_session(instance, client, template)
         public_key = ""
         if instance.get("KeyName"):
             pair = ec2.describe_key_pairs(KeyNames=[instance["KeyName"]], IncludePublicKey=True)["KeyPairs"][0]
@@ -218,7 +219,7 @@ class LocalProvider:
         metadata.write_config(host, metadata.instance_config(
             instance, instance.get("ReservationId", ""), account, self.tenant.region, [self.tenant.network.vpc_cidr],
             cidrs.get(instance.get("SubnetId", ""), self.tenant.network.vpc_cidr), public_key, user_data,
-            instance_role.launch_template_data(instance, client, stacks), session))
+            template, session))
         metadata.ensure_service(host)
         done = subprocess.run(["ip", "-n", host.netns, "link", "set", "dev", "eth0", "address", metadata.mac(instance)],
                               capture_output=True, text=True, check=False)

@@ -13,7 +13,7 @@ No profile found is an error: on AWS such a node would have no credentials at al
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -79,12 +79,13 @@ def launch_template_data(instance: dict[str, Any], client: Client, stacks: Seque
     return _template_data(client("ec2"), *where) if where else {}
 
 
-def instance_profile(instance: dict[str, Any], client: Client, stacks: Sequence[str]) -> str:
-    """The ARN (or name) of the instance profile `instance` was launched with; raises SubstrateError if none."""
+def instance_profile(instance: dict[str, Any], template: Mapping[str, Any]) -> str:
+    """The ARN (or name) of the instance profile `instance` was launched with (its own, else its launch template's,
+    `template`: launch_template_data's answer); raises SubstrateError if none."""
     recorded = (instance.get("IamInstanceProfile") or {}).get("Arn")
     if recorded:
         return str(recorded)
-    profile = launch_template_data(instance, client, stacks).get("IamInstanceProfile") or {}
+    profile = template.get("IamInstanceProfile") or {}
     found = str(profile.get("Arn") or profile.get("Name") or "")
     if not found:
         raise SubstrateError(f"instance {instance['InstanceId']} has no instance profile (none recorded, none in its "
@@ -107,9 +108,10 @@ class RoleSession:
     expiration: str  # ISO 8601, UTC ("Z")
 
 
-def role_session(instance: dict[str, Any], client: Client, stacks: Sequence[str]) -> RoleSession:
-    """`instance`'s role session, as IMDS's iam/security-credentials/<role> answers it."""
-    profile = instance_profile(instance, client, stacks)
+def role_session(instance: dict[str, Any], client: Client, template: Mapping[str, Any]) -> RoleSession:
+    """`instance`'s role session, as IMDS's iam/security-credentials/<role> answers it (`template`: its launch
+    template's data)."""
+    profile = instance_profile(instance, template)
     iam = client("iam")
     profiles = [p for page in iam.get_paginator("list_instance_profiles").paginate()
                 for p in page["InstanceProfiles"] if profile in (p["Arn"], p["InstanceProfileName"])]
