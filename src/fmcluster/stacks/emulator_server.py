@@ -53,6 +53,11 @@ It is moto 5.1 unchanged except for what CloudFormation's and EC2's contracts ne
    every quota is EMULATOR_EC2_QUOTA until RequestServiceQuotaIncrease sets it, at once, to the value asked).
    The substrate has no account limit of its own, so the stand-in's default never refuses.
 
+10. AWS::SageMaker::Cluster (HyperPod), which moto's CloudFormation skips, is made: its instance groups' instances
+   are launched into its VPC and run a stand-in of HyperPod's agent, which runs the groups' lifecycle scripts; SageMaker's
+   DescribeCluster, ListClusterNodes and DescribeClusterNode answer from those instances
+   (fmcluster.stacks.emulator_hyperpod says what is stood in and what differs).
+
 Resource types moto does not implement are still silently skipped here, as in moto: fmcluster
 detects and reports them itself (fmcluster.stacks.deploy), it never pretends they exist.
 """
@@ -785,6 +790,9 @@ def main(argv: list[str] | None = None) -> None:
     install_scaling_fixes()
     install_signal_waits()
     install_capacity_stand_ins()
+    from fmcluster.stacks.emulator_hyperpod import install_hyperpod_stand_in
+
+    install_hyperpod_stand_in()
     from moto.server import main as moto_main
 
     moto_main(["-H", args.host, "-p", str(args.port)])

@@ -17,14 +17,14 @@ Action = Literal[
     "deleted", "absent",  # destroy
 ]
 
-# Resource types moto 5.1's CloudFormation silently skips (measured; see docs/stacks.md). Used to
+# Resource types moto 5.1's CloudFormation silently skips (measured; see docs/stacks.md; AWS::SageMaker::Cluster
+# is made by the emulator's HyperPod stand-in, fmcluster.stacks.emulator_hyperpod). Used to
 # predict, in `plan`, what the emulator will not create; deploy reports what it really did not create.
 EMULATOR_SKIPPED_TYPES = frozenset({
     "AWS::EC2::SecurityGroupEgress",
     "AWS::EC2::PlacementGroup",
     "AWS::FSx::FileSystem",
     "AWS::FSx::DataRepositoryAssociation",
-    "AWS::SageMaker::Cluster",
     "AWS::S3::BucketPolicy",
 })
 # What moto 5.1 accepts in a template but silently does not apply (measured; docs/stacks.md): the

@@ -1,0 +1,216 @@
+"""Local stand-in for what SageMaker HyperPod does on one of its instances (fmcluster.stacks.emulator_hyperpod writes
+it into the instance's user data with its settings; docs/local-nodes.md, "HyperPod stand-in").
+
+HyperPod boots its AMI, which ships Slurm and munge under /opt/slurm with their systemd units; its agent writes the
+resource config (/opt/ml/config/resource_config.json), the cluster's munge key and, on the controller group,
+/opt/slurm/etc/slurm.conf (nodes and partitions from the instance groups' SlurmConfig); then it downloads the
+group's LifeCycleConfig.SourceS3Uri and runs OnCreate from there as root, logging to /var/log/provision. The local
+image is a pristine Debian 12: this program does each of those steps, the AMI's part with Debian's Slurm packages
+laid out as HyperPod's AMI lays its own (binaries reached through /opt/slurm/bin and /opt/slurm/sbin, configuration
+in /opt/slurm/etc), and then runs OnCreate exactly so. The lifecycle script and everything after it are the
+tenant's own, unchanged.
+
+Standard library only (it runs before anything is installed). Usage: hyperpod_agent.py SETTINGS_JSON
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+RESOURCE_CONFIG = Path("/opt/ml/config/resource_config.json")
+SLURM_PREFIX = Path("/opt/slurm")
+LIFECYCLE_DIR = Path("/opt/ml/lifecycle")
+PROVISION_LOG = Path("/var/log/provision/provisioning.log")
+S3_CLIENT = "/usr/local/sbin/fmcluster-s3"
+#: Debian 12's packages of the Slurm (22.05) and munge the stand-in's "AMI" carries.
+PACKAGES = ("munge", "slurmctld", "slurmd", "slurm-client")
+#: The Slurm programs HyperPod's AMI has under /opt/slurm/bin and /opt/slurm/sbin (Debian's, linked there).
+CLIENTS = ("sacct", "sacctmgr", "salloc", "sattach", "sbatch", "sbcast", "scancel", "scontrol", "sdiag", "sinfo",
+           "sprio", "squeue", "sreport", "srun", "sshare", "sstat", "strigger")
+DAEMONS = ("slurmctld", "slurmd")
+#: Share of the machine's memory each node offers Slurm (every local host sees the whole machine).
+MEMORY_SHARE = 0.9
+
+UNITS = {
+    # The AMI's units: slurmd reads $SLURMD_OPTIONS, which the lifecycle sets to --conf-server (configless).
+    "slurmctld": ("Slurm controller daemon (HyperPod AMI layout, local stand-in)",
+                  f"{SLURM_PREFIX}/sbin/slurmctld -D -s $SLURMCTLD_OPTIONS", "slurmctld"),
+    "slurmd": ("Slurm node daemon (HyperPod AMI layout, local stand-in)",
+               f"{SLURM_PREFIX}/sbin/slurmd -D -s $SLURMD_OPTIONS", "slurmd"),
+}
+
+
+def log(message: str) -> None:
+    print(f"fmcluster hyperpod stand-in: {message}", flush=True)
+
+
+def run(argv: list[str], **kwargs: Any) -> None:
+    subprocess.run(argv, check=True, **kwargs)
+
+
+def node_type(settings: dict[str, Any], group: str) -> str:
+    """The group's SlurmConfig NodeType (Controller, Login, Compute), as HyperPod reads it."""
+    found: dict[str, Any] = next((g for g in settings["slurm_groups"] if g["name"] == group), {})
+    return str(found.get("NodeType") or "Compute")
+
+
+def write(path: Path, text: str, mode: int = 0o644) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    path.chmod(mode)
+
+
+def machine() -> tuple[int, int]:
+    """CPUs and the MiB each node offers Slurm (every node of the stand-in shares this machine)."""
+    kib = next(int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines()
+               if line.startswith("MemTotal:"))
+    return os.cpu_count() or 1, int(kib // 1024 * MEMORY_SHARE)
+
+
+def slurm_conf(settings: dict[str, Any]) -> str:
+    """What HyperPod's agent writes on the controller group: the controller, and each compute group's nodes in the
+    partitions its SlurmConfig names (configless: the other nodes' slurmd fetch it)."""
+    config = settings["resource_config"]
+    types = {g["name"]: str(g.get("NodeType") or "Compute") for g in settings["slurm_groups"]}
+    partitions_of = {g["name"]: list(g.get("PartitionNames") or [g["name"]]) for g in settings["slurm_groups"]}
+    groups = {g["Name"]: g["Instances"] for g in config["InstanceGroups"]}
+    controller = next(i for name, instances in groups.items() if types.get(name) == "Controller" for i in instances)
+    cpus, memory = machine()
+    lines = [
+        "# written by the HyperPod agent's local stand-in (fmcluster/providers/local/hyperpod_agent.py)",
+        f"ClusterName={config['ClusterConfig']['ClusterName'].lower()}",
+        f"SlurmctldHost={controller['PrivateDnsHostname']}({controller['CustomerIpAddress']})",
+        "SlurmctldParameters=enable_configless", "AuthType=auth/munge", "CredType=cred/munge", "SlurmUser=slurm",
+        "StateSaveLocation=/var/spool/slurmctld", "SlurmdSpoolDir=/var/spool/slurmd",
+        "SlurmctldLogFile=/var/log/slurm/slurmctld.log", "SlurmdLogFile=/var/log/slurm/slurmd.log",
+        "SlurmctldPidFile=/run/slurmctld.pid", "SlurmdPidFile=/run/slurmd.pid",
+        "SchedulerType=sched/backfill", "SelectType=select/cons_tres", "SelectTypeParameters=CR_Core",
+        # The local hosts delegate no cgroup subtree to slurmd: processes are tracked by parent pid.
+        "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none", "JobAcctGatherType=jobacct_gather/none",
+        "ReturnToService=2", "MpiDefault=none", "MailProg=/bin/true",
+    ]
+    partitions: dict[str, list[str]] = {}
+    for name, instances in groups.items():
+        if types.get(name) != "Compute":
+            continue
+        for instance in instances:
+            lines.append(f"NodeName={instance['PrivateDnsHostname']} NodeAddr={instance['CustomerIpAddress']} "
+                         f"CPUs={cpus} RealMemory={memory} State=UNKNOWN")
+            for partition in partitions_of[name]:
+                partitions.setdefault(partition, []).append(instance["PrivateDnsHostname"])
+    for index, (partition, nodes) in enumerate(partitions.items()):
+        lines.append(f"PartitionName={partition} Nodes={','.join(nodes)} Default={'YES' if index == 0 else 'NO'} "
+                     "MaxTime=INFINITE State=UP")
+    return "\n".join(lines) + "\n"
+
+
+def install_ami_slurm(settings: dict[str, Any], kind: str) -> None:
+    """The Slurm and munge HyperPod's AMI ships, under its layout: packages installed with their daemons kept stopped
+    (the lifecycle script starts them), the cluster's munge key, /opt/slurm/{bin,sbin,etc} and the AMI's units."""
+    policy = Path("/usr/sbin/policy-rc.d")
+    write(policy, "#!/bin/sh\nexit 101\n", 0o755)  # no daemon starts while the packages install
+    try:
+        environment = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        for attempt in range(1, 6):
+            try:
+                run(["apt-get", "update", "-q"], env=environment)
+                run(["apt-get", "install", "-y", "-q", "--no-install-recommends", *PACKAGES], env=environment)
+                break
+            except subprocess.CalledProcessError:
+                if attempt == 5:
+                    raise
+                log(f"apt failed (attempt {attempt}); retrying")
+    finally:
+        policy.unlink(missing_ok=True)
+    for unit in DAEMONS:  # the packages' own units: the AMI's below take their place
+        subprocess.run(["systemctl", "disable", "--now", unit], check=False, capture_output=True)
+    key = Path("/etc/munge/munge.key")
+    key.write_bytes(__import__("base64").b64decode(settings["munge_key"]))
+    run(["chown", "munge:munge", str(key)])
+    key.chmod(0o400)
+    run(["systemctl", "enable", "munge"])
+    run(["systemctl", "restart", "munge"])
+    for folder, names, source in (("bin", CLIENTS, "/usr/bin"), ("sbin", DAEMONS, "/usr/sbin")):
+        (SLURM_PREFIX / folder).mkdir(parents=True, exist_ok=True)
+        for name in names:
+            link = SLURM_PREFIX / folder / name
+            if Path(source, name).exists() and not link.is_symlink():
+                link.symlink_to(Path(source, name))
+    (SLURM_PREFIX / "etc").mkdir(parents=True, exist_ok=True)
+    for folder, owner in (("/var/spool/slurmctld", "slurm"), ("/var/spool/slurmd", "root"), ("/var/log/slurm", "slurm")):
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        run(["chown", f"{owner}:{owner}", folder])
+    for unit, (description, start, name) in UNITS.items():
+        write(Path(f"/etc/systemd/system/{unit}.service"), "\n".join([
+            "[Unit]", f"Description={description}", "After=network-online.target munge.service",
+            # A configless slurmd started before slurmctld answers exits: it is started again until it does.
+            "Wants=network-online.target", "StartLimitIntervalSec=0", "", "[Service]", "Type=simple",
+            *([f"Environment=SLURM_CONF={SLURM_PREFIX}/etc/slurm.conf"] if unit == "slurmctld" else []),
+            f"Environment={name.upper()}_OPTIONS=",
+            f"ExecStart={start}", "ExecReload=/bin/kill -HUP $MAINPID", "LimitNOFILE=131072", "LimitMEMLOCK=infinity",
+            "LimitSTACK=infinity", "Restart=on-failure", "RestartSec=5", "RuntimeDirectory=slurm",
+            "RuntimeDirectoryPreserve=yes",
+            "", "[Install]", "WantedBy=multi-user.target", ""]))
+    run(["systemctl", "daemon-reload"])
+    if kind == "Controller":
+        # Debian's client commands read /etc/slurm/slurm.conf; HyperPod's, built for /opt/slurm, read its etc.
+        write(SLURM_PREFIX / "etc" / "slurm.conf", slurm_conf(settings))
+        link = Path("/etc/slurm/slurm.conf")
+        link.parent.mkdir(parents=True, exist_ok=True)
+        if link.exists() or link.is_symlink():
+            link.unlink()
+        link.symlink_to(SLURM_PREFIX / "etc" / "slurm.conf")
+
+
+def run_lifecycle(settings: dict[str, Any]) -> int:
+    """Download SourceS3Uri and run OnCreate from there, as root, its output in /var/log/provision."""
+    cycle = settings["life_cycle_config"]
+    source = str(cycle["SourceS3Uri"]).rstrip("/") + "/"
+    LIFECYCLE_DIR.mkdir(parents=True, exist_ok=True)
+    for attempt in range(1, 11):
+        done = subprocess.run([S3_CLIENT, "--region", settings["region"], "sync", source, str(LIFECYCLE_DIR)],
+                              check=False)
+        if done.returncode == 0 and (LIFECYCLE_DIR / cycle["OnCreate"]).is_file():
+            break
+        if attempt == 10:
+            log(f"no {cycle['OnCreate']} at {source}")
+            return 1
+        __import__("time").sleep(attempt * 3)
+    PROVISION_LOG.parent.mkdir(parents=True, exist_ok=True)
+    log(f"running {cycle['OnCreate']} from {source} (resource config {RESOURCE_CONFIG})")
+    environment = {**os.environ, "SAGEMAKER_RESOURCE_CONFIG_PATH": str(RESOURCE_CONFIG)}
+    with PROVISION_LOG.open("a", encoding="utf-8") as provision:
+        provision.write(f"fmcluster hyperpod stand-in: OnCreate {cycle['OnCreate']} from {source}\n")
+        provision.flush()
+        process = subprocess.Popen(["bash", cycle["OnCreate"]], cwd=LIFECYCLE_DIR, env=environment,
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        assert process.stdout is not None
+        for line in process.stdout:
+            sys.stdout.write(line)
+            sys.stdout.flush()
+            provision.write(line)
+            provision.flush()
+        code = process.wait()
+        provision.write(f"fmcluster hyperpod stand-in: {cycle['OnCreate']} exited {code}\n")
+    return code
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print(__doc__, file=sys.stderr)
+        return 64
+    settings = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
+    write(RESOURCE_CONFIG, json.dumps(settings["resource_config"], indent=1) + "\n")
+    kind = node_type(settings, settings["instance_group"])
+    log(f"instance group {settings['instance_group']} ({kind}): the AMI's Slurm under {SLURM_PREFIX}")
+    install_ami_slurm(settings, kind)
+    return run_lifecycle(settings)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
