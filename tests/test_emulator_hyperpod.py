@@ -135,7 +135,7 @@ def test_each_instance_runs_the_agent_stand_in_with_hyperpod_s_resource_config(c
     instances = cloud.instances()
     for instance in instances:
         raw = cloud.ec2.describe_instance_attribute(InstanceId=instance["InstanceId"], Attribute="userData")
-        script = base64.b64decode(raw["UserData"]["Value"]).decode()
+        script = base64.b64decode(raw["UserData"]["Value"], validate=True).decode()  # as EC2 (and IMDS) serve it
         assert script.startswith("#!/bin/bash\n") and f"cat > {SETTINGS_PATH} <<'FMCLUSTER_SETTINGS'" in script
         settings = json.loads(script.split("<<'FMCLUSTER_SETTINGS'\n", 1)[1].split("\nFMCLUSTER_SETTINGS\n", 1)[0])
         group_name = {t["Key"]: t["Value"] for t in instance["Tags"]}["sagemaker:instance-group-name"]

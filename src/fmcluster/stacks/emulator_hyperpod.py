@@ -86,6 +86,7 @@ def install_hyperpod_stand_in() -> None:
     from moto.cloudformation import parsing
     from moto.core.common_models import CloudFormationModel
     from moto.ec2.models import ec2_backends
+    from moto.ec2.utils import parse_user_data
     from moto.iam.models import iam_backends
     from moto.sagemaker import models as sagemaker_models
     from moto.sagemaker.utils import arn_formatter
@@ -215,7 +216,7 @@ def install_hyperpod_stand_in() -> None:
                             "munge_key": munge_key, "region": self.region_name}
                 user_data = base64.b64encode(agent_user_data(settings, source).encode()).decode()
                 for instance in instances:
-                    instance.user_data = [user_data]
+                    instance.user_data = parse_user_data(user_data)  # what RunInstances keeps of UserData
 
         def delete(self, account_id: str, region_name: str) -> None:
             ec2 = ec2_of(self.account_id, self.region_name)
