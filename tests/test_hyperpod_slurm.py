@@ -314,6 +314,18 @@ def test_the_lifecycle_starts_hyperpods_slurmctld_on_the_controller_once_hyperpo
     assert calls == ["mask slurmd", "enable --now slurmctld"]
 
 
+def test_the_lifecycle_masks_a_daemon_whose_unit_hyperpod_s_ami_keeps_in_etc(tmp_path: Path) -> None:
+    """HyperPod's AMI has slurmd.service and slurmctld.service in /etc/systemd/system (AWS's start_slurm.sh renames
+    them there), where `systemctl mask` fails: the unit is set aside first (the local HyperPod stand-in found it)."""
+    units = tmp_path / "units"
+    units.mkdir()
+    (units / "slurmd.service").write_text("[Service]\nExecStart=/opt/slurm/sbin/slurmd -D $SLURMD_OPTIONS\n")
+    ran, calls = run_start(tmp_path, "10.1.0.10", "SlurmctldHost=ip-10-1-0-10(10.1.0.10)\n")
+    assert ran.returncode == 0, ran.stderr
+    assert not (units / "slurmd.service").exists() and (units / "slurmd.service.fmcluster-not-on-this-node").is_file()
+    assert calls == ["mask slurmd", "enable --now slurmctld"]
+
+
 def test_the_lifecycle_refuses_to_start_slurmctld_before_hyperpod_wrote_slurm_conf(tmp_path: Path) -> None:
     ran, calls = run_start(tmp_path, "10.1.0.10", None)
     assert ran.returncode == 1 and calls == []

@@ -24,6 +24,16 @@ read -r role controllers <<<"$found"
 controller=${controllers%%,*}
 echo "fmcluster: HyperPod Slurm role $role, controller $controller"
 
+# The daemon a node must not run is masked. HyperPod's AMI keeps its Slurm units in /etc/systemd/system (AWS's
+# start_slurm.sh renames them there), where `systemctl mask` cannot put its link ("File ... already exists"): the
+# unit is moved aside first, as AWS's sample does.
+set_aside() {
+  if [ -f "$units/$1.service" ] && [ ! -L "$units/$1.service" ]; then
+    mv -f "$units/$1.service" "$units/$1.service.fmcluster-not-on-this-node"
+  fi
+  systemctl mask "$1"
+}
+
 if [ "$role" = controller ]; then
   # HyperPod's agent writes slurm.conf naming the controller; slurmctld started before that would run without it.
   for _ in $(seq 1 "$((wait_s / 5))"); do
@@ -35,14 +45,14 @@ if [ "$role" = controller ]; then
       "not configured Slurm; see /var/log/provision and the cluster's CloudWatch logs" >&2
     exit 1
   fi
-  systemctl mask slurmd
+  set_aside slurmd
   systemctl enable --now slurmctld
 else
   # The unit's ExecStart reads $SLURMD_OPTIONS (AWS's samples set it the same way); a drop-in, not an edited unit.
   install -d -m 0755 "$units/slurmd.service.d"
   printf '[Service]\nEnvironment="SLURMD_OPTIONS=--conf-server %s"\n' "$controller" \
     > "$units/slurmd.service.d/fmcluster-conf-server.conf"
-  systemctl mask slurmctld
+  set_aside slurmctld
   systemctl daemon-reload
   systemctl enable slurmd
   systemctl restart slurmd || [ "$role" = login ]  # a login node is no Slurm node: slurmd fetches the config, then stops
