@@ -34,10 +34,14 @@ def fact(contract: Contract, name: str) -> Any:
     return value() if callable(value) else value
 
 
-def gaps(role: str, image: str) -> list[str]:
+def gaps(role: str, image: str, accelerator: str) -> list[str]:
+    """What `role` assumes of `image` on a node of `accelerator` that the image's contract does not give (a rule with
+    an `accelerator` holds on those nodes only)."""
     contract = load_images()[image].contract
     found = []
     for rule in assumptions(role):
+        if rule.get("accelerator", accelerator) != accelerator:
+            continue
         value = fact(contract, rule["fact"])
         if "equals" in rule and value != rule["equals"]:
             found.append(f"{role} on {image}: {rule['fact']} is {value!r}, the role assumes {rule['equals']!r} "
@@ -47,8 +51,9 @@ def gaps(role: str, image: str) -> list[str]:
     return found
 
 
-def node_kinds(org: str) -> list[tuple[str, str, list[str]]]:
-    """(node kind, image, roles that read the image) of a tenant's nodes, from the manifest its deploy publishes."""
+def node_kinds(org: str) -> list[tuple[str, str, str, list[str]]]:
+    """(node kind, image, accelerator, roles that read the image) of a tenant's nodes, from the manifest its deploy
+    publishes."""
     tenant = load_tenant(org, ROOT)
     manifest = manifest_for(tenant)
     fmcluster_slurm = manifest["vars"]["fmcluster_capabilities"]["slurm_owner"] == "fmcluster"
@@ -59,9 +64,11 @@ def node_kinds(org: str) -> list[tuple[str, str, list[str]]]:
     for kind, group in kinds:
         variables = group["vars"]
         roles = (["slurm"] if fmcluster_slurm else []) + list(variables.get("fmcluster_accelerator_roles", []))
-        if group["instance"]["accelerator"] == "cuda":
-            roles.append("nccl_tests")  # built on the queue's own nodes (playbooks/acceptance-jobs.yml)
-        walked.append((kind, variables["fmcluster_image"], roles))
+        accelerator = group["instance"]["accelerator"]
+        if accelerator in ("cuda", "neuron"):
+            # nccl-tests built, nccom-test checked and run on the queue's own nodes (playbooks/acceptance-jobs.yml)
+            roles.append("nccl_tests")
+        walked.append((kind, variables["fmcluster_image"], accelerator, roles))
     return walked
 
 
@@ -73,8 +80,8 @@ KNOWN_GAPS = {"pclab queue gpu: nccl_tests on parallelcluster-ubuntu2204: nccl_h
 
 @pytest.mark.parametrize("org", AWS_ORGS)
 def test_every_node_kind_s_roles_find_what_they_assume_in_its_image(org: str) -> None:
-    problems = {f"{org} {kind}: {gap}" for kind, image, roles in node_kinds(org) for role in roles
-                for gap in gaps(role, image)}
+    problems = {f"{org} {kind}: {gap}" for kind, image, accelerator, roles in node_kinds(org) for role in roles
+                for gap in gaps(role, image, accelerator)}
     unknown = {p for p in problems if not any(p.startswith(gap) for gap in KNOWN_GAPS)}
     assert not unknown, "\n".join(sorted(unknown))
     fixed = {gap for gap in KNOWN_GAPS if gap.startswith(org + " ") and not any(p.startswith(gap) for p in problems)}
@@ -96,7 +103,7 @@ def test_each_node_kind_carries_the_contract_of_the_image_it_boots(org: str) -> 
 
 @pytest.mark.parametrize("org", AWS_ORGS)
 def test_the_operator_logs_in_as_one_default_user_on_every_node_kind(org: str) -> None:
-    users = {load_images()[image].contract.default_user for _, image, _ in node_kinds(org)}
+    users = {load_images()[image].contract.default_user for _, image, _, _ in node_kinds(org)}
     assert len(users) == 1, users
     assert provider_for(load_tenant(org, ROOT)).login_user() in users  # type: ignore[attr-defined]
 
@@ -159,3 +166,4 @@ def test_role_assumptions_name_contract_facts() -> None:
         for rule in yaml.safe_load(path.read_text())["assumes"]:
             assert rule["fact"] in facts and rule["why"], (path, rule)
             assert ("equals" in rule) != ("present" in rule), (path, rule)
+            assert rule.get("accelerator", "cuda") in ("cuda", "neuron", "none"), (path, rule)

@@ -129,7 +129,7 @@ def build_manifest(tenant: Tenant, ref: str, stack_outputs: Mapping[str, str],
         # Every shared file system is expected mounted on every node (FSx on AWS, the substrate's directory locally).
         "node_exporter_expected_mounts": [{"mountpoint": fs["mount_point"], "fstype": fs["type"]} for fs in storage],
         **versions.role_vars(),
-        **acceptance_vars(tenant),
+        **acceptance_vars(tenant, image_of),
         **monitoring.inventory_vars(tenant),
         **nccl.cluster_vars(cluster_types),
         **accounting.manifest_vars(tenant),
@@ -160,14 +160,29 @@ def image_vars(image_key: str) -> dict[str, Any]:
     return {"fmcluster_image": image_key, **images.load_images()[image_key].contract.role_vars()}
 
 
-def acceptance_vars(tenant: Tenant) -> dict[str, Any]:
-    """Which acceptance job scripts the submit node needs: nccl-tests for CUDA queues, the CPU bench otherwise, and
-    the ranks per node of the nccl ones (the nccl_tests role's variables, as `all` vars: each queue group sets its own
-    nccl_tests_gpus_per_node for the build on its nodes, fmcluster.accelerators.queue_vars)."""
+def acceptance_vars(tenant: Tenant, image_of: Callable[[str], str]) -> dict[str, Any]:
+    """Which acceptance job scripts the submit node needs: nccl-tests for CUDA queues, the CPU bench for queues
+    without accelerators, AWS Neuron's nccom-test for Trainium queues; the ranks per node of the nccl and neuron ones
+    (the nccl_tests role's variables, as `all` vars: each queue group sets its own nccl_tests_gpus_per_node for the
+    build on its nodes, fmcluster.accelerators.queue_vars).
+
+    nccom-test is run from the Trainium queues' own image (`image_of`, their contract's neuron_bin_dir), not from the
+    submit node's, which may ship no Neuron (slurm-ec2's login node boots the GPU DLAMI). A Trainium queue whose
+    NeuronCores fmcluster does not know, or whose image names no Neuron tools, gets no script: the gate reports it
+    "not gated" with the reason (fmcluster.acceptance.runner), never a guessed worker count or path."""
+    from fmcluster.acceptance.neuron import NEURON_CORES
+
     kinds = {q.instance.accelerator for q in tenant.queues}
-    return {"nccl_tests_backends": (["nccl"] if "cuda" in kinds else []) + (["cpu"] if "none" in kinds else []),
+    trainium = [q for q in tenant.queues if q.instance.accelerator == "neuron" and q.instance.name in NEURON_CORES]
+    # every Trainium queue boots the image of its accelerator, so one contract says where nccom-test is
+    bin_dir = images.load_images()[image_of("neuron")].contract.neuron_bin_dir if trainium else None
+    return {"nccl_tests_backends": (["nccl"] if "cuda" in kinds else []) + (["cpu"] if "none" in kinds else [])
+            + (["neuron"] if bin_dir else []),
             "nccl_tests_gpus_per_node": max((q.instance.accelerators_per_node for q in tenant.queues
-                                             if q.instance.accelerator == "cuda"), default=0)}
+                                             if q.instance.accelerator == "cuda"), default=0),
+            "nccl_tests_neuron_workers_per_node": max((NEURON_CORES[q.instance.name].per_node for q in trainium),
+                                                      default=0),
+            "nccl_tests_neuron_bin_dir": bin_dir or ""}
 
 
 def shared_storage(tenant: Tenant, outputs: Mapping[str, str]) -> list[dict[str, Any]]:

@@ -292,8 +292,9 @@ def run_acceptance(tenant: Tenant, client: SlurmClient, shared_dir: str, *, out:
 
 def _unrunnable(client: SlurmClient, gate: _Gate, queue: Queue, backend: Backend | None,
                 collectives: Sequence[str]) -> str:
-    """Why a Trainium queue cannot be gated yet ('' when it can): the verdict judges nccom-test output, but the job
-    scripts that run it (`neuron-<collective>.sbatch`) come from the nccl_tests role, which may not install them."""
+    """Why a Trainium queue cannot be gated ('' when it can): the verdict judges nccom-test output, and the job scripts
+    that run it (`neuron-<collective>.sbatch`) come from the nccl_tests role, which installs them only where the queue's
+    image names its Neuron tools (images.yml neuron_bin_dir; fmcluster.publish.acceptance_vars)."""
     if backend != "neuron":
         return ""
     if not ranks_per_node(queue.instance, backend):
@@ -302,7 +303,8 @@ def _unrunnable(client: SlurmClient, gate: _Gate, queue: Queue, backend: Backend
                if client.run(["test", "-f", str(job_script(gate.jobs, backend, c))], check=False).returncode != 0]
     if missing:
         return (f"{queue.instance.name} runs AWS Neuron's nccom-test, whose job script is not installed "
-                f"({', '.join(missing)}; the nccl_tests role installs nccl-* and cpu-* scripts only)")
+                f"({', '.join(missing)}; the nccl_tests role installs it where the queue's image contract names its "
+                "Neuron tools, images.yml neuron_bin_dir)")
     return ""
 
 

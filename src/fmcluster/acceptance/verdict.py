@@ -53,73 +53,210 @@ _DEVICE_GENERATION = re.compile(r"\b[A-Z]\d{2,3}\b")
 
 @dataclass(frozen=True)
 class Code:
+    """One finding the verdict can raise; docs/acceptance.md's table of codes is generated from these
+    (`python -m fmcluster.acceptance.docs`)."""
+
     when: str
-    """When the finding is raised (the docs' table is checked against this registry)."""
+    """When the finding is raised."""
+    severity: str
+    """fail, warn, or when it is which (e.g. "fail (warn on 1 node)")."""
     blames_node: bool
     """Whether one node can cause it, so that bisection and drain make sense (config-wide causes cannot)."""
+    source: str
+    """What the check rests on: the tool's own documentation or output, the catalog, or fmcluster's own rule."""
+    explained_by_configuration: bool = False
+    """A configuration finding beside it (_CONFIG_CAUSES) names the cause instead of a node."""
 
 
 CODES: dict[str, Code] = {
-    "non_finite": Code("a figure in the size table or the footer is nan, -nan or inf (or not a number)", True),
-    "nccl_tests_failed": Code("nccl-tests' own check says FAILED: `# Avg bus bandwidth : X FAILED` "
-                              "(NCCL_TESTS_MIN_BW)", True),
-    "wrong_data": Code("`#wrong` > 0 (also in %g form), out-of-bounds values, an old max error > 1e-3, or a check "
-                       "cell that cannot be read", True),
-    "data_unchecked": Code("`#wrong` is N/A (nccl-tests ran with -c 0): warn, fail when data checks are required "
-                           "(the deploy's gate requires them)", False),
-    "no_results": Code("no size table: the benchmark never started, or this is not an nccl-tests log", False),
-    "table_unreadable": Code("row-shaped lines but not one readable row (an unknown layout or launcher prefix)", False),
-    "run_failed": Code("failure lines (Test NCCL failure, srun/slurmstepd errors, tracebacks) and no table", True),
-    "plugin_init_failed": Code("no table and an aws-ofi-nccl `NET/OFI` WARN", False),
-    "bad_socket_interface": Code("no table and NCCL/gloo could not find the socket interface it was told to use", False),
-    "killed": Code("no footer, and Slurm or the kernel killed the job (TIME LIMIT, CANCELLED, Killed, OOM)", True),
-    "truncated": Code("no `# Avg bus bandwidth` footer and no kill message: the output stops", True),
-    "ranks_not_wired": Code("several result tables of 1 rank each: ranks ran as independent jobs", False),
-    "multiple_tables": Code("several result tables of several ranks: more than one run in one log", False),
-    "rank_count_conflict": Code("nccl-tests' `# Rank` lines and NCCL's own `nranks` disagree", False),
-    "rank_count": Code("ranks ≠ nodes × GPUs per node", True),
-    "rank_count_unknown": Code("neither `# Rank` lines nor NCCL's `nranks` say how many ranks ran (warn)", False),
-    "garbled": Code("lines that could not be read (spliced by concurrently writing ranks, cut off) (warn)", False),
-    "line_too_long": Code("lines over the parser's bound (64 KiB) were cut to it (warn)", False),
-    "rows_dropped": Code("more distinct sizes than the parser keeps (10,000) (warn)", False),
-    "benchmark_mismatch": Code("the log ran another collective than the one expected, or its table cannot be that "
-                               "collective's", False),
-    "benchmark_unnamed": Code("the log does not name its benchmark (old nccl-tests); judged as the expected one "
-                              "(warn)", False),
-    "bandwidth_not_gated": Code("a collective other than all_reduce with no hardware ceiling to derive a floor from "
-                                "(the CPU stand-in): its bandwidth is reported, not gated (warn)", False),
-    "non_physical": Code("a row's figures break physics: time not positive, algbw ≠ size/time, busbw ≠ algbw × "
-                         "the collective's factor, or busbw above the fabric's ceiling", True),
-    "test_failure": Code("an nccl-tests failure line (`Test NCCL failure`, `Test failure`) anywhere in the log, "
-                         "even after a clean footer", True),
-    "rank_off_efa": Code("a rank or process selected another libfabric provider than efa, or its channels ran "
-                         "over another NET transport (Socket, IB), while the run must use EFA", True),
-    "duplicate_device": Code("two ranks on the same GPU (same host and device)", False),
-    "ranks_missing": Code("`# Rank` lines skip rank numbers, or list a rank twice", False),
-    "host_count": Code("the ranks ran on another number of hosts than the run's node count", False),
-    "device_model": Code("a rank's GPU is not the catalog's model for the instance type, or ranks report "
-                         "different models", True),
-    "nic_count": Code("aws-ofi-nccl found another number of EFA NICs than the catalog's for the instance type", True),
-    "nccl_version_mixed": Code("ranks report different NCCL versions", True),
-    "neuron_not_judged": Code("AWS Neuron nccom-test output and no Neuron instance type to judge it against "
-                              "(no --instance-type/--org): read, checked for what fails any run, not judged", False),
-    "nccom_test_failed": Code("AWS Neuron nccom-test's own failure output (`N errors found - test failed`, `Failure "
-                              "running neuron-bench`, `Neuron DKMS Driver is not running!`), with or without a table",
-                              True),
-    "log_capped": Code("the log is larger than the parser reads (4 GiB of text, 2,000,000 lines, or a compressed "
-                       "log expanding like a decompression bomb); what follows was not read", False),
-    "socket_fallback": Code("NCCL used its Socket transport on an EFA instance (fail across nodes, warn on one)",
-                            False),
-    "provider_not_efa": Code("libfabric selected another provider than efa (e.g. tcp)", False),
-    "no_efa_selection": Code("no `NET/OFI Selected provider is efa` line: EFA use cannot be confirmed", False),
-    "gdr_off": Code("inter-node channels without /GDRDMA (warn; named as the cause of a low bandwidth)", False),
-    "nvlink_not_used": Code("one GPU node whose ranks connect only through SHM/host memory, not P2P/NVLS", False),
-    "transport_unconfirmed": Code("no INFO line shows the expected transport (run with NCCL_DEBUG=INFO)", False),
-    "reference_size_missing": Code("no readable row at the reference size (not run, skipped, or unreadable), "
-                                   "whatever larger sizes show", False),
-    "below_floor": Code("busbw at the reference size (either half) under the floor", True),
-    "not_judged": Code("no expectation (instance type or node count unknown): the log was read, not judged", False),
-    "no_positive_evidence": Code("no other finding failed, yet the pass rule is not met (a safety net)", False),
+    "non_finite": Code(
+        when="a figure in the size table or the footer is nan, -nan or inf (or not a number)",
+        severity="fail", blames_node=True,
+        source="nccl-tests doc/PERFORMANCE.md (every figure is a measurement; nan/inf is none)"),
+    "nccl_tests_failed": Code(
+        when="nccl-tests' own check: `# Avg bus bandwidth : X FAILED` (NCCL_TESTS_MIN_BW)",
+        severity="fail", blames_node=True, explained_by_configuration=True,
+        source="nccl-tests src/common.cu (NCCL_TESTS_MIN_BW: the footer says FAILED)"),
+    "wrong_data": Code(
+        when="`#wrong` > 0 (also in %g form, counted, \"about N\"), out-of-bounds values, an old max error > 1e-3, a "
+             "check cell that cannot be read",
+        severity="fail", blames_node=True,
+        source="nccl-tests doc/PERFORMANCE.md, \"#wrong\" (nccl-tests -c 1)"),
+    "data_unchecked": Code(
+        when="`#wrong` is N/A (`-c 0`) in a half nccl-tests checks (the out-of-place half only, for alltoall and "
+             "sendrecv); fails when data checks are required (the gate, `--require-data-check`)",
+        severity="warn / fail", blames_node=False,
+        source="nccl-tests doc/PERFORMANCE.md, \"#wrong\" (N/A with -c 0)"),
+    "no_results": Code(
+        when="no size table: the benchmark never started, or not an nccl-tests log",
+        severity="fail", blames_node=False,
+        source="nccl-tests doc/PERFORMANCE.md (the size table is the result)"),
+    "table_unreadable": Code(
+        when="row-shaped lines but not one readable row",
+        severity="fail", blames_node=False,
+        source="nccl-tests doc/PERFORMANCE.md (the size table's columns)"),
+    "run_failed": Code(
+        when="failure lines (Test NCCL failure, srun/slurmstepd errors, tracebacks) and no table",
+        severity="fail", blames_node=True,
+        source="nccl-tests src/common.h error macros; Slurm srun/slurmstepd messages"),
+    "plugin_init_failed": Code(
+        when="no table and an aws-ofi-nccl `NET/OFI` WARN",
+        severity="fail", blames_node=False,
+        source="aws-ofi-nccl (NET/OFI messages)"),
+    "bad_socket_interface": Code(
+        when="no table, and NCCL/gloo could not find the socket interface it was told to use",
+        severity="fail", blames_node=False,
+        source="NCCL environment variables (NCCL_SOCKET_IFNAME); PyTorch gloo (GLOO_SOCKET_IFNAME)"),
+    "killed": Code(
+        when="no footer, and Slurm or the kernel killed the job (TIME LIMIT, CANCELLED, Killed, OOM)",
+        severity="fail", blames_node=True,
+        source="Slurm (sbatch --time: \"DUE TO TIME LIMIT\", scancel: \"CANCELLED\"); the kernel's OOM killer"),
+    "truncated": Code(
+        when="no footer and no kill message: the output stops",
+        severity="fail", blames_node=True,
+        source="nccl-tests doc/PERFORMANCE.md (a run ends with the `# Avg bus bandwidth` footer)"),
+    "ranks_not_wired": Code(
+        when="several result tables of 1 rank each (`srun` without `--mpi=pmix`, or no `MPI=1` build)",
+        severity="fail", blames_node=False,
+        source="nccl-tests README (MPI=1 build, one process per GPU); Slurm MPI guide (--mpi=pmix)"),
+    "multiple_tables": Code(
+        when="several result tables of several ranks: more than one run in one log",
+        severity="fail", blames_node=False,
+        source="nccl-tests doc/PERFORMANCE.md (one run, one table)"),
+    "rank_count_conflict": Code(
+        when="nccl-tests' `# Rank` lines and NCCL's own `nranks` disagree (NCCL's count is used)",
+        severity="fail", blames_node=False,
+        source="nccl-tests `# Rank` lines; NCCL INFO `nranks`"),
+    "rank_count": Code(
+        when="ranks ≠ nodes × GPUs per node",
+        severity="fail", blames_node=True,
+        source="catalog (instances.yml accelerators_per_node); nccl-tests `# Rank` lines"),
+    "rank_count_unknown": Code(
+        when="neither `# Rank` lines nor NCCL's `nranks` say how many ranks ran",
+        severity="warn", blames_node=False,
+        source="nccl-tests `# Rank` lines; NCCL INFO `nranks`"),
+    "garbled": Code(
+        when="lines that could not be read (spliced by concurrently writing ranks, cut off)",
+        severity="warn", blames_node=False,
+        source="fmcluster's parser (a line it cannot read is said, never guessed)"),
+    "line_too_long": Code(
+        when="lines over the parser's bound (64 KiB) were cut to it",
+        severity="warn", blames_node=False,
+        source="fmcluster's parser bounds (fmcluster.acceptance.parser)"),
+    "rows_dropped": Code(
+        when="more distinct sizes than the parser keeps (10,000)",
+        severity="warn", blames_node=False,
+        source="fmcluster's parser bounds (fmcluster.acceptance.parser)"),
+    "benchmark_mismatch": Code(
+        when="the log ran another collective than expected, or its table cannot be that collective's (no redop "
+             "column for all_reduce)",
+        severity="fail", blames_node=False,
+        source="nccl-tests `# Collective test starting` line and table columns; nccom-test's command line"),
+    "benchmark_unnamed": Code(
+        when="the log does not name its benchmark (old nccl-tests): judged as the expected one",
+        severity="warn", blames_node=False,
+        source="nccl-tests before 2.10 print no `# Collective test starting` line"),
+    "bandwidth_not_gated": Code(
+        when="a collective other than all_reduce with no hardware ceiling to derive a floor from (the CPU stand-in "
+             "over TCP): bandwidth reported, not gated",
+        severity="warn", blames_node=False,
+        source="nccl_profiles.yml collective_floors (no ceiling, no floor)"),
+    "non_physical": Code(
+        when="a row's figures break physics: time not positive, algbw ≠ size/time or busbw ≠ size/time × the "
+             "collective's factor (beyond 2% + 0.011 GB/s), or busbw above the fabric's ceiling (+5%)",
+        severity="fail", blames_node=True,
+        source="nccl-tests doc/PERFORMANCE.md (algbw = S/t, busbw factors); AWS Neuron, nccom-test user guide, \"Bus "
+               "Bandwidth Calculation\"; catalog network_gbps and nvlink (ceilings)"),
+    "test_failure": Code(
+        when="an nccl-tests failure line (`Test NCCL failure`, `Test failure`) anywhere in the log, also after a "
+             "clean footer",
+        severity="fail", blames_node=True,
+        source="nccl-tests src/common.h error macros"),
+    "rank_off_efa": Code(
+        when="some ranks on EFA, others not: a process selected another provider (e.g. tcp) or says it uses another "
+             "network (`Using network Socket`), or a rank's channels go via `NET/Socket` (names rank and host)",
+        severity="fail", blames_node=True,
+        source="aws-ofi-nccl and NCCL INFO output per process and rank"),
+    "duplicate_device": Code(
+        when="two ranks on the same GPU (same host and device in the `# Rank` lines)",
+        severity="fail", blames_node=False,
+        source="nccl-tests `# Rank` lines (host, device)"),
+    "ranks_missing": Code(
+        when="the `# Rank` lines skip rank numbers or list one twice",
+        severity="fail", blames_node=False,
+        source="nccl-tests `# Rank` lines"),
+    "host_count": Code(
+        when="the ranks ran on another number of hosts than the run's node count (`--nodes`, the gate's node list)",
+        severity="fail", blames_node=False,
+        source="nccl-tests `# Rank` lines; nccom-test's -N; the gate's node list"),
+    "device_model": Code(
+        when="a rank's GPU is not the catalog's model for the instance type (H100 on p5, A100 on p4d), or ranks "
+             "report different models",
+        severity="fail", blames_node=True,
+        source="catalog (instances.yml accelerator_model); nccl-tests `# Rank` lines"),
+    "nic_count": Code(
+        when="aws-ofi-nccl `found N nics` ≠ the catalog's `efa_interfaces` for the instance type",
+        severity="fail", blames_node=True,
+        source="catalog (instances.yml efa_interfaces); aws-ofi-nccl `found N nics`"),
+    "nccl_version_mixed": Code(
+        when="ranks print different `NCCL version` strings",
+        severity="fail", blames_node=True,
+        source="NCCL INFO `NCCL version`"),
+    "neuron_not_judged": Code(
+        when="AWS Neuron `nccom-test` output and no instance type to judge it against: read, checked for what fails "
+             "any run, not judged (exit 5), never \"unreadable\"",
+        severity="warn", blames_node=False,
+        source="AWS Neuron, nccom-test user guide"),
+    "nccom_test_failed": Code(
+        when="nccom-test's own failure output (`N errors found - test failed`, a `Failure running neuron-bench - log "
+             "file ...` row, `Neuron DKMS Driver is not running!`), with or without a table",
+        severity="fail", blames_node=True,
+        source="AWS Neuron, nccom-test user guide (its failure examples)"),
+    "log_capped": Code(
+        when="the log is larger than the parser reads (4 GiB of text, 2,000,000 lines, or a compressed log expanding "
+             "like a decompression bomb): the rest was not read",
+        severity="fail", blames_node=False,
+        source="fmcluster's parser bounds (fmcluster.acceptance.parser)"),
+    "socket_fallback": Code(
+        when="`Using network Socket` / `via NET/Socket` / no net plugin on an EFA GPU instance",
+        severity="fail (warn on 1 node)", blames_node=False,
+        source="NCCL INFO output (`Using network Socket`, `via NET/Socket`); aws-ofi-nccl"),
+    "provider_not_efa": Code(
+        when="`NET/OFI Selected provider is tcp` (or anything but efa)",
+        severity="fail", blames_node=False,
+        source="aws-ofi-nccl (`NET/OFI Selected provider is ...`)"),
+    "no_efa_selection": Code(
+        when="no `NET/OFI Selected provider` line at all: EFA use cannot be confirmed",
+        severity="fail", blames_node=False,
+        source="aws-ofi-nccl (`NET/OFI Selected provider is efa`)"),
+    "gdr_off": Code(
+        when="inter-node channels without `/GDRDMA`; named as the cause of a low bandwidth",
+        severity="warn", blames_node=False,
+        source="NCCL INFO channel lines (`/GDRDMA`)"),
+    "nvlink_not_used": Code(
+        when="one GPU node whose ranks connect only through SHM, not P2P/NVLS",
+        severity="fail", blames_node=False,
+        source="NCCL INFO channel lines (P2P, NVLS, SHM)"),
+    "transport_unconfirmed": Code(
+        when="no INFO line shows the expected transport (run with `NCCL_DEBUG=INFO`)",
+        severity="fail", blames_node=False,
+        source="NCCL environment variables (NCCL_DEBUG=INFO)"),
+    "reference_size_missing": Code(
+        when="no readable row at the reference size (not run, skipped, or unreadable), whatever larger sizes show",
+        severity="fail", blames_node=False,
+        source="catalog (instances.yml reference_bytes)"),
+    "below_floor": Code(
+        when="busbw at the reference size (either half) under the floor",
+        severity="fail", blames_node=True, explained_by_configuration=True,
+        source="catalog (instances.yml floors, each with its own source); nccl_profiles.yml collective_floors"),
+    "not_judged": Code(
+        when="no expectation (instance type or node count unknown): read, not judged",
+        severity="warn", blames_node=False,
+        source="catalog (an instance type and node count to judge against)"),
+    "no_positive_evidence": Code(
+        when="no other finding failed, yet the pass rule is not met (a safety net)",
+        severity="fail", blames_node=False,
+        source="fmcluster's pass rule (docs/acceptance.md, \"The verdict: pass only on positive evidence\")"),
 }
 # Findings that explain a low bandwidth by configuration rather than by a node.
 _CONFIG_CAUSES = ("socket_fallback", "provider_not_efa", "no_efa_selection", "gdr_off", "nvlink_not_used",

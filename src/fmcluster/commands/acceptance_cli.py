@@ -25,7 +25,8 @@ exit status:
      compression other than gzip/bzip2/xz), or a bad option (an instance type or queue the
      catalog/tenant does not have, an unknown --collective, a --min-busbw that is not a positive number)
   5  not judged: read, nothing failed, but there is nothing to judge against; give --instance-type
-     (or --org) and, if the log names no hosts, --nodes. Neuron nccom-test output is always not judged.
+     (or --org) and, if the log names no hosts, --nodes. AWS Neuron nccom-test output is judged
+     against its Trainium instance type (e.g. --instance-type trn1.32xlarge), not judged without one.
 
 The instance type is, in order: --instance-type; the tenant's queue (--org [--queue]); the type
 aws-ofi-nccl names in the log (`NET/OFI Running on p5.48xlarge platform`).
@@ -35,7 +36,7 @@ aws-ofi-nccl names in the log (`NET/OFI Running on p5.48xlarge platform`).
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("acceptance", help="collective-bandwidth acceptance: parse logs, run the gate")
     acc = p.add_subparsers(dest="acceptance_command", required=True)
-    parse = acc.add_parser("parse", help="read an nccl-tests (or CPU bench) log and judge it",
+    parse = acc.add_parser("parse", help="read an nccl-tests, CPU bench or nccom-test log and judge it",
                            epilog=PARSE_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     parse.add_argument("log", type=Path)
     parse.add_argument("--json", action="store_true",
