@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from conftest import ROOT
+from fmcluster import versions
 from fmcluster.images import IMAGES_PATH, Contract, ImageCatalogError, booted_image, load_images, parse_catalog
 from fmcluster.model import load_tenant
 from fmcluster.providers.registry import provider_for
@@ -22,10 +23,19 @@ ORGS = sorted(p.name for p in (ROOT / "inventories").iterdir() if (p / "group_va
 AWS_ORGS = [org for org in ORGS if load_tenant(org, ROOT).provider == "aws"]
 
 
-def assumptions(role: str) -> list[dict[str, Any]]:
+def role_meta(role: str) -> dict[str, Any]:
     path = ROOT / "roles" / role / "meta" / "image.yml"
     loaded: dict[str, Any] = yaml.safe_load(path.read_text()) if path.is_file() else {}
-    return list(loaded.get("assumes", []))
+    return loaded
+
+
+def assumptions(role: str) -> list[dict[str, Any]]:
+    return list(role_meta(role).get("assumes", []))
+
+
+def provided(role: str) -> set[str]:
+    """Facts the role makes present on a node whose image lacks them (meta/image.yml `provides`)."""
+    return {rule["fact"] for rule in role_meta(role).get("provides", []) if rule.get("where_absent")}
 
 
 def fact(contract: Contract, name: str) -> Any:
@@ -34,26 +44,26 @@ def fact(contract: Contract, name: str) -> Any:
     return value() if callable(value) else value
 
 
-def gaps(role: str, image: str, accelerator: str) -> list[str]:
-    """What `role` assumes of `image` on a node of `accelerator` that the image's contract does not give (a rule with
-    an `accelerator` holds on those nodes only)."""
+def gaps(roles: list[str], image: str) -> list[str]:
+    """What the roles, converged in this order on a node booted from `image`, assume and find neither in the image's
+    contract nor added by a role before them."""
     contract = load_images()[image].contract
-    found = []
-    for rule in assumptions(role):
-        if rule.get("accelerator", accelerator) != accelerator:
-            continue
-        value = fact(contract, rule["fact"])
-        if "equals" in rule and value != rule["equals"]:
-            found.append(f"{role} on {image}: {rule['fact']} is {value!r}, the role assumes {rule['equals']!r} "
-                         f"({rule['why']})")
-        if rule.get("present") and not value:
-            found.append(f"{role} on {image}: {rule['fact']} is {value!r}, the role assumes one ({rule['why']})")
+    found: list[str] = []
+    added: set[str] = set()
+    for role in roles:
+        for rule in assumptions(role):
+            value = fact(contract, rule["fact"])
+            if "equals" in rule and value != rule["equals"]:
+                found.append(f"{role} on {image}: {rule['fact']} is {value!r}, the role assumes {rule['equals']!r} "
+                             f"({rule['why']})")
+            if rule.get("present") and not value and rule["fact"] not in added:
+                found.append(f"{role} on {image}: {rule['fact']} is {value!r}, the role assumes one ({rule['why']})")
+        added |= provided(role)
     return found
 
 
-def node_kinds(org: str) -> list[tuple[str, str, str, list[str]]]:
-    """(node kind, image, accelerator, roles that read the image) of a tenant's nodes, from the manifest its deploy
-    publishes."""
+def node_kinds(org: str) -> list[tuple[str, str, list[str]]]:
+    """(node kind, image, roles that read the image) of a tenant's nodes, from the manifest its deploy publishes."""
     tenant = load_tenant(org, ROOT)
     manifest = manifest_for(tenant)
     fmcluster_slurm = manifest["vars"]["fmcluster_capabilities"]["slurm_owner"] == "fmcluster"
@@ -64,28 +74,38 @@ def node_kinds(org: str) -> list[tuple[str, str, str, list[str]]]:
     for kind, group in kinds:
         variables = group["vars"]
         roles = (["slurm"] if fmcluster_slurm else []) + list(variables.get("fmcluster_accelerator_roles", []))
-        accelerator = group["instance"]["accelerator"]
-        if accelerator in ("cuda", "neuron"):
-            # nccl-tests built, nccom-test checked and run on the queue's own nodes (playbooks/acceptance-jobs.yml)
-            roles.append("nccl_tests")
-        walked.append((kind, variables["fmcluster_image"], accelerator, roles))
+        if group["instance"]["accelerator"] == "cuda":
+            roles.append("nccl_tests")  # built on the queue's own nodes (playbooks/acceptance-jobs.yml)
+        walked.append((kind, variables["fmcluster_image"], roles))
     return walked
-
-
-#: Gaps known and listed (docs/node-convergence.md, "Image contracts"), never silently passed: the test fails when
-#: one is fixed (remove it here) and when any other appears. ParallelCluster's official AMI ships no NCCL, and no
-#: role installs one yet: pclab's GPU nodes stop at the nccl-tests build with the role's message.
-KNOWN_GAPS = {"pclab queue gpu: nccl_tests on parallelcluster-ubuntu2204: nccl_home"}
 
 
 @pytest.mark.parametrize("org", AWS_ORGS)
 def test_every_node_kind_s_roles_find_what_they_assume_in_its_image(org: str) -> None:
-    problems = {f"{org} {kind}: {gap}" for kind, image, accelerator, roles in node_kinds(org) for role in roles
-                for gap in gaps(role, image, accelerator)}
-    unknown = {p for p in problems if not any(p.startswith(gap) for gap in KNOWN_GAPS)}
-    assert not unknown, "\n".join(sorted(unknown))
-    fixed = {gap for gap in KNOWN_GAPS if gap.startswith(org + " ") and not any(p.startswith(gap) for p in problems)}
-    assert not fixed, f"fixed, take them off KNOWN_GAPS: {fixed}"
+    """No gap is known and passed: a role that needs what an image lacks fails here until a role before it adds it."""
+    problems = [f"{org} {kind}: {gap}" for kind, image, roles in node_kinds(org) for gap in gaps(roles, image)]
+    assert not problems, "\n".join(sorted(problems))
+
+
+def test_a_gpu_node_whose_image_has_no_nccl_gets_nvidia_s_packages_and_builds_against_them() -> None:
+    """ParallelCluster's official AMI installs CUDA with NVIDIA's runfile (--toolkit): no NCCL
+    (aws-parallelcluster-cookbook recipes/install/cuda.rb). Its GPU nodes install libnccl2/libnccl-dev at the pin and
+    nccl-tests builds against where those packages put NCCL; images that ship NCCL keep theirs."""
+    pcluster = load_images()["parallelcluster-ubuntu2204"].contract
+    assert pcluster.nccl_home is None and "aws-parallelcluster-cookbook" in pcluster.sources["nccl_home"]
+    variables = pcluster.role_vars()
+    package = versions.load()["nvidia"]["nccl_package"]
+    assert variables["nvidia_driver_install_nccl"] is True
+    assert variables["nccl_tests_nccl_home"] == package["home"] == versions.role_vars()["nvidia_driver_nccl_home"]
+    assert package["version"].startswith(versions.load()["nccl_assumed"] + "-")
+    dlami = load_images()["dlami-base-gpu-ubuntu-24.04"].contract.role_vars()
+    assert dlami["nvidia_driver_install_nccl"] is False and dlami["nccl_tests_nccl_home"] == "/usr/local/cuda"
+    assert gaps(["nccl_tests"], "parallelcluster-ubuntu2204")  # the build alone would find none
+    assert not gaps(["nvidia_driver", "nccl_tests"], "parallelcluster-ubuntu2204")
+    tasks = yaml.safe_load((ROOT / "roles/nvidia_driver/tasks/main.yml").read_text())
+    nccl = [t for t in tasks if t.get("ansible.builtin.include_tasks") == "nccl.yml"]
+    assert nccl and "nvidia_driver_install_nccl" in nccl[0]["when"]
+    assert "nvidia_driver_manage_stack" not in nccl[0]["when"]  # beside a service-owned driver too
 
 
 @pytest.mark.parametrize("org", ORGS)
@@ -103,7 +123,7 @@ def test_each_node_kind_carries_the_contract_of_the_image_it_boots(org: str) -> 
 
 @pytest.mark.parametrize("org", AWS_ORGS)
 def test_the_operator_logs_in_as_one_default_user_on_every_node_kind(org: str) -> None:
-    users = {load_images()[image].contract.default_user for _, image, _, _ in node_kinds(org)}
+    users = {load_images()[image].contract.default_user for _, image, _ in node_kinds(org)}
     assert len(users) == 1, users
     assert provider_for(load_tenant(org, ROOT)).login_user() in users  # type: ignore[attr-defined]
 
@@ -163,7 +183,9 @@ def test_every_contract_fact_has_a_source_and_bad_facts_are_refused_by_name() ->
 def test_role_assumptions_name_contract_facts() -> None:
     facts = set(Contract.__dataclass_fields__) | {"slurm_cgroups"}
     for path in sorted(Path(ROOT / "roles").glob("*/meta/image.yml")):
-        for rule in yaml.safe_load(path.read_text())["assumes"]:
+        meta = yaml.safe_load(path.read_text())
+        for rule in meta["assumes"]:
             assert rule["fact"] in facts and rule["why"], (path, rule)
             assert ("equals" in rule) != ("present" in rule), (path, rule)
-            assert rule.get("accelerator", "cuda") in ("cuda", "neuron", "none"), (path, rule)
+        for rule in meta.get("provides", []):
+            assert rule["fact"] in facts and rule["why"] and rule["where_absent"] is True, (path, rule)

@@ -40,6 +40,14 @@ def role_vars() -> dict[str, Any]:
         "nvidia_driver_cuda_version": nvidia["cuda"],
         "nvidia_driver_cuda_package_version": nvidia["cuda_package"],
         "nvidia_driver_container_toolkit_version": nvidia["container_toolkit"],
+        "nvidia_driver_nccl_package_version": nvidia["nccl_package"]["version"],
+        "nvidia_driver_nccl_home": nvidia["nccl_package"]["home"],
         "neuron_sdk_version": v["neuron_sdk"],
         "nccl_tests_version": v["nccl_tests"],
     }
+
+
+def packaged_nccl_home() -> str:
+    """NCCL_HOME of a node whose NCCL fmcluster installs from NVIDIA's packages (its image ships none)."""
+    home: str = load()["nvidia"]["nccl_package"]["home"]
+    return home
