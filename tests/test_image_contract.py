@@ -44,14 +44,16 @@ def fact(contract: Contract, name: str) -> Any:
     return value() if callable(value) else value
 
 
-def gaps(roles: list[str], image: str) -> list[str]:
-    """What the roles, converged in this order on a node booted from `image`, assume and find neither in the image's
-    contract nor added by a role before them."""
+def gaps(roles: list[str], image: str, accelerator: str = "cuda") -> list[str]:
+    """What the roles, converged in this order on a node of `accelerator` booted from `image`, assume and find neither
+    in the image's contract nor added by a role before them (a rule with an `accelerator` holds on those nodes only)."""
     contract = load_images()[image].contract
     found: list[str] = []
     added: set[str] = set()
     for role in roles:
         for rule in assumptions(role):
+            if rule.get("accelerator", accelerator) != accelerator:
+                continue
             value = fact(contract, rule["fact"])
             if "equals" in rule and value != rule["equals"]:
                 found.append(f"{role} on {image}: {rule['fact']} is {value!r}, the role assumes {rule['equals']!r} "
@@ -62,8 +64,9 @@ def gaps(roles: list[str], image: str) -> list[str]:
     return found
 
 
-def node_kinds(org: str) -> list[tuple[str, str, list[str]]]:
-    """(node kind, image, roles that read the image) of a tenant's nodes, from the manifest its deploy publishes."""
+def node_kinds(org: str) -> list[tuple[str, str, str, list[str]]]:
+    """(node kind, image, accelerator, roles that read the image) of a tenant's nodes, from the manifest its deploy
+    publishes."""
     tenant = load_tenant(org, ROOT)
     manifest = manifest_for(tenant)
     fmcluster_slurm = manifest["vars"]["fmcluster_capabilities"]["slurm_owner"] == "fmcluster"
@@ -74,16 +77,19 @@ def node_kinds(org: str) -> list[tuple[str, str, list[str]]]:
     for kind, group in kinds:
         variables = group["vars"]
         roles = (["slurm"] if fmcluster_slurm else []) + list(variables.get("fmcluster_accelerator_roles", []))
-        if group["instance"]["accelerator"] == "cuda":
-            roles.append("nccl_tests")  # built on the queue's own nodes (playbooks/acceptance-jobs.yml)
-        walked.append((kind, variables["fmcluster_image"], roles))
+        accelerator = group["instance"]["accelerator"]
+        if accelerator in ("cuda", "neuron"):
+            # nccl-tests built, nccom-test checked and run on the queue's own nodes (playbooks/acceptance-jobs.yml)
+            roles.append("nccl_tests")
+        walked.append((kind, variables["fmcluster_image"], accelerator, roles))
     return walked
 
 
 @pytest.mark.parametrize("org", AWS_ORGS)
 def test_every_node_kind_s_roles_find_what_they_assume_in_its_image(org: str) -> None:
     """No gap is known and passed: a role that needs what an image lacks fails here until a role before it adds it."""
-    problems = [f"{org} {kind}: {gap}" for kind, image, roles in node_kinds(org) for gap in gaps(roles, image)]
+    problems = [f"{org} {kind}: {gap}" for kind, image, accelerator, roles in node_kinds(org)
+                for gap in gaps(roles, image, accelerator)]
     assert not problems, "\n".join(sorted(problems))
 
 
@@ -123,7 +129,7 @@ def test_each_node_kind_carries_the_contract_of_the_image_it_boots(org: str) -> 
 
 @pytest.mark.parametrize("org", AWS_ORGS)
 def test_the_operator_logs_in_as_one_default_user_on_every_node_kind(org: str) -> None:
-    users = {load_images()[image].contract.default_user for _, image, _ in node_kinds(org)}
+    users = {load_images()[image].contract.default_user for _, image, _, _ in node_kinds(org)}
     assert len(users) == 1, users
     assert provider_for(load_tenant(org, ROOT)).login_user() in users  # type: ignore[attr-defined]
 
@@ -187,5 +193,6 @@ def test_role_assumptions_name_contract_facts() -> None:
         for rule in meta["assumes"]:
             assert rule["fact"] in facts and rule["why"], (path, rule)
             assert ("equals" in rule) != ("present" in rule), (path, rule)
+            assert rule.get("accelerator", "cuda") in ("cuda", "neuron", "none"), (path, rule)
         for rule in meta.get("provides", []):
             assert rule["fact"] in facts and rule["why"] and rule["where_absent"] is True, (path, rule)

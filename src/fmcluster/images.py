@@ -62,6 +62,7 @@ class Contract:
     ofi_nccl_lib_dirs: tuple[str, ...]
     accelerator_stack: AcceleratorStack
     imds_access_tool: str | None
+    neuron_bin_dir: str | None
     sources: dict[str, str]
 
     def slurm_cgroups(self) -> bool:
@@ -92,6 +93,8 @@ class Contract:
         # versions.yml nvidia.nccl_package), and nccl-tests builds against where they put it.
         variables["nvidia_driver_install_nccl"] = self.nccl_home is None
         variables["nccl_tests_nccl_home"] = self.nccl_home or versions.packaged_nccl_home()
+        if self.neuron_bin_dir is not None:  # the neuron role checks the image's own stack with neuron-ls from here
+            variables["neuron_bin_dir"] = self.neuron_bin_dir
         if self.slurm_installed_by == "fmcluster":
             variables["slurm_use_cgroup"] = self.slurm_cgroups()
         return variables
@@ -181,6 +184,7 @@ _CONTRACT_FACTS: dict[str, tuple[Callable[[Any], bool], str]] = {
                           "a list of absolute paths (empty: no plugin)"),
     "accelerator_stack": (lambda v: v in get_args(AcceleratorStack), f"one of {', '.join(get_args(AcceleratorStack))}"),
     "imds_access_tool": (lambda v: v is None or (isinstance(v, str) and v.startswith("/")), "an absolute path, or null"),
+    "neuron_bin_dir": (lambda v: v is None or (isinstance(v, str) and v.startswith("/")), "an absolute path, or null"),
 }
 
 
