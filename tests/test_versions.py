@@ -12,11 +12,20 @@ from fmcluster import versions
 from fmcluster.nccl import pinned_versions
 
 
+#: Lists a role keeps empty and refuses empty rather than hold a copy of (security_updates' Package-Blacklist,
+#: versions.yml held_packages: tests/test_security_updates.py).
+NOT_COPIED = {"security_updates_package_blacklist"}
+
+
 def test_every_role_default_that_pins_a_version_is_the_pinned_one() -> None:
     defaults: dict[str, object] = {}
-    for role in ("efa", "nvidia_driver", "neuron", "nccl_tests"):
+    for role in ("efa", "nvidia_driver", "neuron", "nccl_tests", "security_updates"):
         defaults.update(yaml.safe_load((ROOT / "roles" / role / "defaults" / "main.yml").read_text()))
+    for name in NOT_COPIED:
+        assert defaults[name] == [], name
     for name, pinned in versions.role_vars().items():
+        if name in NOT_COPIED:
+            continue
         assert defaults[name] == pinned, f"roles' default {name}={defaults[name]!r}, versions.yml says {pinned!r}"
 
 

@@ -44,6 +44,7 @@ def role_vars() -> dict[str, Any]:
         "nvidia_driver_nccl_home": nvidia["nccl_package"]["home"],
         "neuron_sdk_version": v["neuron_sdk"],
         "nccl_tests_version": v["nccl_tests"],
+        "security_updates_package_blacklist": [held["pattern"] for held in v["held_packages"]],
     }
 
 
