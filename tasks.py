@@ -181,12 +181,15 @@ def _exit(code: int) -> None:
 
 @task(help={"org": "tenant name",
             "approve_replace": "a stack update may replace instances: their Slurm nodes are drained first and "
-                               "replaced once no job runs on them (without it such an update is refused, naming them)"})
-def deploy(c: Context, org: str, approve_replace: bool = False) -> None:
+                               "replaced once no job runs on them (without it such an update is refused, naming them)",
+            "allow_degraded": "end without failing when compute nodes the tenant declares do not serve (drained, "
+                              "down, absent); acceptance then tests the serving ones and is not kept as a PASS"})
+def deploy(c: Context, org: str, approve_replace: bool = False, allow_degraded: bool = False) -> None:
     """Validate, secrets and key pair, stacks, boot, wait for every node's own converge report, check
-    monitoring and acceptance, summarize. The deploy machine pushes nothing to the nodes. A stack update that would
-    replace instances is refused, naming them, unless approved: then their Slurm nodes are drained first."""
-    _exit(commands.deploy(org, approve_replace=approve_replace))
+    monitoring, the cluster's shape and acceptance, summarize. The deploy machine pushes nothing to the nodes. A
+    stack update that would replace instances is refused, naming them, unless approved: then their Slurm nodes are
+    drained first. A cluster below its declared shape fails the deploy unless `--allow-degraded`."""
+    _exit(commands.deploy(org, approve_replace=approve_replace, allow_degraded=allow_degraded))
 
 
 @task(help={"org": "tenant name", "show_templates": "print the rendered templates too"})

@@ -2,7 +2,7 @@
 
     validate → endpoint → capacity (reservations and quotas, fmcluster.capacity) → access (secrets, key pair) → stacks (network, storage; publish the bootstrap
     bundle and manifest; cluster) → cluster (what the stacks do not make: ParallelCluster's) → boot → converge (wait for every node's own report) → monitoring →
-    acceptance → summary
+    shape (every declared compute node serving in Slurm, fmcluster.shape) → acceptance → summary
 
 A cluster stack whose groups carry a CreationPolicy completes only once their nodes' first boots signalled, so the
 instances boot while the stacks step waits: it calls the provider's (idempotent) `boot` now and then meanwhile (on
@@ -45,8 +45,11 @@ class Deploy:
     """One run of the flow: the tenant, its provider and scheduler, and what the steps learn on the way."""
 
     def __init__(self, tenant: Tenant, out: Out = print, converge_timeout_s: float | None = None,
-                 approve_replace: bool = False) -> None:
+                 approve_replace: bool = False, allow_degraded: bool = False) -> None:
         self.tenant, self.out = tenant, out
+        #: The operator accepts ending below the declared shape (`--allow-degraded`): the shape step says so instead
+        #: of failing, and acceptance tests the nodes that serve without calling that a PASS of the cluster.
+        self.allow_degraded = allow_degraded
         #: The operator approved replacing instances (`--approve-replace`): drain their Slurm nodes first.
         self.approve_replace = approve_replace
         self.provider: Provider = provider_for(tenant)
@@ -64,6 +67,7 @@ class Deploy:
         #: What the provider booted while the stacks step waited for the nodes' signals (the boot step adds it).
         self.booted_while_waiting = BootResult()
         self.converge_timeout_s = converge_timeout_s or self.provider.boot_timeout_s
+        self.reports: list[StepReport] = []
 
     def client(self, service: str) -> Any:
         """One boto3 client per service for the whole run: the report polls ask every few seconds, and a new
@@ -288,23 +292,42 @@ class Deploy:
         outcome.details.append(f"operator access: the controller through {route.via}")
         return outcome
 
+    def shape(self) -> StepOutcome:
+        from fmcluster import shape as cluster_shape
+        from fmcluster.lifecycle import LifecycleError, controller_of, read_view
+
+        def look() -> cluster_shape.Shape:
+            view = read_view(self.provider, controller_of(self.nodes), self.tenant)
+            return cluster_shape.measure(self.tenant, self.nodes, view.slurm, view.findings)
+
+        try:
+            # Two health intervals: a node the health program drained is resumed by its next passing run.
+            budget = 2 * self.tenant.capabilities.provider.health_interval_s + 30
+            measured = cluster_shape.settle(look, budget, self.out)
+        except LifecycleError as err:
+            return StepOutcome("failed", f"cannot read the cluster's shape: {err}")
+        return cluster_shape.outcome(measured, self.allow_degraded, self.tenant.org)
+
     def acceptance(self) -> StepOutcome:
         from fmcluster.acceptance.gate import deploy_acceptance
 
-        return deploy_acceptance(self.tenant, self.provider, self.nodes, self.manifest, self.out)
+        # Over a degraded cluster (allowed) the serving nodes are tested now: a PASS of the whole cluster is no evidence.
+        degraded = any(r.outcome.degraded for r in self.reports)
+        return deploy_acceptance(self.tenant, self.provider, self.nodes, self.manifest, self.out,
+                                 every_node=not self.allow_degraded, reuse=not degraded)
 
     def steps(self) -> list[tuple[str, Callable[[], StepOutcome]]]:
         return [("validate", self.validate), ("endpoint", self.aws_endpoint), ("capacity", self.capacity),
                 ("access", self.access),
                 ("stacks", self.stacks), ("cluster", self.cluster), ("boot", self.boot), ("converge", self.converge),
-                ("monitoring", self.monitoring), ("acceptance", self.acceptance)]
+                ("monitoring", self.monitoring), ("shape", self.shape), ("acceptance", self.acceptance)]
 
     def run(self) -> list[StepReport]:
         from datetime import datetime, timezone
 
         self.started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
         steps = self.steps()
-        reports: list[StepReport] = []
+        reports = self.reports
         for index, (name, step) in enumerate(steps, start=1):
             self.out(f"\n==> [{index}/{len(steps)}] {name}")
             began = time.monotonic()
@@ -339,8 +362,9 @@ def render_summary(tenant: Tenant, reports: list[StepReport], total_steps: int) 
                      "completed steps are skipped or no-ops.")
     else:
         changed = sum(1 for r in reports if r.outcome.status == "changed")
-        lines.append(f"  done in {total:.1f}s: {changed} step(s) changed something, "
-                     f"{len(reports) - changed} had nothing to do.")
+        degraded = [r.name for r in reports if r.outcome.degraded]
+        lines.append(f"  {'DEGRADED (allowed by --allow-degraded, see ' + degraded[0] + ')' if degraded else 'done'} "
+                     f"in {total:.1f}s: {changed} step(s) changed something, {len(reports) - changed} had nothing to do.")
     from fmcluster.images import image_lines
 
     lines += [f"  {line}" for line in image_lines(tenant, scheduler_for(tenant).image, provider_for(tenant).node_image)]
@@ -357,6 +381,6 @@ def record_run(tenant: Tenant, reports: list[StepReport]) -> None:
                 tenant_dir(tenant.org))
 
 
-def run_deploy(tenant: Tenant, out: Out = print, approve_replace: bool = False) -> int:
-    reports = Deploy(tenant, out, approve_replace=approve_replace).run()
+def run_deploy(tenant: Tenant, out: Out = print, approve_replace: bool = False, allow_degraded: bool = False) -> int:
+    reports = Deploy(tenant, out, approve_replace=approve_replace, allow_degraded=allow_degraded).run()
     return ExitCode.FAILED if any(r.outcome.status == "failed" for r in reports) else ExitCode.OK

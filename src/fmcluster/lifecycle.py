@@ -92,10 +92,18 @@ class ClusterView:
     findings: list[Finding]
 
 
-def read_view(provider: Provider, controller: Node) -> ClusterView:
+def read_view(provider: Provider, controller: Node, tenant: Tenant) -> ClusterView:
+    """Slurm's nodes and the triage's findings. Where fmcluster installs Slurm, the controller's health program
+    triages (it reads the nodes' reports too); where the scheduler's service owns Slurm (HyperPod, ParallelCluster
+    on AWS) no fmcluster-health runs there, so Slurm's own reasons are triaged here with the same table."""
     shown = remote(provider, controller, SHOW_NODE)
     if shown.returncode != 0:
         raise LifecycleError(f"`{SHOW_NODE}` on {controller.name} failed: {(shown.stderr or shown.stdout).strip()[-300:]}")
+    cluster = {n.name: n for n in slurm_text.parse_show_node(shown.stdout)}
+    if tenant.capabilities.slurm_owner != "fmcluster":
+        from fmcluster.health import data, triage
+
+        return ClusterView(cluster, triage.unhealthy_nodes(shown.stdout, triage.Rules(data.checks_doc(), data.xid_doc())))
     triaged = remote(provider, controller, TRIAGE)
     # triage exits 1 when it found unhealthy nodes; anything else but 0 is a failure to look.
     if triaged.returncode not in (0, 1):
@@ -105,7 +113,7 @@ def read_view(provider: Provider, controller: Node) -> ClusterView:
         findings = [Finding(**raw) for raw in json.loads(triaged.stdout)]
     except (ValueError, TypeError) as err:
         raise LifecycleError(f"unreadable triage from {controller.name}: {err}: {triaged.stdout[:200]!r}") from None
-    return ClusterView({n.name: n for n in slurm_text.parse_show_node(shown.stdout)}, findings)
+    return ClusterView(cluster, findings)
 
 
 @dataclass
@@ -270,7 +278,7 @@ class Replacer:
 
     def _run(self, result: Replacement, nodes: list[Node], controller: Node) -> None:
         old = result.old
-        view = read_view(self.provider, controller)
+        view = read_view(self.provider, controller, self.tenant)
         known = view.slurm.get(old.name)
         finding = next((f for f in view.findings if f.node == old.name), None)
         state = known.display_state if known else "not in Slurm"
@@ -397,7 +405,7 @@ class Replacer:
         from fmcluster.acceptance.gate import client_node
 
         partition = new.queue or ""
-        view = read_view(self.provider, controller)
+        view = read_view(self.provider, controller, self.tenant)
         live = {n.name for n in nodes}
         idle = sorted(name for name, n in view.slurm.items() if name in live and partition in n.partitions
                       and n.state == "IDLE" and not n.drained and n.responding)

@@ -13,6 +13,8 @@ class StepOutcome:
     status: Status
     summary: str
     details: list[str] = field(default_factory=list)
+    #: The step went on over a cluster below its declared shape (the operator allowed it): the run is not "done".
+    degraded: bool = False
 
 
 @dataclass

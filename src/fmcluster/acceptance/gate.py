@@ -66,28 +66,32 @@ def record_pass(tenant: Tenant, state: Mapping[str, str], result: AcceptanceResu
     write_fresh(acceptance_dir(tenant.org) / LAST_PASS, json.dumps(record, indent=1) + "\n", tenant_dir(tenant.org))
 
 
-def run_gate(tenant: Tenant, provider: Provider, nodes: Sequence[Node], out: Out) -> AcceptanceResult:
+def run_gate(tenant: Tenant, provider: Provider, nodes: Sequence[Node], out: Out,
+             every_node: bool = True) -> AcceptanceResult:
     """Run the gate now through the submit node."""
     try:
         client = SlurmClient(prefix=tuple(provider.client_argv(client_node(nodes))))
     except RouteUnusable as err:  # the callers report a SlurmError as "not ready", with its reason
         raise SlurmError(f"cannot reach the submit node: {err}") from err
-    return run_acceptance(tenant, client, tenant.storage.lustre.mount_point, out=out)
+    return run_acceptance(tenant, client, tenant.storage.lustre.mount_point, out=out, every_node=every_node)
 
 
 def deploy_acceptance(tenant: Tenant, provider: Provider, nodes: Sequence[Node], manifest: Mapping[str, Any],
-                      out: Out) -> StepOutcome:
+                      out: Out, every_node: bool = True, reuse: bool = True) -> StepOutcome:
+    """The deploy's acceptance step. `every_node` False (the operator allowed a degraded cluster): the serving
+    nodes are judged, the untested ones listed, and the run is not kept as a PASS a later deploy may reuse.
+    `reuse` False: run now even when the last PASS was of this very cluster state."""
     if not tenant.acceptance.enabled:
         return StepOutcome("skipped", "acceptance is disabled in the tenant spec")
     state = cluster_state(manifest, nodes)
-    last = reusable_pass(tenant, state)
+    last = reusable_pass(tenant, state) if reuse else None
     if last is not None:
         figures = ", ".join(f"{t['name']} {t['busbw_gbps']:.3f} GB/s" for t in last.get("tests", [])
                             if t.get("busbw_gbps") is not None)
         return StepOutcome("ok", f"not re-run: the cluster is unchanged since its PASS at {last['finished'][:19]}Z "
                            "(`invoke acceptance` runs it again)", [f"last run: {last['run_dir']}", figures])
     try:
-        result = run_gate(tenant, provider, nodes, out)
+        result = run_gate(tenant, provider, nodes, out, every_node)
     except SlurmError as err:
         return StepOutcome("failed", f"cannot use Slurm on the cluster: {err}")
     details = [f"{t.name}: {len(t.nodes)} node(s), busbw "
@@ -101,5 +105,8 @@ def deploy_acceptance(tenant: Tenant, provider: Provider, nodes: Sequence[Node],
         return StepOutcome("skipped", result.skipped, details)
     if not result.passed:
         return StepOutcome("failed", "acceptance FAILED: the fabric is not fit for training", details)
+    if result.unavailable:
+        return StepOutcome("changed", f"acceptance passed on the serving nodes only ({len(result.tests)} collective "
+                           f"run(s)); not tested: {', '.join(result.unavailable)} — not a PASS of the cluster", details)
     record_pass(tenant, state, result)
     return StepOutcome("changed", f"acceptance passed ({len(result.tests)} collective run(s))", details)

@@ -196,7 +196,7 @@ def _bw(run: CollectiveRun) -> str:
 
 
 def run_acceptance(tenant: Tenant, client: SlurmClient, shared_dir: str, *, out: Out = print,
-                   timeout: float = 600.0) -> AcceptanceResult:
+                   timeout: float = 600.0, every_node: bool = True) -> AcceptanceResult:
     """Run the acceptance gate on `tenant`'s Slurm cluster; drain bad nodes; save and compare the run.
 
     `client` runs the Slurm commands where a user would (the deploy's: ssh to the login node); job logs
@@ -204,7 +204,9 @@ def run_acceptance(tenant: Tenant, client: SlurmClient, shared_dir: str, *, out:
     into the local run directory.
 
     Returns an AcceptanceResult whose `passed`/`exit_code` gate the deploy. Never raises for a failing
-    fabric (that is a verdict); raises SlurmError only when Slurm itself cannot be used.
+    fabric (that is a verdict); raises SlurmError only when Slurm itself cannot be used. `every_node`: a node of a
+    gated queue that was drained or down before the run was not tested, so the run is not a PASS of the cluster
+    (False: the operator accepted a degraded cluster; the untested nodes are listed, the tested ones judged).
     """
     began = time.monotonic()
     now = datetime.now(timezone.utc)
@@ -250,6 +252,11 @@ def run_acceptance(tenant: Tenant, client: SlurmClient, shared_dir: str, *, out:
         out(f"  {run.name}: {'PASS' if run.passed else 'FAIL'} ({_bw(run)} over {len(run.nodes)} node(s), "
             f"job {run.job_id} {run.job_state})" + ("" if run.passed else f" — {run.verdict.cause}"))
     result.passed = result.passed and all(t.passed for t in result.tests)
+    if result.unavailable and every_node:
+        result.passed = False
+        result.notes.append(f"not a PASS of the cluster: {len(result.unavailable)} declared node(s) could not be "
+                            f"tested (drained or down before this run): {', '.join(result.unavailable)}")
+        out(f"acceptance: {result.notes[-1]}")
 
     for queue, backend, nodes in queues:
         failing = [t for t in result.tests if t.queue == queue.name and not t.passed and len(t.nodes) > 1]

@@ -45,10 +45,10 @@ def validate(org: str, out: Out = print) -> int:
     return scheduler_for(tenant).validate(out)
 
 
-def deploy(org: str, approve_replace: bool = False) -> int:
+def deploy(org: str, approve_replace: bool = False, allow_degraded: bool = False) -> int:
     from fmcluster.deploy import run_deploy
 
-    return run_deploy(require_tenant(org), approve_replace=approve_replace)
+    return run_deploy(require_tenant(org), approve_replace=approve_replace, allow_degraded=allow_degraded)
 
 
 def _endpoint(tenant: Tenant, start: bool) -> tuple[str | None, NoEndpointType | None]:
@@ -325,7 +325,7 @@ def nodes(org: str, as_json: bool = False, replace: bool = False) -> int:
         return replacer
     try:
         live = replacer.live_nodes()
-        lines = node_lines(live, read_view(replacer.provider, controller_of(live)))
+        lines = node_lines(live, read_view(replacer.provider, controller_of(live), replacer.tenant))
     except LifecycleError as err:
         print(f"nodes: {err}")
         return err.code
