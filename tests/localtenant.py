@@ -4,9 +4,14 @@ tenant's cluster as the deploy and the AWS APIs would give them."""
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Sequence
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 import yaml
 
@@ -73,3 +78,39 @@ def nodes_for(tenant: Tenant, drop: Sequence[str] = ()) -> list[Node]:
         address = str(private.network_address + 10 + i)
         nodes.append(Node(hostname_for(address), address, role, queue, f"i-{i:017x}", instance_type))
     return [n for n in nodes if n.name not in drop]
+
+
+# --- a bundled local tenant deployed for real under another org (the slow tier's stand-in deploys) -------------
+def invoke_org(org: str, *args: str, timeout: float = 1200) -> subprocess.CompletedProcess[str]:
+    from conftest import ROOT, venv_tool
+
+    return subprocess.run([venv_tool("invoke"), *args, f"--org={org}"], cwd=ROOT, capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, timeout=timeout)
+
+
+def substrate_leftovers(org: str) -> list[str]:
+    """What a destroyed local tenant must not leave: its network namespaces, mounts and substrate directory."""
+    found = [ns for ns in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
+             if ns.startswith(f"fmc-{org}-")]
+    found += [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()
+              if f"fmcluster-substrate/{org}" in line]
+    if Path(f"/var/lib/fmcluster-substrate/{org}").exists():
+        found.append(f"/var/lib/fmcluster-substrate/{org}")
+    return found
+
+
+def deploy_copy(bundled: str, bundled_vpc: str, org: str, vpc: str) -> Iterator[subprocess.CompletedProcess[str]]:
+    """Deploy a copy of bundled tenant `bundled` as `org` in `vpc` (a range no other test uses); destroy it after."""
+    from conftest import ROOT
+
+    if os.geteuid() != 0:
+        pytest.skip("local hosts need root (namespaces, mounts)")
+    spec = ROOT / "inventories" / org / "group_vars" / "all" / "tenant.yml"
+    spec.parent.mkdir(parents=True, exist_ok=True)
+    text = (ROOT / "inventories" / bundled / "group_vars" / "all" / "tenant.yml").read_text()
+    spec.write_text(text.replace(f"org: {bundled}", f"org: {org}").replace(bundled_vpc, vpc))
+    try:
+        yield invoke_org(org, "deploy", timeout=2400)  # the nodes boot the pristine image and install everything
+    finally:
+        invoke_org(org, "destroy", "--yes")
+        shutil.rmtree(ROOT / "inventories" / org, ignore_errors=True)

@@ -15,27 +15,22 @@ worker's share and not the critical path. One tenant (org `hpe2e`, VPC 10.73.0.0
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
-import shutil
 import subprocess
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, venv_tool
+from localtenant import deploy_copy, invoke_org, substrate_leftovers
 
 pytestmark = pytest.mark.slow
 ORG = "hpe2e"
 VPC = "10.73.0.0/16"
-SPEC = ROOT / "inventories" / ORG / "group_vars" / "all" / "tenant.yml"
 
 
 def invoke(*args: str, timeout: float = 1200) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([venv_tool("invoke"), *args, f"--org={ORG}"], cwd=ROOT, capture_output=True, text=True,
-                          stdin=subprocess.DEVNULL, timeout=timeout)
+    return invoke_org(ORG, *args, timeout=timeout)
 
 
 def on_node(name: str, command: str) -> subprocess.CompletedProcess[str]:
@@ -48,27 +43,12 @@ def as_operator(name: str, command: str) -> subprocess.CompletedProcess[str]:
 
 
 def leftovers() -> list[str]:
-    found = [ns for ns in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
-             if ns.startswith(f"fmc-{ORG}-")]
-    found += [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()
-              if f"fmcluster-substrate/{ORG}" in line]
-    if Path(f"/var/lib/fmcluster-substrate/{ORG}").exists():
-        found.append(f"/var/lib/fmcluster-substrate/{ORG}")
-    return found
+    return substrate_leftovers(ORG)
 
 
 @pytest.fixture(scope="module")
 def deployed() -> Iterator[subprocess.CompletedProcess[str]]:
-    if os.geteuid() != 0:
-        pytest.skip("local hosts need root (namespaces, mounts)")
-    SPEC.parent.mkdir(parents=True, exist_ok=True)
-    hpdemo = (ROOT / "inventories" / "hpdemo" / "group_vars" / "all" / "tenant.yml").read_text()
-    SPEC.write_text(hpdemo.replace("org: hpdemo", f"org: {ORG}").replace("10.74.0.0/16", VPC))
-    try:
-        yield invoke("deploy", timeout=2400)  # the nodes boot the pristine image and install everything
-    finally:
-        invoke("destroy", "--yes")
-        shutil.rmtree(ROOT / "inventories" / ORG, ignore_errors=True)
+    yield from deploy_copy("hpdemo", "10.74.0.0/16", ORG, VPC)
 
 
 def nodes() -> list[dict[str, str]]:

@@ -9,51 +9,32 @@ One tenant (org `pce2e`, VPC 10.92.0.0/16: its own range, so it never meets the 
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import subprocess
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import yaml
 
-from conftest import ROOT, venv_tool
+from conftest import ROOT
+from localtenant import deploy_copy, invoke_org, substrate_leftovers
 
 pytestmark = pytest.mark.e2e
 ORG = "pce2e"
 VPC = "10.92.0.0/16"
-SPEC = ROOT / "inventories" / ORG / "group_vars" / "all" / "tenant.yml"
 
 
 def invoke(*args: str, timeout: float = 1200) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([venv_tool("invoke"), *args, f"--org={ORG}"], cwd=ROOT, capture_output=True, text=True,
-                          stdin=subprocess.DEVNULL, timeout=timeout)
+    return invoke_org(ORG, *args, timeout=timeout)
 
 
 def leftovers() -> list[str]:
-    found = [ns for ns in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
-             if ns.startswith(f"fmc-{ORG}-")]
-    found += [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()
-              if f"fmcluster-substrate/{ORG}" in line]
-    if Path(f"/var/lib/fmcluster-substrate/{ORG}").exists():
-        found.append(f"/var/lib/fmcluster-substrate/{ORG}")
-    return found
+    return substrate_leftovers(ORG)
 
 
 @pytest.fixture(scope="module")
 def deployed() -> Iterator[subprocess.CompletedProcess[str]]:
-    if os.geteuid() != 0:
-        pytest.skip("local hosts need root (namespaces, mounts)")
-    SPEC.parent.mkdir(parents=True, exist_ok=True)
-    pcdemo = (ROOT / "inventories" / "pcdemo" / "group_vars" / "all" / "tenant.yml").read_text()
-    SPEC.write_text(pcdemo.replace("org: pcdemo", f"org: {ORG}").replace("10.76.0.0/16", VPC))
-    try:
-        yield invoke("deploy", timeout=2400)  # the nodes boot the pristine image and install everything
-    finally:
-        invoke("destroy", "--yes")
-        shutil.rmtree(ROOT / "inventories" / ORG, ignore_errors=True)
+    yield from deploy_copy("pcdemo", "10.76.0.0/16", ORG, VPC)
 
 
 def test_the_deploy_converges_the_stand_in_cluster_and_passes_acceptance(
