@@ -135,6 +135,16 @@ def test_local_nodes_without_slurm_cgroups_get_linuxproc_no_gres_and_munge_s_def
     assert f"NodeName=ip-10-77-128-12 NodeAddr=10.77.128.12 CPUs={os.cpu_count()} " in conf
 
 
+
+def test_the_local_deploy_says_its_slurm_runs_without_cgroups_and_why() -> None:
+    """Issue 35: what this machine cannot do is said in the deploy's summary (the endpoint step's substrate
+    notes), not silently switched off."""
+    from fmcluster.providers.registry import provider_for
+
+    notes = [n for n in provider_for(load_tenant("demo")).substrate_notes() if n.startswith("Slurm without cgroups")]
+    assert len(notes) == 1 and "hybrid-read-only" in notes[0] and "proctrack/linuxproc" in notes[0]
+
+
 # --- who writes the configuration -------------------------------------------------------------------------
 
 def test_a_configless_node_writes_no_slurm_configuration(rendered: Path) -> None:

@@ -320,6 +320,14 @@ class LocalProvider:
                  "user data, and its profile's role session from the emulator's STS; cloud-init reads it at boot",
                  f"AWS endpoints: the emulator, named in each host's systemd manager environment ({ENDPOINT_UNIT_CONF}) "
                  "and /etc/environment (on AWS the SDKs find the region's endpoints by name)"]
+        from fmcluster.images import load_images
+
+        contract = load_images()[image.NAME].contract
+        if not contract.slurm_cgroups():  # said, not silently switched off (docs/local-nodes.md)
+            notes.append(f"Slurm without cgroups: the hosts' cgroup hierarchy is {contract.cgroup} (image contract, "
+                         f"{contract.sources['cgroup']}), so slurmd tracks a job's processes by parent pid "
+                         "(proctrack/linuxproc, task/none) and enforces no memory or CPU confinement; the catalogued AWS "
+                         "images with Slurm 22.05 or later on cgroup v2 run proctrack/cgroup and task/cgroup")
         if self.tenant.directory is not None:
             notes.append(f"directory: OpenLDAP slapd (Debian's package) on ldaps://{self.router}:{directory.PORT}, "
                          f"standing in for the tenant's {self.tenant.directory.uri} with a demo tree "
