@@ -89,3 +89,16 @@ def test_the_local_image_is_the_catalogued_stock_image_and_holds_nothing_of_fmcl
     assert "python3" in image.PACKAGES and "openssh-server" in image.PACKAGES
     for lent in ("awscli", "git", "slurmd", "slurmctld", "munge", "prometheus", "python3-venv", "python3-boto3"):
         assert lent not in image.PACKAGES, f"the local image would be lent {lent}"
+
+
+def test_node_convergence_md_shows_each_image_s_first_boot_and_contract_from_the_catalog() -> None:
+    """Issue 36: per image, what a first boot adds and each contract fact with its source, generated from
+    images.yml (never a hand-kept copy)."""
+    from fmcluster import image_docs
+    from fmcluster.images import load_images
+
+    page = image_docs.page_path().read_text()
+    assert image_docs.render_page(page) == page, "run: .venv/bin/python -m fmcluster.image_docs"
+    for image in load_images().images.values():
+        assert f"**`{image.key}`**" in page and image.first_boot_adds.split(";")[0] in page
+        assert all(source.split()[0] in page for source in image.contract.sources.values())
