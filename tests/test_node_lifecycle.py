@@ -246,3 +246,14 @@ def test_automatic_replacement_is_off_unless_the_tenant_opts_in(tmp_path: Path) 
         with pytest.raises(TenantInvalid) as err:
             load_spec(spec)
         assert key in err.value.render(), err.value.render()
+
+
+def test_nodes_slurm_names_as_parallelcluster_does_are_matched_to_their_instances_by_address() -> None:
+    """ParallelCluster names Slurm nodes `<queue>-st-<resource>-<n>`; the instance's address is the NodeAddr."""
+    reason = "fmcluster-health: slurmd: nothing answers on 10.0.128.2:6818 (connection refused)"
+    view = view_of([node_block("gpu-st-p5-1", address=gpu(1).address, partitions="gpu"),
+                    node_block("gpu-st-p5-2", "IDLE+DRAIN", reason, address=gpu(2).address, partitions="gpu")])
+    lines = {ln.node: ln for ln in node_lines([CONTROLLER, gpu(1), gpu(2)], view)}
+    assert sorted(lines) == sorted([CONTROLLER.name, gpu(1).name, gpu(2).name]), "no stray 'no live instance' line"
+    assert (lines[gpu(1).name].state, lines[gpu(1).name].unhealthy) == ("idle", False)
+    assert (lines[gpu(2).name].state, lines[gpu(2).name].check, lines[gpu(2).name].reason) == ("drained", "slurmd", reason)

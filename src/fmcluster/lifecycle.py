@@ -140,9 +140,15 @@ def node_lines(nodes: Sequence[Node], view: ClusterView) -> list[NodeLine]:
     """Every live node with its Slurm state and, when unhealthy, the triage's reason, check and action; then
     Slurm nodes no live instance stands behind (a node gone without leaving slurm.conf)."""
     findings = {f.node: f for f in view.findings}
+    # Slurm may name a node otherwise than its instance's hostname (ParallelCluster's `<queue>-st-<resource>-<n>`);
+    # its NodeAddr is the instance's address everywhere.
+    by_address = {n.address: n for n in view.slurm.values() if n.address}
+    matched: set[str] = set()
     lines: list[NodeLine] = []
     for node in nodes:
-        known = view.slurm.get(node.name)
+        known = view.slurm.get(node.name) or (by_address.get(node.address) if node.role == "compute" else None)
+        if known is not None:
+            matched.add(known.name)
         if node.role != "compute":
             state = "-"
         elif known is None:
@@ -150,16 +156,15 @@ def node_lines(nodes: Sequence[Node], view: ClusterView) -> list[NodeLine]:
         else:
             state = known.display_state + ("" if known.responding else "*")
         line = NodeLine(node.name, node.role, node.address, node.instance_id, state)
-        finding = findings.get(node.name)
+        finding = findings.get(known.name if known is not None else node.name)
         if finding is not None:
             line.action, line.check, line.reason, line.why = finding.action, finding.check, finding.reason, finding.why
             line.xids = list(finding.xids)
         elif node.role == "compute" and known is None:
             line.action, line.why = "none", "its instance is running but slurmctld does not list it (still joining?)"
         lines.append(line)
-    live = {n.name for n in nodes}
     for name, known in sorted(view.slurm.items()):
-        if name not in live:
+        if name not in matched:
             finding = findings.get(name)
             lines.append(NodeLine(name, "compute", known.address, "", known.display_state,
                                   finding.action if finding else "none", finding.check if finding else "",
