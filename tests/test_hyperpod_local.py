@@ -7,9 +7,9 @@ node converges; on_create.sh ran on each with the resource config; HyperPod's Sl
 slurmd) runs a job across both workers; `invoke nodes` lists the nodes SageMaker's ListClusterNodes answers; and
 `invoke destroy --yes` leaves nothing behind.
 
-In the slow tier, not the e2e one: the e2e tier is CI's critical path (about 19 minutes, serial); the slow tier runs
-beside it, one test file per xdist worker, so this deploy (about 15 minutes on two loaded cores) lengthens that
-worker's share and not the critical path. One tenant (org `hpe2e`, VPC 10.73.0.0/16, a range no other test uses).
+In the e2e tier, after the slurm-ec2 cluster's tests and alone, as the ParallelCluster stand-in's deploy is: run in
+the slow tier beside the e2e tier, its deploy and destroy coincided with an e2e deploy that hung (.ci/run of
+789ae02; the same e2e tests pass alone), so no two tenants' clusters run at once in CI. One tenant (org `hpe2e`, VPC 10.73.0.0/16, a range no other test uses).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import pytest
 
 from localtenant import deploy_copy, invoke_org, substrate_leftovers
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.e2e
 ORG = "hpe2e"
 VPC = "10.73.0.0/16"
 
