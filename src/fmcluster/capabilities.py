@@ -60,6 +60,10 @@ class SchedulerCapabilities:
     capacity_reservations: bool
     #: Nodes may be reached by ssh from outside the VPC (network.ssh_ingress_cidr).
     ssh_ingress: bool
+    #: How the controller's repair agent (fmcluster.health.repair) reboots and replaces a compute node: `reboot`
+    #: and `replace`, each an argv ({node}, {address}, {reason} filled in; a leading `scontrol` is the cluster's)
+    #: and `sources`. None: fmcluster's agent does not run, the scheduler's own service repairs its nodes.
+    repair: dict[str, Any] | None = None
 
 
 PROVIDERS: dict[str, ProviderCapabilities] = {

@@ -6,7 +6,7 @@ CloudFormation parameters, generated inventory, role variables.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -111,10 +111,23 @@ class SlurmAccounting:
 
 
 @dataclass(frozen=True)
+class Repair:
+    """`health.repair`: the controller's repair agent and its budgets (fmcluster.health.repair)."""
+
+    enabled: bool = True
+    reboots_per_node: int = 1
+    replacements_per_queue: int = 3
+    window_hours: float = 24.0
+    backoff_seconds: int = 60
+    breaker_share: float = 0.5
+
+
+@dataclass(frozen=True)
 class Health:
     """The `health` section: what fmcluster may do about unhealthy nodes without asking (docs/health.md)."""
 
     auto_replace: bool = False
+    repair: Repair = field(default_factory=Repair)
 
 
 @dataclass(frozen=True)
@@ -323,7 +336,7 @@ def _build(spec_path: Path, raw: dict[str, Any]) -> Tenant:
             accounting=Accounting(accounting.get("uri"), accounting["user_name"], accounting.get("password_secret_arn"),
                                   accounting.get("database_name")) if accounting is not None else None,
         ) if scheduler_capabilities(doc["scheduler"]).own_section is not None else None,
-        health=Health(auto_replace=doc["health"]["auto_replace"]),
+        health=Health(auto_replace=doc["health"]["auto_replace"], repair=Repair(**doc["health"]["repair"])),
         qos=tuple(Qos(q["name"], q["priority"], q.get("max_gpus_per_user"), q.get("max_cpus_per_user"),
                       q.get("max_nodes_per_user")) for q in doc["qos"]),
         teams=tuple(Team(team["name"], team["gid"], team["fairshare"], tuple(team.get("qos", default_qos)))

@@ -5,6 +5,7 @@
     diag          DCGM's level 2 or 3 diagnostic on demand (takes minutes: drain the node first)
     show          which checks apply to this node and why the others are skipped
     cluster       the controller's pass (once, or --every N seconds)
+    repair        the controller's repair agent: reboot or replace nodes as triage says, within budgets
     slurm-metrics Slurm's state into a node_exporter textfile (once, or --every N seconds)
     triage        unhealthy nodes and what each needs, from slurmctld and the nodes' reports
     usage-metrics this month's GPU/CPU hours per team and user (sacct) into a node_exporter textfile
@@ -55,6 +56,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     cluster = sub.add_parser("cluster", help="the controller's pass over every node")
     cluster.add_argument("--config", required=True, help="cluster config (JSON)")
     cluster.add_argument("--every", type=float, default=0.0, help="repeat every N seconds (0: once)")
+
+    repair = sub.add_parser("repair", help="the controller's repair agent: reboot or replace nodes within budgets")
+    repair.add_argument("--config", required=True, help="repair config (JSON; names the controller's pass config)")
+    repair.add_argument("--every", type=float, default=0.0, help="repeat every N seconds (0: once)")
+    repair.add_argument("--show", action="store_true", help="print the ledger (actions, quarantines, breaker)")
 
     metrics = sub.add_parser("slurm-metrics", help="Slurm state into a node_exporter textfile")
     metrics.add_argument("--textfile", required=True, help="e.g. <textfile dir>/fmcluster_slurm.prom")
@@ -108,6 +114,15 @@ def _dispatch(args: argparse.Namespace) -> int:
             return cluster.run_forever(args.config, args.every)
         with open(args.config, encoding="utf-8") as handle:
             cluster.cluster_pass(json.load(handle))
+        return 0
+    if args.command == "repair":
+        from fmcluster.health import repair
+
+        if args.show:
+            return repair.show(args.config)
+        if args.every > 0:
+            return repair.run_forever(args.config, args.every)
+        repair.repair_pass(repair.load_config(args.config))
         return 0
     if args.command == "slurm-metrics":
         from fmcluster.health import metrics

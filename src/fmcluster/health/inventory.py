@@ -47,4 +47,31 @@ def manifest_vars(tenant: Tenant, storage: Sequence[Mapping[str, Any]]) -> dict[
         "slurm_slurmd_timeout": min(SLURMD_TIMEOUT_S, 3 * interval),
         "slurm_health_check_node_state": "ANY",
         "slurm_prolog": f"{INSTALL_DIR}/bin/fmcluster-health-slurmd",
+        **repair_vars(tenant),
+    }
+
+
+def repair_vars(tenant: Tenant) -> dict[str, Any]:
+    """node_repair's variables: the tenant's budgets, the scheduler's commands (its capabilities.yml `repair`;
+    none: its own service repairs nodes, and the agent stays off)."""
+    repair = tenant.health.repair
+    mechanism = tenant.capabilities.scheduler.repair
+    interval = tenant.capabilities.provider.health_interval_s
+    return {
+        "node_repair_enabled": repair.enabled and mechanism is not None,
+        "node_repair_program": f"{INSTALL_DIR}/bin/fmcluster-health",
+        "node_repair_interval": interval,
+        "node_repair_mechanism": {k: v for k, v in (mechanism or {}).items() if k in ("reboot", "replace")},
+        "node_repair_policy": {
+            # A dead slurmd gets two health intervals (the controller's pass notices it, systemd restarts it, the
+            # node's own health run resumes it) and a minute before the node counts as gone.
+            "restart_grace_s": 2 * interval + 60,
+            "reboots_per_node": repair.reboots_per_node,
+            "replacements_per_queue": repair.replacements_per_queue,
+            "window_s": repair.window_hours * 3600,
+            "backoff_s": repair.backoff_seconds,
+            "breaker_share": repair.breaker_share,
+            # How long a replacement has to show before the node may be acted on again.
+            "settle_s": max(300, 10 * interval),
+        },
     }
