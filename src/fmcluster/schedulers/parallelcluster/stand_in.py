@@ -83,7 +83,7 @@ def user_data(*, org: str, role: str, queue: str, signal_resource: str) -> cfn.F
 def build(tenant: Tenant) -> dict[str, Any]:
     """The local stand-in's cluster stack (provider local only)."""
     return slurm_ec2.build(tenant, user_data, role_tags(tenant), signals=False,
-                           summary="local stand-in for AWS ParallelCluster")
+                           summary="local stand-in for AWS ParallelCluster", repair=False)  # it replaces its own
 
 
 #: The stand-in's stack, made of slurm-ec2's launch templates: it takes the same AMI and Capacity Block parameters.

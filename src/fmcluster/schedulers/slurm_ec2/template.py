@@ -240,11 +240,31 @@ def _role(tenant: Tenant, name: str, statements: list[dict[str, Any]], descripti
         "Tags": resource_tags(tenant, name)}}
 
 
+def repair_statements(tenant: Tenant) -> list[dict[str, Any]]:
+    """The controller's repair agent replaces bad compute nodes itself (fmcluster.node.replace): it may terminate an
+    instance in, or mark it unhealthy in, this cluster stack's compute groups only — their names (CloudFormation
+    names a group `<stack>-<logical id>-<suffix>`, and only queues' logical ids start with `Queue`) and their tags
+    (the tenant's org, role compute) — never the login group, another stack's or another tenant's. The group ARNs
+    cannot be referenced: the groups wait for their nodes' signals, which need the controller, whose role this is.
+    Finding an instance's group is a list call without resource scoping."""
+    return [
+        {"Sid": "RepairComputeNodes", "Effect": "Allow",
+         "Action": ["autoscaling:TerminateInstanceInAutoScalingGroup", "autoscaling:SetInstanceHealth"],
+         "Resource": text("arn:${AWS::Partition}:autoscaling:${AWS::Region}:${AWS::AccountId}:autoScalingGroup:*:"
+                          "autoScalingGroupName/${AWS::StackName}-Queue*"),
+         "Condition": {"StringEquals": {"aws:ResourceTag/fmcluster:org": tenant.org,
+                                        "aws:ResourceTag/fmcluster:role": "compute"}}},
+        {"Sid": "RepairFindGroups", "Effect": "Allow", "Action": "autoscaling:DescribeAutoScalingInstances",
+         "Resource": "*"},
+    ]
+
+
 def build(tenant: Tenant, user_data: UserData, role_tags: RoleTags = fmcluster_role_tags, signals: bool = True,
-          summary: str = "self-managed Slurm on EC2") -> dict[str, Any]:
+          summary: str = "self-managed Slurm on EC2", repair: bool = True) -> dict[str, Any]:
     """The cluster stack. `role_tags` say what each node is (fmcluster's tags; ParallelCluster's for its
     local stand-in), `signals` whether CloudFormation waits for each node's bootstrap to signal (a node
-    whose first boot is not ours, such as ParallelCluster's OnNodeConfigured, does not signal)."""
+    whose first boot is not ours, such as ParallelCluster's OnNodeConfigured, does not signal), `repair` whether
+    the controller may replace compute nodes in their groups (not where the scheduler replaces its own)."""
     groups = node_groups(tenant)
     login_sg = tenant.network.ssh_ingress_cidr is not None
     any_efa = any(g.instance.has_efa for g in groups)
@@ -294,7 +314,7 @@ def build(tenant: Tenant, user_data: UserData, role_tags: RoleTags = fmcluster_r
         "NodeInstanceProfile": {"Type": "AWS::IAM::InstanceProfile", "Properties": {"Roles": [Ref("NodeRole")]}},
         "ControllerRole": _role(tenant, "controller-role",
                                 [*node_statements(tenant, controller=True), *controller_statements(),
-                                 *remote_write_statements(tenant)],
+                                 *remote_write_statements(tenant), *(repair_statements(tenant) if repair else [])],
                                 f"{tenant.stack_prefix} Slurm controller"),
         "ControllerInstanceProfile": {"Type": "AWS::IAM::InstanceProfile",
                                       "Properties": {"Roles": [Ref("ControllerRole")]}},

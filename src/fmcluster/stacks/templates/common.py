@@ -24,7 +24,7 @@ NODE_READ_PREFIXES = (BOOTSTRAP_PREFIX, MANIFEST_PREFIX, LIFECYCLE_PREFIX)
 UNSCOPABLE_ACTIONS = frozenset({
     "ec2:DescribeAvailabilityZones", "ec2:DescribeDhcpOptions", "ec2:DescribeInstances",
     "ec2:DescribeNetworkInterfaces", "ec2:DescribeSecurityGroups", "ec2:DescribeSubnets", "ec2:DescribeTags",
-    "ec2:DescribeVpcs",
+    "ec2:DescribeVpcs", "autoscaling:DescribeAutoScalingInstances",
 })
 
 
