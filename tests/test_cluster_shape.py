@@ -167,3 +167,16 @@ def test_a_deploy_over_an_allowed_degraded_cluster_does_not_say_done() -> None:
     text = render_summary(DEMO, reports, total_steps=2)
     assert "DEGRADED (allowed by --allow-degraded, see shape) in 0.6s" in text and "done in" not in text
     assert f"{cpu(7).name} (queue cpu): drained — bad fan" in text
+
+
+def test_a_node_the_repair_agent_replaces_is_worth_a_wait_but_a_quarantined_one_is_not() -> None:
+    under_way = measured([node_block(cpu(6).name), node_block(cpu(7).name, "DOWN+DRAIN+NOT_RESPONDING",
+                                                             "fmcluster-repair: replace: Not responding"),
+                          node_block(cpu(8).name)], [cpu(6), cpu(7), cpu(8)])
+    assert under_way.degraded and under_way.settling
+    held = measured([node_block(cpu(6).name), node_block(cpu(7).name, "IDLE+DRAIN",
+                                                         "fmcluster-repair: quarantined (queue cpu): Not responding"),
+                     node_block(cpu(8).name)], [cpu(6), cpu(7), cpu(8)])
+    assert held.degraded and not held.settling
+    result = shape.outcome(held, allow_degraded=False, org="demo")
+    assert "fmcluster-repair: quarantined (queue cpu)" in result.details[0]

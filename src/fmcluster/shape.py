@@ -29,7 +29,7 @@ NOT_SERVING_FLAGS = frozenset({"DRAIN", "NOT_RESPONDING", "POWERED_DOWN", "POWER
                                "MAINTENANCE", "REBOOT_REQUESTED", "REBOOT_ISSUED", "FAIL"})
 SERVING_STATES = frozenset({"IDLE", "ALLOCATED", "MIXED", "COMPLETING"})
 #: Who drained a node when nobody will undo it without being asked (fmcluster.health.triage's origins).
-STICKY_ORIGINS = frozenset({"acceptance", "person"})
+STICKY_ORIGINS = frozenset({"acceptance", "person", "quarantine"})
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ class Finding:
     reason: str
     set_by: str
     since: str
-    origin: str  # fmcluster-health | slurm | acceptance | person | report
+    origin: str  # fmcluster-health | slurm | acceptance | person | report | repair | quarantine
     check: str
     action: str
     why: str
@@ -78,7 +78,8 @@ class Rules:
                     "why": f"{name}: {spec.title}"}
         for rule in self.external:
             if reason.startswith(str(rule["match"])):
-                origin = "acceptance" if str(rule["match"]).startswith("fmcluster acceptance") else "slurm"
+                origin = str(rule.get("origin") or
+                             ("acceptance" if str(rule["match"]).startswith("fmcluster acceptance") else "slurm"))
                 return {"origin": origin, "check": "", "action": str(rule["action"]), "xids": [],
                         "why": str(rule["why"])}
         return {"origin": "person", "check": "", "action": "none", "xids": [],
