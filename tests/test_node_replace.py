@@ -116,3 +116,22 @@ def test_where_the_scheduler_replaces_its_own_nodes_the_controller_gets_no_such_
     sids = {s.get("Sid") for r in template["Resources"].values() if r["Type"] == "AWS::IAM::Role"
             for p in r["Properties"]["Policies"] for s in p["PolicyDocument"]["Statement"]}
     assert "PrometheusEc2Discovery" in sids and not sids & {"RepairComputeNodes", "RepairFindGroups"}
+
+
+def test_the_repair_agent_names_a_node_by_its_address_and_finds_its_instance() -> None:
+    """Slurm knows a node by its NodeAddr; the controller finds the instance behind it (ec2:DescribeInstances,
+    which its role has for discovery), against the emulator's EC2 in-process."""
+    import boto3
+    from moto import mock_aws
+
+    from fmcluster.node.replace import instance_at
+
+    with mock_aws():
+        ec2 = boto3.client("ec2", region_name="ap-northeast-1", aws_access_key_id="x", aws_secret_access_key="x")
+        image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+        made = ec2.run_instances(ImageId=image, MinCount=2, MaxCount=2, InstanceType="m5.large")["Instances"]
+        first = made[0]
+        assert instance_at(first["PrivateIpAddress"], ec2) == first["InstanceId"]
+        ec2.terminate_instances(InstanceIds=[first["InstanceId"]])
+        with pytest.raises(RuntimeError, match="its instance is gone already"):
+            instance_at(first["PrivateIpAddress"], ec2)

@@ -9,6 +9,7 @@ substrate names one; on AWS the region's endpoints). The controller's role may d
 groups only (the slurm-ec2 cluster template, statement RepairComputeNodes).
 
     /opt/fmcluster/venv/bin/python -m fmcluster.node.replace i-0123456789abcdef0 [--unhealthy]
+    /opt/fmcluster/venv/bin/python -m fmcluster.node.replace --address=10.0.128.4   (Slurm's NodeAddr)
 
 prints one JSON object ({"instance_id", "group", "action"}) and exits 0, or says why not and exits 1.
 """
@@ -41,13 +42,17 @@ def node_region(env: dict[str, str] | None = None, env_file: Path = ENV_FILE) ->
     raise RuntimeError(f"no region: FMCLUSTER_REGION is not set and {env_file} names none")
 
 
-def autoscaling_client(region: str | None = None) -> Any:
-    """The node's own Auto Scaling client: its instance role's credentials, its endpoint (AWS_ENDPOINT_URL)."""
+def boto3_client(service: str, region: str | None = None) -> Any:
+    """The node's own client: its instance role's credentials, its endpoint (AWS_ENDPOINT_URL)."""
     import boto3
     from botocore.config import Config
 
     config = Config(retries={"mode": "standard", "max_attempts": 4}, connect_timeout=5, read_timeout=60)
-    return boto3.session.Session(region_name=region or node_region()).client("autoscaling", config=config)
+    return boto3.session.Session(region_name=region or node_region()).client(service, config=config)
+
+
+def autoscaling_client(region: str | None = None) -> Any:
+    return boto3_client("autoscaling", region)
 
 
 def replace_instance(instance_id: str, *, unhealthy: bool = False, autoscaling: Any = None) -> str:
@@ -70,17 +75,36 @@ def replace_instance(instance_id: str, *, unhealthy: bool = False, autoscaling: 
     return group
 
 
+def instance_at(address: str, ec2: Any = None) -> str:
+    """The live instance whose private address is `address` (what Slurm knows a node by: its NodeAddr)."""
+    client = ec2 if ec2 is not None else boto3_client("ec2")
+    found = [i["InstanceId"] for r in client.describe_instances(Filters=[
+                 {"Name": "private-ip-address", "Values": [address]},
+                 {"Name": "instance-state-name", "Values": ["pending", "running", "stopping", "stopped"]},
+             ]).get("Reservations", []) for i in r.get("Instances", [])]
+    if len(found) != 1:
+        raise RuntimeError(f"{len(found)} live instances have the private address {address}: "
+                           + (", ".join(found) if found else "its instance is gone already"))
+    return str(found[0])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fmcluster.node.replace",
                                      description="replace a compute node through its Auto Scaling group")
-    parser.add_argument("instance_id")
+    parser.add_argument("instance_id", nargs="?", default="", help="the instance (or --address)")
+    parser.add_argument("--address", default="", help="the node's private address (Slurm's NodeAddr) instead")
     parser.add_argument("--unhealthy", action="store_true",
                         help="mark it Unhealthy (the group replaces it) instead of terminating it in its group")
     args = parser.parse_args(argv)
+    if bool(args.instance_id) == bool(args.address):
+        parser.error("name the instance or its --address, one of the two")
     try:
+        if args.address:
+            args.instance_id = instance_at(args.address)
         group = replace_instance(args.instance_id, unhealthy=args.unhealthy)
     except Exception as err:  # noqa: BLE001 - one line for the caller (the repair agent logs it)
-        print(f"fmcluster-node replace: {args.instance_id}: {type(err).__name__}: {err}", file=sys.stderr)
+        print(f"fmcluster-node replace: {args.instance_id or args.address}: {type(err).__name__}: {err}",
+              file=sys.stderr)
         return 1
     print(json.dumps({"instance_id": args.instance_id, "group": group,
                       "action": "set-unhealthy" if args.unhealthy else "terminate-keep-capacity"}))
