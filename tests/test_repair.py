@@ -207,3 +207,18 @@ def test_the_policy_reads_the_role_s_config_and_ignores_what_it_does_not_know() 
     policy = Policy.from_config({"reboots_per_node": "2", "breaker_share": 0.25, "unknown": 1})
     assert (policy.reboots_per_node, policy.breaker_share) == (2, 0.25)
     assert os.path.basename(repair.__file__) == "repair.py"
+
+
+def test_invoke_nodes_shows_the_agent_s_breaker_quarantines_and_last_actions() -> None:
+    from fmcluster.lifecycle import render_repair
+
+    ledger = Ledger([Entry(cpu(1), "cpu", "replace", T0 - 600, "Not responding"),
+                     Entry(cpu(2), "cpu", "reboot", T0 - 60, "Kill task failed", ok=False, detail="exit 1")],
+                    {"gpu": "3 replacements in 24h"}, "2 of 4 compute nodes need a reboot or a replacement at once")
+    text = render_repair(json.loads(ledger.to_json()), T0)
+    assert text.splitlines() == [
+        "repair agent: breaker OPEN: 2 of 4 compute nodes need a reboot or a replacement at once",
+        "  queue gpu quarantined: 3 replacements in 24h",
+        f"     10 min ago  replace {cpu(1)} (cpu): done — Not responding",
+        f"      1 min ago  reboot {cpu(2)} (cpu): FAILED exit 1 — Kill task failed"]
+    assert render_repair({}, T0).splitlines() == ["repair agent: breaker closed", "  no action in its window"]

@@ -28,7 +28,7 @@ import json
 import shlex
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -47,6 +47,9 @@ HEALTH_PROGRAM = f"{INSTALL_DIR}/bin/fmcluster-health"
 CLUSTER_CONFIG = "/etc/fmcluster/health/cluster.json"
 NODE_CONFIG = "/etc/fmcluster/health/config.json"
 TRIAGE = as_root(f"{HEALTH_PROGRAM} triage --config {CLUSTER_CONFIG} --json")
+#: node_repair's config (node_repair_config_path's default) and its ledger, as `fmcluster-health repair --show` prints it.
+REPAIR_CONFIG = "/etc/fmcluster/health/repair.json"
+REPAIR_LEDGER = as_root(f"{HEALTH_PROGRAM} repair --config {REPAIR_CONFIG} --show")
 SHOW_NODE = "scontrol show node"
 
 
@@ -425,6 +428,34 @@ class Replacer:
                                  f"{(done.stderr or done.stdout).strip()[-300:]}")
         return (f"srun hostname ran on all {len(idle)} idle node(s) of {partition}, the new one included: "
                 f"{', '.join(ran_on)}")
+
+
+def repair_state(provider: Provider, controller: Node) -> dict[str, Any]:
+    """The controller's repair agent's ledger (breaker, quarantines, actions); {} where it never ran."""
+    shown = remote(provider, controller, REPAIR_LEDGER)
+    if shown.returncode != 0:
+        raise LifecycleError(f"the repair agent's ledger on {controller.name}: "
+                             f"{(shown.stderr or shown.stdout).strip()[-300:]}")
+    try:
+        doc = json.loads(shown.stdout or "{}")
+    except ValueError:
+        raise LifecycleError(f"unreadable repair ledger from {controller.name}: {shown.stdout[:200]!r}") from None
+    return doc if isinstance(doc, dict) else {}
+
+
+def render_repair(ledger: Mapping[str, Any], now: float, last: int = 5) -> str:
+    """The repair agent's state for a person: breaker, quarantined queues, its last actions."""
+    breaker = str(ledger.get("breaker", ""))
+    lines = [f"repair agent: breaker {'OPEN: ' + breaker if breaker else 'closed'}"]
+    lines += [f"  queue {queue} quarantined: {why}" for queue, why in sorted(ledger.get("quarantined", {}).items())]
+    entries = sorted(ledger.get("entries", []), key=lambda e: float(e.get("at", 0)))[-last:]
+    for e in entries:
+        ago = now - float(e.get("at", now))
+        lines.append(f"  {ago / 60:5.0f} min ago  {e.get('kind')} {e.get('node')} ({e.get('queue')}): "
+                     f"{'done' if e.get('ok') else 'FAILED ' + str(e.get('detail', ''))} — {e.get('reason', '')}")
+    if not entries:
+        lines.append("  no action in its window")
+    return "\n".join(lines) + "\n"
 
 
 def line_dicts(lines: Sequence[NodeLine]) -> list[dict[str, Any]]:

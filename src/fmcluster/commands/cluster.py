@@ -19,6 +19,7 @@ from fmcluster.providers import NoEndpoint as NoEndpointType
 
 if TYPE_CHECKING:
     from fmcluster.lifecycle import Replacer
+    from fmcluster.nodes import Node
 
 Out = Callable[[str], object]
 
@@ -297,6 +298,7 @@ def _replacer(tenant: Tenant, what: str) -> Replacer | int:
     """The tenant's Replacer (provider, endpoint, published manifest), or the exit code after saying why not."""
     from fmcluster.inventory import read_manifest
     from fmcluster.lifecycle import Replacer
+    from fmcluster.nodes import Node
     from fmcluster.providers.registry import provider_for
 
     endpoint, unreachable = _endpoint(tenant, start=False)
@@ -337,6 +339,7 @@ def nodes(org: str, as_json: bool = False, replace: bool = False) -> int:
         to_replace = [ln.node for ln in unhealthy if ln.action == "replace"]
         print(f"{len(unhealthy)} of {len(lines)} node(s) unhealthy"
               + (f"; to replace: {', '.join(to_replace)} (`invoke replace --org={org} --node=N`)" if to_replace else ""))
+        _print_repair(tenant, replacer, live)
     if not replace:
         return ExitCode.FAILED if unhealthy else ExitCode.OK
     if not tenant.health.auto_replace:
@@ -352,6 +355,21 @@ def nodes(org: str, as_json: bool = False, replace: bool = False) -> int:
         print(f"\nnodes --replace: replacing {name} (health.auto_replace)")
         code = max(code, _replace(tenant, replacer, name))
     return code if wanted else (ExitCode.FAILED if unhealthy else ExitCode.OK)
+
+
+def _print_repair(tenant: Tenant, replacer: Replacer, live: list[Node]) -> None:
+    """Where the controller's repair agent runs (health.repair, the scheduler's `repair` row), what it did."""
+    import time
+
+    from fmcluster.health.inventory import repair_vars
+    from fmcluster.lifecycle import LifecycleError, controller_of, render_repair, repair_state
+
+    if not repair_vars(tenant)["node_repair_enabled"]:
+        return
+    try:
+        print(render_repair(repair_state(replacer.provider, controller_of(live)), time.time()), end="")
+    except LifecycleError as err:
+        print(f"repair agent: {err}")
 
 
 def replace(org: str, node: str) -> int:
