@@ -163,6 +163,16 @@ CLUSTER = Dashboard(
         Panel("Health checks failing", (('fmcluster_health_check_failed{context="interval"} == 1', "{{node}} {{check}}"),),
               kind="table", width=24,
               description="The nodes' own health runs (Slurm's HealthCheckProgram; docs/health.md)."),
+        Panel("Repairs (reboots, replacements, quarantines) per queue",
+              (("sum by (kind, queue) (increase(fmcluster_repair_actions_total[1h]))", "{{kind}} {{queue}}"),),
+              description="The controller's repair agent, per hour (docs/health.md, \"The repair agent\")."),
+        Panel("Repair breaker, quarantined queues, nodes waiting",
+              (("max(fmcluster_repair_breaker_open)", "breaker open"),
+               ("sum(fmcluster_repair_quarantined)", "queues quarantined"),
+               ("sum(fmcluster_repair_waiting_nodes)", "nodes waiting for a repair")),
+              kind="stat",
+              description="While the breaker is open nothing is repaired (too many nodes failed at once); a "
+                          "quarantined queue gets no replacements until a person decides (`invoke nodes`)."),
     ),
 )
 
