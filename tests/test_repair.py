@@ -222,3 +222,18 @@ def test_invoke_nodes_shows_the_agent_s_breaker_quarantines_and_last_actions() -
         f"     10 min ago  replace {cpu(1)} (cpu): done — Not responding",
         f"      1 min ago  reboot {cpu(2)} (cpu): FAILED exit 1 — Kill task failed"]
     assert render_repair({}, T0).splitlines() == ["repair agent: breaker closed", "  no action in its window"]
+
+
+def test_a_paused_agent_repairs_nothing_and_says_so(controller: dict[str, object]) -> None:
+    config = json.loads(Path(str(controller["config"])).read_text())
+    pause = Path(str(controller["dir"]), "repair.paused")
+    config["pause_file"] = str(pause)
+    Path(str(controller["config"])).write_text(json.dumps(config))
+    pause.write_text("disk swap on the cpu queue, alice\n")
+    down = node_block(cpu(1), "DOWN+NOT_RESPONDING", "Not responding", by="slurm")
+    plan, calls = run_pass(controller, [down, *healthy(2, 3, 4)])
+    assert plan.steps == [] and calls == []
+    assert "fmcluster_repair_paused 1" in Path(str(controller["dir"]), "fmcluster_repair.prom").read_text()
+    pause.unlink()
+    plan, calls = run_pass(controller, [down, *healthy(2, 3, 4)])
+    assert [s.kind for s in plan.actions] == ["replace"] and len(calls) == 2

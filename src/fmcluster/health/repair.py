@@ -21,7 +21,8 @@ quarantined: its failing nodes stay drained with a reason saying so, for a perso
 nodes at or above `breaker_share` (and at least two) fails at once, the breaker opens and nothing is done: a
 fabric, storage or control-plane fault is not fixed by rebooting or replacing nodes.
 
-Every action is a line in the log, an entry in the ledger (a JSON file: the budgets' memory across passes and
+A person pauses the agent (maintenance) by writing the pause file (`pause_file`, its text the reason); it then
+does nothing until the file is gone. Every action is a line in the log, an entry in the ledger (a JSON file: the budgets' memory across passes and
 restarts), a Slurm reason starting with REPAIR_PREFIX and a counter in the controller's node_exporter textfile
 (fmcluster_repair_*; the alert rules fire on an open breaker and on quarantine). Standard library only.
 """
@@ -262,8 +263,22 @@ def act(step: Step, config: Mapping[str, Any], probe: Probe) -> Entry:
     return entry
 
 
-def metrics(ledger: Ledger, plan_: Plan, now: float) -> str:
+def paused_by(config: Mapping[str, Any]) -> Optional[str]:
+    """The pause file's text (why a person paused the agent: maintenance), or None when it runs."""
+    path = str(config.get("pause_file", ""))
+    if not path:
+        return None
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read().strip()
+    except FileNotFoundError:
+        return None
+
+
+def metrics(ledger: Ledger, plan_: Plan, now: float, paused: bool = False) -> str:
     out = textfile.Exposition()
+    out.add("fmcluster_repair_paused", "1 while a person paused the repair agent (its pause file exists).",
+            1 if paused else 0)
     out.declare("fmcluster_repair_actions_total", "Repair actions taken by the controller's agent.", "counter")
     for key, count in sorted(ledger.totals.items()):
         kind, _, queue = key.partition("/")
@@ -303,6 +318,14 @@ def repair_pass(config: Mapping[str, Any], probe: Optional[Probe] = None, out: T
     policy = Policy.from_config(config.get("policy", {}))
     now = time.time() if now is None else now
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(now))
+    paused = paused_by(config)
+    if paused is not None:
+        out.write(f"{stamp} paused ({config['pause_file']}: {paused or 'no reason given'}): nothing repaired\n")
+        out.flush()
+        if config.get("textfile"):
+            ledger = Ledger.load(str(config["ledger"]))
+            textfile.write_atomic(str(config["textfile"]), metrics(ledger, Plan(breaker=ledger.breaker), now, True))
+        return Plan()
     scontrol = list(config.get("commands", {}).get("scontrol") or ["scontrol"])
     shown = probe.run([*scontrol, "show", "node"], timeout=30)
     if not shown.ok:
