@@ -292,7 +292,7 @@ def test_each_node_is_a_booted_instance_the_operator_reaches_as_the_default_user
     assert on_node(compute[0], "pkill -KILL -x slurmd").returncode == 0
     for other in compute[1:]:
         assert on_node(other, "pgrep -x slurmd").returncode == 0, f"killing slurmd on {compute[0]} killed {other}'s"
-    # The node's systemd starts the daemon it lost again (Restart=on-failure), as on an instance.
+    # The node's systemd starts the daemon it lost again (Restart=always), as on an instance.
     wait_for("slurmd restarted by systemd", lambda: on_node(compute[0], "pgrep -x slurmd", 60).returncode == 0, 60)
     wait_for(f"{compute[0]} idle again", lambda: node_states().get(compute[0], ("", ""))[0] == "idle", 120)
 
@@ -808,6 +808,63 @@ def test_doctor_names_each_fault_with_its_entry_and_is_clean_once_repaired(clust
     print(fleet.stdout)
     MEASURED["doctor faults total (s)"] = round(time.monotonic() - started, 1)
     print("measured:", json.dumps(MEASURED), "doctor runs (s):", DOCTOR_RUNS)
+
+
+def unit_state(name: str, unit: str = "fmcluster-slurmd") -> dict[str, str]:
+    """What systemd on node `name` says of `unit`: its state, main pid, automatic restarts and restart budget."""
+    done = on_node(name, f"systemctl show --property=ActiveState,MainPID,NRestarts,StartLimitBurst,"
+                         f"StartLimitIntervalUSec,Restart,RestartUSec {unit}", timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line)
+
+
+def restart_bound_s() -> float:
+    """docs/health.md's bound on a killed slurmd's node serving again: RestartSec + HealthCheckInterval + 60 s."""
+    import yaml
+
+    from fmcluster.model import load_tenant
+
+    defaults = yaml.safe_load((ROOT / "roles" / "supervised_service" / "defaults" / "main.yml").read_text())
+    interval = load_tenant(ORG).capabilities.provider.health_interval_s
+    return float(defaults["supervised_service_restart_sec"] + interval + 60)
+
+
+def test_a_killed_slurmd_is_restarted_and_its_node_serves_again_without_anyone(cluster: Cluster) -> None:
+    """Issue 38: slurmd killed on a compute node — SIGKILL, then SIGTERM (a clean exit to systemd, which
+    Restart=on-failure left down) — is started again by the node's systemd (its unit's NRestarts counts it) and the
+    node is idle and not drained again within docs/health.md's bound, with nobody acting: if the controller's pass
+    drained it meanwhile, the node's own next healthy health run resumed it."""
+    victim = compute_nodes()[0]
+    wait_for("every node idle before slurmd is killed", lambda: {s for s, _ in node_states().values()} == {"idle"},
+             HEALTH_DEADLINE, health_diagnosis)
+    unit = unit_state(victim)
+    assert (unit["Restart"], unit["StartLimitBurst"], unit["StartLimitIntervalUSec"]) == ("always", "10", "10min"), unit
+    bound = restart_bound_s()
+    for how, command in (("SIGKILL", "pkill -KILL -x slurmd"), ("SIGTERM", "pkill -TERM -x slurmd")):
+        before = unit_state(victim)
+        seen: list[tuple[str, str]] = []
+        killed = time.monotonic()
+        assert on_node(victim, command).returncode == 0
+
+        def restarted() -> bool:
+            now = unit_state(victim)
+            return (int(now["NRestarts"]) > int(before["NRestarts"]) and now["ActiveState"] == "active"
+                    and now["MainPID"] not in ("0", before["MainPID"]))
+
+        def serving() -> bool:
+            state = node_states().get(victim, ("", ""))
+            seen.append(state)
+            return state[0] == "idle"
+        wait_for(f"slurmd restarted by systemd after {how}", restarted, bound)
+        MEASURED[f"{how}: slurmd restarted after (s)"] = round(time.monotonic() - killed, 1)
+        wait_for(f"{victim} serving after {how}", serving, bound - (time.monotonic() - killed), health_diagnosis)
+        MEASURED[f"{how}: serving after (s)"] = took = round(time.monotonic() - killed, 1)
+        drained = sorted({r for s, r in seen if s != "idle" and r})
+        print(f"{how}: slurmd on {victim} restarted by systemd after {MEASURED[f'{how}: slurmd restarted after (s)']} s, "
+              f"node serving {took} s after the kill (bound {bound:.0f} s); seen meanwhile: {drained or 'nothing drained'}")
+        assert took <= bound
+    assert int(unit_state(victim)["NRestarts"]) >= int(unit["NRestarts"]) + 2
+    print("measured:", json.dumps(MEASURED))
 
 
 def test_a_drained_node_is_listed_with_its_check_and_replaced_by_a_new_one_that_joins(cluster: Cluster) -> None:
