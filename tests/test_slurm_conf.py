@@ -9,6 +9,8 @@ serves every test (one local host per case).
 
 from __future__ import annotations
 
+import re
+
 import json
 import os
 import subprocess
@@ -129,7 +131,8 @@ def test_local_nodes_without_slurm_cgroups_get_linuxproc_no_gres_and_munge_s_def
     conf = (rendered / "demo" / "slurm.conf").read_text()
     assert "ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\nJobAcctGatherType=jobacct_gather/none\n" in conf
     assert "Gres" not in conf and "TopologyPlugin" not in conf
-    assert "AuthInfo" not in conf, "every host runs its own munged at the default socket"
+    # Every host runs its own munged at the default socket; a requeued job waits the local provider's 30 s.
+    assert re.findall(r"^AuthInfo=.*$", conf, re.M) == ["AuthInfo=cred_expire=30"]
     assert "TaskProlog=/opt/p.sh\n" in conf
     assert "PartitionName=cpu Nodes=ip-10-77-128-12,ip-10-77-128-13,ip-10-77-128-14 Default=YES" in conf
     assert f"NodeName=ip-10-77-128-12 NodeAddr=10.77.128.12 CPUs={os.cpu_count()} " in conf

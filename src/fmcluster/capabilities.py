@@ -36,6 +36,8 @@ class ProviderCapabilities:
     #: Seconds between node health runs (Slurm's HealthCheckInterval) and between Slurm metrics rounds.
     health_interval_s: int
     metrics_interval_s: int
+    #: Slurm's job credential lifetime (AuthInfo cred_expire), also how long a requeued job waits to start again.
+    credential_lifetime_s: int = 120
 
 
 @dataclass(frozen=True)
@@ -71,7 +73,9 @@ PROVIDERS: dict[str, ProviderCapabilities] = {
                                 external_database=True, health_interval_s=300, metrics_interval_s=30),
     # Namespace hosts on this machine: no GPUs or EFA, the emulator in place of AWS, short intervals to rehearse.
     "local": ProviderCapabilities(real_accelerators=False, emulated_apis=True, cluster_services=False,
-                                  external_database=False, health_interval_s=30, metrics_interval_s=15),
+                                  external_database=False, health_interval_s=30, metrics_interval_s=15,
+                                  # A requeued job waits 30 s, not Slurm's 120: rehearsed within the tests' time.
+                                  credential_lifetime_s=30),
 }
 
 #: Each scheduler's row lives in its folder (src/fmcluster/schedulers/<name>/capabilities.yml), read as data.

@@ -46,6 +46,7 @@ def manifest_vars(tenant: Tenant, storage: Sequence[Mapping[str, Any]]) -> dict[
         # ping gets through: a ping at least every health interval keeps a repaired node's return within one.
         "slurm_slurmd_timeout": min(SLURMD_TIMEOUT_S, 3 * interval),
         "slurm_health_check_node_state": "ANY",
+        "slurm_credential_lifetime": provider.credential_lifetime_s,
         "slurm_prolog": f"{INSTALL_DIR}/bin/fmcluster-health-slurmd",
         **repair_vars(tenant),
     }
