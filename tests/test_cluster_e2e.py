@@ -19,6 +19,8 @@ mended, in order:
   the repaired nodes return by themselves with no job lost from accounting (docs/health.md);
 - a drained node is listed by `invoke nodes` and replaced by `invoke replace`: its Auto Scaling group's new
   instance joins through the boot path and passes health and a job, with the users' UIDs unchanged;
+- the controller itself (its instance role, its toolchain) terminates a compute instance in its group, and the new
+  instance is booted by the substrate's hypervisor stand-in and joins Slurm with no invoke process running;
 - `invoke destroy --yes` leaves no namespace, mount, process or substrate directory behind.
 """
 
@@ -126,6 +128,13 @@ def leftovers() -> list[str]:
         found.append(f"/var/lib/fmcluster-substrate/{ORG}")
     if subprocess.run(["ip", "link", "show", f"fmcbr-{ORG}"], capture_output=True).returncode == 0:
         found.append(f"bridge fmcbr-{ORG}")
+    for proc in Path("/proc").iterdir():  # the hypervisor stand-in (fmcluster.providers.local.hypervisor_daemon)
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0") if proc.name.isdigit() else []
+        except OSError:
+            continue
+        if b"fmcluster.providers.local.hypervisor_daemon" in argv and f"--org={ORG}".encode() in argv:
+            found.append(f"hypervisor daemon pid {proc.name}")
     return found
 
 
@@ -911,6 +920,104 @@ def test_a_drained_node_is_listed_with_its_check_and_replaced_by_a_new_one_that_
         if report["role"] in ("controller", "login"):  # the new membership, without a whole converge
             assert report["playbook"] == "playbooks/membership.yml", report
             MEASURED[f"replace_membership_pass_{report['role']}_s"] = report["seconds"]
+    print("measured:", json.dumps(MEASURED))
+
+
+def test_the_controller_replaces_a_compute_node_and_ec2_boots_the_new_one_with_no_deploy_machine(cluster: Cluster) -> None:
+    """What the controller's repair agent does (issue 38): on the controller host, with its instance role's
+    credentials from the metadata service and its own toolchain, fmcluster.node.replace terminates a compute
+    instance in its Auto Scaling group (capacity kept). No invoke process runs from then on: the group's new
+    instance is booted by the substrate's hypervisor stand-in, converges itself and joins Slurm, within a bound."""
+    from fmcluster.model import load_tenant
+    from fmcluster.nodes import LIVE_STATES, hostname_for
+    from fmcluster.providers.local import hypervisor
+    from fmcluster.providers.local.hosts import host_run, load_hosts
+    from fmcluster.providers.registry import provider_for
+    from fmcluster.reports import read_report
+    from fmcluster.stacks import aws
+    from fmcluster.stacks.outputs import read_stack_outputs
+    from iam_policy import Request, allows
+    from test_node_iam import role_policies
+
+    tenant = load_tenant(ORG)
+    endpoint = provider_for(tenant).endpoint(False, print)
+    ec2, autoscaling = (aws.client(s, tenant.region, endpoint) for s in ("ec2", "autoscaling"))
+    s3, bucket = aws.client("s3", tenant.region, endpoint), read_stack_outputs(ORG)["DataBucketName"]
+    assert hypervisor.running(ORG) is not None, "the deploy started no hypervisor stand-in"
+
+    def live() -> dict[str, dict[str, Any]]:
+        pages = ec2.get_paginator("describe_instances").paginate(Filters=[
+            {"Name": "tag:fmcluster:org", "Values": [ORG]}, {"Name": "instance-state-name", "Values": list(LIVE_STATES)}])
+        return {i["InstanceId"]: i for page in pages for r in page["Reservations"] for i in r["Instances"]}
+
+    def tag(instance: dict[str, Any], key: str) -> str:
+        return next((t["Value"] for t in instance.get("Tags", []) if t["Key"] == key), "")
+
+    before = live()
+    controller = next(i for i in before.values() if tag(i, "fmcluster:role") == "controller")
+    computes = [i for i in before.values() if tag(i, "fmcluster:role") == "compute"]
+    victim = sorted((i for i in before.values() if tag(i, "fmcluster:role") == "compute"), key=lambda i: i["InstanceId"])[0]
+    old_name = hostname_for(victim["PrivateIpAddress"], victim.get("PrivateDnsName", ""))
+    host = next(h for h in load_hosts(ORG) if h.key == controller["InstanceId"])
+
+    def on_controller(command: str) -> subprocess.CompletedProcess[str]:
+        return host_run(host, ["bash", "-c", "set -a; . /etc/fmcluster/node.env; . /etc/environment; set +a; "
+                                             f"PYTHONPATH=/var/lib/fmcluster/agent/src {command}"], timeout=120)
+
+    # The rendered grant allows this very call on this very group (its ARN and tags as the emulator has them).
+    group = autoscaling.describe_auto_scaling_instances(InstanceIds=[victim["InstanceId"]])["AutoScalingInstances"][0]
+    described = autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[group["AutoScalingGroupName"]])
+    real = described["AutoScalingGroups"][0]
+    tags = {f"aws:ResourceTag/{t['Key']}": t["Value"] for t in real.get("Tags", [])}
+    assert allows(role_policies(tenant)["controller"], Request("autoscaling:TerminateInstanceInAutoScalingGroup",
+                                                               real["AutoScalingGroupARN"], tags)), real
+
+    script = ("import boto3, json; from fmcluster.node.replace import replace_instance; "
+              "method = boto3.session.Session().get_credentials().method; "
+              f"print(json.dumps({{'credentials': method, 'group': replace_instance({victim['InstanceId']!r})}}))")
+    started = time.monotonic()
+    done = on_controller(f"/opt/fmcluster/venv/bin/python -c {shlex.quote(script)}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    said = json.loads(done.stdout.strip().splitlines()[-1])
+    assert said == {"credentials": "iam-role", "group": group["AutoScalingGroupName"]}, said  # the instance role's
+
+    def invoke_running() -> list[str]:
+        found = []
+        for proc in Path("/proc").iterdir():
+            try:
+                argv = (proc / "cmdline").read_bytes().split(b"\0") if proc.name.isdigit() else []
+            except OSError:
+                continue
+            if any(a.endswith(b"/invoke") for a in argv[:2]) and f"--org={ORG}".encode() in argv:
+                found.append(" ".join(a.decode(errors="replace") for a in argv))
+        return found
+
+    def new_instance() -> dict[str, Any] | None:
+        assert not invoke_running(), f"an invoke process runs: {invoke_running()}"
+        fresh = [i for key, i in live().items() if key not in before and tag(i, "fmcluster:role") == "compute"]
+        return fresh[0] if fresh and victim["InstanceId"] not in live() else None
+
+    new = wait_for("controller replace: new instance launched", new_instance, 60)
+    new_name = hostname_for(new["PrivateIpAddress"], new.get("PrivateDnsName", ""))
+    wait_for("controller replace: new host booted by the hypervisor",
+             lambda: any(h.key == new["InstanceId"] for h in load_hosts(ORG))
+             and all(h.key != victim["InstanceId"] for h in load_hosts(ORG)), 120)
+    MEASURED["controller replace: host booted (s)"] = round(time.monotonic() - started, 1)
+    log = (hypervisor.substrate_root(ORG) / hypervisor.LOG_FILE).read_text()
+    assert new["InstanceId"] in log and new_name in log, log[-3000:]
+
+    def joined() -> bool:
+        assert not invoke_running(), f"an invoke process runs: {invoke_running()}"
+        report = read_report(s3, bucket, new["InstanceId"]) or {}
+        if report.get("ok") is False and not report.get("retry"):
+            raise AssertionError(f"{new_name} failed its first boot: {report}")
+        shown = host_run(host, ["sinfo", "--noheader", "--Node", "--format=%N %T"], timeout=60)
+        states = dict(line.split() for line in shown.stdout.splitlines() if line.strip())
+        return report.get("ok") is True and states.get(new_name) == "idle" and old_name not in states
+
+    wait_for("controller replace: new node idle in Slurm", joined, 900)
+    MEASURED["controller replace: terminate to idle in Slurm (s)"] = round(time.monotonic() - started, 1)
+    assert len([i for i in live().values() if tag(i, "fmcluster:role") == "compute"]) == len(computes)
     print("measured:", json.dumps(MEASURED))
 
 

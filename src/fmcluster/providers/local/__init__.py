@@ -29,6 +29,8 @@ import ipaddress
 import os
 import subprocess
 import sys
+import time
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +79,9 @@ class LocalProvider:
 
     def __init__(self, tenant: Tenant) -> None:
         self.tenant = tenant
+        # What the substrate's hypervisor booted or removed since this task began is reported by its boots too.
+        self._since = time.time()
+        self._reported: set[str] = set()
         from fmcluster.stacks.render import subnet_cidrs
 
         self.subnets = subnet_cidrs(tenant.network.vpc_cidr)
@@ -102,6 +107,11 @@ class LocalProvider:
                 f"router addresses ({', '.join(router_address(c) for c in self.subnets.values())})")
         emulator = ensure_emulator(self.tenant.org, host=self.router)
         out(f"  {emulator.note}")
+        from fmcluster.providers.local.hypervisor import ensure_hypervisor
+
+        hypervisor = ensure_hypervisor(self.tenant.org, emulator.endpoint)
+        if hypervisor.started:
+            out(f"  {hypervisor.note}")
         return emulator.endpoint
 
     # --- instances → hosts ---------------------------------------------------------------------------------
@@ -132,8 +142,32 @@ class LocalProvider:
         return found
 
     def boot(self, endpoint: str | None, out: Out) -> BootResult:
+        """A host for every live instance, none for the others — what EC2 does. The substrate's hypervisor (a daemon,
+        fmcluster.providers.local.hypervisor) does the same on its own; the two never boot at once (one lock per
+        tenant), and the hosts it booted or removed since this task began are reported here too. An explicit boot
+        also boots the hosts `halt` left down."""
+        from fmcluster.providers.local.hypervisor import boot_lock, clear_halted, events_since
+
+        with boot_lock(self.tenant.org):
+            clear_halted(self.tenant.org)
+            result = self.boot_locked(endpoint, out)
+        started, removed = events_since(self.tenant.org, self._since)
+        for name in started:
+            if name not in result.started and name not in self._reported:
+                out(f"  host {name} booted by the substrate's hypervisor (EC2 boots what the AWS APIs launch)")
+        for name in removed:
+            if name not in result.removed and name not in self._reported:
+                out(f"  host {name} removed by the substrate's hypervisor: its instance is gone")
+        self._reported |= set(started) | set(removed)
+        result.started += [h for h in started if h not in result.started and h not in removed]
+        result.removed += [h for h in removed if h not in result.removed]
+        result.kept = [h for h in result.kept if h not in result.started]
+        return result
+
+    def boot_locked(self, endpoint: str | None, out: Out, keep_down: Collection[str] = ()) -> BootResult:
+        """`boot` for a caller holding the tenant's boot lock; `keep_down`: instance ids given no host (halted)."""
         ec2 = aws.client("ec2", self.tenant.region, endpoint)
-        instances = self._instances(ec2)
+        instances = [i for i in self._instances(ec2) if i["InstanceId"] not in keep_down]
         prefixes = {s["SubnetId"]: ipaddress.IPv4Network(s["CidrBlock"]).prefixlen
                     for s in ec2.describe_subnets()["Subnets"]}
         vpc = ipaddress.IPv4Network(self.tenant.network.vpc_cidr)
@@ -318,6 +352,11 @@ class LocalProvider:
                  "instances' metadata: each host's own metadata service on 169.254.169.254 in its network "
                  "(fmcluster.providers.local.imds, IMDSv2): the instance as the emulator describes it, its key pair, "
                  "user data, and its profile's role session from the emulator's STS; cloud-init reads it at boot",
+                 "EC2's hypervisor: a daemon per tenant (fmcluster.providers.local.hypervisor, started with the "
+                 "emulator) boots a host for each instance the AWS APIs launch — an Auto Scaling group's replacement "
+                 "included — and removes the hosts of terminated instances, every few seconds, through the same "
+                 "boot path as the deploy's (one lock serializes them); a host taken down by `invoke halt` stays "
+                 f"down, as a crashed instance does (log {substrate_root(self.tenant.org)}/hypervisor.log)",
                  f"AWS endpoints: the emulator, named in each host's systemd manager environment ({ENDPOINT_UNIT_CONF}) "
                  "and /etc/environment (on AWS the SDKs find the region's endpoints by name)"]
         from fmcluster.images import load_images
@@ -340,20 +379,27 @@ class LocalProvider:
         return notes
 
     def halt(self, node: str, out: Out) -> None:
-        host = next((h for h in load_hosts(self.tenant.org) if node in (h.hostname, h.address, h.key)), None)
-        if host is None:
-            raise KeyError(f"no local host {escaped(node)}; hosts: "
-                           f"{neutral(', '.join(h.hostname for h in load_hosts(self.tenant.org)))}")
-        remove_host(host)
         from fmcluster.providers.local.hosts import forget_host
+        from fmcluster.providers.local.hypervisor import boot_lock, mark_halted
 
-        forget_host(self.tenant.org, host.key)
+        with boot_lock(self.tenant.org):  # the hypervisor must not boot it again in between
+            host = next((h for h in load_hosts(self.tenant.org) if node in (h.hostname, h.address, h.key)), None)
+            if host is None:
+                raise KeyError(f"no local host {escaped(node)}; hosts: "
+                               f"{neutral(', '.join(h.hostname for h in load_hosts(self.tenant.org)))}")
+            mark_halted(self.tenant.org, host.key)  # a crashed instance stays down: EC2 does not boot it again
+            remove_host(host)
+            forget_host(self.tenant.org, host.key)
         out(f"  halted host {host.hostname} ({host.address}): its processes and writable layer are gone; "
-            f"its instance {host.key} still exists (`invoke nodes-up` boots it again)")
+            f"its instance {host.key} still exists and stays down, as a crashed instance does (`invoke nodes-up` or a "
+            "deploy boots it again)")
 
     def teardown(self, out: Out) -> None:
+        from fmcluster.providers.local.hypervisor import stop_hypervisor
         from fmcluster.stacks.emulator import stop_emulator
 
+        if stop_hypervisor(self.tenant.org):  # first: it would boot what the rest of the teardown removes
+            out(f"  stopped the hypervisor stand-in of '{self.tenant.org}'")
         if stop_package_source(self.tenant.org):
             out(f"  stopped the package source of '{self.tenant.org}' (its cache is kept)")
         if directory.stop_directory(self.tenant.org):
