@@ -19,8 +19,12 @@ mended, in order:
   the repaired nodes return by themselves with no job lost from accounting (docs/health.md);
 - a drained node is listed by `invoke nodes` and replaced by `invoke replace`: its Auto Scaling group's new
   instance joins through the boot path and passes health and a job, with the users' UIDs unchanged;
-- the controller itself (its instance role, its toolchain) terminates a compute instance in its group, and the new
-  instance is booted by the substrate's hypervisor stand-in and joins Slurm with no invoke process running;
+- the controller's repair agent (paused by its pause file for the manual flows above, as for a person's
+  maintenance) repairs nothing when half the compute nodes fail at once (breaker, alert fired); a node halted
+  hard while running a requeue-able job is replaced by it through the controller's own instance role, the new
+  instance booted by the substrate's hypervisor stand-in, while Slurm requeues the job, which resumes from its
+  checkpoint and completes; a queue that needs one replacement more than its budget is quarantined (nothing
+  replaced, the alert fired);
 - `invoke destroy --yes` leaves no namespace, mount, process or substrate directory behind.
 """
 
@@ -35,6 +39,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -153,6 +158,8 @@ def cluster() -> Iterator[Cluster]:
         with AnsibleWatch(deploy.pid) as watch:
             stdout, stderr = deploy.communicate(timeout=2400)
         first = subprocess.CompletedProcess(deploy.args, deploy.returncode, stdout, stderr)
+        if first.returncode == 0:  # the manual flows first; the repair agent's own tests lift the pause
+            pause_repair_agent("e2e: manual flows (tests/test_cluster_e2e.py)")
         yield Cluster(first, watch.here, watch.in_hosts)
     finally:
         invoke("destroy", "--yes")
@@ -923,101 +930,200 @@ def test_a_drained_node_is_listed_with_its_check_and_replaced_by_a_new_one_that_
     print("measured:", json.dumps(MEASURED))
 
 
-def test_the_controller_replaces_a_compute_node_and_ec2_boots_the_new_one_with_no_deploy_machine(cluster: Cluster) -> None:
-    """What the controller's repair agent does (issue 38): on the controller host, with its instance role's
-    credentials from the metadata service and its own toolchain, fmcluster.node.replace terminates a compute
-    instance in its Auto Scaling group (capacity kept). No invoke process runs from then on: the group's new
-    instance is booted by the substrate's hypervisor stand-in, converges itself and joins Slurm, within a bound."""
-    from fmcluster.model import load_tenant
-    from fmcluster.nodes import LIVE_STATES, hostname_for
-    from fmcluster.providers.local import hypervisor
-    from fmcluster.providers.local.hosts import host_run, load_hosts
-    from fmcluster.providers.registry import provider_for
-    from fmcluster.reports import read_report
-    from fmcluster.stacks import aws
-    from fmcluster.stacks.outputs import read_stack_outputs
-    from iam_policy import Request, allows
-    from test_node_iam import role_policies
+# --- the repair agent (docs/health.md, "The repair agent") -------------------------------------------------------
+REPAIR_PAUSE = "/var/lib/fmcluster/health/repair.paused"
+REPAIR_CONFIG = "/etc/fmcluster/health/repair.json"
+REPAIR_LEDGER = "/var/lib/fmcluster/health/repair-ledger.json"
 
-    tenant = load_tenant(ORG)
-    endpoint = provider_for(tenant).endpoint(False, print)
-    ec2, autoscaling = (aws.client(s, tenant.region, endpoint) for s in ("ec2", "autoscaling"))
-    s3, bucket = aws.client("s3", tenant.region, endpoint), read_stack_outputs(ORG)["DataBucketName"]
-    assert hypervisor.running(ORG) is not None, "the deploy started no hypervisor stand-in"
 
-    def live() -> dict[str, dict[str, Any]]:
-        pages = ec2.get_paginator("describe_instances").paginate(Filters=[
-            {"Name": "tag:fmcluster:org", "Values": [ORG]}, {"Name": "instance-state-name", "Values": list(LIVE_STATES)}])
-        return {i["InstanceId"]: i for page in pages for r in page["Reservations"] for i in r["Instances"]}
+def controller_node() -> str:
+    return next(n for n, r in reports().items() if r.get("role") == "controller")
 
-    def tag(instance: dict[str, Any], key: str) -> str:
-        return next((t["Value"] for t in instance.get("Tags", []) if t["Key"] == key), "")
 
-    before = live()
-    controller = next(i for i in before.values() if tag(i, "fmcluster:role") == "controller")
-    computes = [i for i in before.values() if tag(i, "fmcluster:role") == "compute"]
-    victim = sorted((i for i in before.values() if tag(i, "fmcluster:role") == "compute"), key=lambda i: i["InstanceId"])[0]
-    old_name = hostname_for(victim["PrivateIpAddress"], victim.get("PrivateDnsName", ""))
-    host = next(h for h in load_hosts(ORG) if h.key == controller["InstanceId"])
-
-    def on_controller(command: str) -> subprocess.CompletedProcess[str]:
-        return host_run(host, ["bash", "-c", "set -a; . /etc/fmcluster/node.env; . /etc/environment; set +a; "
-                                             f"PYTHONPATH=/var/lib/fmcluster/agent/src {command}"], timeout=120)
-
-    # The rendered grant allows this very call on this very group (its ARN and tags as the emulator has them).
-    group = autoscaling.describe_auto_scaling_instances(InstanceIds=[victim["InstanceId"]])["AutoScalingInstances"][0]
-    described = autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[group["AutoScalingGroupName"]])
-    real = described["AutoScalingGroups"][0]
-    tags = {f"aws:ResourceTag/{t['Key']}": t["Value"] for t in real.get("Tags", [])}
-    assert allows(role_policies(tenant)["controller"], Request("autoscaling:TerminateInstanceInAutoScalingGroup",
-                                                               real["AutoScalingGroupARN"], tags)), real
-
-    script = ("import boto3, json; from fmcluster.node.replace import replace_instance; "
-              "method = boto3.session.Session().get_credentials().method; "
-              f"print(json.dumps({{'credentials': method, 'group': replace_instance({victim['InstanceId']!r})}}))")
-    started = time.monotonic()
-    done = on_controller(f"/opt/fmcluster/venv/bin/python -c {shlex.quote(script)}")
+def pause_repair_agent(why: str) -> None:
+    """A person's maintenance: the agent's pause file (converges leave it)."""
+    done = on_node(controller_node(), f"echo {shlex.quote(why)} > {REPAIR_PAUSE}", timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
-    said = json.loads(done.stdout.strip().splitlines()[-1])
-    assert said == {"credentials": "iam-role", "group": group["AutoScalingGroupName"]}, said  # the instance role's
 
-    def invoke_running() -> list[str]:
-        found = []
-        for proc in Path("/proc").iterdir():
-            try:
-                argv = (proc / "cmdline").read_bytes().split(b"\0") if proc.name.isdigit() else []
-            except OSError:
-                continue
-            if any(a.endswith(b"/invoke") for a in argv[:2]) and f"--org={ORG}".encode() in argv:
-                found.append(" ".join(a.decode(errors="replace") for a in argv))
-        return found
 
-    def new_instance() -> dict[str, Any] | None:
-        assert not invoke_running(), f"an invoke process runs: {invoke_running()}"
-        fresh = [i for key, i in live().items() if key not in before and tag(i, "fmcluster:role") == "compute"]
-        return fresh[0] if fresh and victim["InstanceId"] not in live() else None
+def repair_ledger() -> dict[str, Any]:
+    """The controller's repair agent's ledger (`fmcluster-health repair --show`)."""
+    done = on_node(controller_node(), f"/opt/fmcluster/health/bin/fmcluster-health repair --config {REPAIR_CONFIG} "
+                                      "--show", timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    ledger: dict[str, Any] = json.loads(done.stdout)
+    return ledger
 
-    new = wait_for("controller replace: new instance launched", new_instance, 60)
-    new_name = hostname_for(new["PrivateIpAddress"], new.get("PrivateDnsName", ""))
-    wait_for("controller replace: new host booted by the hypervisor",
-             lambda: any(h.key == new["InstanceId"] for h in load_hosts(ORG))
-             and all(h.key != victim["InstanceId"] for h in load_hosts(ORG)), 120)
-    MEASURED["controller replace: host booted (s)"] = round(time.monotonic() - started, 1)
-    log = (hypervisor.substrate_root(ORG) / hypervisor.LOG_FILE).read_text()
-    assert new["InstanceId"] in log and new_name in log, log[-3000:]
 
-    def joined() -> bool:
-        assert not invoke_running(), f"an invoke process runs: {invoke_running()}"
-        report = read_report(s3, bucket, new["InstanceId"]) or {}
-        if report.get("ok") is False and not report.get("retry"):
-            raise AssertionError(f"{new_name} failed its first boot: {report}")
-        shown = host_run(host, ["sinfo", "--noheader", "--Node", "--format=%N %T"], timeout=60)
-        states = dict(line.split() for line in shown.stdout.splitlines() if line.strip())
-        return report.get("ok") is True and states.get(new_name) == "idle" and old_name not in states
+@contextmanager
+def repair_running(policy: dict[str, Any]) -> Iterator[None]:
+    """The agent running (its pause lifted) with `policy` over the tenant's budgets; afterwards paused again with its
+    config restored and the drill's breaker and quarantines forgotten."""
+    edit = (f"import json; p = {REPAIR_CONFIG!r}; d = json.load(open(p)); d['policy'].update({json.dumps(policy)}); "
+            "json.dump(d, open(p, 'w'), indent=1)")
+    done = on_node(controller_node(), f"cp -p {REPAIR_CONFIG} {REPAIR_CONFIG}.e2e && python3 -c {shlex.quote(edit)} "
+                                      f"&& rm -f {REPAIR_PAUSE} && systemctl restart fmcluster-repair", timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    try:
+        yield
+    finally:
+        forget = (f"import json; p = {REPAIR_LEDGER!r}; d = json.load(open(p)); d['quarantined'] = {{}}; "
+                  "d['breaker'] = ''; json.dump(d, open(p, 'w'))")
+        on_node(controller_node(), f"echo e2e > {REPAIR_PAUSE}; mv {REPAIR_CONFIG}.e2e {REPAIR_CONFIG}; "
+                                   f"python3 -c {shlex.quote(forget)}; systemctl restart fmcluster-repair", timeout=60)
 
-    wait_for("controller replace: new node idle in Slurm", joined, 900)
-    MEASURED["controller replace: terminate to idle in Slurm (s)"] = round(time.monotonic() - started, 1)
-    assert len([i for i in live().values() if tag(i, "fmcluster:role") == "compute"]) == len(computes)
+
+def live_instances() -> dict[str, str]:
+    """Compute node name → instance id, as `invoke nodes --json` matches Slurm's nodes to their instances."""
+    done = invoke("nodes", "--json", timeout=300)
+    return {line["node"]: line["instance_id"] for line in json.loads(done.stdout)
+            if line.get("role") == "compute" and line.get("instance_id")}
+
+
+def firing(alert: str) -> list[dict[str, Any]]:
+    return prometheus_query(f'ALERTS{{alertname="{alert}", alertstate="firing"}}')
+
+
+def test_half_the_compute_nodes_failing_at_once_open_the_breaker_nothing_is_replaced_and_the_alert_fires(
+        cluster: Cluster) -> None:
+    """Issue 38: when half the compute nodes need a replacement at once, the repair agent replaces none (a shared
+    cause is likelier), its ledger and `invoke nodes` say why, RepairBreakerOpen fires; once they are back the
+    breaker closes."""
+    wait_for("every node idle before the breaker drill", lambda: {s for s, _ in node_states().values()} == {"idle"},
+             HEALTH_DEADLINE, health_diagnosis)
+    nodes = compute_nodes()
+    victims = nodes[: (len(nodes) + 1) // 2]
+    before = live_instances()
+    with repair_running({}):
+        for name in victims:  # what acceptance writes when it convicts a node: triage says replace
+            done = slurm(f"sudo -n scontrol update nodename={name} state=drain "
+                         "'reason=fmcluster acceptance e2e-breaker: busbw 0.01 < 0.2 GB/s'")
+            assert done.returncode == 0, done.stdout + done.stderr
+        try:
+            opened = wait_for("repair agent: breaker open", lambda: repair_ledger().get("breaker", ""), 120)
+            assert all(name in opened for name in victims), opened
+            alerts = wait_for("repair agent: RepairBreakerOpen firing", lambda: firing("RepairBreakerOpen"), 180)
+            assert alerts[0]["metric"]["severity"] == "critical", alerts
+            ledger = repair_ledger()
+            assert not [e for e in ledger.get("entries", []) if e["node"] in victims], ledger
+            assert {n: before[n] for n in victims} == {n: live_instances().get(n) for n in victims}
+            shown = invoke("nodes", timeout=300)
+            assert "repair agent: breaker OPEN" in shown.stdout, shown.stdout[-3000:]
+        finally:
+            for name in victims:
+                slurm(f"sudo -n scontrol update nodename={name} state=resume")
+        wait_for("repair agent: breaker closed once the nodes are back", lambda: not repair_ledger().get("breaker"), 120)
+    print("measured:", json.dumps(MEASURED))
+
+
+#: A job that opts in to being resumed (docs/health.md, "Jobs survive node loss"): requeue-able, its progress on
+#: shared storage, and a restart path keyed on SLURM_RESTART_COUNT. 20 one-second steps.
+RESUMABLE_JOB = """#!/bin/bash
+#SBATCH --requeue
+#SBATCH --nodes=1
+#SBATCH --job-name=resumable
+set -eu
+dir=/fsx/resumable/$SLURM_JOB_ID
+mkdir -p "$dir"
+step=0
+if [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ] && [ -s "$dir/step" ]; then step=$(cat "$dir/step"); fi
+echo "run ${SLURM_RESTART_COUNT:-0} on $SLURMD_NODENAME from step $step" >> "$dir/runs"
+while [ "$step" -lt 20 ]; do
+  sleep 1
+  step=$((step + 1))
+  echo "$step" > "$dir/step.tmp" && mv "$dir/step.tmp" "$dir/step"
+done
+echo "done at step $step on $SLURMD_NODENAME" >> "$dir/runs"
+"""
+
+
+def job_where(job: str) -> tuple[str, str]:
+    """(state, node list) of a job as squeue shows it; ("", "") once it left the queue."""
+    done = slurm(f"squeue --noheader --jobs={job} '--format=%T|%N'")
+    parts = done.stdout.strip().split("|") if done.returncode == 0 and "|" in done.stdout else ["", ""]
+    return parts[0], parts[1]
+
+
+def test_a_node_halted_hard_is_replaced_by_the_repair_agent_while_its_requeued_job_resumes_and_completes(
+        cluster: Cluster) -> None:
+    """Issue 38, with nobody acting: a requeue-able job that checkpoints to /fsx runs on a compute node whose host
+    is then halted hard. Slurm requeues the job once the node is DOWN and it resumes from its checkpoint and
+    completes; the controller's pass drains the lost node and the repair agent (restart grace shortened to 30 s for
+    the drill) has its Auto Scaling group replace it through the controller's own instance role; the substrate's
+    hypervisor stand-in boots the new instance, which joins by itself. A queue that then needs one replacement more
+    than its budget (1 for the drill) is quarantined: nothing replaced, the node kept drained, the alert fired."""
+    import base64
+
+    from fmcluster.model import load_tenant
+    from fmcluster.providers.local import hypervisor
+
+    tenant = load_tenant(ORG)  # (the controller role's grant for this call: tests/test_node_replace.py)
+    assert hypervisor.running(ORG) is not None, "the deploy started no hypervisor stand-in"
+    wait_for("every node idle before the halt", lambda: {s for s, _ in node_states().values()} == {"idle"},
+             HEALTH_DEADLINE, health_diagnosis)
+    before = live_instances()
+    interval = tenant.capabilities.provider.health_interval_s
+    with repair_running({"restart_grace_s": 30, "replacements_per_queue": 1, "backoff_s": 0}):
+        script = base64.b64encode(RESUMABLE_JOB.encode()).decode()
+        submitted = slurm(f"mkdir -p /fsx/resumable && echo {script} | base64 -d > /fsx/resumable/job.sh && "
+                          "sbatch --parsable --output=/fsx/resumable/%j.out /fsx/resumable/job.sh")
+        assert submitted.returncode == 0, submitted.stdout + submitted.stderr
+        job = submitted.stdout.strip().splitlines()[-1]
+        victim = wait_for("the resumable job running",
+                          lambda: (lambda w: w[1] if w[0] == "RUNNING" else "")(job_where(job)), 60)
+        assert victim in before, (victim, before)
+
+        def progress() -> int:
+            return int((slurm(f"cat /fsx/resumable/{job}/step 2>/dev/null || echo 0").stdout.split() or ["0"])[-1])
+        wait_for("the resumable job's first checkpoints", lambda: progress() >= 3, 60)
+        failed = time.monotonic()
+        assert invoke("halt", f"--node={victim}").returncode == 0
+        # Slurm sets the node DOWN after SlurmdTimeout (3 health intervals) and requeues the job, which waits the
+        # provider's credential lifetime before it starts again (docs/health.md).
+        requeue_bound = 3 * interval + interval + tenant.capabilities.provider.credential_lifetime_s + 60
+        elsewhere = wait_for("requeue: the resumable job running again on another node",
+                             lambda: (lambda w: w[1] if w[0] == "RUNNING" and w[1] != victim else "")(job_where(job)),
+                             requeue_bound, health_diagnosis)
+        MEASURED["requeue: failure to running again (s)"] = round(time.monotonic() - failed, 1)
+        wait_for("requeue: the resumable job completed", lambda: sacct_jobs().get(job) == "resumable COMPLETED", 120)
+        MEASURED["requeue: failure to completed (s)"] = round(time.monotonic() - failed, 1)
+        runs = slurm(f"cat /fsx/resumable/{job}/runs").stdout.strip().splitlines()
+        assert runs[0] == f"run 0 on {victim} from step 0", runs
+        resumed = re.fullmatch(rf"run (\d+) on {re.escape(elsewhere)} from step (\d+)", runs[-2])
+        assert resumed and int(resumed.group(1)) >= 1 and int(resumed.group(2)) >= 3, runs
+        assert runs[-1] == f"done at step 20 on {elsewhere}", runs
+
+        def replaced() -> list[dict[str, Any]]:
+            return [e for e in repair_ledger().get("entries", []) if e["node"] == victim and e["kind"] == "replace"]
+        entry = wait_for("repair agent: replacement of the halted node asked", replaced, 300, health_diagnosis)[0]
+        assert entry["ok"], entry
+        MEASURED["repair agent: failure to replacement asked (s)"] = round(time.monotonic() - failed, 1)
+
+        def joined() -> str:
+            live = live_instances()
+            fresh = [name for name, instance in live.items() if instance not in before.values()]
+            states = node_states()
+            return fresh[0] if fresh and states.get(fresh[0], ("", ""))[0] == "idle" and victim not in states else ""
+        new = wait_for("repair agent: the new node idle in Slurm, the lost one gone", joined, 600, health_diagnosis)
+        MEASURED["repair agent: failure to a new node serving (s)"] = round(time.monotonic() - failed, 1)
+        log = (hypervisor.substrate_root(ORG) / hypervisor.LOG_FILE).read_text()
+        assert live_instances()[new] in log, log[-3000:]
+        assert sorted(live_instances()) == sorted([*[n for n in before if n != victim], new])
+        print(f"halted {victim}: job {job} running again on {elsewhere} after "
+              f"{MEASURED['requeue: failure to running again (s)']} s (bound {requeue_bound} s), runs {runs}; "
+              f"replaced by {new}, serving {MEASURED['repair agent: failure to a new node serving (s)']} s after the halt")
+
+        # The queue's budget (1 for the drill) is spent: its next node in need is quarantined, not replaced.
+        instance = live_instances()[new]
+        assert slurm(f"sudo -n scontrol update nodename={new} state=drain "
+                     "'reason=fmcluster acceptance e2e-quarantine: busbw 0.01 < 0.2 GB/s'").returncode == 0
+        try:
+            wait_for("repair agent: queue cpu quarantined", lambda: "cpu" in repair_ledger().get("quarantined", {}), 120)
+            assert node_states()[new][1].startswith("fmcluster-repair: quarantined (queue cpu)"), node_states()[new]
+            wait_for("repair agent: RepairQueueQuarantined firing", lambda: firing("RepairQueueQuarantined"), 180)
+            assert live_instances().get(new) == instance, "a quarantined queue's node was replaced"
+        finally:
+            slurm(f"sudo -n scontrol update nodename={new} state=resume")
     print("measured:", json.dumps(MEASURED))
 
 
