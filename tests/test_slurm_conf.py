@@ -148,6 +148,14 @@ def test_the_local_deploy_says_its_slurm_runs_without_cgroups_and_why() -> None:
     assert len(notes) == 1 and "hybrid-read-only" in notes[0] and "proctrack/linuxproc" in notes[0]
 
 
+def test_the_local_deploy_says_its_intervals_and_requeue_wait_differ_from_aws_s() -> None:
+    from fmcluster.providers.registry import provider_for
+
+    notes = [n for n in provider_for(load_tenant("demo")).substrate_notes() if n.startswith("intervals")]
+    assert len(notes) == 1 and "every 30 s (AWS: 300 s)" in notes[0] and "waits 30 s" in notes[0]
+    assert "AWS: Slurm's 120 s" in notes[0]
+
+
 # --- who writes the configuration -------------------------------------------------------------------------
 
 def test_a_configless_node_writes_no_slurm_configuration(rendered: Path) -> None:

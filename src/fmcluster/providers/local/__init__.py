@@ -367,6 +367,11 @@ class LocalProvider:
                          f"{contract.sources['cgroup']}), so slurmd tracks a job's processes by parent pid "
                          "(proctrack/linuxproc, task/none) and enforces no memory or CPU confinement; the catalogued AWS "
                          "images with Slurm 22.05 or later on cgroup v2 run proctrack/cgroup and task/cgroup")
+        provider, aws = self.capabilities, PROVIDERS["aws"]
+        notes.append(f"intervals, to rehearse within minutes: health checks and the controller's passes every "
+                     f"{provider.health_interval_s} s (AWS: {aws.health_interval_s} s), so SlurmdTimeout and the repair "
+                     f"agent's waits scale with them; a requeued job waits {provider.credential_lifetime_s} s "
+                     f"(AuthInfo cred_expire; AWS: Slurm's {aws.credential_lifetime_s} s)")
         if self.tenant.directory is not None:
             notes.append(f"directory: OpenLDAP slapd (Debian's package) on ldaps://{self.router}:{directory.PORT}, "
                          f"standing in for the tenant's {self.tenant.directory.uri} with a demo tree "
