@@ -11,6 +11,7 @@ mended, in order:
 - a node killed in the middle of its converge comes back with `invoke nodes-up`; a node that cannot read the
   manifest reports what it could not reach, and the deploy lists it at once instead of waiting;
 - a throttled node fails the acceptance gate, which bisects and drains it;
+- a second user logs in to the login node over ssh with his own key and writes in his home (root's home root);
 - two users of two teams (the demo tenant's) have the same UID on every node and on their homes, run jobs
   charged to their team's account, are refused a job over their QoS's CPU cap, and `invoke usage` reports their
   hours as sacct has them;
@@ -53,6 +54,7 @@ pytestmark = pytest.mark.e2e
 ORG = "e2e"
 VPC = "10.91.0.0/16"
 SPEC = ROOT / "inventories" / ORG / "group_vars" / "all" / "tenant.yml"
+BOB_KEY = ROOT / "inventories" / ORG / "bob_ed25519"
 
 
 def invoke(*args: str, env: dict[str, str] | None = None, timeout: float = 1200) -> subprocess.CompletedProcess[str]:
@@ -150,6 +152,12 @@ def cluster() -> Iterator[Cluster]:
     SPEC.parent.mkdir(parents=True, exist_ok=True)
     demo = (ROOT / "inventories" / "demo" / "group_vars" / "all" / "tenant.yml").read_text()
     spec = demo.replace("org: demo", f"org: {ORG}").replace("10.77.0.0/16", VPC)
+    # bob logs in with his own key (a person's, not the operator's): the e2e tenant lists its public half.
+    BOB_KEY.unlink(missing_ok=True)
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "bob@e2e", "-f", str(BOB_KEY)], check=True)
+    bob = "      teams: [vision, llm]\n"
+    assert bob in spec, "the demo tenant's bob changed: update the e2e spec"
+    spec = spec.replace(bob, bob + f"      ssh_keys: [{json.dumps(BOB_KEY.with_suffix('.pub').read_text().strip())}]\n", 1)
     SPEC.write_text(spec.replace("    grafana: true\n", "    grafana: true\n    alert_receivers:\n      - name: e2e-oncall\n"
                                  "        type: email\n        target: oncall@example.org\n"))
     try:
@@ -666,6 +674,25 @@ def test_users_of_two_teams_run_within_their_qos_and_usage_reports_their_hours(c
         assert reported[(team, user)] == pytest.approx(cpu_hours[(team, user)], abs=1e-5), (reported, cpu_hours)
     table = invoke("usage", timeout=120)
     assert table.returncode == 0 and all(u in table.stdout for u in USERS), table.stdout
+
+
+def test_a_second_user_logs_in_to_the_login_node_with_their_own_key_and_writes_in_their_home(cluster: Cluster) -> None:
+    """Issue 38: a person other than the first (bob) logs in to the login node over ssh as himself, with his own
+    key from the tenant, lands in his home on the shared file system and writes there; the home root is root's
+    (0755), his home his own, so no user's home creation took the root from the others."""
+    from fmcluster.inventory import read_nodes
+    from fmcluster.model import load_tenant
+    from fmcluster.providers import operator_argv
+    from fmcluster.providers.registry import provider_for
+
+    login = next(n for n in read_nodes(ORG) if n.role == "login")
+    argv = operator_argv(provider_for(load_tenant(ORG)).route(login), str(BOB_KEY), "bob")
+    done = subprocess.run([*argv, "cd && echo written-by-$(id -un) > hello && cat hello && pwd && "
+                                  "stat -c '%U %a %n' . .. hello"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    written, home, *modes = done.stdout.strip().splitlines()
+    assert (written, home) == ("written-by-bob", "/fsx/home/bob"), done.stdout
+    assert modes == ["bob 700 .", "root 755 ..", "bob 644 hello"], modes
 
 
 def test_broken_nodes_are_drained_with_the_check_that_caught_them_and_return_once_repaired(cluster: Cluster) -> None:
