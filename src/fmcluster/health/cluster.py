@@ -25,7 +25,7 @@ import socket
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional, TextIO
+from typing import Any, Callable, Dict, List, Mapping, Optional, TextIO
 
 from fmcluster.health import REASON_PREFIX, slurm
 from fmcluster.health.probe import Probe
@@ -139,19 +139,25 @@ def cluster_pass(config: Mapping[str, Any], probe: Optional[Probe] = None, out: 
     return decisions
 
 
+def repeat(what: str, one_pass: Callable[[], object], every: float, out: TextIO) -> int:
+    """Run `one_pass` every `every` seconds for good (a controller daemon's loop); one failing pass is logged and
+    the next runs on time."""
+    while True:
+        started = time.monotonic()
+        try:
+            one_pass()
+        except Exception as err:  # noqa: BLE001 - one bad pass must not stop the next
+            out.write(f"{what} failed: {err!r}\n")
+            out.flush()
+        time.sleep(max(every - (time.monotonic() - started), 1.0))
+
+
 def run_forever(config_path: str, every: float, out: TextIO = sys.stdout) -> int:
     with open(config_path, encoding="utf-8") as handle:
         config = json.load(handle)
     out.write(f"fmcluster-health cluster pass every {every:g} s (reports: {config.get('report_dir') or 'none'})\n")
     out.flush()
-    while True:
-        started = time.monotonic()
-        try:
-            cluster_pass(config, out=out)
-        except Exception as err:  # noqa: BLE001 - one bad pass must not stop the next
-            out.write(f"cluster pass failed: {err!r}\n")
-            out.flush()
-        time.sleep(max(every - (time.monotonic() - started), 1.0))
+    return repeat("cluster pass", lambda: cluster_pass(config, out=out), every, out)
 
 
 __all__ = ["decide", "cluster_pass", "run_forever"]

@@ -365,14 +365,9 @@ def run_forever(config_path: str, every: float, out: TextIO = sys.stdout) -> int
     policy = Policy.from_config(config.get("policy", {}))
     out.write(f"fmcluster-health repair every {every:g} s: {asdict(policy)}\n")
     out.flush()
-    while True:
-        started = time.monotonic()
-        try:
-            repair_pass(config, out=out)
-        except Exception as err:  # noqa: BLE001 - one bad pass must not stop the next
-            out.write(f"repair pass failed: {err!r}\n")
-            out.flush()
-        time.sleep(max(every - (time.monotonic() - started), 1.0))
+    from fmcluster.health.cluster import repeat
+
+    return repeat("repair pass", lambda: repair_pass(config, out=out), every, out)
 
 
 def show(config_path: str, out: TextIO = sys.stdout) -> int:
