@@ -64,11 +64,12 @@ def _venv_bin(name: str) -> str:
 #: CI's tiers, cheapest first (`invoke test --tier=NAME` runs one; STREAMS below says how `invoke test` runs all).
 #: fast and slow run under pytest-xdist, one test file per worker (--dist loadfile: a file's module fixtures,
 #: servers and throw-away hosts stay in one process); e2e drives one shared cluster, so it runs serially.
-TIERS = ("fast", "slow", "molecule", "e2e")
+TIERS = ("fast", "slow", "molecule", "e2e", "standins")
 PYTEST_TIERS = {
     "fast": ("not e2e and not slow", True),
     "slow": ("slow and not e2e", True),
-    "e2e": ("e2e", False),
+    "e2e": ("e2e and not standin", False),
+    "standins": ("e2e and standin", False),
 }
 #: Where each tier's junit XML goes (git-ignored): the durations of the last run, per test.
 RESULTS_DIR = ROOT / ".cache" / "test-results"
@@ -98,10 +99,12 @@ def _pytest(c: Context, tier: str, extra: str = "") -> None:
 #: `invoke test` (every tier): fast first, alone (a broken unit stops everything within two minutes); then two
 #: streams at once. The e2e tier is the longest and leaves the cores idle a third of its time (health-check
 #: intervals, a node's first boot waiting on the controller, Slurm's timers), so slow and Molecule run beside it,
-#: niced: the e2e cluster's nodes keep the cores whenever they want them. The streams share no host, bridge,
-#: VPC range, tenant or substrate folder (each test and scenario has its own); the pristine image is built under
-#: a lock (fmcluster.providers.local.image).
-STREAMS: tuple[tuple[tuple[str, ...], int], ...] = ((("e2e",), 0), (("slow", "molecule"), 10))
+#: niced: the e2e cluster's nodes keep the cores whenever they want them. The schedulers' stand-in clusters
+#: (ParallelCluster, HyperPod: a tenant each) deploy after Molecule in that stream, while the e2e cluster spends
+#: its last ten minutes mostly waiting on health intervals. The streams share no host, bridge, VPC range, tenant or
+#: substrate folder (each test and scenario has its own); the pristine image is built under a lock
+#: (fmcluster.providers.local.image).
+STREAMS: tuple[tuple[tuple[str, ...], int], ...] = ((("e2e",), 0), (("slow", "molecule", "standins"), 10))
 
 
 def _run_tier(c: Context, name: str, extra: str) -> None:
@@ -133,11 +136,12 @@ def _stream(tiers: tuple[str, ...], niceness: int, k: str, live: bool,
             return
 
 
-@task(help={"tier": "fast | slow | molecule | e2e | all (default: fast, then e2e beside slow and molecule)",
+@task(help={"tier": "fast | slow | molecule | e2e | standins | all (default: fast, then e2e beside slow, molecule and standins)",
             "k": "pytest -k expression"})
 def test(c: Context, tier: str = "all", k: str = "") -> None:
     """Run the whole suite in tiers: fast (unit tests, in parallel) first; then the e2e tier (serially, one shared
-    cluster) beside slow (real servers, playbooks, linters; in parallel) and the Molecule scenarios, niced."""
+    cluster) beside slow (real servers, playbooks, linters; in parallel), the Molecule scenarios and the schedulers'
+    stand-in clusters, niced."""
     if tier not in (*TIERS, "all"):
         raise Exit(f"test: unknown tier {tier!r}; one of {', '.join(TIERS)} or all", code=ExitCode.INVALID)
     extra = f"-k '{k}'" if k else ""

@@ -24,7 +24,7 @@ import pytest
 
 from localtenant import deploy_copy, invoke_org, substrate_leftovers
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.standin]
 ORG = "hpe2e"
 VPC = "10.73.0.0/16"
 

@@ -19,7 +19,7 @@ import yaml
 from conftest import ROOT
 from localtenant import deploy_copy, invoke_org, substrate_leftovers
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.standin]
 ORG = "pce2e"
 VPC = "10.92.0.0/16"
 
