@@ -287,7 +287,7 @@ def doctor(c: Context, org: str = "", node: str = "", log: str = "", json: bool 
 @task(help={"json": "print the rows as JSON"})
 def fleet(c: Context, json: bool = False) -> None:
     """Every tenant in inventories/: provider, scheduler, stacks, nodes, last acceptance, alerts, doctor
-    findings; a table here and a static page in inventories/fleet.html."""
+    findings, the repair agent; a table here and a static page in inventories/fleet.html."""
     _exit(commands.fleet(as_json=json))
 
 

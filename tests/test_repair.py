@@ -11,6 +11,7 @@ import os
 import stat
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -237,3 +238,133 @@ def test_a_paused_agent_repairs_nothing_and_says_so(controller: dict[str, object
     pause.unlink()
     plan, calls = run_pass(controller, [down, *healthy(2, 3, 4)])
     assert [s.kind for s in plan.actions] == ["replace"] and len(calls) == 2
+
+
+# --- the agent in `invoke fleet` (one cell per tenant) and `invoke nodes` -------------------------------------
+def test_the_ledger_shown_says_when_a_pass_last_completed_and_why_the_agent_is_paused(
+        controller: dict[str, object]) -> None:
+    import io
+
+    shown = io.StringIO()
+    repair.show(str(controller["config"]), shown)
+    assert json.loads(shown.getvalue()) == {}  # no pass yet: nothing claimed
+    run_pass(controller, [node_block(cpu(1), "DOWN+NOT_RESPONDING", "Not responding", by="slurm"), *healthy(2, 3, 4)])
+    config = json.loads(Path(str(controller["config"])).read_text())
+    pause = Path(str(controller["dir"]), "repair.paused")
+    config["pause_file"] = str(pause)
+    Path(str(controller["config"])).write_text(json.dumps(config))
+    pause.write_text("disk swap on the cpu queue, alice\n")
+    shown = io.StringIO()
+    repair.show(str(controller["config"]), shown)
+    doc = json.loads(shown.getvalue())
+    assert doc["last_pass"] == os.path.getmtime(Path(str(controller["dir"]), "ledger.json"))
+    assert doc["paused"] == "disk swap on the cpu queue, alice" and [e["kind"] for e in doc["entries"]] == ["replace"]
+
+
+def test_the_fleet_cell_sums_the_agent_up_from_the_recorded_ledger() -> None:
+    from fmcluster.lifecycle import render_repair, repair_summary
+
+    ledger = json.loads(Ledger([Entry(cpu(1), "cpu", "replace", T0 - 600, "Not responding"),
+                                Entry(cpu(2), "cpu", "reboot", T0 - 60, "Kill task failed", ok=False, detail="exit 1"),
+                                Entry(cpu(3), "cpu", "reboot", T0 - 90000, "Kill task failed")],
+                               {"gpu": "3 replacements in 24h"},
+                               "2 of 4 compute nodes need a reboot or a replacement at once").to_json())
+    assert repair_summary({**ledger, "last_pass": T0 - 20}, T0, 30) == (
+        "running; breaker OPEN: 2 of 4 compute nodes need a reboot or a replacement at once; quarantined: gpu; "
+        "2 action(s) in 24 h (1 failed)")
+    paused = {**ledger, "breaker": "", "quarantined": {}, "last_pass": T0 - 3600, "paused": "disk swap, alice"}
+    assert repair_summary(paused, T0, 30) == (
+        "paused (disk swap, alice); breaker closed; quarantined: none; 2 action(s) in 24 h (1 failed)")
+    # Fail closed: an agent whose passes stopped, or that never completed one, is not called running.
+    assert repair_summary({"last_pass": T0 - 600}, T0, 30) == (
+        "no pass for 10 min (one is due every 30 s); breaker closed; quarantined: none; 0 action(s) in 24 h")
+    assert repair_summary({}, T0, 30).startswith("no completed pass on record; breaker closed")
+    assert render_repair({"paused": "disk swap, alice"}, T0, every_s=30).splitlines()[:2] == [
+        "repair agent: breaker closed", "  agent: paused (disk swap, alice)"]
+
+
+@pytest.fixture
+def fleet_of(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_aws: None) -> dict[str, Any]:
+    """Three tenants: demo deployed locally (its emulator 'runs'; its controller's remote shell a local sh where
+    `sudo` runs this checkout's `fmcluster-health repair --show` on the controller fixture's config), hpdemo not
+    deployed (HyperPod repairs its own nodes), stockmark on AWS without credentials."""
+    import shutil
+    import sys
+
+    from conftest import ROOT
+    from fmcluster import inventory
+    from fmcluster.doctor.report import Diagnosis
+    from fmcluster.nodes import Node
+    from fmcluster.providers import registry
+    from fmcluster.stacks import emulator
+
+    root = tmp_path / "root"
+    for org in ("demo", "hpdemo", "stockmark"):
+        shutil.copytree(ROOT / "inventories" / org / "group_vars", root / "inventories" / org / "group_vars")
+    bin_dir = tmp_path / "remote-bin"
+    bin_dir.mkdir()
+    asked = tmp_path / "asked"
+    program(bin_dir / "sudo", f'echo "$*" >> {asked}\n'
+                              f'exec {sys.executable} -m fmcluster.health repair --config "$CONFIG" --show\n')
+    shell: dict[str, list[str]] = {"argv": ["env", f"PATH={bin_dir}:/usr/bin:/bin",
+                                            f"CONFIG={tmp_path / 'repair.json'}", "sh", "-c"]}
+
+    class Shell:
+        def client_argv(self, node: Node) -> list[str]:
+            return shell["argv"]
+
+    monkeypatch.setattr(registry, "provider_for", lambda tenant: Shell())
+    monkeypatch.setattr(emulator, "running_emulator", lambda org, root=None: object() if org == "demo" else None)
+    monkeypatch.setattr(inventory, "read_nodes", lambda org, root=None: [
+        Node("controller-1", "10.77.0.9", "controller", None, "i-0c00000000000002", "m5.xlarge")])
+
+    def run(as_json: bool = False) -> tuple[int, str]:
+        from fmcluster.commands.diagnose import fleet
+
+        lines: list[str] = []
+        code = fleet(out=lines.append, root=root, as_json=as_json, usage_of=lambda tenant: "-",
+                     diagnose=lambda org: Diagnosis(org, [], checked=["sinfo"]))
+        return code, "\n".join(lines)
+
+    return {"run": run, "shell": shell, "asked": asked, "root": root}
+
+
+def test_invoke_fleet_shows_each_tenant_s_repair_agent_from_its_controller_s_ledger(
+        controller: dict[str, object], fleet_of: dict[str, Any]) -> None:
+    import io
+
+    down = node_block(cpu(1), "DOWN+NOT_RESPONDING", "Not responding", by="slurm", address="10.77.128.1")
+    Path(str(controller["shown"])).write_text(show_node(down, *healthy(2, 3, 4)))
+    repair.repair_pass(repair.load_config(str(controller["config"])), out=io.StringIO(), now=time.time())
+    code, text = fleet_of["run"]()
+    header = text.splitlines()[0].split("  ")
+    assert code == 0 and "repair" in header
+    # Each row's cells (two spaces apart); the repair cell precedes usage and state.
+    rows = {line.split()[0]: [c.strip() for c in line.split("  ") if c.strip()] for line in text.splitlines()[2:5]}
+    assert rows["demo"][-3:] == ["running; breaker closed; quarantined: none; 1 action(s) in 24 h", "-", "healthy"]
+    assert Path(fleet_of["asked"]).read_text().splitlines() == [
+        "-n /opt/fmcluster/health/bin/fmcluster-health repair --config /etc/fmcluster/health/repair.json --show"]
+    assert rows["hpdemo"][-3:] == ["off (hyperpod repairs its own nodes)", "-", "not deployed"]
+    assert rows["stockmark"][-3:] == ["unknown (no AWS credentials)", "-", "planned"]
+    page = (Path(fleet_of["root"]) / "inventories" / "fleet.html").read_text()
+    assert "<td>running; breaker closed; quarantined: none; 1 action(s) in 24 h</td>" in page
+    code, text = fleet_of["run"](as_json=True)
+    assert {r["org"]: r["repair"] for r in json.loads(text)}["stockmark"] == "unknown (no AWS credentials)"
+
+
+def test_invoke_fleet_says_unknown_and_why_where_the_controller_does_not_answer(
+        fleet_of: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    from fmcluster import inventory
+
+    fleet_of["shell"]["argv"] = ["sh", "-c", "echo 'ssh: connect to host 10.77.0.9 port 22: Connection refused' >&2; "
+                                             "exit 255"]
+    code, text = fleet_of["run"]()
+    demo = next(line for line in text.splitlines() if line.startswith("demo "))
+    assert ("unknown (the repair agent's ledger on controller-1: ssh: connect to host 10.77.0.9 port 22: "
+            "Connection refused)") in demo and "running" not in demo
+    fleet_of["shell"]["argv"] = ["sh", "-c", "echo 'not json'"]
+    assert "unknown (unreadable repair ledger from controller-1: 'not json\\n')" in fleet_of["run"]()[1]
+    fleet_of["shell"]["argv"] = ["sh", "-c", "echo '{\"entries\": [1]}'"]
+    assert "unknown (unreadable repair ledger: " in fleet_of["run"]()[1]
+    monkeypatch.setattr(inventory, "read_nodes", lambda org, root=None: [])
+    assert "unknown (the cluster has no controller node (nothing deployed?))" in fleet_of["run"]()[1]

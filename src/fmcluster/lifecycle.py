@@ -443,10 +443,52 @@ def repair_state(provider: Provider, controller: Node) -> dict[str, Any]:
     return doc if isinstance(doc, dict) else {}
 
 
-def render_repair(ledger: Mapping[str, Any], now: float, last: int = 5) -> str:
-    """The repair agent's state for a person: breaker, quarantined queues, its last actions."""
+def repair_off(tenant: Tenant) -> str:
+    """Why the controller's repair agent does not run for `tenant` (node_repair_enabled false); '' where it runs."""
+    from fmcluster.health.inventory import repair_vars
+
+    if repair_vars(tenant)["node_repair_enabled"]:
+        return ""
+    if not tenant.health.repair.enabled:
+        return "health.repair.enabled: false"
+    return f"{tenant.scheduler} repairs its own nodes"
+
+
+def repair_agent(ledger: Mapping[str, Any], now: float, every_s: float) -> str:
+    """Whether the agent runs, from its ledger (`repair --show`): paused by a person (why), or its last completed
+    pass (each saves the ledger) within three passes of `every_s`; anything else is not claimed to run."""
+    if "paused" in ledger:
+        return f"paused ({ledger['paused']})"
+    last = ledger.get("last_pass")
+    if not isinstance(last, (int, float)) or isinstance(last, bool):
+        return "no completed pass on record"
+    ago = now - float(last)
+    if ago > 3 * every_s + 60:
+        return f"no pass for {ago / 60:.0f} min (one is due every {every_s:g} s)"
+    return "running"
+
+
+def repair_summary(ledger: Mapping[str, Any], now: float, every_s: float, window_s: float = 86400) -> str:
+    """render_repair in one line (`invoke fleet`'s cell): the agent, its breaker, quarantined queues, and the
+    actions it took within `window_s` (failed ones counted apart)."""
+    breaker = str(ledger.get("breaker", ""))
+    quarantined = sorted(str(q) for q in ledger.get("quarantined", {}))
+    recent = [e for e in ledger.get("entries", []) if now - float(e.get("at", 0)) <= window_s]
+    failed = sum(1 for e in recent if not e.get("ok"))
+    return "; ".join([
+        repair_agent(ledger, now, every_s),
+        f"breaker {'OPEN: ' + breaker if breaker else 'closed'}",
+        f"quarantined: {', '.join(quarantined) if quarantined else 'none'}",
+        f"{len(recent)} action(s) in {window_s / 3600:g} h" + (f" ({failed} failed)" if failed else "")])
+
+
+def render_repair(ledger: Mapping[str, Any], now: float, last: int = 5, every_s: float | None = None) -> str:
+    """The repair agent's state for a person: breaker, quarantined queues, its last actions; with `every_s` (its
+    pass interval) whether it runs (repair_agent)."""
     breaker = str(ledger.get("breaker", ""))
     lines = [f"repair agent: breaker {'OPEN: ' + breaker if breaker else 'closed'}"]
+    if every_s is not None:
+        lines.append(f"  agent: {repair_agent(ledger, now, every_s)}")
     lines += [f"  queue {queue} quarantined: {why}" for queue, why in sorted(ledger.get("quarantined", {}).items())]
     entries = sorted(ledger.get("entries", []), key=lambda e: float(e.get("at", 0)))[-last:]
     for e in entries:

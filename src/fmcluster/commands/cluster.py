@@ -362,12 +362,13 @@ def _print_repair(tenant: Tenant, replacer: Replacer, live: list[Node]) -> None:
     import time
 
     from fmcluster.health.inventory import repair_vars
-    from fmcluster.lifecycle import LifecycleError, controller_of, render_repair, repair_state
+    from fmcluster.lifecycle import LifecycleError, controller_of, render_repair, repair_off, repair_state
 
-    if not repair_vars(tenant)["node_repair_enabled"]:
+    if repair_off(tenant):
         return
     try:
-        print(render_repair(repair_state(replacer.provider, controller_of(live)), time.time()), end="")
+        print(render_repair(repair_state(replacer.provider, controller_of(live)), time.time(),
+                            every_s=repair_vars(tenant)["node_repair_interval"]), end="")
     except LifecycleError as err:
         print(f"repair agent: {err}")
 

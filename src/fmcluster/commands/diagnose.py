@@ -7,7 +7,7 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from fmcluster.doctor.fleet import Diagnose, UsageOf, html_page, row, table, tenants
+from fmcluster.doctor.fleet import Diagnose, RepairOf, UsageOf, html_page, row, table, tenants
 from fmcluster.doctor.report import Diagnosis, Out, diagnose_cluster, diagnose_log, render
 from fmcluster.escape import neutral, neutral_lines
 from fmcluster.exits import ExitCode
@@ -43,7 +43,8 @@ def doctor(org: str = "", node: str = "", log: str = "", as_json: bool = False, 
 
 
 def fleet(out: Out = print, html_path: Path | None = None, root: Path | None = None,
-          diagnose: Diagnose | None = None, as_json: bool = False, usage_of: UsageOf | None = None) -> int:
+          diagnose: Diagnose | None = None, as_json: bool = False, usage_of: UsageOf | None = None,
+          repair_of: RepairOf | None = None) -> int:
     """Print the table and write the HTML page; exit 0 when no deployed tenant is degraded or invalid."""
     from datetime import datetime, timezone
 
@@ -53,7 +54,7 @@ def fleet(out: Out = print, html_path: Path | None = None, root: Path | None = N
         def diagnose(org: str) -> Diagnosis:
             return diagnose_cluster(org, out=lambda _l: None)
 
-    rows = [row(org, diagnose, root, usage_of) for org in tenants(root)]
+    rows = [row(org, diagnose, root, usage_of, repair_of) for org in tenants(root)]
     path = html_path or inventories_dir(root) / "fleet.html"
     # Written afresh (temporary file + rename): a `fleet.html -> victim` link is replaced, not written through.
     write_fresh(path, html_page(rows, datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")), path.parent)

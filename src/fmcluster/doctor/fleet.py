@@ -24,8 +24,10 @@ Out = Callable[[str], object]
 Diagnose = Callable[[str], Diagnosis]
 #: A deployed tenant's usage this month as one cell, e.g. "12.5 GPU-h, 40.0 CPU-h" (fmcluster.health.usage).
 UsageOf = Callable[["Tenant"], str]
+#: A deployed tenant's repair agent as one cell (repair_cell: fmcluster.lifecycle.repair_summary or why unknown).
+RepairOf = Callable[["Tenant"], str]
 COLUMNS = ("tenant", "provider", "scheduler", "stack", "nodes", "acceptance", "vs floor", "alerts", "findings",
-           "usage (month)", "state")
+           "repair", "usage (month)", "state")
 
 
 @dataclass
@@ -46,13 +48,16 @@ class Row:
     finding_ids: tuple[str, ...] = ()
     usage: str = "-"
     """GPU- and CPU-hours of the org's jobs since the first of the month (sacct); '?' when it cannot be read"""
+    repair: str = "unknown"
+    """the controller's repair agent: off (why), or running/paused, breaker, quarantined queues, actions in 24 h
+    (fmcluster.lifecycle.repair_summary); 'unknown (why)' where its ledger was not read"""
 
     def cells(self) -> tuple[str, ...]:
         nodes = (f"{_n(self.up)}/{_n(self.expected)} up, {_n(self.drained)} drained" if self.expected is not None
                  else "-")
         return (self.org, self.provider, self.scheduler, self.stack, nodes, self.acceptance,
                 f"{self.ratio:.2f}×" if self.ratio is not None else "-", _n(self.alerts), _n(self.findings),
-                self.usage, self.state)
+                self.repair, self.usage, self.state)
 
 
 def _n(value: int | None) -> str:
@@ -105,26 +110,55 @@ def month_usage(tenant: Tenant, root: Path | None = None) -> str:
     return f"{total['gres/gpu']:.1f} GPU-h, {total['cpu']:.1f} CPU-h"
 
 
-def row(org: str, diagnose: Diagnose, root: Path | None = None, usage_of: UsageOf | None = None) -> Row:
+def repair_cell(tenant: Tenant, root: Path | None = None) -> str:
+    """The deployed tenant's repair agent in one cell, read from its controller's ledger as `invoke nodes` reads
+    it; 'unknown (why)' where it cannot be read (fail closed: never 'running' without the ledger saying so)."""
+    import time
+
+    from fmcluster.health.inventory import repair_vars
+    from fmcluster.inventory import read_nodes
+    from fmcluster.lifecycle import LifecycleError, controller_of, repair_off, repair_state, repair_summary
+    from fmcluster.providers.registry import provider_for
+
+    off = repair_off(tenant)
+    if off:
+        return f"off ({off})"
+    try:
+        ledger = repair_state(provider_for(tenant), controller_of(read_nodes(tenant.org, root)))
+        return repair_summary(ledger, time.time(), repair_vars(tenant)["node_repair_interval"])
+    except LifecycleError as err:
+        return f"unknown ({err})"
+    except OSError as err:  # no ssh client, say
+        return f"unknown (the controller was not asked: {err.strerror or err})"
+    except (TypeError, ValueError, AttributeError) as err:  # a ledger of the wrong shape
+        return f"unknown (unreadable repair ledger: {err})"
+
+
+def row(org: str, diagnose: Diagnose, root: Path | None = None, usage_of: UsageOf | None = None,
+        repair_of: RepairOf | None = None) -> Row:
+    from fmcluster.lifecycle import repair_off
     from fmcluster.model import TenantInvalid, load_tenant
 
     try:
         tenant = load_tenant(org, root) if root else load_tenant(org)
     except TenantInvalid:
-        return Row(org, state="invalid", stack="invalid spec (invoke validate)")
+        return Row(org, state="invalid", stack="invalid spec (invoke validate)", repair="unknown (invalid spec)")
     r = Row(org, tenant.provider, tenant.scheduler, expected=sum(q.count for q in tenant.queues))
     r.acceptance, r.ratio = last_acceptance(org, root)
+    off = repair_off(tenant)
     if tenant.capabilities.provider.emulated_apis:  # deployed only while its emulator runs
         from fmcluster.stacks.emulator import running_emulator
 
         if running_emulator(org, root) is None:
             r.stack, r.state = "not deployed", "not deployed"
+            r.repair = f"off ({off})" if off else "unknown (not deployed)"
             return r
     else:
         from fmcluster.stacks import aws
 
         if not aws.has_credentials(tenant.region):
             r.stack, r.state = "planned (no AWS credentials: unknown)", "planned"
+            r.repair = f"off ({off})" if off else "unknown (no AWS credentials)"
             return r
     d = diagnose(org)
     statuses = sorted({value for _, value in d.facts.get("stack_status", [])})
@@ -135,6 +169,7 @@ def row(org: str, diagnose: Diagnose, root: Path | None = None, usage_of: UsageO
     r.finding_ids = tuple(f.entry.id for f in d.findings)
     r.state = "healthy" if d.healthy else "degraded"
     r.usage = usage_of(tenant) if usage_of is not None else month_usage(tenant, root)
+    r.repair = repair_of(tenant) if repair_of is not None else repair_cell(tenant, root)
     return r
 
 

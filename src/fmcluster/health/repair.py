@@ -371,9 +371,19 @@ def run_forever(config_path: str, every: float, out: TextIO = sys.stdout) -> int
 
 
 def show(config_path: str, out: TextIO = sys.stdout) -> int:
-    """The ledger for a person (and `invoke nodes`): breaker, quarantines, recent actions."""
-    path = str(load_config(config_path)["ledger"])
-    out.write(Ledger.load(path).to_json() + "\n" if os.path.exists(path) else "{}\n")
+    """The ledger for a person (and `invoke nodes`, `invoke fleet`): breaker, quarantines, recent actions; with
+    `last_pass` (when a pass last completed: each saves the ledger) and `paused` (the pause file's reason) where
+    they hold."""
+    config = load_config(config_path)
+    path = str(config["ledger"])
+    doc: Dict[str, Any] = {}
+    if os.path.exists(path):
+        doc = json.loads(Ledger.load(path).to_json())
+        doc["last_pass"] = os.path.getmtime(path)
+    paused = paused_by(config)
+    if paused is not None:
+        doc["paused"] = paused or "no reason given"
+    out.write(json.dumps(doc, indent=1, sort_keys=True) + "\n")
     return 0
 
 
