@@ -6,6 +6,7 @@ machine does not have; files the checks read (kernel log, mount table, meminfo, 
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -67,16 +68,21 @@ def healthy_answers(smi: str | None = None) -> dict[tuple[str, ...], tuple[Any, 
     }
 
 
+BOOT_ID = "5c0f3c1e-0d6c-4b7e-9f51-8a4b2f7d9e10"
+
+
 def p5_config(tmp: Path, kmsg: str = "kmsg-clean.txt", efa_count: int | None = None, real_accelerators: bool = True,
-              **overrides: Any) -> dict[str, Any]:
+              booted: bool = True, **overrides: Any) -> dict[str, Any]:
     """A p5.48xlarge compute node's config (built like the node_health role builds it) whose evidence files
-    are fixtures under tmp. `efa_count` overrides the catalog's 32 EFA interfaces (the sysfs fixture has 2)."""
+    are fixtures under tmp. `efa_count` overrides the catalog's 32 EFA interfaces (the sysfs fixture has 2).
+    `booted`: this boot's return diagnostic ran and passed (its record in the state directory), as on a node
+    that serves; False leaves no record."""
     instance = load_catalog()["p5.48xlarge"].as_vars()
     if efa_count is not None:
         instance["efa_interfaces"] = efa_count
     (tmp / "meminfo").write_text(P5_MEMINFO)
     (tmp / "mountinfo").write_text(P5_MOUNTINFO)
-    (tmp / "boot_id").write_text("5c0f3c1e-0d6c-4b7e-9f51-8a4b2f7d9e10\n")
+    (tmp / "boot_id").write_text(BOOT_ID + "\n")
     ib = tmp / "sys" / "class" / "infiniband"
     if not ib.exists():
         efa_ports.build(tmp / "sys")
@@ -87,4 +93,21 @@ def p5_config(tmp: Path, kmsg: str = "kmsg-clean.txt", efa_count: int | None = N
                                     disk=[{"path": str(tmp), "min_free_percent": 0, "min_free_mib": 0}],
                                     paths=paths)
     settings.update(overrides)
-    return data.node_config(NODE, instance, real_accelerators, P5_REAL_MEMORY_MB, **settings)
+    config = data.node_config(NODE, instance, real_accelerators, P5_REAL_MEMORY_MB, **settings)
+    if booted and config["state_dir"]:
+        Path(config["state_dir"]).mkdir(parents=True, exist_ok=True)
+        (Path(config["state_dir"]) / "boot.json").write_text(json.dumps(
+            {"boot_id": BOOT_ID, "level": config["return_diag_level"], "healthy": True, "reason": "", "started": 0}))
+    return config
+
+
+def diag_r2_pass() -> str:
+    """`dcgmi diag -r 2 -j` passing on 8 GPUs: the recorded level-1 run plus the categories level 2 adds
+    (dcgmi-diag(1): PCIe/NVLink under Integration; GPU Memory and Diagnostic under Hardware)."""
+    doc = json.loads(gpu_outputs.fixture("dcgmi-diag-r1-pass.json"))
+    passed = [{"status": "Pass"}]
+    doc["DCGM GPU Diagnostic"]["test_categories"] += [
+        {"category": "Integration", "tests": [{"name": "PCIe", "results": passed}]},
+        {"category": "Hardware", "tests": [{"name": "GPU Memory", "results": passed},
+                                           {"name": "Diagnostic", "results": passed}]}]
+    return json.dumps(doc)

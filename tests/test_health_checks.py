@@ -30,7 +30,7 @@ def test_a_healthy_p5_passes_every_check_that_runs_in_the_interval(tmp_path: Pat
     results = by_check(report)
     assert report.healthy, report.reason()
     assert set(results) == {"munge", "mounts", "disk", "memory", "gpu-count", "xid", "row-remap", "ecc",
-                            "gpu-throttle", "dcgm", "efa"}
+                            "gpu-throttle", "dcgm", "return-diag", "efa"}
     assert {status for status, _, _ in results.values()} == {"pass"}
     assert results["gpu-count"][2] == "8 of 8 GPUs visible (driver 535.183.01)"
     assert results["dcgm"][2] == "DCGM sees 8 GPUs; dcgmi diag -r 1 passed 9 tests"
@@ -196,7 +196,7 @@ def test_the_efa_check_and_the_efa_exporter_find_the_same_devices(tmp_path: Path
 def test_on_provider_local_the_gpu_and_efa_checks_skip_and_say_why(tmp_path: Path) -> None:
     report = run(p5_config(tmp_path, real_accelerators=False), healthy_answers())
     skipped = {r.check: r.detail for r in report.results if r.status == "skip"}
-    assert set(skipped) == {"gpu-count", "xid", "row-remap", "ecc", "gpu-throttle", "dcgm", "efa"}
+    assert set(skipped) == {"gpu-count", "xid", "row-remap", "ecc", "gpu-throttle", "dcgm", "return-diag", "efa"}
     assert skipped["gpu-count"] == ("provider local: this namespace node has none of the 8 GPUs the catalog "
                                     "gives p5.48xlarge")
     assert skipped["efa"] == "provider local: this namespace node has none of the 32 EFA interfaces of p5.48xlarge"

@@ -20,6 +20,7 @@ from fmcluster.catalog import load_catalog
 from fmcluster.health import data
 from fmcluster.providers.local.hosts import Host, host_run
 from role_helpers import converge_hosts, systemd_hosts
+from health_helpers import diag_r2_pass, gpu_outputs
 from slurm_outputs import node_block
 
 pytestmark = [pytest.mark.slow,
@@ -73,8 +74,21 @@ def inventory(harness_inventory: Path, node: Host, tmp: Path) -> Path:
         "node_health_disk": [{"path": str(BASE), "min_free_percent": 1, "min_free_mib": 1}],
         "node_health_interval": 5,
     }
-    doc = {"all": {"vars": common, "hosts": {"cpu-7": {"node_health_scope": "node"},
-                                              "controller-1": {"node_health_scope": "cluster"}}}}
+    # A p5 node of a substrate with the catalog's GPUs, whose dcgmi is a stand-in answering as 8 healthy GPUs do.
+    dcgmi = on_host(node, BASE / "bin" / "dcgmi")
+    dcgmi.write_text("#!/bin/sh\ncase \"$1\" in\n  discovery) cat <<'EOF'\n"
+                     + gpu_outputs.fixture("dcgmi-discovery-8.txt") + "EOF\n  ;;\n  diag) cat <<'EOF'\n"
+                     + diag_r2_pass() + "\nEOF\n  ;;\nesac\n")
+    dcgmi.chmod(0o755)
+    gpu = {"node_health_scope": "node", "fmcluster_capabilities": {"real_accelerators": True, "slurm_owner": "fmcluster"},
+           "fmcluster_instance": load_catalog()["p5.48xlarge"].as_vars(),
+           "slurm_nodes": [{"name": "gpu-3", "real_memory_mb": 1024}],
+           "node_health_commands": {**commands, "dcgmi": [str(BASE / "bin" / "dcgmi")]}}
+    # cpu-7 shares this machine with gpu-3: its "no boot diagnostic here" must not remove gpu-3's unit.
+    doc = {"all": {"vars": common, "hosts": {"cpu-7": {"node_health_scope": "node",
+                                                       "node_health_unit_dir": str(BASE / "nodes" / "cpu-7")},
+                                              "controller-1": {"node_health_scope": "cluster"},
+                                              "gpu-3": gpu}}}
     path = tmp / "health-hosts.yml"
     path.write_text(yaml.safe_dump(doc))
     return path
@@ -99,9 +113,9 @@ def test_node_health_converges_idempotently_and_runs_as_slurm_runs_it(host: tupl
     assert "skip  gpu-count" in out  # the role shows which checks apply, and why the others skip
 
     code, changed, out = converge_hosts(hosts, PLAY, tmp_path)
-    assert code == 0 and changed == {"cpu-7": 0, "controller-1": 0}, out[-4000:]
+    assert code == 0 and changed == {"cpu-7": 0, "controller-1": 0, "gpu-3": 0}, out[-4000:]
     code, changed, out = converge_hosts(hosts, PLAY, tmp_path, "--check", "--diff")
-    assert code == 0 and changed == {"cpu-7": 0, "controller-1": 0}, out[-4000:]
+    assert code == 0 and changed == {"cpu-7": 0, "controller-1": 0, "gpu-3": 0}, out[-4000:]
 
     # The program slurm.conf names, in the bare environment slurmd gives it.
     check = str(BASE / "health" / "bin" / "fmcluster-health-slurmd")
@@ -137,3 +151,29 @@ def test_node_health_converges_idempotently_and_runs_as_slurm_runs_it(host: tupl
     pid = run(node, "systemctl", "show", "--property=MainPID", "--value", UNIT).strip()
     assert run(node, "cat", f"/proc/{pid}/cmdline").split("\0")[1:4] == [
         str(BASE / "health" / "bin" / "fmcluster-health"), "cluster", f"--config={BASE / 'health' / 'cluster.json'}"]
+
+
+def test_a_gpu_node_runs_its_boot_diagnostic_as_a_unit_before_slurmd_and_serves_only_on_its_record(
+        host: tuple[Path, Host], tmp_path: Path) -> None:
+    """Issue 38: on a GPU node the role installs fmcluster-health-boot (before slurmd, every boot) and runs it once
+    at the converge; its record, of this boot at the tenant's level, is what the check return-diag passes on. A
+    CPU node gets no unit. (The converge is the previous test's; this one reads what it left.)"""
+    harness_inventory, node = host
+    hosts = inventory(harness_inventory, node, tmp_path)
+    code, _, out = converge_hosts(hosts, PLAY, tmp_path)
+    assert code == 0, out[-4000:]
+    unit = "fmcluster-health-boot.service"
+    assert run(node, "systemctl", "is-enabled", unit).strip() == "enabled"
+    shown = dict(line.split("=", 1) for line in run(
+        node, "systemctl", "show", "--property=ActiveState,Result,Before,TimeoutStartUSec", unit).splitlines())
+    assert (shown["ActiveState"], shown["Result"]) == ("active", "success"), shown
+    assert "fmcluster-slurmd.service" in shown["Before"].split() and shown["TimeoutStartUSec"] == "16min 50s", shown
+    record = json.loads(on_host(node, BASE / "nodes" / "gpu-3" / "state" / "boot.json").read_text())
+    boot_id = run(node, "cat", "/proc/sys/kernel/random/boot_id").strip()
+    assert (record["boot_id"], record["level"], record["healthy"]) == (boot_id, 2, True), record
+    config = str(BASE / "nodes" / "%n" / "health" / "config.json")
+    done = host_run(node, [str(BASE / "health" / "bin" / "fmcluster-health"), "check", "--node=gpu-3",
+                           f"--config={config}", "--only=return-diag", "--no-drain"], timeout=60)
+    assert done.returncode == 0 and "this boot's DCGM diagnostic (level 2) passed" in done.stdout, done.stdout
+    cpu_show = run(node, str(BASE / "health" / "bin" / "fmcluster-health"), "show", "--node=cpu-7", f"--config={config}")
+    assert "skip  dcgm-deep" in cpu_show and "skip  return-diag" in cpu_show

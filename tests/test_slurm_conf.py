@@ -106,6 +106,18 @@ def test_gpu_nodes_get_gres_and_cgroup_plugins_where_systemd_runs(rendered: Path
     assert "TopologyPlugin=topology/tree\n" in conf
 
 
+def test_a_rebooted_gpu_node_has_its_boot_and_its_boot_diagnostic_before_slurm_marks_it_down(rendered: Path) -> None:
+    """scontrol(1): "A node will be marked DOWN if it doesn't reboot within ResumeTimeout" (Slurm's default 60 s).
+    A p5 gets the provider's boot time plus its DCGM level-2 diagnostic's budget; a local node its short boot."""
+    from fmcluster.health.inventory import resume_timeout_s
+
+    stockmark = (rendered / "stockmark" / "slurm.conf").read_text()
+    assert re.findall(r"^ResumeTimeout=.*$", stockmark, re.M) == ["ResumeTimeout=2750"]  # 1,800 + 900 + 50
+    assert resume_timeout_s(load_tenant("stockmark")) == 2750
+    demo = (rendered / "demo" / "slurm.conf").read_text()
+    assert re.findall(r"^ResumeTimeout=.*$", demo, re.M) == ["ResumeTimeout=300"]
+
+
 def test_the_controller_serves_its_configuration_to_configless_slurmd(rendered: Path) -> None:
     conf = (rendered / "demo" / "slurm.conf").read_text()
     assert "SlurmctldParameters=enable_configless\n" in conf

@@ -38,6 +38,10 @@ class ProviderCapabilities:
     metrics_interval_s: int
     #: Slurm's job credential lifetime (AuthInfo cred_expire), also how long a requeued job waits to start again.
     credential_lifetime_s: int = 120
+    #: Seconds a node may take from `scontrol reboot` to slurmd registering again, before a GPU node's boot
+    #: diagnostic (Slurm's ResumeTimeout adds that; past it Slurm marks the node DOWN, scontrol(1)). AWS: 1,800,
+    #: ParallelCluster's own ResumeTimeout (its ComputeNodeBootstrapTimeout default) for a GPU instance's boot.
+    reboot_timeout_s: int = 1800
 
 
 @dataclass(frozen=True)
@@ -75,7 +79,7 @@ PROVIDERS: dict[str, ProviderCapabilities] = {
     "local": ProviderCapabilities(real_accelerators=False, emulated_apis=True, cluster_services=False,
                                   external_database=False, health_interval_s=30, metrics_interval_s=15,
                                   # A requeued job waits 30 s, not Slurm's 120: rehearsed within the tests' time.
-                                  credential_lifetime_s=30),
+                                  credential_lifetime_s=30, reboot_timeout_s=300),
 }
 
 #: Each scheduler's row lives in its folder (src/fmcluster/schedulers/<name>/capabilities.yml), read as data.

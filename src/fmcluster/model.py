@@ -127,6 +127,8 @@ class Health:
     """The `health` section: what fmcluster may do about unhealthy nodes without asking (docs/health.md)."""
 
     auto_replace: bool = False
+    #: The DCGM level a GPU node passes at every boot before it serves (fmcluster-health boot, check return-diag).
+    return_diag_level: int = 2
     repair: Repair = field(default_factory=Repair)
 
 
@@ -336,7 +338,8 @@ def _build(spec_path: Path, raw: dict[str, Any]) -> Tenant:
             accounting=Accounting(accounting.get("uri"), accounting["user_name"], accounting.get("password_secret_arn"),
                                   accounting.get("database_name")) if accounting is not None else None,
         ) if scheduler_capabilities(doc["scheduler"]).own_section is not None else None,
-        health=Health(auto_replace=doc["health"]["auto_replace"], repair=Repair(**doc["health"]["repair"])),
+        health=Health(auto_replace=doc["health"]["auto_replace"], return_diag_level=doc["health"]["return_diag_level"],
+                      repair=Repair(**doc["health"]["repair"])),
         qos=tuple(Qos(q["name"], q["priority"], q.get("max_gpus_per_user"), q.get("max_cpus_per_user"),
                       q.get("max_nodes_per_user")) for q in doc["qos"]),
         teams=tuple(Team(team["name"], team["gid"], team["fairshare"], tuple(team.get("qos", default_qos)))

@@ -259,7 +259,7 @@ def _dcgm(ctx: Context, level: int) -> Outcome:
     count = gpu.parse_dcgm_discovery(found.stdout)
     if count < ctx.facts.gpus:
         return Outcome(False, f"DCGM sees {count} of {ctx.facts.gpus} GPUs")
-    done = ctx.run("dcgmi", ["diag", "-r", str(level), "-j"], "dcgm-diag" if level > 1 else "dcgm")
+    done = ctx.run("dcgmi", ["diag", "-r", str(level), "-j"], diag_timeout_name(ctx.config, level))
     # dcgmi diag exits non-zero when a test fails; its JSON says which, so read it before judging the exit.
     if done.missing or done.timed_out or not done.stdout.strip():
         raise Unreadable(f"dcgmi diag -r {level} gave no result: {done.why()}")
@@ -277,9 +277,66 @@ def check_dcgm(ctx: Context) -> Outcome:
     return _dcgm(ctx, 1)
 
 
+def diag_timeout_name(config: Mapping[str, Any], level: int) -> str:
+    """The timeouts key of `dcgmi diag -r <level>`: its own (dcgm-diag-r3: a level-3 run lasts about 15 minutes,
+    dcgmi-diag(1)) where the config has one, else dcgm-diag (level 2, about two minutes), dcgm for level 1."""
+    own = f"dcgm-diag-r{level}"
+    if own in config.get("timeouts", {}):
+        return own
+    return "dcgm-diag" if level > 1 else "dcgm"
+
+
 @check("dcgm-deep")
 def check_dcgm_deep(ctx: Context) -> Outcome:
     return _dcgm(ctx, int(ctx.memo.get("diag_level", 2)))
+
+
+#: The record the boot run (`fmcluster-health boot`, before slurmd starts) leaves in the state directory.
+BOOT_RECORD = "boot"
+
+
+def boot_id(ctx: Context) -> str:
+    try:
+        return ctx.probe.read(ctx.path("boot_id", "/proc/sys/kernel/random/boot_id")).strip()
+    except OSError as err:
+        raise Unreadable(f"cannot read this boot's id ({err.strerror or err})") from None
+
+
+@check("return-diag")
+def check_return_diag(ctx: Context) -> Outcome:
+    """A GPU node serves only after this boot's diagnostic at the tenant's level passed: the record must be of this
+    boot (a reboot or a new instance runs it again), at the level asked for or deeper, and healthy."""
+    level = int(ctx.config.get("return_diag_level", 2))
+    path = _state_path(ctx, BOOT_RECORD)
+    if not path:
+        raise Unreadable("the node config has no state_dir, so no boot record can exist")
+    try:
+        record = json.loads(ctx.probe.read(path))
+    except OSError:
+        return Outcome(False, f"no return diagnostic recorded ({path} missing): fmcluster-health-boot.service has "
+                       "not run or not finished on this boot")
+    except ValueError:
+        raise Unreadable(f"{path} is not JSON") from None
+    if not isinstance(record, dict) or record.get("boot_id") != boot_id(ctx):
+        return Outcome(False, f"the return diagnostic on record is of an earlier boot ({path}): "
+                       "fmcluster-health-boot.service has not run on this boot")
+    ran = int(record.get("level", 0) or 0)
+    if ran < level:
+        return Outcome(False, f"the boot's diagnostic ran at level {ran}, the tenant asks for {level} "
+                       "(health.return_diag_level)")
+    if record.get("healthy") is not True:
+        return Outcome(False, f"the boot's diagnostic failed: {str(record.get('reason') or 'no reason recorded')[:160]}")
+    return Outcome(True, f"this boot's DCGM diagnostic (level {ran}) passed", evidence={"level": ran})
+
+
+def write_boot_record(ctx: Context, level: int, healthy: bool, reason: str, started: float) -> str:
+    """Leave the boot run's verdict where check return-diag reads it (`ctx`: the boot run's); returns the path
+    ("" when the config has no state directory)."""
+    path = _state_path(ctx, BOOT_RECORD)
+    if path:
+        _write_json(path, {"boot_id": boot_id(ctx), "level": level, "healthy": healthy, "reason": reason,
+                           "started": started})
+    return path
 
 
 @check("efa")

@@ -3,6 +3,8 @@
     check         run the checks of a context on this node (interval: as Slurm's HealthCheckProgram;
                   prolog: as the Prolog, only for jobs given GPUs; manual: by hand, drains only with --drain)
     diag          DCGM's level 2 or 3 diagnostic on demand (takes minutes: drain the node first)
+    boot          once per boot, before slurmd starts: DCGM's diagnostic at the tenant's level, recorded for
+                  the check return-diag (a GPU node serves again only once it passed)
     show          which checks apply to this node and why the others are skipped
     cluster       the controller's pass (once, or --every N seconds)
     repair        the controller's repair agent: reboot or replace nodes as triage says, within budgets
@@ -48,6 +50,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     diag.add_argument("--level", type=int, choices=[2, 3], default=2)
     diag.add_argument("--drain", action="store_true", help="drain the node when the diagnostic fails")
     diag.add_argument("--json", action="store_true")
+
+    boot = sub.add_parser("boot", help="this boot's return diagnostic (before slurmd starts; recorded)")
+    boot.add_argument("--config", required=True)
+    boot.add_argument("--node", default="")
+    boot.add_argument("--json", action="store_true")
 
     show = sub.add_parser("show", help="which checks apply here, and why the others are skipped")
     show.add_argument("--config", required=True)
@@ -96,6 +103,8 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "diag":
         return node.run(args.config, "diag", args.node, True if args.drain else False, ["dcgm-deep"], args.json,
                         diag_level=args.level)
+    if args.command == "boot":
+        return node.run(args.config, "boot", args.node, False, [], args.json)
     if args.command == "show":
         config = node.load_config(args.config, args.node)
         node_facts = facts.derive(config)

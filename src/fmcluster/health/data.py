@@ -16,7 +16,7 @@ XID_PATH = DATA_DIR / "xid.yml"
 DEFAULT_DISK = ({"path": "/", "min_free_percent": 5, "min_free_mib": 2048, "min_free_inodes_percent": 5},
                 {"path": "/tmp", "min_free_percent": 5, "min_free_mib": 1024, "min_free_inodes_percent": 5})
 DEFAULT_TIMEOUTS = {"default": 15, "budget": 50, "prolog": 8, "munge": 10, "scontrol": 15, "mount": 10,
-                    "nvidia-smi": 20, "dcgm": 40, "dcgm-diag": 1800}
+                    "nvidia-smi": 20, "dcgm": 40, "dcgm-diag": 900, "dcgm-diag-r3": 3600, "dcgm-diag-r4": 10800}
 
 
 def _load(path: Path) -> Dict[str, Any]:
@@ -45,7 +45,7 @@ def node_config(node: str, instance: Mapping[str, Any], real_accelerators: bool,
                 report_dir: str = "", report_requires_mount: str = "", state_dir: str = "", textfile_dir: str = "",
                 disk: Optional[Sequence[Mapping[str, Any]]] = None, timeouts: Optional[Mapping[str, float]] = None,
                 commands: Optional[Mapping[str, Sequence[str]]] = None, paths: Optional[Mapping[str, str]] = None,
-                drain: bool = True) -> Dict[str, Any]:
+                drain: bool = True, return_diag_level: int = 2) -> Dict[str, Any]:
     """The node config the health program reads (JSON on the node)."""
     return {
         "generated_by": "fmcluster (role node_health); edits will be reverted",
@@ -69,6 +69,7 @@ def node_config(node: str, instance: Mapping[str, Any], real_accelerators: bool,
         "report_requires_mount": report_requires_mount,
         "state_dir": state_dir,
         "textfile_dir": textfile_dir,
+        "return_diag_level": int(return_diag_level),
         "checks": checks_doc()["checks"],
         "xids": xid_doc(),
     }

@@ -7,8 +7,8 @@ import traceback
 from typing import Any, List, Mapping, Optional, Sequence
 
 from fmcluster.health import facts as facts_mod
-from fmcluster.health.checks import REGISTRY, Context
-from fmcluster.health.model import CheckSpec, Outcome, Report, Result, Unreadable
+from fmcluster.health.checks import REGISTRY, Context, diag_timeout_name, write_boot_record
+from fmcluster.health.model import LONG_CONTEXTS, CheckSpec, Outcome, Report, Result, Unreadable
 from fmcluster.health.probe import Deadline, Probe
 
 
@@ -24,17 +24,31 @@ def run_checks(config: Mapping[str, Any], context: str, node: str, probe: Option
     clock = time.monotonic()
     probe = probe or Probe()
     node_facts = facts_mod.derive(config)
-    timeouts = config.get("timeouts", {})
-    # slurmd kills a HealthCheckProgram after 60 s; a Prolog should end within MessageTimeout (10 s).
-    budget = float(timeouts.get("prolog", 8) if context == "prolog" else timeouts.get("budget", 50))
-    ctx = Context(node=node, config=config, facts=node_facts, probe=probe, deadline=Deadline(budget),
+    ctx = Context(node=node, config=config, facts=node_facts, probe=probe, deadline=Deadline(budget(config, context,
+                                                                                                  diag_level)),
                   memo={"diag_level": diag_level})
     results: List[Result] = []
     for spec in specs(config):
         if spec.scope != "node" or (only and spec.name not in only) or (not only and context not in spec.contexts):
             continue
         results.append(_run_one(spec, ctx))
-    return Report(node=node, context=context, started=started, seconds=time.monotonic() - clock, results=results)
+    report = Report(node=node, context=context, started=started, seconds=time.monotonic() - clock, results=results)
+    if context == "boot":
+        write_boot_record(ctx, diag_level, report.healthy, report.reason(), started)
+    return report
+
+
+def budget(config: Mapping[str, Any], context: str, diag_level: int) -> float:
+    """Seconds a run may take. slurmd kills a HealthCheckProgram after 60 s and a Prolog should end within
+    MessageTimeout (10 s); the diagnostic contexts (diag on demand, boot before slurmd starts) run outside slurmd
+    and take as long as DCGM's level does, plus the quick checks' budget."""
+    timeouts = config.get("timeouts", {})
+    if context == "prolog":
+        return float(timeouts.get("prolog", 8))
+    quick = float(timeouts.get("budget", 50))
+    if context in LONG_CONTEXTS:
+        return quick + float(timeouts.get(diag_timeout_name(config, diag_level), 900))
+    return quick
 
 
 def _run_one(spec: CheckSpec, ctx: Context) -> Result:

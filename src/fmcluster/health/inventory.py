@@ -47,9 +47,23 @@ def manifest_vars(tenant: Tenant, storage: Sequence[Mapping[str, Any]]) -> dict[
         "slurm_slurmd_timeout": min(SLURMD_TIMEOUT_S, 3 * interval),
         "slurm_health_check_node_state": "ANY",
         "slurm_credential_lifetime": provider.credential_lifetime_s,
+        "slurm_resume_timeout": resume_timeout_s(tenant),
+        "node_health_return_diag_level": tenant.health.return_diag_level,
         "slurm_prolog": f"{INSTALL_DIR}/bin/fmcluster-health-slurmd",
         **repair_vars(tenant),
     }
+
+
+def resume_timeout_s(tenant: Tenant) -> int:
+    """Slurm's ResumeTimeout: how long a rebooted node may take to register before Slurm marks it DOWN. A node
+    with GPUs runs its boot diagnostic at the tenant's level before slurmd starts, so its time is added."""
+    provider = tenant.capabilities.provider
+    gpus = provider.real_accelerators and any(queue.instance.accelerator == "cuda" for queue in tenant.queues)
+    from fmcluster.health.data import DEFAULT_TIMEOUTS
+    from fmcluster.health.engine import budget
+
+    diag = budget({"timeouts": DEFAULT_TIMEOUTS}, "boot", tenant.health.return_diag_level)
+    return provider.reboot_timeout_s + (int(diag) if gpus else 0)
 
 
 def repair_vars(tenant: Tenant) -> dict[str, Any]:

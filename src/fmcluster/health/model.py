@@ -7,7 +7,9 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 #: What a node needs, in increasing order of cost. A failing check always drains first.
 ACTIONS = ("none", "drain", "reboot", "replace")
-CONTEXTS = ("interval", "prolog", "manual", "diag", "cluster")
+CONTEXTS = ("interval", "prolog", "manual", "diag", "boot", "cluster")
+#: Contexts that run DCGM's longer diagnostics, outside slurmd's 60 s limit: on demand, and once per boot.
+LONG_CONTEXTS = ("diag", "boot")
 FACTS = ("gpus", "efa", "mounts")
 
 

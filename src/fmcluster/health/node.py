@@ -154,13 +154,15 @@ def summary(report: Report, out: TextIO) -> None:
 
 
 def run(config_path: str, context: str, node: str = "", drain: Optional[bool] = None, only: Sequence[str] = (),
-        as_json: bool = False, diag_level: int = 2, out: TextIO = sys.stdout) -> int:
+        as_json: bool = False, diag_level: Optional[int] = None, out: TextIO = sys.stdout) -> int:
     """One health run. Exit 0 healthy, 1 unhealthy (a Prolog exiting 1 makes Slurm requeue the job)."""
     if context == "prolog" and not job_has_gpus(os.environ):
         return 0  # a CPU job: nothing of the GPU checks concerns it, and every job pays for the Prolog
     config = load_config(config_path, node)
     probe = probe_for(config)
-    report = engine.run_checks(config, context, config["node"], probe, only, diag_level)
+    # The boot run's level is the tenant's (health.return_diag_level, in the node config); diag's is asked for.
+    level = diag_level if diag_level is not None else int(config.get("return_diag_level", 2))
+    report = engine.run_checks(config, context, config["node"], probe, only, level)
     should_act = drain if drain is not None else (context in ACTING_CONTEXTS and bool(config.get("slurm", {}).get("drain", True)))
     if should_act:
         report.drain = act(report, config, probe)
