@@ -76,7 +76,9 @@ def node_kinds(org: str) -> list[tuple[str, str, str, list[str]]]:
     walked = []
     for kind, group in kinds:
         variables = group["vars"]
-        roles = (["slurm"] if fmcluster_slurm else []) + list(variables.get("fmcluster_accelerator_roles", []))
+        # playbooks/slurm-cluster.yml: slurm (through its controller/compute/login roles) and node_health where
+        # fmcluster installs Slurm (node_health's scope cluster on the controller, node on compute nodes)
+        roles = (["slurm", "node_health"] if fmcluster_slurm else []) + list(variables.get("fmcluster_accelerator_roles", []))
         accelerator = group["instance"]["accelerator"]
         if accelerator in ("cuda", "neuron"):
             # nccl-tests built, nccom-test checked and run on the queue's own nodes (playbooks/acceptance-jobs.yml)
@@ -145,15 +147,88 @@ def test_slurm_ec2_boots_images_whose_slurm_runs_with_cgroups_under_systemd() ->
         assert contract.role_vars()["slurm_use_cgroup"] is True
 
 
+#: What a role would otherwise hard-code and the contract owns: NCCL's home, DCGM's host engine unit, the reboot command.
+CONTRACT_LITERALS = ("/opt/nccl/build", "nvidia-dcgm", "/sbin/reboot")
+
+
 def test_the_roles_keep_no_literal_of_what_the_contract_owns() -> None:
-    """No NCCL home or plugin directory in a role's defaults: a node kind's image says where they are."""
+    """No NCCL home or plugin directory, DCGM unit or reboot command in a role's defaults, tasks or templates: a node
+    kind's image says where they are (and whether it has them)."""
     nccl_tests = yaml.safe_load((ROOT / "roles/nccl_tests/defaults/main.yml").read_text())
     nccl = yaml.safe_load((ROOT / "roles/nccl/defaults/main.yml").read_text())
     assert nccl_tests["nccl_tests_nccl_home"] == "" and nccl_tests["nccl_tests_ofi_nccl_lib_dirs"] == []
     assert nccl["nccl_plugin_dirs"] == []
-    assert yaml.safe_load((ROOT / "roles/slurm/defaults/main.yml").read_text())["slurm_use_cgroup"] is False
-    for path in (ROOT / "roles").glob("*/*/*.yml"):
-        assert "/opt/nccl/build" not in path.read_text(), path
+    slurm = yaml.safe_load((ROOT / "roles/slurm/defaults/main.yml").read_text())
+    assert slurm["slurm_use_cgroup"] is False and slurm["slurm_reboot_program"] == ""
+    assert yaml.safe_load((ROOT / "roles/node_health/defaults/main.yml").read_text())["node_health_dcgm_service"] == ""
+    files = [p for p in (ROOT / "roles").glob("*/*/**/*") if p.is_file() and p.suffix in (".yml", ".yaml", ".j2")]
+    assert any(p.name == "fmcluster-health-boot.service.j2" for p in files)  # templates are read too
+    for path in files:
+        text = path.read_text()
+        found = [literal for literal in CONTRACT_LITERALS if literal in text]
+        assert not found, f"{path.relative_to(ROOT)} names {found}: take it from the image contract (role_vars)"
+
+
+def test_the_boot_diagnostic_follows_the_image_s_dcgm_host_engine_only_where_it_ships_one() -> None:
+    """dcgmi (the checks dcgm, dcgm-deep and the boot diagnostic before slurmd) needs DCGM's host engine. The DLAMI
+    Base GPU AMIs list dcgm_version in their release notes, HyperPod's Slurm AMI is built on them, ParallelCluster's
+    cookbook installs datacenter-gpu-manager on NVIDIA nodes; the Neuron DLAMIs and the local image ship no DCGM."""
+    catalog = load_images()
+    for key, image in catalog.images.items():
+        assert image.contract.role_vars()["node_health_dcgm_service"] == (image.contract.dcgm_service or ""), key
+    shipping = {key for key, image in catalog.images.items() if image.contract.dcgm_service}
+    assert shipping == {"dlami-base-gpu-ubuntu-22.04", "dlami-base-gpu-ubuntu-24.04", "hyperpod-default",
+                        "parallelcluster-ubuntu2204"}
+    assert {catalog[key].contract.dcgm_service for key in shipping} == {"nvidia-dcgm.service"}
+    assert catalog.ec2_image("cuda").contract.dcgm_service  # every slurm-ec2 GPU node has a host engine
+    # a GPU node booted from an image without DCGM is a gap; a Trainium node needs none
+    assert gaps(["node_health"], "debian-12-local") and not gaps(["node_health"], "dlami-base-gpu-ubuntu-24.04")
+    assert not gaps(["node_health"], "neuron-dlami-ubuntu-24.04", "neuron")
+    unnamed = yaml.safe_load(IMAGES_PATH.read_text())
+    unnamed["images"]["hyperpod-default"]["contract"]["dcgm_service"]["value"] = "nvidia-dcgm"  # a unit, with .service
+    with pytest.raises(ImageCatalogError, match=r"hyperpod-default\.contract\.dcgm_service\.value"):
+        parse_catalog(unnamed)
+    for service in ("nvidia-dcgm.service", ""):
+        unit = render_boot_unit(service)
+        directives = [line for line in unit.splitlines() if line.startswith(("Wants=", "After=", "Before="))]
+        expected = [f"Wants={service}", f"After={service}"] if service else []
+        assert directives == [*expected, "Before=fmcluster-slurmd.service"], unit
+
+
+def render_boot_unit(dcgm_service: str) -> str:
+    """roles/node_health's boot unit as Ansible's template module renders it (Jinja2, trim_blocks)."""
+    import jinja2
+
+    defaults = yaml.safe_load((ROOT / "roles/node_health/defaults/main.yml").read_text())
+    env = jinja2.Environment(trim_blocks=True, undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    template = env.from_string((ROOT / "roles/node_health/templates/fmcluster-health-boot.service.j2").read_text())
+    return template.render(**{name: defaults[name] for name in (
+        "node_health_return_diag_level", "node_health_slurmd_unit", "node_health_install_dir",
+        "node_health_config_path", "node_health_timeouts")},
+        node_health_node_name="gpu-3", node_health_dcgm_service=dcgm_service)
+
+
+def test_scontrol_reboot_runs_the_reboot_command_of_the_image_s_own_package() -> None:
+    """RebootProgram is the path systemd-sysv installs on each image (its distribution's file list: /sbin/reboot on
+    Ubuntu 22.04 and Debian 12, /usr/sbin/reboot on Ubuntu 24.04), set only where fmcluster installs Slurm; and, one
+    line of slurm.conf for the whole cluster, the same on every node kind of a tenant whose Slurm fmcluster installs."""
+    catalog = load_images()
+    for key, image in catalog.images.items():
+        contract = image.contract
+        assert contract.reboot_program and "systemd-sysv/filelist" in contract.sources["reboot_program"], key
+        variables = contract.role_vars()
+        if contract.slurm_installed_by == "fmcluster":
+            assert variables["slurm_reboot_program"] == contract.reboot_program, key
+        else:  # the service's own slurm.conf says it (ParallelCluster, HyperPod)
+            assert "slurm_reboot_program" not in variables, key
+    assert catalog.ec2_image("cuda").contract.reboot_program == "/usr/sbin/reboot"  # noble's systemd-sysv
+    assert catalog["debian-12-local"].contract.reboot_program == "/sbin/reboot"  # bookworm's
+    assert any(rule["fact"] == "reboot_program" and rule.get("present") for rule in assumptions("slurm"))
+    for org in ORGS:
+        groups = manifest_for(load_tenant(org, ROOT))["groups"]
+        kinds = [groups["controller"], *([groups["login"]] if groups["login"] else []), *groups["queues"].values()]
+        programs = {kind["vars"].get("slurm_reboot_program") for kind in kinds}
+        assert len(programs) == 1, (org, programs)
 
 
 def test_a_service_owned_stack_is_checked_never_reinstalled() -> None:

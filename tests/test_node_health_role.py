@@ -18,6 +18,7 @@ import yaml
 
 from fmcluster.catalog import load_catalog
 from fmcluster.health import data
+from fmcluster.images import load_images
 from fmcluster.providers.local.hosts import Host, host_run
 from role_helpers import converge_hosts, systemd_hosts
 from health_helpers import diag_r2_pass, gpu_outputs
@@ -80,8 +81,11 @@ def inventory(harness_inventory: Path, node: Host, tmp: Path) -> Path:
                      + gpu_outputs.fixture("dcgmi-discovery-8.txt") + "EOF\n  ;;\n  diag) cat <<'EOF'\n"
                      + diag_r2_pass() + "\nEOF\n  ;;\nesac\n")
     dcgmi.chmod(0o755)
+    # ... booted from slurm-ec2's GPU image, whose contract names DCGM's host engine unit (the manifest's group vars).
+    dlami = load_images().ec2_image("cuda").contract.role_vars()
     gpu = {"node_health_scope": "node", "fmcluster_capabilities": {"real_accelerators": True, "slurm_owner": "fmcluster"},
            "fmcluster_instance": load_catalog()["p5.48xlarge"].as_vars(),
+           "node_health_dcgm_service": dlami["node_health_dcgm_service"],
            "slurm_nodes": [{"name": "gpu-3", "real_memory_mb": 1024}],
            "node_health_commands": {**commands, "dcgmi": [str(BASE / "bin" / "dcgmi")]}}
     # cpu-7 shares this machine with gpu-3: its "no boot diagnostic here" must not remove gpu-3's unit.
@@ -165,9 +169,11 @@ def test_a_gpu_node_runs_its_boot_diagnostic_as_a_unit_before_slurmd_and_serves_
     unit = "fmcluster-health-boot.service"
     assert run(node, "systemctl", "is-enabled", unit).strip() == "enabled"
     shown = dict(line.split("=", 1) for line in run(
-        node, "systemctl", "show", "--property=ActiveState,Result,Before,TimeoutStartUSec", unit).splitlines())
+        node, "systemctl", "show", "--property=ActiveState,Result,Before,After,Wants,TimeoutStartUSec", unit).splitlines())
     assert (shown["ActiveState"], shown["Result"]) == ("active", "success"), shown
     assert "fmcluster-slurmd.service" in shown["Before"].split() and shown["TimeoutStartUSec"] == "16min 50s", shown
+    # DCGM's host engine, as the image contract names it (the harness has no such unit: Wants= tolerates that)
+    assert "nvidia-dcgm.service" in shown["Wants"].split() and "nvidia-dcgm.service" in shown["After"].split(), shown
     record = json.loads(on_host(node, BASE / "nodes" / "gpu-3" / "state" / "boot.json").read_text())
     boot_id = run(node, "cat", "/proc/sys/kernel/random/boot_id").strip()
     assert (record["boot_id"], record["level"], record["healthy"]) == (boot_id, 2, True), record

@@ -34,6 +34,12 @@ def cluster_vars(tenant: Tenant) -> dict[str, Any]:
     return variables
 
 
+def controller_vars(tenant: Tenant) -> dict[str, Any]:
+    """The controller's group vars, where slurm.conf is written: its image's contract (slurm_reboot_program, ...)."""
+    variables: dict[str, Any] = manifest_for(tenant)["groups"]["controller"]["vars"]
+    return variables
+
+
 #: One ansible-playbook run (the module fixture) takes about 15 s on two cores.
 pytestmark = pytest.mark.slow
 TEMPLATES = ROOT / "roles" / "slurm" / "templates"
@@ -72,10 +78,10 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     cases = {
         "render": {
-            "stockmark": {**defaults, **cluster_vars(load_tenant("stockmark")), "slurm_use_cgroup": True,
-                          "render_templates": ["slurm.conf", "gres.conf", "topology.conf"]},
-            "demo": {**defaults, **cluster_vars(load_tenant("demo")), "slurm_use_cgroup": False,
-                     "slurm_task_prolog": "/opt/p.sh", "render_templates": ["slurm.conf"]},
+            "stockmark": {**defaults, **cluster_vars(load_tenant("stockmark")), **controller_vars(load_tenant("stockmark")),
+                          "slurm_use_cgroup": True, "render_templates": ["slurm.conf", "gres.conf", "topology.conf"]},
+            "demo": {**defaults, **cluster_vars(load_tenant("demo")), **controller_vars(load_tenant("demo")),
+                     "slurm_use_cgroup": False, "slurm_task_prolog": "/opt/p.sh", "render_templates": ["slurm.conf"]},
         },
         "role": {"configless": role_run("configless", True), "controller": role_run("controller", False)},
     }
@@ -116,6 +122,17 @@ def test_a_rebooted_gpu_node_has_its_boot_and_its_boot_diagnostic_before_slurm_m
     assert resume_timeout_s(load_tenant("stockmark")) == 2750
     demo = (rendered / "demo" / "slurm.conf").read_text()
     assert re.findall(r"^ResumeTimeout=.*$", demo, re.M) == ["ResumeTimeout=300"]
+
+
+def test_scontrol_reboot_runs_the_reboot_command_the_controller_s_image_ships(rendered: Path) -> None:
+    """RebootProgram comes from the image contract (images.yml reboot_program, systemd-sysv's file list): Ubuntu
+    24.04's /usr/sbin/reboot on stockmark, Debian 12's /sbin/reboot locally; the role's default writes none."""
+    stockmark = (rendered / "stockmark" / "slurm.conf").read_text()
+    assert re.findall(r"^RebootProgram=.*$", stockmark, re.M) == ["RebootProgram=/usr/sbin/reboot"]
+    demo = (rendered / "demo" / "slurm.conf").read_text()
+    assert re.findall(r"^RebootProgram=.*$", demo, re.M) == ["RebootProgram=/sbin/reboot"]
+    controller = (rendered / "controller" / "etc" / "slurm" / "slurm.conf").read_text()  # no contract given
+    assert "RebootProgram=" not in controller
 
 
 def test_the_controller_serves_its_configuration_to_configless_slurmd(rendered: Path) -> None:

@@ -63,6 +63,8 @@ class Contract:
     accelerator_stack: AcceleratorStack
     imds_access_tool: str | None
     neuron_bin_dir: str | None
+    dcgm_service: str | None
+    reboot_program: str | None
     sources: dict[str, str]
 
     def slurm_cgroups(self) -> bool:
@@ -95,8 +97,13 @@ class Contract:
         variables["nccl_tests_nccl_home"] = self.nccl_home or versions.packaged_nccl_home()
         if self.neuron_bin_dir is not None:  # the neuron role checks the image's own stack with neuron-ls from here
             variables["neuron_bin_dir"] = self.neuron_bin_dir
+        # A GPU node's boot diagnostic (roles/node_health) wants and follows DCGM's host engine where the image ships
+        # one; without it, the unit names none.
+        variables["node_health_dcgm_service"] = self.dcgm_service or ""
         if self.slurm_installed_by == "fmcluster":
             variables["slurm_use_cgroup"] = self.slurm_cgroups()
+            # slurm.conf's RebootProgram, which `scontrol reboot` (the repair agent's reboot) runs; empty: none.
+            variables["slurm_reboot_program"] = self.reboot_program or ""
         return variables
 
 
@@ -185,6 +192,10 @@ _CONTRACT_FACTS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "accelerator_stack": (lambda v: v in get_args(AcceleratorStack), f"one of {', '.join(get_args(AcceleratorStack))}"),
     "imds_access_tool": (lambda v: v is None or (isinstance(v, str) and v.startswith("/")), "an absolute path, or null"),
     "neuron_bin_dir": (lambda v: v is None or (isinstance(v, str) and v.startswith("/")), "an absolute path, or null"),
+    "dcgm_service": (lambda v: v is None or (isinstance(v, str) and v.endswith(".service") and "/" not in v
+                                             and len(v) > len(".service")),
+                     "a systemd service unit's name like \"nvidia-dcgm.service\", or null"),
+    "reboot_program": (lambda v: v is None or (isinstance(v, str) and v.startswith("/")), "an absolute path, or null"),
 }
 
 
