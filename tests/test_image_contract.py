@@ -195,17 +195,29 @@ def test_the_boot_diagnostic_follows_the_image_s_dcgm_host_engine_only_where_it_
         assert directives == [*expected, "Before=fmcluster-slurmd.service"], unit
 
 
-def render_boot_unit(dcgm_service: str) -> str:
+def render_boot_unit(dcgm_service: str, **overrides: Any) -> str:
     """roles/node_health's boot unit as Ansible's template module renders it (Jinja2, trim_blocks)."""
     import jinja2
 
     defaults = yaml.safe_load((ROOT / "roles/node_health/defaults/main.yml").read_text())
     env = jinja2.Environment(trim_blocks=True, undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
     template = env.from_string((ROOT / "roles/node_health/templates/fmcluster-health-boot.service.j2").read_text())
-    return template.render(**{name: defaults[name] for name in (
+    return template.render(**{**{name: defaults[name] for name in (
         "node_health_return_diag_level", "node_health_slurmd_unit", "node_health_install_dir",
-        "node_health_config_path", "node_health_timeouts")},
-        node_health_node_name="gpu-3", node_health_dcgm_service=dcgm_service)
+        "node_health_config_path", "node_health_timeouts", "node_health_boot_after")},
+        "node_health_node_name": "gpu-3", "node_health_dcgm_service": dcgm_service, **overrides})
+
+
+def test_on_nvswitch_instances_the_boot_diagnostic_waits_for_fabric_manager() -> None:
+    """A p5's GPUs reach each other over NVSwitch only once Fabric Manager runs (NVIDIA Fabric Manager User Guide):
+    its queue's nodes order the boot diagnostic after it; a queue without NVSwitch after nothing more."""
+    from fmcluster.accelerators import queue_vars
+
+    p5, trn1 = queue_vars("p5.48xlarge", ["p5.48xlarge"]), queue_vars("trn1.32xlarge", ["trn1.32xlarge"])
+    assert p5["node_health_boot_after"] == ["nvidia-fabricmanager.service"] and trn1["node_health_boot_after"] == []
+    unit = render_boot_unit("nvidia-dcgm.service", node_health_boot_after=p5["node_health_boot_after"])
+    assert [line for line in unit.splitlines() if line.startswith("After=")] == [
+        "After=nvidia-dcgm.service", "After=nvidia-fabricmanager.service"], unit
 
 
 def test_scontrol_reboot_runs_the_reboot_command_of_the_image_s_own_package() -> None:

@@ -18,6 +18,12 @@ from fmcluster import nccl
 from fmcluster.catalog import InstanceType, load_catalog
 
 
+#: NVIDIA Fabric Manager's unit (the nvidia-fabricmanager package; NVIDIA Fabric Manager User Guide, "systemctl start
+#: nvidia-fabricmanager", https://docs.nvidia.com/datacenter/tesla/fabric-manager-user-guide/index.html). On NVSwitch
+#: systems the GPUs' NVLink is unusable until it runs, so the boot diagnostic waits for it.
+FABRIC_MANAGER_UNIT = "nvidia-fabricmanager.service"
+
+
 def accelerator_roles(instance: InstanceType, cluster_needs_fabric: bool) -> list[str]:
     return ((["efa"] if instance.has_efa else []) + (["nvidia_driver"] if instance.accelerator == "cuda" else [])
             + (["neuron"] if instance.accelerator == "neuron" else [])
@@ -32,6 +38,8 @@ def queue_vars(instance_type: str, cluster_instance_types: Sequence[str]) -> dic
         "efa_expected_interfaces": instance.efa_interfaces,
         "nvidia_driver_expected_gpus": instance.accelerators_per_node if instance.accelerator == "cuda" else 0,
         "nvidia_driver_fabric_manager": instance.nvswitch,
+        # The boot diagnostic (roles/node_health) runs after what the GPUs need to pass it.
+        "node_health_boot_after": [FABRIC_MANAGER_UNIT] if instance.nvswitch else [],
         "neuron_expected_devices": instance.accelerators_per_node if instance.accelerator == "neuron" else 0,
         # nccl-tests is built on the queue's own nodes for its own accelerators (playbooks/acceptance-jobs.yml).
         "nccl_tests_gpus_per_node": instance.accelerators_per_node,
