@@ -134,6 +134,8 @@ def test_the_operator_logs_in_as_one_default_user_on_every_node_kind(org: str) -
     users = {load_images()[image].contract.default_user for _, image, _, _ in node_kinds(org)}
     assert len(users) == 1, users
     assert provider_for(load_tenant(org, ROOT)).login_user() in users  # type: ignore[attr-defined]
+    # ... and finds the Slurm clients in one place: the deploy's ssh commands put the controller image's on PATH.
+    assert len({load_images()[image].contract.slurm_bin_dir for _, image, _, _ in node_kinds(org)}) == 1
 
 
 def test_slurm_ec2_boots_images_whose_slurm_runs_with_cgroups_under_systemd() -> None:

@@ -207,3 +207,37 @@ def test_the_node_list_is_read_again_only_when_the_inventory_changes(tmp_path: P
     hosts.write_text(yaml.safe_dump({"all": {"vars": {"fmcluster_nodes": [CONTROLLER.as_dict(), LOGIN.as_dict()]}}}))
     os.utime(hosts, ns=(hosts.stat().st_atime_ns, hosts.stat().st_mtime_ns + 1_000_000))
     assert known_nodes("stockmark") == [CONTROLLER, LOGIN]
+
+
+def _as_sshd_runs_it(argv: list[str], command: str, user_at: str) -> subprocess.CompletedProcess[str]:
+    """What the node runs for `ssh ... user@host <args>`: ssh joins the arguments after the destination with spaces
+    and sshd hands that text to the user's shell as `-c` (no login shell: nothing of /etc/profile.d), here with
+    the PATH sshd gives a session (Ubuntu's /etc/environment)."""
+    text = " ".join([*argv[argv.index(user_at) + 1:], command])
+    return subprocess.run(["bash", "-c", text], capture_output=True, text=True, check=True,
+                          env={"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"})
+
+
+@pytest.mark.parametrize("org", ["pclab", "neuronlab", "stockmark"])
+def test_slurm_commands_over_ssh_find_the_image_s_slurm_clients(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                org: str) -> None:
+    """ParallelCluster puts /opt/slurm/bin on PATH only in /etc/profile.d/slurm.sh (its cookbook's slurm/config.rb),
+    which a command run over ssh never reads: every `sinfo`/`sbatch`/`scontrol show node` of the deploy, acceptance,
+    `invoke nodes/slurm/usage` and doctor was "command not found" there (locally Debian's Slurm is in /usr/bin)."""
+    from fmcluster.images import load_images
+
+    monkeypatch.setenv("FMCLUSTER_ROOT", str(_root_with_nodes(tmp_path, org, [CONTROLLER, LOGIN], {})))
+    monkeypatch.setattr("fmcluster.providers.aws.AwsProvider.route",
+                        lambda self, node: route_to(node, [node], "key", "ubuntu", session))
+    tenant = load_tenant(org, tmp_path)
+    image = scheduler_for(tenant).image(tenant.controller.accelerator)
+    wanted = load_images()[image].contract.slurm_bin_dir
+    argv = provider_for(tenant).client_argv(LOGIN)
+    path = _as_sshd_runs_it(argv, 'printf %s "$PATH"', "ubuntu@203.0.113.10").stdout.split(":")
+    if wanted is None:  # the distribution's Slurm, in /usr/bin: the command goes as it is
+        assert argv[-1] == "ubuntu@203.0.113.10" and "/opt/slurm/bin" not in path
+    else:
+        assert wanted in path, (org, path)
+    assert _as_sshd_runs_it(argv, "echo 'a b'", "ubuntu@203.0.113.10").stdout == "a b\n"  # the command is untouched
+    expected = {"pclab": "/opt/slurm/bin", "neuronlab": "/opt/slurm/bin", "stockmark": None}[org]
+    assert wanted == expected

@@ -65,6 +65,8 @@ class Contract:
     neuron_bin_dir: str | None
     dcgm_service: str | None
     reboot_program: str | None
+    #: Where the Slurm clients are when a non-login shell's PATH lacks them (a service's /opt/slurm/bin), or None.
+    slurm_bin_dir: str | None
     sources: dict[str, str]
 
     def slurm_cgroups(self) -> bool:
@@ -196,6 +198,8 @@ _CONTRACT_FACTS: dict[str, tuple[Callable[[Any], bool], str]] = {
                                              and len(v) > len(".service")),
                      "a systemd service unit's name like \"nvidia-dcgm.service\", or null"),
     "reboot_program": (lambda v: v is None or (isinstance(v, str) and v.startswith("/")), "an absolute path, or null"),
+    "slurm_bin_dir": (lambda v: v is None or (isinstance(v, str) and v.startswith("/") and v.replace("/", "").replace(
+        "_", "").replace("-", "").replace(".", "").isalnum()), "an absolute path (letters, digits, . _ -), or null"),
 }
 
 

@@ -145,12 +145,20 @@ class RouteUnusable(RuntimeError):
     """A node's route needs a program this machine lacks; the message says which and where to get it."""
 
 
-def operator_argv(route: Route, key: str, user: str) -> list[str]:
+def operator_argv(route: Route, key: str, user: str, slurm_bin_dir: str | None = None) -> list[str]:
     """ssh over `route` as an operator runs it; RouteUnusable when the route cannot work from here (fail closed:
-    every caller reports what is missing instead of an ssh error about a ProxyCommand it cannot start)."""
+    every caller reports what is missing instead of an ssh error about a ProxyCommand it cannot start).
+
+    Every caller appends one command, which sshd hands to the user's shell as `-c` text: no login shell, so nothing
+    of /etc/profile.d. Where the image's Slurm clients are only on a login shell's PATH (`slurm_bin_dir`, its
+    contract: ParallelCluster's /opt/slurm/bin comes from /etc/profile.d/slurm.sh), the command is preceded by
+    the PATH export that profile script would have made, as ssh joins its arguments into that one text."""
     if why := route.unusable():
         raise RouteUnusable(why)
-    return ssh_argv(key, route.address, user, route.proxy)
+    argv = ssh_argv(key, route.address, user, route.proxy)
+    if slurm_bin_dir:
+        argv.append(f'export PATH="$PATH":{shlex.quote(slurm_bin_dir)};')
+    return argv
 
 
 def operator_key_path(org: str) -> str:

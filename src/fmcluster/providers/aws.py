@@ -6,6 +6,7 @@ from typing import Any
 
 from fmcluster.capabilities import PROVIDERS, ProviderCapabilities
 from fmcluster.catalog import InstanceType
+from fmcluster.images import Contract
 from fmcluster.model import Tenant
 from fmcluster.nodes import Node
 from fmcluster.providers import (BootResult, NoEndpoint, Out, Route, known_nodes, operator_argv, operator_key_path,
@@ -73,16 +74,20 @@ class AwsProvider:
 
 
     def client_argv(self, node: Node) -> list[str]:
-        return operator_argv(self.route(node), operator_key_path(self.tenant.org), self.login_user())
+        return operator_argv(self.route(node), operator_key_path(self.tenant.org), self.login_user(),
+                             self.contract().slurm_bin_dir)
 
-    def login_user(self) -> str:
-        """The account the EC2 key pair lands in: the default user of the image the controller boots (the image
-        contract; tests/test_image_contract.py holds every node kind of a tenant to one default user)."""
+    def contract(self) -> Contract:
+        """The contract of the image the controller boots (tests/test_image_contract.py holds every node kind of a
+        tenant to one default user and one Slurm client directory)."""
         from fmcluster.images import load_images
         from fmcluster.schedulers.registry import scheduler_for
 
-        image = scheduler_for(self.tenant).image(self.tenant.controller.accelerator)
-        return load_images()[image].contract.default_user
+        return load_images()[scheduler_for(self.tenant).image(self.tenant.controller.accelerator)].contract
+
+    def login_user(self) -> str:
+        """The account the EC2 key pair lands in: the default user of the image the controller boots."""
+        return self.contract().default_user
 
     def console_output(self, endpoint: str | None, node: Node) -> str:
         ec2 = aws.client("ec2", self.tenant.region, endpoint)

@@ -323,7 +323,10 @@ class LocalProvider:
 
 
     def client_argv(self, node: Node) -> list[str]:
-        return operator_argv(self.route(node), operator_key_path(self.tenant.org), self.login_user())
+        from fmcluster.images import load_images
+
+        return operator_argv(self.route(node), operator_key_path(self.tenant.org), self.login_user(),
+                             load_images()[image.NAME].contract.slurm_bin_dir)
 
     def console_output(self, endpoint: str | None, node: Node) -> str:
         host = next((h for h in load_hosts(self.tenant.org) if h.key == node.instance_id), None)
