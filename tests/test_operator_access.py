@@ -241,3 +241,43 @@ def test_slurm_commands_over_ssh_find_the_image_s_slurm_clients(tmp_path: Path, 
     assert _as_sshd_runs_it(argv, "echo 'a b'", "ubuntu@203.0.113.10").stdout == "a b\n"  # the command is untouched
     expected = {"pclab": "/opt/slurm/bin", "neuronlab": "/opt/slurm/bin", "stockmark": None}[org]
     assert wanted == expected
+
+
+def test_acceptance_drains_through_sudo_with_the_image_s_scontrol(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """sudo runs its command with its own secure_path, which ParallelCluster writes without /opt/slurm/bin
+    (aws-parallelcluster-cookbook, recipes/install/sudo_install.rb): `sudo -n scontrol update ... state=drain`, the
+    acceptance gate's drain of a failing node, was "command not found" there. The gate's client names root's
+    scontrol by the image contract's path; here a sudo that resets PATH as secure_path does proves it reaches it."""
+    import dataclasses
+
+    from fmcluster.acceptance import gate
+    from fmcluster.acceptance.slurm import SlurmClient, SlurmError
+
+    captured: list[SlurmClient] = []
+    monkeypatch.setattr(gate, "run_acceptance", lambda tenant, client, *a, **k: captured.append(client))
+    monkeypatch.setattr("fmcluster.providers.aws.AwsProvider.route",
+                        lambda self, node: route_to(node, [node], "key", "ubuntu", session))
+    for org in ("pclab", "stockmark"):
+        monkeypatch.setenv("FMCLUSTER_ROOT", str(_root_with_nodes(tmp_path / org, org, [CONTROLLER, LOGIN], {})))
+        tenant = load_tenant(org, tmp_path / org)
+        gate.run_gate(tenant, provider_for(tenant), [CONTROLLER, LOGIN], print)
+    pclab, stockmark = captured
+    assert pclab.slurm_bin_dir == "/opt/slurm/bin" and stockmark.slurm_bin_dir is None
+
+    # The same client, its ssh replaced by a local shell, its Slurm directory by one this test can write.
+    bin_dir, slurm_dir = tmp_path / "bin", tmp_path / "opt-slurm" / "bin"
+    for folder in (bin_dir, slurm_dir):
+        folder.mkdir(parents=True)
+    (bin_dir / "sudo").write_text('#!/bin/sh\n[ "$1" = -n ] && shift\nPATH=/usr/sbin:/usr/bin:/sbin:/bin exec "$@"\n')
+    (slurm_dir / "scontrol").write_text(f'#!/bin/sh\necho "$@" >> {tmp_path}/scontrol.log\n')
+    for program in (bin_dir / "sudo", slurm_dir / "scontrol"):
+        program.chmod(0o755)
+    local = dataclasses.replace(pclab, prefix=("bash", "-c"), slurm_bin_dir=str(slurm_dir),
+                                env={"PATH": f"{bin_dir}:{slurm_dir}:/usr/bin:/bin"})  # the operator's PATH has it
+    local.drain("gpu-st-p5-48xlarge-1", "fmcluster acceptance: busbw 12 GB/s")
+    local.resume("gpu-st-p5-48xlarge-1")
+    assert (tmp_path / "scontrol.log").read_text().splitlines() == [
+        "update nodename=gpu-st-p5-48xlarge-1 state=drain reason=fmcluster acceptance: busbw 12 GB/s",
+        "update nodename=gpu-st-p5-48xlarge-1 state=resume"]
+    with pytest.raises(SlurmError, match="scontrol"):  # by name, sudo's PATH does not find it
+        dataclasses.replace(local, slurm_bin_dir=None).drain("gpu-st-p5-48xlarge-1", "x")

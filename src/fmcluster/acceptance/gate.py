@@ -19,7 +19,7 @@ from fmcluster.acceptance.slurm import SlurmClient, SlurmError
 from fmcluster.manifest import digest, membership_digest
 from fmcluster.model import Tenant
 from fmcluster.nodes import Node
-from fmcluster.providers import Provider, RouteUnusable
+from fmcluster.providers import Provider, RouteUnusable, controller_contract
 from fmcluster.steps import StepOutcome
 
 Out = Callable[[str], object]
@@ -70,7 +70,8 @@ def run_gate(tenant: Tenant, provider: Provider, nodes: Sequence[Node], out: Out
              every_node: bool = True) -> AcceptanceResult:
     """Run the gate now through the submit node."""
     try:
-        client = SlurmClient(prefix=tuple(provider.client_argv(client_node(nodes))))
+        client = SlurmClient(prefix=tuple(provider.client_argv(client_node(nodes))),
+                             slurm_bin_dir=controller_contract(tenant, provider.node_image).slurm_bin_dir)
     except RouteUnusable as err:  # the callers report a SlurmError as "not ready", with its reason
         raise SlurmError(f"cannot reach the submit node: {err}") from err
     return run_acceptance(tenant, client, tenant.storage.lustre.mount_point, out=out, every_node=every_node)

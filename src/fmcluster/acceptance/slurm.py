@@ -36,6 +36,9 @@ class Job:
 class SlurmClient:
     env: Mapping[str, str] = field(default_factory=dict)
     prefix: tuple[str, ...] = ()
+    #: Where the node's Slurm clients are when not on the system PATH (its image contract's slurm_bin_dir): sudo
+    #: runs its command with its own secure_path, so what root runs is named by its path.
+    slurm_bin_dir: str | None = None
 
     def run(self, argv: Sequence[str], check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess[str]:
         import os
@@ -115,10 +118,14 @@ class SlurmClient:
 
     # The operator logs in as the image's default user: changing a node's state is root's (or SlurmUser's).
     def drain(self, node: str, reason: str) -> None:
-        self.run(["sudo", "-n", "scontrol", "update", f"nodename={node}", "state=drain", f"reason={reason}"])
+        self.run(["sudo", "-n", self._as_root("scontrol"), "update", f"nodename={node}", "state=drain",
+                  f"reason={reason}"])
 
     def resume(self, node: str) -> None:
-        self.run(["sudo", "-n", "scontrol", "update", f"nodename={node}", "state=resume"])
+        self.run(["sudo", "-n", self._as_root("scontrol"), "update", f"nodename={node}", "state=resume"])
+
+    def _as_root(self, command: str) -> str:
+        return f"{self.slurm_bin_dir}/{command}" if self.slurm_bin_dir else command
 
 
 def _fields(line: str) -> dict[str, str]:

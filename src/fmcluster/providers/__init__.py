@@ -25,11 +25,15 @@ import shlex
 import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from fmcluster.capabilities import ProviderCapabilities
 from fmcluster.catalog import InstanceType
 from fmcluster.nodes import Node
+
+if TYPE_CHECKING:
+    from fmcluster.images import Contract
+    from fmcluster.model import Tenant
 
 Out = Callable[[str], object]
 
@@ -159,6 +163,16 @@ def operator_argv(route: Route, key: str, user: str, slurm_bin_dir: str | None =
     if slurm_bin_dir:
         argv.append(f'export PATH="$PATH":{shlex.quote(slurm_bin_dir)};')
     return argv
+
+
+def controller_contract(tenant: Tenant, node_image: str | None) -> Contract:
+    """The contract of the image the tenant's controller boots on this provider (`node_image`: the provider's own,
+    else the scheduler's); tests/test_image_contract.py holds every node kind of a tenant to one default user and one
+    Slurm client directory, so what the operator's commands assume of one node holds on all."""
+    from fmcluster.images import booted_image, load_images
+    from fmcluster.schedulers.registry import scheduler_for
+
+    return load_images()[booted_image(scheduler_for(tenant).image, node_image)(tenant.controller.accelerator)].contract
 
 
 def operator_key_path(org: str) -> str:

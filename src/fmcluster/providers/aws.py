@@ -9,8 +9,8 @@ from fmcluster.catalog import InstanceType
 from fmcluster.images import Contract
 from fmcluster.model import Tenant
 from fmcluster.nodes import Node
-from fmcluster.providers import (BootResult, NoEndpoint, Out, Route, known_nodes, operator_argv, operator_key_path,
-                                 route_to)
+from fmcluster.providers import (BootResult, NoEndpoint, Out, Route, controller_contract, known_nodes, operator_argv,
+                                 operator_key_path, route_to)
 from fmcluster.stacks import aws
 
 #: Share of an instance's nominal memory given to Slurm (RealMemory), as ParallelCluster does (95 %).
@@ -78,12 +78,7 @@ class AwsProvider:
                              self.contract().slurm_bin_dir)
 
     def contract(self) -> Contract:
-        """The contract of the image the controller boots (tests/test_image_contract.py holds every node kind of a
-        tenant to one default user and one Slurm client directory)."""
-        from fmcluster.images import load_images
-        from fmcluster.schedulers.registry import scheduler_for
-
-        return load_images()[scheduler_for(self.tenant).image(self.tenant.controller.accelerator)].contract
+        return controller_contract(self.tenant, self.node_image)
 
     def login_user(self) -> str:
         """The account the EC2 key pair lands in: the default user of the image the controller boots."""

@@ -41,8 +41,8 @@ from fmcluster.manifest import secret_id
 from fmcluster.model import Tenant
 from fmcluster.nodes import LIVE_STATES, Node, hostname_for
 from fmcluster.paths import repo_root
-from fmcluster.providers import (BootResult, NoEndpoint, Out, Route, known_nodes, operator_argv, operator_key_path,
-                                 route_to)
+from fmcluster.providers import (BootResult, NoEndpoint, Out, Route, controller_contract, known_nodes, operator_argv,
+                                 operator_key_path, route_to)
 from fmcluster.providers.local.hosts import (
     Bind, Host, HostSpec, SubstrateError, bridge_name, ensure_network, host_run, load_hosts,
     reconcile_hosts, remove_all, remove_host, router_address, substrate_root,
@@ -323,10 +323,8 @@ class LocalProvider:
 
 
     def client_argv(self, node: Node) -> list[str]:
-        from fmcluster.images import load_images
-
         return operator_argv(self.route(node), operator_key_path(self.tenant.org), self.login_user(),
-                             load_images()[image.NAME].contract.slurm_bin_dir)
+                             controller_contract(self.tenant, self.node_image).slurm_bin_dir)
 
     def console_output(self, endpoint: str | None, node: Node) -> str:
         host = next((h for h in load_hosts(self.tenant.org) if h.key == node.instance_id), None)

@@ -30,7 +30,8 @@ PARALLELCLUSTER_REFUSAL = (
     "ParallelCluster replaces unhealthy static compute nodes itself: its clustermgtd (aws-parallelcluster-node's "
     "slurm_plugin) terminates a node Slurm marks DOWN, or DRAINED once idle, and launches a new one "
     "(terminate_down_nodes / terminate_drain_nodes, on by default). Trigger it with "
-    "`invoke slurm --org={org} --cmd='sudo scontrol update nodename={node} state=down reason=replace'`.")
+    "`invoke slurm --org={org} --cmd='sudo \"$(command -v scontrol)\" update nodename={node} state=down "
+    "reason=replace'` (sudo's secure_path lacks ParallelCluster's /opt/slurm/bin).")
 
 
 def parallelcluster_refusal(org: str, node: str) -> str:
