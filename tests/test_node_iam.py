@@ -536,6 +536,37 @@ def test_the_bundled_hyperpod_tenant_with_remote_write_grants_it(tenants: dict[s
     assert allows(role_policies(tenant)["controller"], Request("aps:RemoteWrite", workspace, context(tenant)))
 
 
+@pytest.mark.parametrize("scheduler", sorted(ORGS))
+def test_alertmanager_on_the_controller_may_publish_to_the_tenants_sns_receivers_only(
+        scheduler: str, tenants: dict[str, Tenant]) -> None:
+    """Alertmanager runs on the controller (ParallelCluster: the head node) and signs an SNS receiver's Publish with
+    the instance role (its sns_config: SigV4, no keys given): sns:Publish on the receivers' topics, on the controller
+    only, and only when the tenant has SNS receivers. Locally no SNS is called, so only the rendered policy shows it."""
+    from fmcluster.model import AlertReceiver
+
+    tenant = tenants[scheduler]
+    topic = f"arn:aws:sns:{tenant.region}:{ACCOUNT}:fmc-alerts"
+    sns = AlertReceiver("oncall-sns", "sns", topic)
+    paging = dataclasses.replace(tenant, monitoring=dataclasses.replace(
+        tenant.monitoring, alert_receivers=(*tenant.monitoring.alert_receivers, sns)))
+    quiet = dataclasses.replace(tenant, monitoring=dataclasses.replace(
+        tenant.monitoring, alert_receivers=tuple(r for r in tenant.monitoring.alert_receivers if r.type != "sns")))
+    for role, policies in role_policies(paging, render(paging)).items():
+        assert allows(policies, Request("sns:Publish", topic, context(tenant))) == (role == "controller"), role
+        other = f"arn:aws:sns:{tenant.region}:{ACCOUNT}:someone-elses-topic"
+        assert not allows(policies, Request("sns:Publish", other, context(tenant))), role
+        assert not allows(policies, Request("sns:DeleteTopic", topic, context(tenant))), role
+    for role, policies in role_policies(quiet, render(quiet)).items():
+        assert not allows(policies, Request("sns:Publish", topic, context(tenant))), role
+    # and the IMDS rule lets Alertmanager's account reach the role's credentials (roles/imds_guard, manifest.imds_vars)
+    import yaml
+
+    from fmcluster.manifest import PROMETHEUS_USER
+
+    defaults = yaml.safe_load((ROOT / "roles/alertmanager/defaults/main.yml").read_text())
+    assert defaults["alertmanager_user"] == PROMETHEUS_USER
+
+
 # --- the evaluator itself ---------------------------------------------------------------------------------
 
 def test_the_evaluator_substitutes_policy_variables_literally_and_fails_closed() -> None:

@@ -11,7 +11,7 @@ from fmcluster.model import Tenant
 from fmcluster.stacks.cfn import NO_VALUE, Fn, GetAtt, Ref, Sub, if_, text
 from fmcluster.stacks.templates import ClusterTemplate
 from fmcluster.stacks.templates.common import (
-    LIFECYCLE_PREFIX, TEMPLATE_VERSION, assume_role, bucket_name, controller_statements,
+    LIFECYCLE_PREFIX, TEMPLATE_VERSION, alert_publish_statements, assume_role, bucket_name, controller_statements,
     description, metadata, node_statements, output, remote_write_statements, resource_tags, security_group_id,
     spec_file, subnet_id,
 )
@@ -150,7 +150,8 @@ def build(tenant: Tenant) -> dict[str, Any]:
                                f"{prefix} HyperPod login and compute instances"),
         "ControllerExecutionRole": _role(tenant, "hyperpod-controller-role",
                                          [*node_statements(tenant, controller=True), *controller_statements(),
-                                          *remote_write_statements(tenant), *discovery_statements(tenant),
+                                          *remote_write_statements(tenant), *alert_publish_statements(tenant),
+                                          *discovery_statements(tenant),
                                           *network_statements()], f"{prefix} HyperPod controller"),
         "Cluster": {"Type": "AWS::SageMaker::Cluster", "Properties": {
             "ClusterName": cluster_name(tenant),

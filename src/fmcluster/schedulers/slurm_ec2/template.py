@@ -14,8 +14,8 @@ from fmcluster.model import Queue, Tenant
 from fmcluster.stacks.cfn import NO_VALUE, Fn, GetAtt, Ref, if_, text
 from fmcluster.stacks.templates import ClusterTemplate
 from fmcluster.stacks.templates.common import (
-    TEMPLATE_VERSION, assume_role, bucket_name, controller_statements, description, logical_name, metadata,
-    node_statements,
+    TEMPLATE_VERSION, alert_publish_statements, assume_role, bucket_name, controller_statements, description,
+    logical_name, metadata, node_statements,
     output, remote_write_statements, resource_tags, security_group_id, spec_file, subnet_id,
 )
 
@@ -314,7 +314,8 @@ def build(tenant: Tenant, user_data: UserData, role_tags: RoleTags = fmcluster_r
         "NodeInstanceProfile": {"Type": "AWS::IAM::InstanceProfile", "Properties": {"Roles": [Ref("NodeRole")]}},
         "ControllerRole": _role(tenant, "controller-role",
                                 [*node_statements(tenant, controller=True), *controller_statements(),
-                                 *remote_write_statements(tenant), *(repair_statements(tenant) if repair else [])],
+                                 *remote_write_statements(tenant), *alert_publish_statements(tenant),
+                                 *(repair_statements(tenant) if repair else [])],
                                 f"{tenant.stack_prefix} Slurm controller"),
         "ControllerInstanceProfile": {"Type": "AWS::IAM::InstanceProfile",
                                       "Properties": {"Roles": [Ref("ControllerRole")]}},

@@ -175,6 +175,16 @@ def controller_statements() -> list[dict[str, Any]]:
              "Resource": "*"}]
 
 
+def alert_publish_statements(tenant: Tenant) -> list[dict[str, Any]]:
+    """Alertmanager on the controller (head node) publishes to the tenant's SNS receivers (monitoring.alert_receivers
+    of type sns; its sns_config signs with SigV4 and, given no keys, the instance role's credentials): sns:Publish on
+    those topics alone. Alertmanager runs as the Prometheus account, which the IMDS rule lets through."""
+    topics = sorted({r.target for r in tenant.monitoring.alert_receivers if r.type == "sns"})
+    if not topics:
+        return []
+    return [{"Sid": "AlertmanagerPublish", "Effect": "Allow", "Action": "sns:Publish", "Resource": topics}]
+
+
 #: An Amazon Managed Prometheus remote-write URL (fmcluster.validation checks the tenant's): region, workspace id.
 AMP_REMOTE_WRITE_URL = re.compile(
     r"https://aps-workspaces\.([a-z0-9-]+)\.amazonaws\.com/workspaces/(ws-[0-9a-f-]{1,64})/api/v1/remote_write")

@@ -9,7 +9,7 @@ from typing import Any
 from fmcluster.model import Tenant
 from fmcluster.stacks.cfn import Fn, GetAtt, Ref, Sub, text
 from fmcluster.stacks.templates.common import (
-    BOOTSTRAP_PREFIX, MANIFEST_PREFIX, TEMPLATE_VERSION, description, metadata, output,
+    BOOTSTRAP_PREFIX, MANIFEST_PREFIX, TEMPLATE_VERSION, alert_publish_statements, description, metadata, output,
     own_report_keys, remote_write_statements, resource_tags, secret_arns, secrets_of, security_group_id, spec_file,
     subnet_id, vpc_id,
 )
@@ -231,8 +231,10 @@ def parallelcluster_node_policy(tenant: Tenant, roles: tuple[str, ...]) -> dict[
             {"Sid": "ReadOwnSecrets", "Effect": "Allow", "Action": "secretsmanager:GetSecretValue",
              "Resource": secret_arns(tenant.org, secrets_of(tenant, roles))},
             {"Sid": "FindClusterNodes", "Effect": "Allow", "Action": describe, "Resource": "*"},
-            # Prometheus on the head node: remote write to the tenant's Amazon Managed Prometheus, if any.
+            # Prometheus on the head node: remote write to the tenant's Amazon Managed Prometheus, if any; its
+            # Alertmanager: the tenant's SNS receivers, if any.
             *(remote_write_statements(tenant) if head else []),
+            *(alert_publish_statements(tenant) if head else []),
         ]},
     }}
 
