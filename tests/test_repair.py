@@ -311,6 +311,10 @@ def fleet_of(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_aws: None) -> d
 
     class Shell:
         def client_argv(self, node: Node) -> list[str]:
+            if shell["argv"][0] == "raise":
+                from fmcluster.providers.local.hosts import SubstrateError
+
+                raise SubstrateError(shell["argv"][1])
             return shell["argv"]
 
     monkeypatch.setattr(registry, "provider_for", lambda tenant: Shell())
@@ -366,5 +370,8 @@ def test_invoke_fleet_says_unknown_and_why_where_the_controller_does_not_answer(
     assert "unknown (unreadable repair ledger from controller-1: 'not json\\n')" in fleet_of["run"]()[1]
     fleet_of["shell"]["argv"] = ["sh", "-c", "echo '{\"entries\": [1]}'"]
     assert "unknown (unreadable repair ledger: " in fleet_of["run"]()[1]
+    fleet_of["shell"]["argv"] = ["raise", "no local host for instance 'i-0c00000000000002': nothing to open a session to"]
+    assert ("unknown (the controller was not asked: no local host for instance 'i-0c00000000000002': nothing to open "
+            "a session to)") in fleet_of["run"]()[1]
     monkeypatch.setattr(inventory, "read_nodes", lambda org, root=None: [])
     assert "unknown (the cluster has no controller node (nothing deployed?))" in fleet_of["run"]()[1]

@@ -130,6 +130,8 @@ def repair_cell(tenant: Tenant, root: Path | None = None) -> str:
         return f"unknown ({err})"
     except OSError as err:  # no ssh client, say
         return f"unknown (the controller was not asked: {err.strerror or err})"
+    except RuntimeError as err:  # the provider has no route to it (local: its host is gone mid-deploy)
+        return f"unknown (the controller was not asked: {err})"
     except (TypeError, ValueError, AttributeError) as err:  # a ledger of the wrong shape
         return f"unknown (unreadable repair ledger: {err})"
 
