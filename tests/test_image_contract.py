@@ -44,15 +44,20 @@ def fact(contract: Contract, name: str) -> Any:
     return value() if callable(value) else value
 
 
-def gaps(roles: list[str], image: str, accelerator: str = "cuda") -> list[str]:
+def gaps(roles: list[str], image: str, accelerator: str = "cuda", variables: dict[str, Any] | None = None) -> list[str]:
     """What the roles, converged in this order on a node of `accelerator` booted from `image`, assume and find neither
-    in the image's contract nor added by a role before them (a rule with an `accelerator` holds on those nodes only)."""
+    in the image's contract nor added by a role before them (a rule with an `accelerator` holds on those nodes only,
+    one with a `runtime` where the node kind's dcgm_exporter_runtime is that: `variables`, its group vars, by default
+    what the image's contract decides)."""
     contract = load_images()[image].contract
+    variables = contract.role_vars() if variables is None else variables
     found: list[str] = []
     added: set[str] = set()
     for role in roles:
         for rule in assumptions(role):
             if rule.get("accelerator", accelerator) != accelerator:
+                continue
+            if "runtime" in rule and variables.get("dcgm_exporter_runtime") != rule["runtime"]:
                 continue
             value = fact(contract, rule["fact"])
             if "equals" in rule and value != rule["equals"]:
@@ -64,9 +69,9 @@ def gaps(roles: list[str], image: str, accelerator: str = "cuda") -> list[str]:
     return found
 
 
-def node_kinds(org: str) -> list[tuple[str, str, str, list[str]]]:
-    """(node kind, image, accelerator, roles that read the image) of a tenant's nodes, from the manifest its deploy
-    publishes."""
+def node_kinds(org: str) -> list[tuple[str, str, str, list[str], dict[str, Any]]]:
+    """(node kind, image, accelerator, roles that read the image, group vars) of a tenant's nodes, from the manifest
+    its deploy publishes."""
     tenant = load_tenant(org, ROOT)
     manifest = manifest_for(tenant)
     fmcluster_slurm = manifest["vars"]["fmcluster_capabilities"]["slurm_owner"] == "fmcluster"
@@ -79,19 +84,20 @@ def node_kinds(org: str) -> list[tuple[str, str, str, list[str]]]:
         # playbooks/slurm-cluster.yml: slurm (through its controller/compute/login roles) and node_health where
         # fmcluster installs Slurm (node_health's scope cluster on the controller, node on compute nodes)
         roles = (["slurm", "node_health"] if fmcluster_slurm else []) + list(variables.get("fmcluster_accelerator_roles", []))
+        roles.append("dcgm_exporter")  # playbooks/monitoring.yml: the exporters on every node
         accelerator = group["instance"]["accelerator"]
         if accelerator in ("cuda", "neuron"):
             # nccl-tests built, nccom-test checked and run on the queue's own nodes (playbooks/acceptance-jobs.yml)
             roles.append("nccl_tests")
-        walked.append((kind, variables["fmcluster_image"], accelerator, roles))
+        walked.append((kind, variables["fmcluster_image"], accelerator, roles, variables))
     return walked
 
 
 @pytest.mark.parametrize("org", AWS_ORGS)
 def test_every_node_kind_s_roles_find_what_they_assume_in_its_image(org: str) -> None:
     """No gap is known and passed: a role that needs what an image lacks fails here until a role before it adds it."""
-    problems = [f"{org} {kind}: {gap}" for kind, image, accelerator, roles in node_kinds(org)
-                for gap in gaps(roles, image, accelerator)]
+    problems = [f"{org} {kind}: {gap}" for kind, image, accelerator, roles, variables in node_kinds(org)
+                for gap in gaps(roles, image, accelerator, variables)]
     assert not problems, "\n".join(sorted(problems))
 
 
@@ -131,11 +137,11 @@ def test_each_node_kind_carries_the_contract_of_the_image_it_boots(org: str) -> 
 
 @pytest.mark.parametrize("org", AWS_ORGS)
 def test_the_operator_logs_in_as_one_default_user_on_every_node_kind(org: str) -> None:
-    users = {load_images()[image].contract.default_user for _, image, _, _ in node_kinds(org)}
+    users = {load_images()[image].contract.default_user for _, image, _, _, _ in node_kinds(org)}
     assert len(users) == 1, users
     assert provider_for(load_tenant(org, ROOT)).login_user() in users  # type: ignore[attr-defined]
     # ... and finds the Slurm clients in one place: the deploy's ssh commands put the controller image's on PATH.
-    assert len({load_images()[image].contract.slurm_bin_dir for _, image, _, _ in node_kinds(org)}) == 1
+    assert len({load_images()[image].contract.slurm_bin_dir for _, image, _, _, _ in node_kinds(org)}) == 1
 
 
 def test_slurm_ec2_boots_images_whose_slurm_runs_with_cgroups_under_systemd() -> None:
@@ -283,5 +289,102 @@ def test_role_assumptions_name_contract_facts() -> None:
             assert rule["fact"] in facts and rule["why"], (path, rule)
             assert ("equals" in rule) != ("present" in rule), (path, rule)
             assert rule.get("accelerator", "cuda") in ("cuda", "neuron", "none"), (path, rule)
+            assert rule.get("runtime", "container") in ("container", "binary", "none"), (path, rule)
         for rule in meta.get("provides", []):
             assert rule["fact"] in facts and rule["why"] and rule["where_absent"] is True, (path, rule)
+
+
+#: What each image ships to run NVIDIA's containers with GPUs (contract: container_runtime), from its sources: the
+#: DLAMI Base GPU AMIs' release notes list docker-ce-cli, containerd and nvidia_container_toolkit_version;
+#: ParallelCluster's cookbook installs neither Docker nor the toolkit (its NVIDIA recipe: driver, CUDA, DCGM, Fabric
+#: Manager, GDRCopy); HyperPod's lifecycle scripts install Docker and the toolkit themselves (no release note of its AMI
+#: names them); the Neuron DLAMIs have no NVIDIA stack; the local image has no Docker (docs/local-nodes.md).
+CONTAINER_RUNTIMES = {
+    "dlami-base-gpu-ubuntu-22.04": "/usr/bin/docker", "dlami-base-gpu-ubuntu-24.04": "/usr/bin/docker",
+    "neuron-dlami-ubuntu-22.04": None, "neuron-dlami-ubuntu-24.04": None, "hyperpod-default": None,
+    "parallelcluster-ubuntu2204": None, "debian-12-local": None,
+}
+
+
+def test_each_image_s_container_runtime_is_its_sources_and_decides_the_gpu_exporter() -> None:
+    catalog = load_images()
+    assert {key: image.contract.container_runtime for key, image in catalog.images.items()} == CONTAINER_RUNTIMES
+    pcluster = catalog["parallelcluster-ubuntu2204"].contract
+    assert "aws-parallelcluster-cookbook" in pcluster.sources["container_runtime"]
+    assert "dlami/latest/devguide" in catalog["dlami-base-gpu-ubuntu-24.04"].contract.sources["container_runtime"]
+    assert catalog["debian-12-local"].contract.sources["container_runtime"] == "docs/local-nodes.md"
+    for key, image in catalog.images.items():
+        variables = image.contract.role_vars()
+        if image.contract.container_runtime:
+            assert variables["dcgm_exporter_runtime"] == "container", key
+            assert variables["dcgm_exporter_docker"] == image.contract.container_runtime, key
+        else:
+            assert variables["dcgm_exporter_runtime"] == "none" and "dcgm_exporter_docker" not in variables, key
+    # the exporter's container on a GPU node needs the CLI; with runtime none the role assumes nothing of the image
+    assert gaps(["dcgm_exporter"], "parallelcluster-ubuntu2204", "cuda", {"dcgm_exporter_runtime": "container"})
+    assert not gaps(["dcgm_exporter"], "parallelcluster-ubuntu2204")
+    assert not gaps(["dcgm_exporter"], "dlami-base-gpu-ubuntu-24.04")
+    defaults = yaml.safe_load((ROOT / "roles/dcgm_exporter/defaults/main.yml").read_text())
+    assert defaults["dcgm_exporter_docker"] == ""  # the contract names the CLI, never a literal of the role
+
+
+@pytest.mark.parametrize(("path", "value"), [("/usr/bin/docker", True), (None, True), ("docker", False),
+                                             ("/usr/bin/", False), ("/usr/bin/docker run", False), (True, False)])
+def test_a_container_runtime_is_an_absolute_path_or_null(path: Any, value: bool) -> None:
+    raw = yaml.safe_load(IMAGES_PATH.read_text())
+    raw["images"]["hyperpod-default"]["contract"]["container_runtime"]["value"] = path
+    if value:
+        assert parse_catalog(raw)["hyperpod-default"].contract.container_runtime == path
+    else:
+        with pytest.raises(ImageCatalogError, match=r"hyperpod-default\.contract\.container_runtime\.value"):
+            parse_catalog(raw)
+
+
+def test_pclab_s_gpu_queue_gets_no_exporter_and_no_dcgm_target_and_plan_says_why() -> None:
+    """ParallelCluster's AMI ships no container runtime: its GPU nodes start no dcgm-exporter (which would fail the
+    converge, OnNodeConfigured with it, and ParallelCluster would replace the node in a loop), Prometheus expects
+    no dcgm target, and plan lists the gap."""
+    from fmcluster import monitoring
+    from fmcluster.images import gpu_exporter_gaps, image_lines
+
+    tenant = load_tenant("pclab", ROOT)
+    manifest = manifest_for(tenant)
+    gpu = manifest["groups"]["queues"]["gpu"]
+    assert gpu["instance"]["accelerator"] == "cuda"
+    assert gpu["vars"]["dcgm_exporter_runtime"] == "none" and "dcgm_exporter_docker" not in gpu["vars"]
+    jobs = manifest["vars"]["prometheus_scrape_jobs"]
+    assert [job["job"] for job in jobs] == ["node", "efa"]
+    assert jobs == monitoring.scrape_jobs(tenant)
+    image_of = booted_image(scheduler_for(tenant).image, provider_for(tenant).node_image)
+    name = load_images()["parallelcluster-ubuntu2204"].name
+    gap = gpu_exporter_gaps(tenant, image_of)
+    assert gap == [f"  no GPU exporter on queue gpu: {name} ships no container runtime (dcgm-exporter runs as "
+                   "NVIDIA's container); GPU health there comes from fmcluster-health's DCGM checks and their metrics, "
+                   "and Prometheus scrapes no dcgm target"]
+    assert gap[0] in image_lines(tenant, scheduler_for(tenant).image, provider_for(tenant).node_image)
+
+
+def test_stockmark_s_gpu_queue_runs_the_exporter_container_and_is_scraped() -> None:
+    from fmcluster import monitoring
+    from fmcluster.images import image_lines
+
+    tenant = load_tenant("stockmark", ROOT)
+    manifest = manifest_for(tenant)
+    gpu = [q for q in manifest["groups"]["queues"].values() if q["instance"]["accelerator"] == "cuda"]
+    assert gpu and all(q["vars"]["dcgm_exporter_runtime"] == "container" for q in gpu)
+    assert all(q["vars"]["dcgm_exporter_docker"] == "/usr/bin/docker" for q in gpu)
+    dcgm = [job for job in manifest["vars"]["prometheus_scrape_jobs"] if job["job"] == "dcgm"]
+    assert dcgm == [{"job": "dcgm", "port": 9400, "instance_types": sorted({q["instance_type"] for q in gpu})}]
+    assert dcgm[0] in monitoring.scrape_jobs(tenant)
+    lines = image_lines(tenant, scheduler_for(tenant).image, provider_for(tenant).node_image)
+    assert not [line for line in lines if "no GPU exporter" in line]
+
+
+def test_the_dcgm_exporter_role_says_why_and_starts_nothing_where_the_image_has_no_runtime() -> None:
+    tasks = yaml.safe_load((ROOT / "roles/dcgm_exporter/tasks/main.yml").read_text())
+    said = next(t for t in tasks if "ships no container runtime" in str(t.get("ansible.builtin.debug", {})))
+    assert "dcgm_exporter_runtime == 'none'" in said["when"]
+    run = next(t for t in tasks if t["name"] == "Run the DCGM exporter")
+    assert "dcgm_exporter_runtime != 'none'" in run["when"]
+    specs = yaml.safe_load((ROOT / "roles/dcgm_exporter/meta/argument_specs.yml").read_text())
+    assert "none" in specs["argument_specs"]["main"]["options"]["dcgm_exporter_runtime"]["choices"]

@@ -33,6 +33,17 @@ def test_every_node_runs_node_exporter_and_only_gpu_and_efa_instance_types_the_o
     assert [j["job"] for j in neuron] == ["node", "efa"], "Trainium has EFA, no NVIDIA GPU"
 
 
+def test_gpu_nodes_whose_image_ships_no_container_runtime_get_no_dcgm_target() -> None:
+    """pclab's p5 queue boots ParallelCluster's AMI, which ships no container runtime (contract container_runtime):
+    no dcgm-exporter runs there by design, so Prometheus expects no dcgm target; its EFA exporter is still scraped."""
+    assert monitoring.scrape_jobs(load_tenant("pclab")) == [
+        {"job": "node", "port": 9100, "instance_types": []},
+        {"job": "efa", "port": 9109, "instance_types": ["p5.48xlarge"]}]
+    # the same tenant on an image with a container runtime would be scraped: the image decides, not the scheduler
+    dlami = monitoring.scrape_jobs(load_tenant("pclab"), lambda accelerator: "dlami-base-gpu-ubuntu-24.04")
+    assert {"job": "dcgm", "port": 9400, "instance_types": ["p5.48xlarge"]} in dlami
+
+
 def test_remote_write_is_signed_for_the_tenant_s_region() -> None:
     tenant = load_tenant("neuronlab")
     values = monitoring.inventory_vars(tenant)

@@ -43,6 +43,9 @@ class Dashboard:
 
 GPUS_EXPECTED = f'max by (node) (fmcluster_node_expected_accelerators{{accelerator="cuda", {SEL}}})'
 GPUS_VISIBLE = f"count by (node) (DCGM_FI_DEV_GPU_TEMP{{{SEL}}})"
+#: Nodes Prometheus has a dcgm target for: a GPU node whose image ships no container runtime has none by design
+#: (fmcluster.monitoring.scrape_jobs), and its GPUs are not "missing" for want of an exporter.
+DCGM_SCRAPED = f'count by (node) (up{{job="dcgm", {SEL}}})'
 
 GPU_HEALTH = Dashboard(
     uid="fmcluster-gpu-health",
@@ -50,9 +53,12 @@ GPU_HEALTH = Dashboard(
     description="XID errors, remapped rows, row-remap failures, throttling, ECC, NVLink and missing GPUs (dcgm-exporter).",
     panels=(
         Panel("GPUs missing compared with the catalog",
-              ((f"({GPUS_EXPECTED} - on (node) {GPUS_VISIBLE}) > 0 or ({GPUS_EXPECTED} > 0 unless on (node) {GPUS_VISIBLE})",
+              ((f"({GPUS_EXPECTED} - on (node) {GPUS_VISIBLE}) > 0 or "
+                f"(({GPUS_EXPECTED} > 0 unless on (node) {GPUS_VISIBLE}) and on (node) {DCGM_SCRAPED})",
                 "{{node}}"),),
-              kind="table", description="Catalog GPUs per node minus GPUs reporting to DCGM (a GPU off the bus disappears)."),
+              kind="table", description="Catalog GPUs per node minus GPUs reporting to DCGM (a GPU off the bus disappears); "
+                                        "nodes without a dcgm-exporter by design (image without a container runtime) "
+                                        "are left out: plan lists them."),
         Panel("GPUs reporting vs catalog",
               ((GPUS_VISIBLE, "{{node}} reporting"), (GPUS_EXPECTED, "{{node}} catalog")), kind="table"),
         Panel("XID errors in the exporter's window, by code",

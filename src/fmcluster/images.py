@@ -45,6 +45,8 @@ Init = Literal["systemd", "none"]
 Cgroup = Literal["v2", "v1", "hybrid", "hybrid-read-only"]
 SlurmInstaller = Literal["fmcluster", "service"]
 AcceleratorStack = Literal["upgradable", "service-owned", "none"]
+#: roles/dcgm_exporter's runtime on an image that ships no container runtime: no exporter, said plainly.
+DCGM_EXPORTER_ABSENT = "none"
 #: Slurm's first release with a cgroup v2 plugin (https://slurm.schedmd.com/cgroup_v2.html).
 SLURM_CGROUP_V2_SINCE = (22, 5)
 
@@ -67,6 +69,9 @@ class Contract:
     reboot_program: str | None
     #: Where the Slurm clients are when a non-login shell's PATH lacks them (a service's /opt/slurm/bin), or None.
     slurm_bin_dir: str | None
+    #: The container CLI the image ships with NVIDIA's GPU support for containers (Docker and the NVIDIA Container
+    #: Toolkit: `docker run --gpus`), or None: the image ships no container runtime.
+    container_runtime: str | None
     sources: dict[str, str]
 
     def slurm_cgroups(self) -> bool:
@@ -102,6 +107,12 @@ class Contract:
         # A GPU node's boot diagnostic (roles/node_health) wants and follows DCGM's host engine where the image ships
         # one; without it, the unit names none.
         variables["node_health_dcgm_service"] = self.dcgm_service or ""
+        # NVIDIA's dcgm-exporter runs as NVIDIA's container under the image's own container CLI; an image without one
+        # (ParallelCluster's) gets no exporter: the role says why, Prometheus scrapes no dcgm target there and plan
+        # lists the gap (gpu_exporter_gap). GPU health there comes from fmcluster-health's DCGM checks.
+        variables["dcgm_exporter_runtime"] = "container" if self.container_runtime else DCGM_EXPORTER_ABSENT
+        if self.container_runtime:
+            variables["dcgm_exporter_docker"] = self.container_runtime
         if self.slurm_installed_by == "fmcluster":
             variables["slurm_use_cgroup"] = self.slurm_cgroups()
             # slurm.conf's RebootProgram, which `scontrol reboot` (the repair agent's reboot) runs; empty: none.
@@ -200,6 +211,8 @@ _CONTRACT_FACTS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "reboot_program": (lambda v: v is None or (isinstance(v, str) and v.startswith("/")), "an absolute path, or null"),
     "slurm_bin_dir": (lambda v: v is None or (isinstance(v, str) and v.startswith("/") and v.replace("/", "").replace(
         "_", "").replace("-", "").replace(".", "").isalnum()), "an absolute path (letters, digits, . _ -), or null"),
+    "container_runtime": (lambda v: v is None or (isinstance(v, str) and v.startswith("/") and not v.endswith("/")
+                                                   and " " not in v), "an absolute path to the CLI, or null"),
 }
 
 
@@ -278,4 +291,19 @@ def image_lines(tenant: Tenant, scheduler_image: Callable[[str], str], substrate
     if substrate_image:
         local = catalog[str(substrate_image)]
         lines.append(f"  here every node boots {local.name} instead; first boot adds: {local.first_boot_adds}")
+    lines += gpu_exporter_gaps(tenant, booted_image(scheduler_image, substrate_image))
     return lines
+
+
+def gpu_exporter_gaps(tenant: Tenant, image_of: Callable[[str], str]) -> list[str]:
+    """What differs is listed: the GPU node kinds that get no dcgm-exporter, because the image they boot (`image_of`,
+    by accelerator) ships no container runtime to run NVIDIA's exporter container (contract: container_runtime)."""
+    catalog = load_images()
+    missing: dict[str, list[str]] = {}
+    for kind, accelerator in node_kinds(tenant):
+        if accelerator == "cuda" and catalog[image_of(accelerator)].contract.container_runtime is None:
+            missing.setdefault(image_of(accelerator), []).append(kind)
+    return [f"  no GPU exporter on {', '.join(kinds)}: {catalog[key].name} ships no container runtime "
+            "(dcgm-exporter runs as NVIDIA's container); GPU health there comes from fmcluster-health's DCGM checks "
+            "and their metrics, and Prometheus scrapes no dcgm target"
+            for key, kinds in missing.items()]

@@ -35,8 +35,9 @@ def playbook_path(root: Path | None = None) -> Path:
     return (root or repo_root()) / "playbooks" / "monitoring.yml"
 
 
-def inventory_vars(tenant: Tenant) -> dict[str, Any]:
-    """Role variables derived from the tenant's monitoring section."""
+def inventory_vars(tenant: Tenant, image_of: Callable[[str], str] | None = None) -> dict[str, Any]:
+    """Role variables derived from the tenant's monitoring section; `image_of`: the image a node of an accelerator
+    boots (fmcluster.images.booted_image; by default the tenant's scheduler's and provider's, as the deploy's)."""
     monitoring = tenant.monitoring
     return {
         "prometheus_retention_days": monitoring.prometheus_retention_days,
@@ -47,7 +48,7 @@ def inventory_vars(tenant: Tenant) -> dict[str, Any]:
             {"name": r.name, "type": r.type, "target": r.target} for r in monitoring.alert_receivers
         ],
         "fmcluster_lustre_mount_point": tenant.storage.lustre.mount_point,
-        "prometheus_scrape_jobs": scrape_jobs(tenant),
+        "prometheus_scrape_jobs": scrape_jobs(tenant, image_of),
         "prometheus_external_labels": {"cluster": tenant.org},
         "prometheus_alertmanager_targets": ([f"{ALERTMANAGER_ADDRESS}:{ALERTMANAGER_PORT}"]
                                             if monitoring.alert_receivers else []),
@@ -59,10 +60,28 @@ def inventory_vars(tenant: Tenant) -> dict[str, Any]:
 EXPORTER_PORTS = {"node": 9100, "dcgm": 9400, "efa": 9109}
 
 
-def scrape_jobs(tenant: Tenant) -> list[dict[str, Any]]:
-    """One scrape job per exporter, limited to the instance types that run it (empty list: every node)."""
+def tenant_images(tenant: Tenant) -> Callable[[str], str]:
+    """accelerator → the image its nodes boot for this tenant (the provider's own, else the scheduler's), as the
+    deploy's manifest gives them (fmcluster.deploy publish)."""
+    from fmcluster.images import booted_image
+    from fmcluster.providers.registry import provider_for
+    from fmcluster.schedulers.registry import scheduler_for
+
+    return booted_image(scheduler_for(tenant).image, provider_for(tenant).node_image)
+
+
+def scrape_jobs(tenant: Tenant, image_of: Callable[[str], str] | None = None) -> list[dict[str, Any]]:
+    """One scrape job per exporter, limited to the instance types that run it (empty list: every node).
+
+    dcgm-exporter runs only on GPU nodes whose image ships a container runtime (contract: container_runtime; the
+    dcgm_exporter role's runtime none elsewhere), so only their instance types get a dcgm target: Prometheus expects
+    none where no exporter runs by design, and plan lists those nodes (fmcluster.images.gpu_exporter_gaps)."""
+    from fmcluster.images import load_images
+
+    image = image_of or tenant_images(tenant)
     types = [tenant.controller] + ([tenant.login] if tenant.login else []) + [q.instance for q in tenant.queues]
-    gpu = sorted({t.name for t in types if t.accelerator == "cuda"})
+    gpu = sorted({t.name for t in types if t.accelerator == "cuda"
+                  and load_images()[image(t.accelerator)].contract.container_runtime})
     efa = sorted({t.name for t in types if t.has_efa})
     jobs: list[dict[str, Any]] = [{"job": "node", "port": EXPORTER_PORTS["node"], "instance_types": []}]
     if gpu:
