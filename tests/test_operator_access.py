@@ -281,3 +281,15 @@ def test_acceptance_drains_through_sudo_with_the_image_s_scontrol(tmp_path: Path
         "update nodename=gpu-st-p5-48xlarge-1 state=resume"]
     with pytest.raises(SlurmError, match="scontrol"):  # by name, sudo's PATH does not find it
         dataclasses.replace(local, slurm_bin_dir=None).drain("gpu-st-p5-48xlarge-1", "x")
+
+
+def test_a_local_instance_whose_host_is_gone_is_unreachable_as_session_manager_says_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A node of a local tenant whose host no longer exists (halted and removed, or never booted): its session
+    fails as Session Manager's does for an instance that is gone (TargetNotConnected, ssh exits 255), so `invoke
+    doctor`, `fleet` and `nodes` count that node unreachable and go on, instead of ending in a traceback."""
+    monkeypatch.setenv("FMCLUSTER_ROOT", str(_root_with_nodes(tmp_path, "demo", [CONTROLLER], {})))
+    route = provider_for(load_tenant("demo", tmp_path)).route(CONTROLLER)
+    done = subprocess.run(list(route.proxy), capture_output=True, text=True, timeout=10)
+    assert done.returncode == 255
+    assert done.stderr.startswith("TargetNotConnected: no local host for instance 'i-0c0000000000000c1' ('ip-10-0-0-4')")

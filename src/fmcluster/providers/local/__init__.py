@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -309,8 +310,11 @@ class LocalProvider:
             # targets it), to its sshd; the deploy machine's route to the bridge is not used.
             host = next((h for h in load_hosts(self.tenant.org) if h.key == target.instance_id), None)
             if host is None:
-                raise SubstrateError(f"no local host for instance {escaped(target.instance_id)} "
-                                     f"({escaped(target.name)}): nothing to open a session to")
+                # As Session Manager answers for an instance that is gone (TargetNotConnected): the session fails
+                # and ssh with it, so callers see this node unreachable and go on with the others.
+                why = (f"TargetNotConnected: no local host for instance {escaped(target.instance_id)} "
+                       f"({escaped(target.name)}): nothing to open a session to")
+                return ("sh", "-c", f"echo {shlex.quote(why)} >&2; exit 255")
             return ("ip", "netns", "exec", host.netns, sys.executable, "-I", str(Path(channel.__file__)), "%h", "%p")
         return route_to(node, known_nodes(self.tenant.org), operator_key_path(self.tenant.org), self.login_user(),
                         session)
