@@ -186,6 +186,10 @@ def test_a_reboot_from_inside_boots_the_host_again_with_its_disk_kept(hosts: lis
         time.sleep(0.2)
     assert hosts[0].init_pid() not in (None, before), "the host did not come back"
     assert sh(hosts[0], "cat /root/across-reboot").stdout == "kept\n"
+    # Its uptime counts from this boot, as an instance's does (slurmctld knows a reboot happened by it).
+    host_uptime = float(Path("/proc/uptime").read_text().split()[0])
+    uptime = float(sh(hosts[0], "cut -d' ' -f1 /proc/uptime").stdout)
+    assert uptime < 90 < host_uptime, (uptime, host_uptime)
 
 
 @root_only

@@ -11,7 +11,8 @@ A host stands in for one EC2 instance. It has
   system of fmcluster.providers.local.image) with a private writable layer; only the shared-storage stand-ins
   are bound in.
 So every role uses the same paths and the same service manager as on AWS. The kernel and the clock are this
-machine's. A reboot inside a host (`systemctl reboot`) boots it again, as an instance reboots; the console
+machine's, but each boot has its own boot clock (a time namespace: uptime counts from the host's boot, as
+Slurm's reboot detection needs). A reboot inside a host (`systemctl reboot`) boots it again, as an instance reboots; the console
 (what an instance's serial console shows) goes to `<substrate>/console/<instance id>.log`.
 
 Everything a tenant has here lives under `substrate_root(org)` and goes with `remove_all`.
@@ -155,7 +156,7 @@ def _is_mountpoint(path: Path) -> bool:
 def require_root() -> None:
     if os.geteuid() != 0:
         raise SubstrateError("local hosts need root (namespaces, veth, bridge, mounts); run as root")
-    for tool in ("ip", "nsenter", "systemd-nspawn", "mount", "mountpoint"):
+    for tool in ("ip", "nsenter", "systemd-nspawn", "unshare", "mount", "mountpoint"):
         if not shutil.which(tool):
             raise SubstrateError(f"{tool} is missing; run scripts/bootstrap.sh (iproute2, util-linux, "
                                  "systemd-container)")
@@ -281,8 +282,13 @@ def _nspawn_argv(spec: HostSpec, host: Host) -> list[str]:
 def boot_host(host: Host, spec: HostSpec) -> None:
     """Start the host's init (systemd as PID 1); a reboot from inside boots it again, a poweroff ends it."""
     argv = _nspawn_argv(spec, host)
-    # The loop stands in for the hypervisor: exit 133 is the guest's reboot.
-    loop = f"while :; do {' '.join(_shell_quote(a) for a in argv)}; rc=$?; [ $rc -eq {NSPAWN_REBOOT} ] || exit $rc; done"
+    # The loop stands in for the hypervisor: exit 133 is the guest's reboot. Each boot gets a time namespace whose
+    # boot clock starts at zero (unshare(1) --time --boottime; it execs systemd-nspawn in it): the guest's uptime
+    # (/proc/uptime, sysinfo(2)) counts from its own boot, as an instance's does, not from this machine's; slurmctld
+    # reads a node's boot time so to know that `scontrol reboot` happened.
+    boot = "unshare --time --boottime -$(cut -d. -f1 /proc/uptime) "
+    loop = (f"while :; do {boot}{' '.join(_shell_quote(a) for a in argv)}; rc=$?; "
+            f"[ $rc -eq {NSPAWN_REBOOT} ] || exit $rc; done")
     host.console.parent.mkdir(parents=True, exist_ok=True)
     with host.console.open("ab") as console:
         proc = subprocess.Popen(["sh", "-c", loop], stdin=subprocess.DEVNULL, stdout=console,
