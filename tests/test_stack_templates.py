@@ -401,7 +401,9 @@ def test_nodes_read_bootstrap_manifest_and_lifecycle_write_reports_and_read_only
         assert set(s3) == {"s3:ListBucket", "s3:GetBucketLocation", "s3:GetObject", "s3:PutObject"}, \
             f"{role}: no delete, no access to the tenant's data prefix"
         read = next(st for st in statements(res[role]) if st["Action"] == "secretsmanager:GetSecretValue")
-        names = ["grafana-admin-password", "munge-key"] if controller else ["munge-key"]
+        # stockmark's email receiver relays through SES: its SMTP credentials are the controller's alone.
+        smtp = ["smtp-password", "smtp-username"] if tenant.monitoring.smtp else []
+        names = ["grafana-admin-password", "munge-key", *smtp] if controller else ["munge-key"]
         assert [flat(r) for r in read["Resource"]] == [f"{secret}{name}-??????" for name in names], role
     discovery = [st for st in statements(res[controller_role]) if st.get("Sid") == "PrometheusEc2Discovery"]
     assert discovery and discovery[0]["Resource"] == "*"

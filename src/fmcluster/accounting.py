@@ -42,7 +42,21 @@ def manifest_secrets(tenant: Tenant) -> dict[str, tuple[str, ...]]:
     return {SECRET: ("controller",)} if accounting.enabled and accounting.database_endpoint else {}
 
 
+def smtp_secrets(tenant: Tenant) -> dict[str, tuple[str, ...]]:
+    """Secrets the node agent reads for monitoring.smtp's relay (name → roles): only the controller's, where
+    Alertmanager runs (fmcluster.monitoring.smtp_vars names their files)."""
+    smtp = tenant.monitoring.smtp
+    if smtp is None:
+        return {}
+    return {name: ("controller",) for name in (smtp.username_secret, smtp.password_secret) if name}
+
+
 def secret_roles(tenant: Tenant) -> dict[str, tuple[str, ...]]:
     """Every secret the tenant's nodes read (name → roles of the nodes that read it): the manifest lists these,
     and each node role's IAM policy grants exactly its own."""
-    return {**SECRET_ROLES, **manifest_secrets(tenant), **users.manifest_secrets(tenant)}
+    merged: dict[str, tuple[str, ...]] = {}
+    for part in (SECRET_ROLES, manifest_secrets(tenant), users.manifest_secrets(tenant),
+                 smtp_secrets(tenant)):
+        for name, roles in part.items():  # one secret named twice: read wherever either reads it
+            merged[name] = tuple(dict.fromkeys((*merged.get(name, ()), *roles)))
+    return merged

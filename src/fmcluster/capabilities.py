@@ -42,6 +42,9 @@ class ProviderCapabilities:
     #: diagnostic (Slurm's ResumeTimeout adds that; past it Slurm marks the node DOWN, scontrol(1)). AWS: 1,800,
     #: ParallelCluster's own ResumeTimeout (its ComputeNodeBootstrapTimeout default) for a GPU instance's boot.
     reboot_timeout_s: int = 1800
+    #: Outbound port 25 is blocked (EC2's default, AWS knowledge center "ec2-port-25-throttle") and nothing on the
+    #: controller relays mail: an email receiver needs monitoring.smtp, a relay on a submission port.
+    smtp_port_25_blocked: bool = False
 
 
 @dataclass(frozen=True)
@@ -74,7 +77,8 @@ class SchedulerCapabilities:
 
 PROVIDERS: dict[str, ProviderCapabilities] = {
     "aws": ProviderCapabilities(real_accelerators=True, emulated_apis=False, cluster_services=True,
-                                external_database=True, health_interval_s=300, metrics_interval_s=30),
+                                external_database=True, health_interval_s=300, metrics_interval_s=30,
+                                smtp_port_25_blocked=True),
     # Namespace hosts on this machine: no GPUs or EFA, the emulator in place of AWS, short intervals to rehearse.
     "local": ProviderCapabilities(real_accelerators=False, emulated_apis=True, cluster_services=False,
                                   external_database=False, health_interval_s=30, metrics_interval_s=15,

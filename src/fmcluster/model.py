@@ -86,11 +86,22 @@ class AlertReceiver:
 
 
 @dataclass(frozen=True)
+class Smtp:
+    """The SMTP relay email receivers send through (e.g. Amazon SES's SMTP endpoint); the credentials are names of
+    Secrets Manager secrets under fmcluster/<org>/, which the controller's node agent reads at converge."""
+    smarthost: str
+    sender: str
+    username_secret: str | None = None
+    password_secret: str | None = None
+
+
+@dataclass(frozen=True)
 class Monitoring:
     prometheus_retention_days: int
     remote_write_url: str | None
     grafana: bool
     alert_receivers: tuple[AlertReceiver, ...]
+    smtp: Smtp | None = None
 
 
 @dataclass(frozen=True)
@@ -323,6 +334,8 @@ def _build(spec_path: Path, raw: dict[str, Any]) -> Tenant:
             remote_write_url=monitoring.get("remote_write_url"),
             grafana=monitoring["grafana"],
             alert_receivers=tuple(AlertReceiver(r["name"], r["type"], r["target"]) for r in monitoring["alert_receivers"]),
+            smtp=Smtp(smtp["smarthost"], smtp["from"], smtp.get("username_secret"), smtp.get("password_secret"))
+            if (smtp := monitoring.get("smtp")) else None,
         ),
         acceptance=Acceptance(
             enabled=acceptance["enabled"],

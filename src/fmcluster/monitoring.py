@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from fmcluster.manifest import NODE_SECRETS_DIR
 from fmcluster.model import Tenant
 from fmcluster.nodes import Node
 from fmcluster.paths import repo_root
@@ -47,12 +48,34 @@ def inventory_vars(tenant: Tenant, image_of: Callable[[str], str] | None = None)
         "alertmanager_receivers": [
             {"name": r.name, "type": r.type, "target": r.target} for r in monitoring.alert_receivers
         ],
+        **smtp_vars(tenant),
         "fmcluster_lustre_mount_point": tenant.storage.lustre.mount_point,
         "prometheus_scrape_jobs": scrape_jobs(tenant, image_of),
         "prometheus_external_labels": {"cluster": tenant.org},
         "prometheus_alertmanager_targets": ([f"{ALERTMANAGER_ADDRESS}:{ALERTMANAGER_PORT}"]
                                             if monitoring.alert_receivers else []),
         "grafana_prometheus_url": f"http://127.0.0.1:{PROMETHEUS_PORT}",
+    }
+
+
+def smtp_vars(tenant: Tenant) -> dict[str, Any]:
+    """The alertmanager role's relay for email receivers (monitoring.smtp), TLS required; its credentials are the
+    files the controller's node agent writes from Secrets Manager (root only: the role hands Alertmanager its own
+    copy). Without monitoring.smtp, the role's default relay, localhost:25, and no login: validation refuses an email
+    receiver without a relay on AWS, and the local substrate delivers no mail, and says so (its substrate notes)."""
+    smtp = tenant.monitoring.smtp
+    if smtp is None:
+        return {"alertmanager_smtp_smarthost": "localhost:25", "alertmanager_smtp_from": "alertmanager@localhost",
+                "alertmanager_smtp_require_tls": False, "alertmanager_smtp_auth_username_file": "",
+                "alertmanager_smtp_auth_password_file": ""}
+    return {
+        "alertmanager_smtp_smarthost": smtp.smarthost,
+        "alertmanager_smtp_from": smtp.sender,
+        "alertmanager_smtp_require_tls": True,
+        "alertmanager_smtp_auth_username_file": (f"{NODE_SECRETS_DIR}/{smtp.username_secret}"
+                                                 if smtp.username_secret else ""),
+        "alertmanager_smtp_auth_password_file": (f"{NODE_SECRETS_DIR}/{smtp.password_secret}"
+                                                 if smtp.password_secret else ""),
     }
 
 

@@ -920,6 +920,7 @@ def _check_monitoring(out: _Collector, tenant: dict[str, Any], t: KeyPath) -> No
             out.add((*m, "remote_write_url"), f"the workspace is in {match.group(1)}, the tenant in {region}",
                     f"use a workspace in {region} (remote write is signed for the tenant's region)")
     receivers = _get(tenant, "monitoring", "alert_receivers")
+    _check_smtp(out, tenant, m, receivers if isinstance(receivers, list) else [])
     if not isinstance(receivers, list):
         return
     names: set[str] = set()
@@ -955,6 +956,82 @@ def _check_monitoring(out: _Collector, tenant: dict[str, Any], t: KeyPath) -> No
             elif arn.group(1) not in KNOWN_REGIONS:
                 out.add((*r, "target"), f"'{arn.group(1)}' in the topic ARN is not a known AWS region"
                         f"{did_you_mean(arn.group(1), KNOWN_REGIONS)}", f"use one of: {', '.join(KNOWN_REGIONS)}")
+
+
+#: Amazon SES's SMTP endpoints (email-smtp.REGION.amazonaws.com) and the ports they listen on (SES developer guide,
+#: "Connecting to an Amazon SES SMTP endpoint": STARTTLS on 25, 587 and 2587, TLS wrapper on 465 and 2465).
+SES_SMTP_HOST = re.compile(r"email-smtp(?:-fips)?\.([a-z0-9-]+)\.amazonaws\.com")
+SES_SMTP_PORTS = (465, 587, 2587)
+
+
+def _check_smtp(out: _Collector, tenant: dict[str, Any], m: KeyPath, receivers: list[Any]) -> None:
+    """monitoring.smtp: the relay email receivers send through. On AWS an email receiver needs one (EC2 blocks
+    outbound port 25, and no role installs a mail server on the controller)."""
+    smtp = _get(tenant, "monitoring", "smtp")
+    region = tenant.get("region")
+    where = region if region in KNOWN_REGIONS else "REGION"
+    provider = PROVIDERS.get(str(tenant.get("provider")))  # None: the schema names it
+    on_aws = provider is not None and provider.smtp_port_25_blocked
+    emails = [i for i, r in enumerate(receivers) if isinstance(r, dict) and r.get("type") == "email"]
+    if smtp is None:
+        if emails and on_aws:
+            out.add((*m, "alert_receivers", emails[0], "type"),
+                    "an email receiver cannot deliver: EC2 blocks outbound port 25 and nothing on the controller "
+                    "relays mail",
+                    f"set monitoring.smtp to Amazon SES's SMTP endpoint, e.g. smtp: {{smarthost: "
+                    f"email-smtp.{where}.amazonaws.com:587, from: alerts@example.org, username_secret: smtp-username, "
+                    "password_secret: smtp-password} (SES SMTP credentials in those secrets under fmcluster/<org>/), "
+                    "or use an sns, slack or webhook receiver")
+        return
+    if not isinstance(smtp, dict):
+        return
+    s: KeyPath = (*m, "smtp")
+    smarthost = smtp.get("smarthost")
+    if isinstance(smarthost, str) and smarthost.count(":") == 1:
+        host, _, port_text = smarthost.partition(":")
+        port = int(port_text) if port_text.isdigit() else 0
+        ses = SES_SMTP_HOST.fullmatch(host.lower())
+        if not 1 <= port <= 65535:
+            out.add((*s, "smarthost"), f"port {port_text} is not a TCP port",
+                    f"use the relay's submission port, e.g. email-smtp.{where}.amazonaws.com:587")
+        elif port == 25 and on_aws:
+            out.add((*s, "smarthost"), f"{show(smarthost)} uses port 25, which EC2 blocks outbound by default",
+                    f"use the relay's submission port: 587 (STARTTLS) or 465 (TLS), e.g. "
+                    f"email-smtp.{where}.amazonaws.com:587")
+        elif ses and port not in SES_SMTP_PORTS:
+            out.add((*s, "smarthost"), f"Amazon SES's SMTP endpoint does not take submissions on port {port} here",
+                    f"use {host}:587 (STARTTLS), :2587 (STARTTLS) or :465 (TLS)")
+        if ses and isinstance(region, str) and ses.group(1) != region:
+            out.add((*s, "smarthost"), f"the SES endpoint is in {ses.group(1)}, the tenant in {region}",
+                    f"use email-smtp.{region}.amazonaws.com:587, with an identity verified and SMTP credentials "
+                    f"made in {region}")
+    sender = smtp.get("from")
+    if isinstance(sender, str) and (len(sender) > 254 or not EMAIL_PATTERN.fullmatch(sender) or ".." in sender
+                                    or sender.startswith(".") or ".@" in sender):
+        out.add((*s, "from"), f"{show(sender)} is not an e-mail address",
+                "write the sender like alerts@example.org (with SES: an identity verified in the tenant's region)")
+    user, password = smtp.get("username_secret"), smtp.get("password_secret")
+    if user is not None and password is None:
+        out.add((*s, "username_secret"), "username_secret is given without password_secret",
+                "add password_secret: the name of the secret under fmcluster/<org>/ that holds the SMTP password "
+                "(e.g. smtp-password), or remove username_secret for a relay that takes mail without login")
+    if password is not None and user is None:
+        out.add((*s, "password_secret"), "password_secret is given without username_secret (whose password is it?)",
+                "add username_secret: the name of the secret under fmcluster/<org>/ that holds the SMTP user name "
+                "(e.g. smtp-username)")
+    if isinstance(user, str) and user == password:
+        out.add((*s, "password_secret"), f"{show(password)} is also username_secret: one secret cannot hold both",
+                "name two secrets, e.g. username_secret: smtp-username and password_secret: smtp-password")
+    if on_aws and user is None and password is None and isinstance(smarthost, str) and \
+            SES_SMTP_HOST.fullmatch(smarthost.partition(":")[0].lower()):
+        out.add(s, "Amazon SES's SMTP endpoint takes mail only from an authenticated sender",
+                "add username_secret and password_secret: names of secrets under fmcluster/<org>/ holding SES SMTP "
+                "credentials (e.g. smtp-username, smtp-password)")
+    for key, value in (("username_secret", user), ("password_secret", password)):
+        if isinstance(value, str) and (clash := agent_file_clash(value)) is not None:
+            out.add((*s, key), f"{show(value)} {clash}",
+                    f"name the secret otherwise, e.g. smtp-password (fmcluster's own files there: "
+                    f"{', '.join(AGENT_SECRET_FILES)}, and each one's .tmp)")
 
 
 #: Database accounts slurmdbd may not connect as: the server's administrators (MySQL and MariaDB's root, Amazon

@@ -182,6 +182,7 @@ class LocalProvider:
         if source.started:
             out(f"  {source.note}")
         self._directory(endpoint, out)
+        self._smtp_secrets(endpoint, out)
         for instance in instances:
             address = instance.get("PrivateIpAddress", "")
             if not address or ipaddress.IPv4Address(address) not in vpc:
@@ -231,6 +232,24 @@ class LocalProvider:
             else:
                 if current != value:
                     secrets.put_secret_value(SecretId=name, SecretString=value)
+
+    def _smtp_secrets(self, endpoint: str | None, out: Out) -> None:
+        """monitoring.smtp's credentials in the emulator, where the tenant has not made them: stand-ins the
+        controller's node agent reads as on AWS. No relay exists locally, so no mail is sent with them (substrate
+        notes); an existing secret is left as it is."""
+        smtp = self.tenant.monitoring.smtp
+        names = [n for n in (smtp.username_secret, smtp.password_secret) if n] if smtp else []
+        if not names:
+            return
+        secrets = aws.client("secretsmanager", self.tenant.region, endpoint)
+        for name in names:
+            sid = secret_id(self.tenant.org, name)
+            try:
+                secrets.get_secret_value(SecretId=sid)
+            except secrets.exceptions.ResourceNotFoundException:
+                secrets.create_secret(Name=sid, SecretString=f"local-stand-in-{name}",
+                                      Tags=[{"Key": k, "Value": v} for k, v in self.tenant.tags.items()])
+                out(f"  created secret {sid}: a stand-in SMTP credential (no relay exists locally; no mail is sent)")
 
     def _prepare(self, host: Host, instance: dict[str, Any], ec2: Any, endpoint: str | None,
                  source: PackageSource, cidrs: dict[str, str]) -> None:
@@ -381,6 +400,13 @@ class LocalProvider:
             notes.append(f"directory: OpenLDAP slapd (Debian's package) on ldaps://{self.router}:{directory.PORT}, "
                          f"standing in for the tenant's {self.tenant.directory.uri} with a demo tree "
                          f"({directory.directory_root(self.tenant.org)})")
+        emails = [r.name for r in self.tenant.monitoring.alert_receivers if r.type == "email"]
+        if emails:  # nothing local receives mail: said, never faked
+            relay = self.tenant.monitoring.smtp
+            notes.append(f"email receivers ({', '.join(emails)}): no mail is delivered locally — nothing on this "
+                         "substrate relays or receives mail, so Alertmanager's sends to "
+                         f"{relay.smarthost if relay else 'localhost:25'} fail and are logged; on AWS "
+                         "monitoring.smtp's relay (e.g. Amazon SES) delivers them")
         storage = [("FSx for Lustre", "lustre", self.tenant.storage.lustre.mount_point)]
         if self.tenant.storage.openzfs is not None:
             storage.append(("FSx for OpenZFS", "home", self.tenant.storage.openzfs.mount_point))
