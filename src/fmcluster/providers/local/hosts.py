@@ -238,6 +238,8 @@ def _ensure_substrate_dirs(org: str) -> None:
 
 #: systemd-nspawn's exit status when the container's systemd asked for a reboot (systemd-nspawn(1)).
 NSPAWN_REBOOT = 133
+#: Seconds between a guest's reboot and its next boot (the stand-in hypervisor's reboot).
+REBOOT_PAUSE_S = 3
 #: How long a host's systemd may take to come up before its boot is called failed.
 INIT_TIMEOUT_S = 60.0
 
@@ -286,9 +288,11 @@ def boot_host(host: Host, spec: HostSpec) -> None:
     # boot clock starts at zero (unshare(1) --time --boottime; it execs systemd-nspawn in it): the guest's uptime
     # (/proc/uptime, sysinfo(2)) counts from its own boot, as an instance's does, not from this machine's; slurmctld
     # reads a node's boot time so to know that `scontrol reboot` happened.
+    # A guest's reboot takes REBOOT_PAUSE_S here (an instance's takes minutes): without it a guest reboots within the
+    # second slurmctld asked it to, and its whole-second boot time reads as no reboot at all.
     boot = "unshare --time --boottime -$(cut -d. -f1 /proc/uptime) "
     loop = (f"while :; do {boot}{' '.join(_shell_quote(a) for a in argv)}; rc=$?; "
-            f"[ $rc -eq {NSPAWN_REBOOT} ] || exit $rc; done")
+            f"[ $rc -eq {NSPAWN_REBOOT} ] || exit $rc; sleep {REBOOT_PAUSE_S}; done")
     host.console.parent.mkdir(parents=True, exist_ok=True)
     with host.console.open("ab") as console:
         proc = subprocess.Popen(["sh", "-c", loop], stdin=subprocess.DEVNULL, stdout=console,
