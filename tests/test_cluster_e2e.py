@@ -31,7 +31,6 @@ mended, in order:
 
 from __future__ import annotations
 
-import datetime
 import json
 import os
 import re
@@ -1107,8 +1106,8 @@ def job_times(job: str) -> tuple[float, float]:
     start, end = done.stdout.strip().splitlines()[-1].split("|")
     assert done.returncode == 0 and start and end, done.stdout + done.stderr
     # sacct prints local time without a zone; the hosts' zone is this machine's (the pristine image keeps UTC).
-    return (datetime.datetime.fromisoformat(start).replace(tzinfo=datetime.timezone.utc).timestamp(),
-            datetime.datetime.fromisoformat(end).replace(tzinfo=datetime.timezone.utc).timestamp())
+    return (datetime.fromisoformat(start).replace(tzinfo=timezone.utc).timestamp(),
+            datetime.fromisoformat(end).replace(tzinfo=timezone.utc).timestamp())
 
 
 def job_where(job: str) -> tuple[str, str]:
