@@ -105,8 +105,15 @@ class Deploy:
 
     def access(self) -> StepOutcome:
         from fmcluster.access import ensure_key_pair
-        from fmcluster.publish import ensure_secrets
+        from fmcluster.publish import ensure_secrets, missing_tenant_secrets
 
+        # The secrets the tenant makes itself, before anything is made or changed: a missing one would fail a node's
+        # converge after its stack waited for it.
+        self.provider.stand_in_secrets(self.endpoint, lambda line: self.out(f"  {line}"))
+        missing = missing_tenant_secrets(self.tenant, self.client("secretsmanager"))
+        if missing:
+            return StepOutcome("failed", f"{len(missing)} secret(s) the tenant names are missing; nothing was created "
+                                         "or changed", missing)
         created = ensure_secrets(self.tenant, self.client("secretsmanager"), lambda line: self.out(f"  {line}"))
         key = ensure_key_pair(self.tenant, self.client("ec2"), lambda line: self.out(f"  {line}"))
         status: Status = "changed" if created or key.created else "ok"

@@ -90,6 +90,41 @@ def ensure_secrets(tenant: Tenant, secretsmanager: Any, out: Out = print) -> lis
     return created
 
 
+def tenant_named_secrets(tenant: Tenant) -> list[tuple[str, str]]:
+    """(tenant.yml key, secret name) of each secret the tenant names for its nodes but makes itself (the deploy makes
+    only SECRET_NAMES): monitoring.smtp's relay login, the directory's bind password."""
+    named: list[tuple[str, str]] = []
+    smtp = tenant.monitoring.smtp
+    if smtp is not None:
+        named += [(f"monitoring.smtp.{key}", name) for key, name in
+                  (("username_secret", smtp.username_secret), ("password_secret", smtp.password_secret)) if name]
+    if tenant.directory is not None and tenant.directory.bind_password_secret:
+        named.append(("directory.bind_password_secret", tenant.directory.bind_password_secret))
+    return named
+
+
+def missing_tenant_secrets(tenant: Tenant, secretsmanager: Any) -> list[str]:
+    """A refusal for each secret the tenant names (tenant_named_secrets) that Secrets Manager does not hold, or that
+    cannot be looked up: DescribeSecret, before any stack is touched. A node that reads a missing one fails its
+    converge late (after its stack waited for it); an unreadable answer refuses too (fail closed)."""
+    spec = f"inventories/{tenant.org}/group_vars/all/tenant.yml"
+    refusals = []
+    for key, name in tenant_named_secrets(tenant):
+        sid = secret_id(tenant.org, name)
+        try:
+            secretsmanager.describe_secret(SecretId=sid)
+            continue
+        except secretsmanager.exceptions.ResourceNotFoundException:
+            why = f"secret {sid} does not exist in Secrets Manager ({tenant.region})"
+        except Exception as err:  # noqa: BLE001 - access denied, throttled: unknown is not present
+            why = f"secret {sid} cannot be looked up in Secrets Manager ({tenant.region}): {err}"
+        refusals.append(f"{spec}: {key}: {why}; the nodes read it at converge and would fail there. Fix: create it "
+                        f"(aws secretsmanager create-secret --region {tenant.region} --name {sid} --secret-string "
+                        f"file://VALUE_FILE) and run the deploy again, or set {key} to a secret that exists under "
+                        f"fmcluster/{tenant.org}/")
+    return refusals
+
+
 def build_manifest(tenant: Tenant, ref: str, stack_outputs: Mapping[str, str],
                    queue_resources: Callable[[Any], dict[str, Any]], scheduler_vars: Mapping[str, Any],
                    provider_vars: Mapping[str, Any], discovery: Mapping[str, Any],

@@ -1011,14 +1011,11 @@ def _check_smtp(out: _Collector, tenant: dict[str, Any], m: KeyPath, receivers: 
         out.add((*s, "from"), f"{show(sender)} is not an e-mail address",
                 "write the sender like alerts@example.org (with SES: an identity verified in the tenant's region)")
     user, password = smtp.get("username_secret"), smtp.get("password_secret")
-    if user is not None and password is None:
-        out.add((*s, "username_secret"), "username_secret is given without password_secret",
-                "add password_secret: the name of the secret under fmcluster/<org>/ that holds the SMTP password "
-                "(e.g. smtp-password), or remove username_secret for a relay that takes mail without login")
-    if password is not None and user is None:
-        out.add((*s, "password_secret"), "password_secret is given without username_secret (whose password is it?)",
-                "add username_secret: the name of the secret under fmcluster/<org>/ that holds the SMTP user name "
-                "(e.g. smtp-username)")
+    _credential_pair(out, s, ("username_secret", user), ("password_secret", password),
+                     "add password_secret: the name of the secret under fmcluster/<org>/ that holds the SMTP password "
+                     "(e.g. smtp-password), or remove username_secret for a relay that takes mail without login",
+                     "add username_secret: the name of the secret under fmcluster/<org>/ that holds the SMTP user name "
+                     "(e.g. smtp-username)")
     if isinstance(user, str) and user == password:
         out.add((*s, "password_secret"), f"{show(password)} is also username_secret: one secret cannot hold both",
                 "name two secrets, e.g. username_secret: smtp-username and password_secret: smtp-password")
@@ -1027,10 +1024,26 @@ def _check_smtp(out: _Collector, tenant: dict[str, Any], m: KeyPath, receivers: 
         out.add(s, "Amazon SES's SMTP endpoint takes mail only from an authenticated sender",
                 "add username_secret and password_secret: names of secrets under fmcluster/<org>/ holding SES SMTP "
                 "credentials (e.g. smtp-username, smtp-password)")
-    for key, value in (("username_secret", user), ("password_secret", password)):
+    _secret_names(out, s, (("username_secret", user), ("password_secret", password)), "smtp-password")
+
+
+def _credential_pair(out: _Collector, path: KeyPath, who: tuple[str, Any], secret: tuple[str, Any],
+                     add_secret: str, add_who: str) -> None:
+    """One login given as two keys (monitoring.smtp's user and password secrets, directory's bind_dn and its password
+    secret): both or neither, each refusal naming the key that is there and how to add the other."""
+    (who_key, who_value), (secret_key, secret_value) = who, secret
+    if who_value is not None and secret_value is None:
+        out.add((*path, who_key), f"{who_key} is given without {secret_key}", add_secret)
+    if secret_value is not None and who_value is None:
+        out.add((*path, secret_key), f"{secret_key} is given without {who_key} (whose password is it?)", add_who)
+
+
+def _secret_names(out: _Collector, path: KeyPath, named: tuple[tuple[str, Any], ...], example: str) -> None:
+    """Secret names the node agent writes into the nodes' secrets folder: none may be a file fmcluster keeps there."""
+    for key, value in named:
         if isinstance(value, str) and (clash := agent_file_clash(value)) is not None:
-            out.add((*s, key), f"{show(value)} {clash}",
-                    f"name the secret otherwise, e.g. smtp-password (fmcluster's own files there: "
+            out.add((*path, key), f"{show(value)} {clash}",
+                    f"name the secret otherwise, e.g. {example} (fmcluster's own files there: "
                     f"{', '.join(AGENT_SECRET_FILES)}, and each one's .tmp)")
 
 
@@ -1383,17 +1396,11 @@ def _check_directory(out: _Collector, tenant: dict[str, Any], t: KeyPath, spec: 
     if port is not None and port.isdigit() and not 1 <= int(port) <= 65535:
         out.add((*d, "uri"), f"port {port} is not a TCP port", "use a port from 1 to 65535 (ldaps: 636, ldap: 389)")
     bind_dn, secret = directory.get("bind_dn"), directory.get("bind_password_secret")
-    if bind_dn is not None and secret is None:
-        out.add((*d, "bind_dn"), "bind_dn is given without bind_password_secret",
-                "add bind_password_secret: the name of the secret under fmcluster/<org>/ that holds its password "
-                "(e.g. ldap-bind-password), or remove bind_dn to bind anonymously")
-    if secret is not None and bind_dn is None:
-        out.add((*d, "bind_password_secret"), "bind_password_secret is given without bind_dn (whose password is it?)",
-                "add bind_dn, e.g. cn=fmcluster-reader,dc=example,dc=org, or remove bind_password_secret")
-    if isinstance(secret, str) and (clash := agent_file_clash(secret)) is not None:
-        out.add((*d, "bind_password_secret"), f"{show(secret)} {clash}",
-                f"name the secret otherwise, e.g. ldap-bind-password (fmcluster's own files there: "
-                f"{', '.join(AGENT_SECRET_FILES)}, and each one's .tmp)")
+    _credential_pair(out, d, ("bind_dn", bind_dn), ("bind_password_secret", secret),
+                     "add bind_password_secret: the name of the secret under fmcluster/<org>/ that holds its password "
+                     "(e.g. ldap-bind-password), or remove bind_dn to bind anonymously",
+                     "add bind_dn, e.g. cn=fmcluster-reader,dc=example,dc=org, or remove bind_password_secret")
+    _secret_names(out, d, (("bind_password_secret", secret),), "ldap-bind-password")
     for key in ("base_dn", "user_search_base", "group_search_base", "bind_dn"):
         value = directory.get(key)
         if isinstance(value, str) and (why := dn_problem(value)) is not None:

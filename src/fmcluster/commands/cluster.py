@@ -78,6 +78,8 @@ def plan(org: str, show_templates: bool = False) -> int:
     code, scale_in = capacity_preflight(tenant, endpoint, unreachable)
     if code != ExitCode.OK:
         return code
+    if (code := secrets_preflight(tenant, endpoint, unreachable)) != ExitCode.OK:
+        return code
     try:
         note = (f"{unreachable}. Above is what the stacks would hold; plan started nothing."
                 if unreachable is not None and unreachable.nothing_deployed else None)
@@ -112,6 +114,29 @@ def capacity_preflight(tenant: Tenant, endpoint: str | None, unreachable: NoEndp
         out(f"{len(result.refusals)} capacity problem(s); nothing was planned or changed.")
         return ExitCode.INVALID, {}
     return ExitCode.OK, result.scale_in
+
+
+def secrets_preflight(tenant: Tenant, endpoint: str | None, unreachable: NoEndpointType | None,
+                      out: Out = print) -> int:
+    """The secrets the tenant names for its nodes and makes itself (fmcluster.publish.missing_tenant_secrets), as
+    `invoke plan` shows them where it reaches the AWS APIs; the deploy checks them again before changing anything."""
+    from fmcluster.publish import missing_tenant_secrets, tenant_named_secrets
+    from fmcluster.stacks import aws
+
+    if not tenant_named_secrets(tenant):
+        return ExitCode.OK
+    if unreachable is not None:
+        out(f"[secrets] not checked: {unreachable}; `invoke deploy` checks them before any change")
+        return ExitCode.OK
+    missing = missing_tenant_secrets(tenant, aws.client("secretsmanager", tenant.region, endpoint))
+    out("[secrets] the tenant's own secrets the nodes read (Secrets Manager)")
+    for line in missing:
+        out(f"  {line}")
+    if missing:
+        out(f"{len(missing)} secret(s) missing; nothing was planned or changed.")
+        return ExitCode.INVALID
+    out("  all present")
+    return ExitCode.OK
 
 
 def stacks(org: str) -> int:

@@ -82,6 +82,10 @@ class Provider(Protocol):
     def boot(self, endpoint: str | None, out: Out) -> BootResult:
         """Make every live instance of the tenant run (its user data on first boot); remove the gone ones."""
 
+    def stand_in_secrets(self, endpoint: str | None, out: Out) -> None:
+        """Where the substrate stands in for what the tenant's secrets log in to (local: the directory, the mail
+        relay), make those secrets as the tenant would before deploying; on AWS nothing (the tenant makes them)."""
+
     def image_parameter(self, path: str) -> str:
         """The public SSM parameter naming an image, as this endpoint has it (AWS: `path` itself)."""
 

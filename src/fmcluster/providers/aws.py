@@ -89,6 +89,9 @@ class AwsProvider:
         output = ec2.get_console_output(InstanceId=node.instance_id, Latest=True).get("Output", "")
         return "\n".join(str(output).splitlines()[-30:])
 
+    def stand_in_secrets(self, endpoint: str | None, out: Out) -> None:
+        """On AWS the tenant makes its own secrets (the deploy checks them: fmcluster.publish.missing_tenant_secrets)."""
+
     def substrate_notes(self) -> list[str]:
         return []
 

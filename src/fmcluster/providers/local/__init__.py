@@ -220,7 +220,18 @@ class LocalProvider:
                                             bind_dn=spec.bind_dn or "")
         if server.started:
             out(f"  {server.note}")
-        if spec.bind_password_secret is not None:
+        self._bind_secret(endpoint, out)
+
+    def stand_in_secrets(self, endpoint: str | None, out: Out) -> None:
+        """The secrets the tenant names for the stand-ins of what it logs in to (the directory, the mail relay), in
+        the emulator before the deploy checks them (fmcluster.publish.missing_tenant_secrets) as on AWS."""
+        self._bind_secret(endpoint, out)
+        self._smtp_secrets(endpoint, out)
+
+    def _bind_secret(self, endpoint: str | None, out: Out) -> None:
+        """The stand-in directory's bind password in the emulator's Secrets Manager (kept equal to the directory's)."""
+        spec = self.tenant.directory
+        if spec is not None and spec.bind_password_secret is not None:
             secrets = aws.client("secretsmanager", self.tenant.region, endpoint)
             name, value = secret_id(self.tenant.org, spec.bind_password_secret), directory.bind_password(self.tenant.org)
             try:
