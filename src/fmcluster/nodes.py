@@ -19,6 +19,16 @@ Role = Literal["controller", "login", "compute"]
 ROLES: tuple[Role, ...] = ("controller", "login", "compute")
 #: Instance states of a node that is (or is about to be) part of the cluster.
 LIVE_STATES = ("pending", "running")
+#: SageMaker HyperPod's instance statuses (ClusterInstanceStatus, API_ClusterInstanceStatusDetails:
+#: https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_ClusterInstanceStatusDetails.html), each either a
+#: node of the cluster or not. A node running its on-start deep health checks is one: HyperPod holds it in a Slurm
+#: maintenance reservation meanwhile, so it is already a Slurm node (https://docs.aws.amazon.com/sagemaker/latest/dg/
+#: sagemaker-hyperpod-resiliency-slurm-deep-health-checks.html); so is one HyperPod is patching (SystemUpdating).
+#: Left out, such a node's own converge could not find itself (the agent's identity step fails, and on first boot
+#: on_create.sh with it) and the controller's inventory dropped it. Whether HyperPod starts the checks before a
+#: node's lifecycle script ends is not documented; fmcluster's script starts slurmd before it converges.
+HYPERPOD_LIVE_STATUSES = frozenset({"Pending", "Running", "DeepHealthCheckInProgress", "SystemUpdating"})
+HYPERPOD_GONE_STATUSES = frozenset({"Failure", "ShuttingDown", "NotFound"})
 
 
 def as_root(command: str) -> str:
@@ -111,8 +121,8 @@ def hyperpod_nodes(sagemaker: Any, cluster_name: str, groups: dict[str, Role]) -
         for summary in page["ClusterNodeSummaries"]:
             group = summary["InstanceGroupName"]
             status = summary.get("InstanceStatus", {}).get("Status", "")
-            if group not in groups or status not in ("Running", "Pending"):
-                continue
+            if group not in groups or status not in HYPERPOD_LIVE_STATUSES:
+                continue  # not ours, or gone (a status SageMaker adds later is not taken for a node: fail closed)
             detail = sagemaker.describe_cluster_node(ClusterName=cluster_name, NodeId=summary["InstanceId"])["NodeDetails"]
             address = detail.get("PrivatePrimaryIp")
             if not address:
