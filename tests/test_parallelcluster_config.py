@@ -410,13 +410,33 @@ def test_a_database_uri_without_its_secret_is_refused(tmp_path: Path) -> None:
 
 
 def test_the_config_gives_on_node_configured_the_hour_slurm_ec2_gives_a_first_boot() -> None:
-    """GPU nodes run the whole first boot inside OnNodeConfigured: ParallelCluster's default 1,800 s would fail them."""
+    """GPU nodes run the whole first boot inside OnNodeConfigured: ParallelCluster's default (2,100 s) would fail them."""
     from fmcluster.schedulers.parallelcluster.config import BOOTSTRAP_TIMEOUT_S, render_cluster_config
     from fmcluster.schedulers.registry import scheduler_for
 
     tenant = load_tenant("pclab", ROOT)
     timeouts = render_cluster_config(tenant).data["DevSettings"]["Timeouts"]
-    assert timeouts == {"HeadNodeBootstrapTimeout": 3600, "ComputeNodeBootstrapTimeout": 3600} == {
-        k: BOOTSTRAP_TIMEOUT_S for k in timeouts}
+    assert timeouts["ComputeNodeBootstrapTimeout"] == BOOTSTRAP_TIMEOUT_S == 3600
     assert scheduler_for(tenant).first_boot_window == ("ParallelCluster's ComputeNodeBootstrapTimeout (the config's)",
                                                        3600.0)
+
+
+def test_the_head_node_s_window_holds_its_own_bootstrap_and_then_a_compute_node_s() -> None:
+    """The head node's wait condition is signalled after its cookbook's finalize, which runs after its OnNodeConfigured,
+    starts clustermgtd (supervisord) only then, and waits for every static compute node (the cookbook's
+    finalize_head_node.rb: wait_static_fleet_running). Compute nodes are launched only once the head node's own work is
+    done, so its window must hold that work and a compute node's whole window; with both at one hour a compute node
+    inside its own hour failed the whole cluster. The deploy waits longer than that for the cluster."""
+    import inspect
+
+    from fmcluster.schedulers.parallelcluster import operations
+    from fmcluster.schedulers.parallelcluster.config import HEAD_NODE_OWN_S, render_cluster_config
+
+    for org in ("pclab", "pcdemo"):
+        timeouts = render_cluster_config(load_tenant(org, ROOT)).data["DevSettings"]["Timeouts"]
+        assert timeouts["HeadNodeBootstrapTimeout"] >= HEAD_NODE_OWN_S + timeouts["ComputeNodeBootstrapTimeout"], org
+        assert HEAD_NODE_OWN_S >= 1800  # the cookbook's own config and the controller's converge, never squeezed
+        # CloudFormation's wait condition takes at most 12 hours (AWS::CloudFormation::WaitCondition, Timeout)
+        assert timeouts["HeadNodeBootstrapTimeout"] <= 43200
+        waited = inspect.signature(operations.wait).parameters["timeout_s"].default
+        assert waited > timeouts["HeadNodeBootstrapTimeout"] + 1800, "the deploy gives up before ParallelCluster does"

@@ -77,10 +77,25 @@ def operator_key_name(tenant: Tenant) -> str:
     return settings.ssh_key_name if settings and settings.ssh_key_name else f"fmcluster-{tenant.org}"
 
 
-#: How long ParallelCluster waits for a node's OnNodeConfigured (DevSettings/Timeouts, both node kinds): the hour
-#: slurm-ec2's CreationPolicy gives a first boot, instead of ParallelCluster's default 1,800 s
-#: (https://docs.aws.amazon.com/parallelcluster/latest/ug/DevSettings-v3.html).
+#: How long ParallelCluster gives a compute node's whole bootstrap, OnNodeConfigured included
+#: (DevSettings/Timeouts/ComputeNodeBootstrapTimeout; its user data runs the bootstrap under `timeout`, and the cookbook
+#: makes it clustermgtd's node_replacement_timeout and Slurm's ResumeTimeout): the hour slurm-ec2's CreationPolicy
+#: gives a first boot, instead of ParallelCluster's default (2,100 s in 3.16, pcluster/constants.py
+#: NODE_BOOTSTRAP_TIMEOUT; https://docs.aws.amazon.com/parallelcluster/latest/ug/DevSettings-v3.html).
 BOOTSTRAP_TIMEOUT_S = 3600
+#: The head node's own share of its bootstrap: its cookbook's init and config, then its OnNodeConfigured (the
+#: controller's first boot, Prometheus and Grafana included), given the same hour as a compute node's.
+HEAD_NODE_OWN_S = 3600
+#: HeadNodeBootstrapTimeout (the head node's CloudFormation wait condition). The head node signals only after its
+#: cookbook's finalize, which runs after OnNodeConfigured, first (re)starts supervisord and with it clustermgtd (so the
+#: static compute nodes are launched only then), and waits until every static node is up
+#: (aws-parallelcluster-cookbook: cookbooks/aws-parallelcluster-entrypoints/recipes/finalize.rb,
+#: aws-parallelcluster-platform/recipes/finalize.rb, aws-parallelcluster-slurm/recipes/finalize/finalize_head_node.rb,
+#: wait_static_fleet_running in aws-parallelcluster-slurm/libraries/helpers.rb; the order in pcluster's
+#: templates/cluster_stack.py: shellRunPostInstall before chefFinalize). So the head node's window holds its own
+#: share and then a compute node's whole bootstrap: with both at one hour, a GPU node still inside its own hour
+#: failed the cluster once the head node's hour, begun before that node was launched, ran out.
+HEAD_NODE_BOOTSTRAP_TIMEOUT_S = HEAD_NODE_OWN_S + BOOTSTRAP_TIMEOUT_S
 
 def cluster_name(tenant: Tenant) -> str:
     """ParallelCluster's cluster (and its CloudFormation stack): fmc-<org>-cluster, beside our other stacks.
@@ -164,9 +179,10 @@ class _Render:
         data["Scheduling"] = self.scheduling()
         data["SharedStorage"] = self.shared_storage()
         data["Tags"] = [{"Key": k, "Value": v} for k, v in t.tags.items()]
-        # OnNodeConfigured runs the whole first boot (toolchain, converge, on GPU nodes the nccl-tests build and the
-        # DCGM image): ParallelCluster's default 1,800 s would fail GPU nodes that fit slurm-ec2's signal window.
-        data["DevSettings"] = {"Timeouts": {"HeadNodeBootstrapTimeout": BOOTSTRAP_TIMEOUT_S,
+        # OnNodeConfigured runs the whole first boot (toolchain, converge, on GPU nodes NCCL and the nccl-tests build):
+        # ParallelCluster's default would fail GPU nodes that fit slurm-ec2's signal window; and the head node waits
+        # for the static compute nodes inside its own window (HEAD_NODE_BOOTSTRAP_TIMEOUT_S).
+        data["DevSettings"] = {"Timeouts": {"HeadNodeBootstrapTimeout": HEAD_NODE_BOOTSTRAP_TIMEOUT_S,
                                             "ComputeNodeBootstrapTimeout": BOOTSTRAP_TIMEOUT_S}}
         self.key(("Tags", 0), "org")
         self.key(("Tags", 1), "programme")
