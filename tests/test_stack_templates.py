@@ -504,3 +504,16 @@ def test_the_emulator_gaps_in_properties_and_policies_are_listed_not_hidden() ->
 def _no_stray_emulators(tmp_path: Path) -> Iterator[None]:
     yield
     stop_emulator("demo", tmp_path)
+
+
+def test_the_nodes_admit_lustre_from_the_file_systems_as_aws_asks_of_lustre_clients() -> None:
+    """FSx for Lustre's client rules: the clients' group admits TCP 988 and 1018-1023 from the file system's group
+    (https://docs.aws.amazon.com/fsx/latest/LustreGuide/limit-access-security-groups.html); the nodes' group
+    admitted only itself, so a Lustre server could never open a connection to a client (issue 36)."""
+    res = resources(STOCKMARK, "storage")
+    rules = sorted((r["Properties"]["FromPort"], r["Properties"]["ToPort"]) for r in res.values()
+                   if r["Type"] == "AWS::EC2::SecurityGroupIngress"
+                   and r["Properties"]["GroupId"] == {"Ref": "NodeSecurityGroupId"}
+                   and r["Properties"]["SourceSecurityGroupId"] == {"Ref": "FileSystemSecurityGroup"}
+                   and r["Properties"]["IpProtocol"] == "tcp")
+    assert rules == [(988, 988), (1018, 1023)]
