@@ -24,7 +24,7 @@ import sys
 import time
 import traceback
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
@@ -191,6 +191,30 @@ def my_address() -> str:
         return str(sock.getsockname()[0])
 
 
+#: Linux's ioctl for an interface's IPv4 address (SIOCGIFADDR, <linux/sockios.h>).
+SIOCGIFADDR = 0x8915
+
+
+def my_addresses() -> list[str]:
+    """Every IPv4 address this node's interfaces hold, the one it reaches AWS from (my_address) first. A node finds
+    itself among the cluster's instances by any of them: a HyperPod instance has an address in the customer VPC
+    (resource_config.json's CustomerIpAddress, the one SageMaker lists) and one on HyperPod's agent network
+    (AgentIpAddress; awsome-distributed-ai, 5.sagemaker-hyperpod/tools/devops-agent/docs/hyperpod-mental-model.md),
+    and which of them the route to the metadata service leaves from is not documented (AWS's lifecycle samples
+    take the default route's, start_hyperpod_slurm.sh every address, as this does)."""
+    found = [my_address()]
+    for _, name in socket.if_nameindex():
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            try:
+                packed = fcntl.ioctl(sock.fileno(), SIOCGIFADDR, name.encode()[:15].ljust(256, b"\0"))
+            except OSError:
+                continue  # no IPv4 address on this interface (an EFA-only one, a down link)
+        address = socket.inet_ntoa(packed[20:24])
+        if not address.startswith("127.") and address not in found:
+            found.append(address)
+    return found
+
+
 def metadata_instance_id(base: str = "", timeout: float = IMDS_TIMEOUT_S) -> str:
     """This instance's id from the instance metadata service (IMDSv2: a session token first); "" when it answers
     none. HyperPod's nodes answer it too (awsome-distributed-training's patching-backup.sh keys each node's backup
@@ -302,14 +326,16 @@ class Agent:
     def discover(self, manifest: dict[str, Any]) -> list[Node]:
         return discover(manifest.get("discovery", {}), self.client, self.settings.org)
 
-    def whoami(self, manifest: dict[str, Any], address: str) -> tuple[Node, list[Node]]:
+    def whoami(self, manifest: dict[str, Any], addresses: Sequence[str]) -> tuple[Node, list[Node]]:
+        """This node among the cluster's instances, by any of its addresses (my_addresses), and all of them."""
         found: dict[str, Any] = {}
 
         def look() -> Node | None:
             found["nodes"] = self.discover(manifest)
-            return node_at(found["nodes"], address)
+            return next((n for n in (node_at(found["nodes"], a) for a in addresses) if n is not None), None)
 
-        me = retry(f"find this node ({address}) among the cluster's instances (tag fmcluster:org={self.settings.org})",
+        me = retry(f"find this node ({', '.join(addresses)}) among the cluster's instances "
+                   f"(tag fmcluster:org={self.settings.org})",
                    "identity", self.settings.fetch_tries, look, lambda n: n is not None)
         assert me is not None
         return me, found["nodes"]
@@ -414,11 +440,13 @@ class Agent:
         report = Report(address="unknown", trigger=trigger, started=now(), ref=self.settings.ref)
         try:
             report.stage = "identity"
-            report.address = my_address()
+            addresses = my_addresses()
+            report.address = addresses[0]
             report.stage = "manifest"
             manifest = self.manifest()
             report.manifest_digest = digest(manifest)
-            me, nodes = self.whoami(manifest, report.address)
+            me, nodes = self.whoami(manifest, addresses)
+            report.address = me.address  # the address the cluster knows this node by
             report.node, report.role, report.queue, report.instance_id = me.name, me.role, me.queue, me.instance_id
             report.membership_digest = membership_digest(nodes)
             report.stage = "secrets"
