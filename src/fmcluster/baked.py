@@ -1,0 +1,195 @@
+"""Baked node images (issue 40): what an image holds, how it is named, and when it is stale.
+
+A baked image is the writable layer a builder node leaves after the node bootstrap's install stages (git, the
+toolchain from the wheelhouse) and `site.yml --tags install` (every role's tasks that install software and
+nothing of the tenant's: docs/node-convergence.md). Its digest is that of what it was built from: the pristine
+image's digest and the install set — the content of every task carrying the `install` tag, versions.yml's pins and
+the wheelhouse's requirements. An image is used only while its digest is the current install set's; otherwise
+the deploy says it is stale and boots the pristine image (`status` below).
+
+The record (JSON, one per tenant and kind) says what the image is: tenant, kind, digest, the commit it was built
+from, the versions, when, its size.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from fmcluster import versions
+from fmcluster.paths import repo_root
+
+#: The tag every task that installs software carries (playbooks/site.yml --tags install runs them alone).
+INSTALL_TAG = "install"
+#: Modules that install software: each of their tasks carries INSTALL_TAG (tests/test_install_tag.py).
+INSTALL_MODULES = frozenset(f"{prefix}{name}" for prefix in ("", "ansible.builtin.")
+                            for name in ("apt", "package", "pip", "get_url", "unarchive", "dnf", "yum"))
+#: Variables that carry the tenant's identity, secrets, membership, host names or users: no task tagged
+#: INSTALL_TAG reads one, so an image holds nothing of them (what a tenant decides to run, e.g. whether it has a
+#: directory or alert receivers, may decide what is installed; who and where never).
+TENANT_VARIABLES = frozenset({
+    "fmcluster_org", "fmcluster_nodes", "fmcluster_membership_digest", "fmcluster_stack_outputs", "common_hosts",
+    "inventory_hostname", "ansible_hostname", "slurm_node_name", "slurm_nodes", "slurm_partitions", "slurm_topology",
+    "slurm_controller_hostname", "slurm_controller_address", "prometheus_scrape_configs", "prometheus_external_labels",
+    "prometheus_remote_write_url", "munge_key_src", "user_accounts_users", "user_accounts_teams",
+    "slurm_associations_users", "slurm_associations_accounts", "sssd_client_uri", "sssd_client_search_base",
+    "sssd_client_bind_dn", "sssd_client_bind_password_file", "sssd_client_ca_cert", "grafana_admin_password_file",
+    "slurm_accounting_storage_pass_file", "operator_access_keys", "imds_guard_allowed_users", "node_info_labels",
+})
+#: The node kinds a baked image serves (every kind's install tasks run on the builder) and the image kinds.
+NODE_KINDS = ("controller", "login", "compute")
+IMAGE_KINDS = ("cpu", "gpu", "trainium")
+
+
+@dataclass(frozen=True)
+class InstallTask:
+    path: str  # relative to the repository
+    name: str
+    task: dict[str, Any]  # the task as written, with the `when`s of the blocks around it
+    tagged: bool
+
+    @property
+    def installs(self) -> bool:
+        return any(key in INSTALL_MODULES for key in self.task)
+
+
+def _walk(tasks: Any, tags: frozenset[str], whens: tuple[Any, ...], path: str) -> Iterator[InstallTask]:
+    for task in tasks or []:
+        if not isinstance(task, dict):
+            continue
+        own = task.get("tags") or []
+        here = tags | frozenset([own] if isinstance(own, str) else own)
+        when = (*whens, task["when"]) if "when" in task else whens
+        if "block" in task:
+            for part in ("block", "rescue", "always"):
+                yield from _walk(task.get(part), here, when, path)
+            continue
+        yield InstallTask(path, str(task.get("name", "")), {**task, "when": list(when)} if when else dict(task),
+                          INSTALL_TAG in here)
+
+
+def applied_roles(root: Path) -> frozenset[str]:
+    """Roles a playbook includes with `apply: {tags: [install]}`: every task of theirs carries the tag."""
+    found: set[str] = set()
+
+    def look(node: Any) -> None:
+        if isinstance(node, dict):
+            include = node.get("ansible.builtin.include_role") or node.get("include_role")
+            if isinstance(include, dict) and INSTALL_TAG in ((include.get("apply") or {}).get("tags") or []):
+                found.add(str(include["name"]))
+            for value in node.values():
+                look(value)
+        elif isinstance(node, list):
+            for item in node:
+                look(item)
+    for playbook in sorted((root / "playbooks").glob("*.yml")):
+        look(yaml.safe_load(playbook.read_text()))
+    return frozenset(found)
+
+
+def applied_files(root: Path) -> frozenset[Path]:
+    """Task files a role includes with `apply: {tags: [install]}` (include_tasks: {file, apply})."""
+    found: set[Path] = set()
+    for path in sorted((root / "roles").glob("*/tasks/*.yml")):
+        for task in _walk(yaml.safe_load(path.read_text()), frozenset(), (), str(path)):
+            include = task.task.get("ansible.builtin.include_tasks") or task.task.get("include_tasks")
+            if isinstance(include, dict) and INSTALL_TAG in ((include.get("apply") or {}).get("tags") or []):
+                found.add(path.parent / str(include["file"]))
+    return frozenset(found)
+
+
+def role_tasks(root: Path | None = None) -> list[InstallTask]:
+    """Every task of every role (roles/*/tasks/*.yml), with whether it carries INSTALL_TAG."""
+    root = root or repo_root()
+    whole, files = applied_roles(root), applied_files(root)
+    found: list[InstallTask] = []
+    for path in sorted((root / "roles").glob("*/tasks/*.yml")):
+        start = frozenset([INSTALL_TAG]) if path.parts[-3] in whole or path in files else frozenset()
+        found += _walk(yaml.safe_load(path.read_text()), start, (), str(path.relative_to(root)))
+    return found
+
+
+def install_set(root: Path | None = None) -> dict[str, Any]:
+    """What a baked image is made of, besides its pristine image: the install tasks, the pins, the toolchain."""
+    tasks = [{"path": t.path, "task": t.task} for t in role_tasks(root) if t.tagged]
+    return {"tasks": tasks, "versions": versions.load(), "node_requirements": list(versions.node_requirements())}
+
+
+def digest(pristine_digest: str, kind: str, root: Path | None = None) -> str:
+    what = {"pristine": pristine_digest, "kind": kind, "install_set": install_set(root)}
+    return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+@dataclass(frozen=True)
+class Record:
+    """What a baked image was built from (kept beside it and per tenant)."""
+
+    tenant: str
+    kind: str
+    digest: str
+    pristine: str
+    commit: str
+    versions: dict[str, Any]
+    created: str
+    size_bytes: int
+    layer: str  # the baked layer's folder
+    seconds: float  # the bake's
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
+
+    @staticmethod
+    def from_json(text: str) -> Record:
+        raw = json.loads(text)
+        return Record(**{k: raw[k] for k in Record.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
+class Status:
+    """Whether a tenant's baked image may be booted, and what the deploy says about it."""
+
+    record: Record | None
+    current: str  # the digest the install set has now
+    usable: bool
+    note: str
+
+
+def status(record: Record | None, current: str, layer_present: bool) -> Status:
+    """Fail closed: a record whose digest is not `current`, or whose layer is gone, is never booted."""
+    if record is None:
+        return Status(None, current, False, "no baked image (`invoke image` bakes one): booting the pristine image, "
+                                            "first boot installs everything")
+    if record.digest != current:
+        return Status(record, current, False,
+                      f"baked image {record.digest} ({record.kind}, commit {record.commit[:12]}, {record.created}) is "
+                      f"STALE: the install set is now {current} (roles' install tasks, versions.yml or the wheelhouse "
+                      "changed); booting the pristine image instead — run `invoke image` again")
+    if not layer_present:
+        return Status(record, current, False, f"baked image {record.digest}: its layer {record.layer} is gone; "
+                                              "booting the pristine image — run `invoke image` again")
+    return Status(record, current, True, f"baked image {record.digest} ({record.kind}, commit {record.commit[:12]}, "
+                                         f"built {record.created}, {record.size_bytes / 2**20:.0f} MiB)")
+
+
+def read_record(path: Path) -> Record | None:
+    if not path.is_file():
+        return None
+    try:
+        return Record.from_json(path.read_text())
+    except (ValueError, KeyError, TypeError) as err:
+        raise ValueError(f"{path}: not a baked image record ({err}); remove it and run `invoke image` again") from err
+
+
+def installed_summary(packages: Mapping[str, str]) -> str:
+    """A node's first-boot installs as its report line says them."""
+    if not packages:
+        return "nothing installed at first boot"
+    names = sorted(packages)
+    shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+    return f"{len(names)} package(s) installed at first boot: {shown}"
