@@ -8,10 +8,12 @@ mended, in order:
 - a second deploy changes nothing; a node's own re-converge changes nothing; --check shows nothing to do;
 - Slurm runs jobs across the nodes; a compute node added (3 → 4) joins without the other compute nodes
   converging again, and one removed (4 → 3) leaves Slurm and Prometheus;
-- a node killed in the middle of its converge comes back with `invoke nodes-up`; a node that cannot read the
-  manifest reports what it could not reach, and the deploy lists it at once instead of waiting;
+- a node that cannot read the manifest reports what it could not reach, and the deploy lists it at once instead
+  of waiting; then, killed in the middle of its own converge, it comes back with `invoke nodes-up`;
 - a throttled node fails the acceptance gate, which bisects and drains it;
 - a second user logs in to the login node over ssh with his own key and writes in his home (root's home root);
+  a user's processes on the login node read none of the tenant's secrets and reach neither Prometheus's
+  lifecycle nor Grafana's admin; a user's `~/.ssh` linked to /etc changes nothing there at a converge;
 - two users of two teams (the demo tenant's) have the same UID on every node and on their homes, run jobs
   charged to their team's account, are refused a job over their QoS's CPU cap, and `invoke usage` reports their
   hours as sacct has them;
@@ -379,10 +381,26 @@ def test_alert_rules_are_loaded_silent_and_alerts_are_routed_to_the_tenant_s_rec
     assert [r["name"] for r in routed[0]["receivers"]] == ["e2e-oncall"]
 
 
+#: alice points her ~/.ssh on the shared home at /etc (issue 42); root's converge must change nothing there.
+PLANT_LINK = ("runuser -u alice -- bash -c 'cd /fsx/home/alice && { [ ! -e .ssh ] || mv .ssh .ssh.e2e-keep; } && "
+              "ln -s /etc .ssh' && echo canary > /etc/authorized_keys && stat -c '%U %G %a' /etc")
+UNPLANT_LINK = ("rm -f /etc/authorized_keys; runuser -u alice -- bash -c 'cd /fsx/home/alice && rm .ssh && "
+                "{ [ ! -e .ssh.e2e-keep ] || mv .ssh.e2e-keep .ssh; }'")
+
+
 def test_a_node_s_own_converge_changes_nothing_and_check_mode_finds_nothing_to_do(cluster: Cluster) -> None:
+    """A node's own converge of the same commit changes nothing — even with a user's `~/.ssh` linked to /etc on
+    the shared home (issue 42): root follows no link the user controls, so /etc and its files stay as they were."""
     name = next(n for n, role in nodes_of(cluster.first.stdout).items() if role == "compute")
-    again = on_node(name, "set -a; . /etc/fmcluster/node.env; PYTHONPATH=/var/lib/fmcluster/agent/src "
-                          "/opt/fmcluster/venv/bin/python -m fmcluster.node converge --trigger idempotence-check")
+    planted = on_node(name, PLANT_LINK)
+    assert planted.returncode == 0 and planted.stdout.split() == ["root", "root", "755"], planted.stdout + planted.stderr
+    try:
+        again = on_node(name, "set -a; . /etc/fmcluster/node.env; PYTHONPATH=/var/lib/fmcluster/agent/src "
+                              "/opt/fmcluster/venv/bin/python -m fmcluster.node converge --trigger idempotence-check")
+        etc = on_node(name, "stat -c '%U %G %a' /etc && cat /etc/authorized_keys")
+        assert etc.stdout.split() == ["root", "root", "755", "canary"], f"the converge followed ~/.ssh: {etc.stdout}"
+    finally:
+        assert on_node(name, UNPLANT_LINK).returncode == 0
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     report = reports()[name]
     assert report["trigger"] == "idempotence-check" and report["ok"] is True and report["changed"] == 0, report
@@ -437,31 +455,8 @@ def test_a_compute_node_removed_leaves_slurm_and_prometheus(cluster: Cluster) ->
     MEASURED["leave_membership_pass_controller_s"] = controller["seconds"]
 
 
-def test_a_node_killed_while_converging_comes_back_with_nodes_up(cluster: Cluster) -> None:
-    name = sorted(n for n, r in reports().items() if r.get("role") == "compute")[0]
-    before = {n: r["finished"] for n, r in reports().items() if n != name}
-    on_node(name, "set -a; . /etc/fmcluster/node.env; PYTHONPATH=/var/lib/fmcluster/agent/src nohup "
-                  "/opt/fmcluster/venv/bin/python -m fmcluster.node converge --trigger killed >/dev/null 2>&1 &")
-    time.sleep(3)
-    halted = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    assert invoke("halt", f"--node={name}").returncode == 0
-    up = invoke("nodes-up")
-    assert up.returncode == 0 and f"host {name} " in up.stdout, up.stdout
-    again = invoke("deploy")
-    # The node's report from before the halt is of the same commit and manifest, so the converge step may pass
-    # before the new host's first boot has filed its own; the shape step then names the node until it serves.
-    assert again.returncode == 0 or (again.returncode == 1 and "below its declared shape" in again.stdout
-                                     and f"{name} (queue cpu): " in again.stdout), again.stdout[-6000:]
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and str(reports()[name].get("started", "")) < halted:
-        time.sleep(2)
-    after = reports()
-    assert after[name]["trigger"] == "first-boot" and after[name]["ok"] is True
-    assert {n: r["finished"] for n, r in after.items() if n != name and r.get("role") == "compute"} == \
-        {n: f for n, f in before.items() if after.get(n, {}).get("role") == "compute"}
-
-
-def test_a_node_that_cannot_read_the_manifest_reports_what_it_could_not_reach(cluster: Cluster) -> None:
+def test_a_node_that_cannot_read_the_manifest_reports_it_and_killed_while_converging_comes_back_with_nodes_up(
+        cluster: Cluster) -> None:
     from fmcluster.model import load_tenant
     from fmcluster.providers.registry import provider_for
     from fmcluster.stacks import aws
@@ -491,13 +486,24 @@ def test_a_node_that_cannot_read_the_manifest_reports_what_it_could_not_reach(cl
     listed = invoke("deploy")
     assert listed.returncode != 0 and "FAILED at manifest" in listed.stdout
     assert time.monotonic() - started < 120, "the deploy waited for a node that had already failed"
-    # Rebooted, the node converges again; its failed report stands until the new boot files its own.
-    rebooted = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    assert invoke("halt", f"--node={name}").returncode == 0 and invoke("nodes-up").returncode == 0
+    # The manifest back, the node converges on its own; killed while it converges (its host halted), it comes
+    # back with `invoke nodes-up` alone: a whole first boot, nobody else converging again. Its failed report
+    # stands until the new boot files its own.
+    before = {n: r["finished"] for n, r in reports().items() if n != name and r.get("role") == "compute"}
+    on_node(name, "set -a; . /etc/fmcluster/node.env; PYTHONPATH=/var/lib/fmcluster/agent/src nohup "
+                  "/opt/fmcluster/venv/bin/python -m fmcluster.node converge --trigger killed >/dev/null 2>&1 &")
+    time.sleep(3)
+    killed = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    assert invoke("halt", f"--node={name}").returncode == 0
+    up = invoke("nodes-up")
+    assert up.returncode == 0 and f"host {name} " in up.stdout, up.stdout
     deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and not (str(reports()[name].get("started", "")) >= rebooted
+    while time.monotonic() < deadline and not (str(reports()[name].get("started", "")) >= killed
                                                and reports()[name].get("ok")):
         time.sleep(2)
+    after = reports()
+    assert after[name]["trigger"] == "first-boot" and after[name]["ok"] is True, after[name]
+    assert {n: r["finished"] for n, r in after.items() if n != name and r.get("role") == "compute"} == before
     mended = invoke("deploy")
     assert mended.returncode == 0, mended.stdout[-6000:]
 
@@ -693,6 +699,56 @@ def test_a_second_user_logs_in_to_the_login_node_with_their_own_key_and_writes_i
     written, home, *modes = done.stdout.strip().splitlines()
     assert (written, home) == ("written-by-bob", "/fsx/home/bob"), done.stdout
     assert modes == ["bob 700 .", "root 755 ..", "bob 644 hello"], modes
+
+
+def test_alice_on_the_login_node_reads_no_secret_and_cannot_stop_prometheus_or_be_grafana_s_admin(
+        cluster: Cluster) -> None:
+    """Issue 42: a user's processes on the login node find none of the tenant's secrets in any file they can read,
+    get no credentials from IMDS, cannot reach the controller's Prometheus or Grafana (both on the controller's
+    loopback), and on the controller itself Prometheus refuses /-/quit and Grafana (where the image has one; Debian
+    packages none) refuses the package's admin/admin."""
+    import base64
+
+    from fmcluster.model import load_tenant
+    from fmcluster.providers.registry import provider_for
+    from fmcluster.stacks import aws
+
+    tenant = load_tenant(ORG)
+    sm = aws.client("secretsmanager", tenant.region, provider_for(tenant).endpoint(False, print))
+    names = [s["Name"] for s in sm.list_secrets()["SecretList"] if s["Name"].startswith(f"fmcluster/{ORG}/")]
+    values = [sm.get_secret_value(SecretId=name)["SecretString"] for name in names]
+    assert len(values) >= 2 and all(len(v) >= 16 for v in values), names
+    login = next(n for n, r in reports().items() if r.get("role") == "login")
+    controller = controller_node()
+    address = reports()[controller]["address"]
+    # The patterns travel base64-encoded (never the secrets themselves in a command line or a log), land in a file
+    # only root reads, and reach alice's grep as its standard input, opened by root's shell.
+    patterns = base64.b64encode("\n".join(v.splitlines()[0][:32] for v in values).encode()).decode()
+    where = "/etc /var /opt /run /tmp /srv /usr/local /fsx /home /root"
+    probe = (f"umask 077; echo {patterns} | base64 -d > /root/.e2e-patterns; "
+             f"runuser -u alice -- grep -rlsF -D skip -f - {where} < /root/.e2e-patterns; "
+             "rm -f /root/.e2e-patterns; true")
+    readable = on_node(login, probe, timeout=300)
+    assert readable.returncode == 0 and readable.stdout.split() == [], f"alice reads a secret in {readable.stdout}"
+    for path in ("/etc/munge/munge.key", "/var/lib/fmcluster/inventory/hosts.yml", "/etc/fmcluster/node.env"):
+        opened = on_node(login, f"runuser -u alice -- cat {path} >/dev/null 2>&1 && echo READ || echo refused")
+        assert opened.stdout.strip() == "refused", f"alice reads {path} on {login}"
+
+    def alice_http(url: str, *curl: str) -> str:
+        done = as_user("alice", f"curl -s -m 5 -o /dev/null -w '%{{http_code}}' {' '.join(curl)} {url}")
+        return done.stdout.strip()[-3:]
+
+    assert alice_http("http://169.254.169.254/latest/meta-data/iam/security-credentials/") in ("000", "403")
+    assert alice_http(f"http://{address}:9090/-/quit", "-X", "POST") == "000", "Prometheus answers beyond loopback"
+    assert alice_http(f"http://{address}:3000/api/user", "-u", "admin:admin") == "000", "Grafana answers beyond loopback"
+    on_controller = on_node(controller, "curl -s -o /dev/null -w '%{http_code} ' -X POST http://127.0.0.1:9090/-/quit; "
+                                        "curl -s -o /dev/null -w '%{http_code} ' -u admin:admin http://127.0.0.1:3000/api/user; "
+                                        "command -v grafana-server || echo no-grafana")
+    quit_code, admin_code, grafana = on_controller.stdout.split()
+    assert quit_code == "403", on_controller.stdout + on_controller.stderr
+    # Debian packages no Grafana (docs/stacks.md): where the node has one, admin/admin must be refused.
+    assert admin_code == "401" or (admin_code == "000" and grafana == "no-grafana"), on_controller.stdout
+    assert prometheus_query("up"), "Prometheus stopped"
 
 
 def test_broken_nodes_are_drained_with_the_check_that_caught_them_and_return_once_repaired(cluster: Cluster) -> None:
