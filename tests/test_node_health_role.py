@@ -183,3 +183,43 @@ def test_a_gpu_node_runs_its_boot_diagnostic_as_a_unit_before_slurmd_and_serves_
     assert done.returncode == 0 and "this boot's DCGM diagnostic (level 2) passed" in done.stdout, done.stdout
     cpu_show = run(node, str(BASE / "health" / "bin" / "fmcluster-health"), "show", "--node=cpu-7", f"--config={config}")
     assert "skip  dcgm-deep" in cpu_show and "skip  return-diag" in cpu_show
+
+
+def test_a_gpu_node_given_the_unit_while_serving_enables_it_without_running_it_and_keeps_serving(
+        host: tuple[Path, Host], tmp_path: Path) -> None:
+    """An upgrade of a running cluster: gpu-3 serves (slurmd active on this boot) and has neither the boot unit nor
+    a record, as under a release before it. The converge enables the unit but starts no diagnostic on busy GPUs,
+    leaves the serving marker of this boot, and return-diag passes on it, saying so; a second converge changes
+    nothing. (slurmd is a stand-in unit under slurmd's unit name; the previous tests' converges left the unit.)"""
+    harness_inventory, node = host
+    hosts = inventory(harness_inventory, node, tmp_path)
+    unit = "fmcluster-health-boot.service"
+    state = on_host(node, BASE / "nodes" / "gpu-3" / "state")
+    slurmd = on_host(node, Path("/etc/systemd/system/fmcluster-slurmd.service"))
+    # As under an earlier release: no boot unit (removed and unloaded, so systemd forgets it ran) and no record.
+    run(node, "systemctl", "disable", "--now", unit)
+    on_host(node, Path("/etc/systemd/system") / unit).unlink()
+    (state / "boot.json").unlink()
+    slurmd.write_text("[Service]\nExecStart=/bin/sleep infinity\n")
+    try:
+        run(node, "systemctl", "daemon-reload")
+        run(node, "systemctl", "start", "fmcluster-slurmd.service")
+        assert run(node, "systemctl", "show", "--property=InactiveExitTimestampMonotonic", "--value", unit).strip() == "0"
+        code, changed, out = converge_hosts(hosts, PLAY, tmp_path)
+        assert code == 0 and changed["gpu-3"] > 0, out[-4000:]
+        assert run(node, "systemctl", "is-enabled", unit).strip() == "enabled"
+        assert run(node, "systemctl", "show", "--property=ActiveState", "--value", unit).strip() == "inactive"
+        assert not (state / "boot.json").exists()  # no diagnostic ran on the serving node's GPUs
+        boot_id = run(node, "cat", "/proc/sys/kernel/random/boot_id").strip()
+        assert json.loads((state / "boot-serving.json").read_text()) == {"boot_id": boot_id}
+        config = str(BASE / "nodes" / "%n" / "health" / "config.json")
+        done = host_run(node, [str(BASE / "health" / "bin" / "fmcluster-health"), "check", "--node=gpu-3",
+                               f"--config={config}", "--only=return-diag", "--no-drain"], timeout=60)
+        assert done.returncode == 0 and "installed while this node served" in done.stdout, done.stdout
+        code, changed, out = converge_hosts(hosts, PLAY, tmp_path)
+        assert code == 0 and changed == {"cpu-7": 0, "controller-1": 0, "gpu-3": 0}, out[-4000:]
+        assert not (state / "boot.json").exists()
+    finally:
+        host_run(node, ["systemctl", "stop", "fmcluster-slurmd.service"], timeout=60)
+        slurmd.unlink(missing_ok=True)
+        host_run(node, ["systemctl", "daemon-reload"], timeout=60)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from fmcluster.health import engine, node
+from fmcluster.health import checks, cli, engine, node
 from fmcluster.health.model import Report
 from health_helpers import BOOT_ID, NODE, Recorded, diag_r2_pass, gpu_outputs, healthy_answers, p5_config
 
@@ -104,3 +104,46 @@ def test_the_boot_command_reads_the_tenant_s_level_from_the_config(tmp_path: Pat
         assert node.run(str(path), "boot", NODE, False, [], out=sink) == 1
     assert record(config)["level"] == 3 and record(config)["healthy"] is False
     assert "dcgm-deep" in out.read_text()
+
+
+def serving(config: dict, boot: str = BOOT_ID) -> tuple[str, bool]:
+    """What `fmcluster-health boot-serving` leaves: the role runs it where the boot unit arrived while slurmd served."""
+    return checks.write_serving_marker(config["state_dir"], boot)
+
+
+def test_a_node_given_the_unit_while_serving_passes_on_this_boot_and_runs_the_diagnostic_at_the_next(
+        tmp_path: Path) -> None:
+    """An upgrade of a running cluster: the role installs fmcluster-health-boot.service on a node whose slurmd
+    already started this boot. No diagnostic on busy GPUs, and return-diag must not drain it (every node of the
+    upgrade at once would open the repair agent's breaker): it passes on this boot's serving marker and says so."""
+    config = p5_config(tmp_path, efa_count=2, booted=False)
+    assert interval(config)[:2] == ("fail", "reboot")
+    path, written = serving(config)
+    assert written and serving(config) == (path, False)  # a second converge writes nothing
+    status, action, detail = interval(config)
+    assert (status, action) == ("pass", "none"), detail
+    assert detail == (f"fmcluster-health-boot.service was installed while this node served ({path}): no diagnostic "
+                      "on busy GPUs; it runs at the next boot")
+    (tmp_path / "boot_id").write_text("0e6a4d52-0000-4000-8000-000000000001\n")  # the next boot: the unit's turn
+    status, action, detail = interval(config)
+    assert (status, action) == ("fail", "reboot") and "no return diagnostic recorded" in detail, detail
+
+
+def test_this_boot_s_record_decides_over_a_serving_marker(tmp_path: Path) -> None:
+    """The marker never hides a verdict: a failed diagnostic of this boot keeps the node out whatever the marker."""
+    config = p5_config(tmp_path, efa_count=2, booted=False)
+    serving(config)
+    (Path(config["state_dir"]) / "boot.json").write_text(json.dumps(
+        {"boot_id": BOOT_ID, "level": 2, "healthy": False, "reason": "dcgm-deep: PCIe failed", "started": 0}))
+    status, action, detail = interval(config)
+    assert (status, action) == ("fail", "reboot") and "PCIe failed" in detail, detail
+
+
+def test_the_boot_serving_command_writes_the_marker_of_the_boot_it_reads(tmp_path: Path,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    config = p5_config(tmp_path, efa_count=2, booted=False)
+    argv = ["boot-serving", f"--state-dir={config['state_dir']}", f"--boot-id-file={tmp_path / 'boot_id'}"]
+    assert cli.main(argv) == 0 and capsys.readouterr().out.startswith("recorded ")
+    assert cli.main(argv) == 0 and capsys.readouterr().out.startswith("unchanged ")
+    assert json.loads((Path(config["state_dir"]) / "boot-serving.json").read_text()) == {"boot_id": BOOT_ID}
+    assert interval(config)[0] == "pass"

@@ -302,22 +302,38 @@ def boot_id(ctx: Context) -> str:
         raise Unreadable(f"cannot read this boot's id ({err.strerror or err})") from None
 
 
+#: The marker the role leaves on a GPU node that received fmcluster-health-boot.service while slurmd already served
+#: on this boot (an upgrade of a running cluster): the diagnostic is not started on busy GPUs, and return-diag passes
+#: on this boot alone; the unit runs the diagnostic before slurmd at the node's next boot.
+SERVING_RECORD = "boot-serving"
+
+
 @check("return-diag")
 def check_return_diag(ctx: Context) -> Outcome:
     """A GPU node serves only after this boot's diagnostic at the tenant's level passed: the record must be of this
-    boot (a reboot or a new instance runs it again), at the level asked for or deeper, and healthy."""
+    boot (a reboot or a new instance runs it again), at the level asked for or deeper, and healthy. A node that got
+    the boot unit while it served (SERVING_RECORD of this boot) passes until its next boot."""
     level = int(ctx.config.get("return_diag_level", 2))
     path = _state_path(ctx, BOOT_RECORD)
     if not path:
         raise Unreadable("the node config has no state_dir, so no boot record can exist")
+    this_boot = boot_id(ctx)
     try:
         record = json.loads(ctx.probe.read(path))
     except OSError:
-        return Outcome(False, f"no return diagnostic recorded ({path} missing): fmcluster-health-boot.service has "
-                       "not run or not finished on this boot")
+        record = None
     except ValueError:
         raise Unreadable(f"{path} is not JSON") from None
-    if not isinstance(record, dict) or record.get("boot_id") != boot_id(ctx):
+    if record is None or not isinstance(record, dict) or record.get("boot_id") != this_boot:
+        # A record of this boot always decides; only without one does the serving marker count.
+        serving = _serving_marker(ctx, this_boot)
+        if serving:
+            return Outcome(True, f"fmcluster-health-boot.service was installed while this node served ({serving}): "
+                           "no diagnostic on busy GPUs; it runs at the next boot", evidence={"serving": True})
+    if record is None:
+        return Outcome(False, f"no return diagnostic recorded ({path} missing): fmcluster-health-boot.service has "
+                       "not run or not finished on this boot")
+    if not isinstance(record, dict) or record.get("boot_id") != this_boot:
         return Outcome(False, f"the return diagnostic on record is of an earlier boot ({path}): "
                        "fmcluster-health-boot.service has not run on this boot")
     ran = int(record.get("level", 0) or 0)
@@ -327,6 +343,32 @@ def check_return_diag(ctx: Context) -> Outcome:
     if record.get("healthy") is not True:
         return Outcome(False, f"the boot's diagnostic failed: {str(record.get('reason') or 'no reason recorded')[:160]}")
     return Outcome(True, f"this boot's DCGM diagnostic (level {ran}) passed", evidence={"level": ran})
+
+
+def _serving_marker(ctx: Context, this_boot: str) -> str:
+    """The serving marker's path when it is of this boot, else "" (missing, unreadable or an earlier boot's: the
+    marker never outlives the boot it was written on)."""
+    path = _state_path(ctx, SERVING_RECORD)
+    try:
+        marker = json.loads(ctx.probe.read(path))
+    except (OSError, ValueError):
+        return ""
+    return path if isinstance(marker, dict) and marker.get("boot_id") == this_boot else ""
+
+
+def write_serving_marker(state_dir: str, this_boot: str) -> tuple[str, bool]:
+    """Record that the boot unit arrived while slurmd served on boot `this_boot` (the role decides that, from
+    systemd: slurmd started this boot, the boot unit did not). Returns the path and whether it was written
+    (a marker of this boot already there is left as it is, so a second converge changes nothing)."""
+    path = os.path.join(state_dir, f"{SERVING_RECORD}.json")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            if json.load(handle).get("boot_id") == this_boot:
+                return path, False
+    except (OSError, ValueError, AttributeError):
+        pass
+    _write_json(path, {"boot_id": this_boot})
+    return path, True
 
 
 def write_boot_record(ctx: Context, level: int, healthy: bool, reason: str, started: float) -> str:

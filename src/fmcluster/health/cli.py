@@ -5,6 +5,8 @@
     diag          DCGM's level 2 or 3 diagnostic on demand (takes minutes: drain the node first)
     boot          once per boot, before slurmd starts: DCGM's diagnostic at the tenant's level, recorded for
                   the check return-diag (a GPU node serves again only once it passed)
+    boot-serving  the boot unit arrived while slurmd already served on this boot (an upgrade of a running node):
+                  record it, so return-diag passes on this boot and the diagnostic runs at the next boot
     show          which checks apply to this node and why the others are skipped
     cluster       the controller's pass (once, or --every N seconds)
     repair        the controller's repair agent: reboot or replace nodes as triage says, within budgets
@@ -22,7 +24,7 @@ import os
 import sys
 from typing import List, Optional, Sequence
 
-from fmcluster.health import engine, facts, node
+from fmcluster.health import checks, engine, facts, node
 
 
 def _checks_arg(value: str) -> List[str]:
@@ -55,6 +57,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     boot.add_argument("--config", required=True)
     boot.add_argument("--node", default="")
     boot.add_argument("--json", action="store_true")
+
+    serving = sub.add_parser("boot-serving", help="the boot unit arrived while slurmd served: the diagnostic waits for "
+                             "the next boot (role node_health decides, from systemd)")
+    serving.add_argument("--state-dir", required=True, help="the node's state directory (the config's state_dir)")
+    serving.add_argument("--boot-id-file", default="/proc/sys/kernel/random/boot_id")
 
     show = sub.add_parser("show", help="which checks apply here, and why the others are skipped")
     show.add_argument("--config", required=True)
@@ -105,6 +112,12 @@ def _dispatch(args: argparse.Namespace) -> int:
                         diag_level=args.level)
     if args.command == "boot":
         return node.run(args.config, "boot", args.node, False, [], args.json)
+    if args.command == "boot-serving":
+        with open(args.boot_id_file, encoding="utf-8") as handle:
+            this_boot = handle.read().strip()
+        path, written = checks.write_serving_marker(args.state_dir, this_boot)
+        print(f"{'recorded' if written else 'unchanged'} {path} (boot {this_boot})")
+        return 0
     if args.command == "show":
         config = node.load_config(args.config, args.node)
         node_facts = facts.derive(config)
