@@ -87,9 +87,13 @@ def discovery_statements(tenant: Tenant) -> list[dict[str, Any]]:
 def _role(tenant: Tenant, name: str, statements: list[dict[str, Any]], description_: str) -> dict[str, Any]:
     return {"Type": "AWS::IAM::Role", "Properties": {
         "Description": description_,
-        "AssumeRolePolicyDocument": assume_role(
-            "sagemaker.amazonaws.com", source_account=True,
-            source_arn=Sub("arn:${AWS::Partition}:sagemaker:${AWS::Region}:${AWS::AccountId}:cluster/*")),
+        # SageMaker, as AWS's HyperPod documentation and samples trust it, with no aws:SourceArn/aws:SourceAccount
+        # condition: SageMaker documents which keys it sets when it assumes a role for each of its features
+        # (https://docs.aws.amazon.com/sagemaker/latest/dg/security-confused-deputy-prevention.html: training,
+        # processing, inference, Studio, pipelines...) and HyperPod is not among them, so a condition on them could
+        # keep HyperPod from the role and fail the cluster. Only a principal of this account may pass the role
+        # (iam:PassRole does not cross accounts), which is what such a condition would otherwise add.
+        "AssumeRolePolicyDocument": assume_role("sagemaker.amazonaws.com"),
         "ManagedPolicyArns": [text("arn:${AWS::Partition}:iam::aws:policy/" + policy) for policy in MANAGED_POLICIES],
         "Policies": [{"PolicyName": "fmcluster-node", "PolicyDocument": {"Version": "2012-10-17",
                                                                           "Statement": statements}}],
