@@ -239,6 +239,14 @@ def nodes_up(c: Context, org: str) -> None:
     _exit(commands.nodes_up(org))
 
 
+@task(help={"org": "tenant name", "kind": "cpu | gpu | trainium: the node kind whose image is baked (default cpu)"})
+def image(c: Context, org: str, kind: str = "cpu") -> None:
+    """Bake the tenant's node image (local: a layer over the pristine image) from the roles' install tasks
+    (`site.yml --tags install`) and the bootstrap's install stages; its hosts then boot it and first boot only
+    configures. An image older than the install set is said and not booted (docs/local-nodes.md)."""
+    _exit(commands.image(org, kind))
+
+
 @task(help={"org": "tenant name", "node": "node name, address or instance id"})
 def halt(c: Context, org: str, node: str) -> None:
     """Take one node down hard, as a crash would (local: its host goes; the instance stays for nodes-up)."""

@@ -22,6 +22,8 @@
 #
 #   node-bootstrap.sh           fetch, then converge once (first boot)
 #   node-bootstrap.sh --fetch   fetch only (the node agent runs this when the deploy publishes a new commit)
+#   node-bootstrap.sh --install the install stages only (packages, toolchain), with the bundle already in place: a
+#                               baked image's builder (`invoke image`, fmcluster.providers.local.bake; issue 40)
 set -euo pipefail
 
 : "${FMCLUSTER_BUCKET:?the user data must set FMCLUSTER_BUCKET}" "${FMCLUSTER_REGION:?the user data must set FMCLUSTER_REGION}"
@@ -33,7 +35,7 @@ venv=${FMCLUSTER_VENV:-/opt/fmcluster/venv}
 tries=${FMCLUSTER_FETCH_TRIES:-8}
 s3client=${FMCLUSTER_S3_CLIENT:-/usr/local/sbin/fmcluster-s3}
 started=${FMCLUSTER_BOOT_STARTED:-$(date +%s)}
-mode=${1:-first-boot}  # or --fetch (the agent, for a newly published commit: nothing to signal then)
+mode=${1:-first-boot}  # or --fetch (the agent, for a newly published commit: nothing to signal then), or --install
 declare -A stage_seconds=()
 s3="s3://$FMCLUSTER_BUCKET/fmcluster"
 install -d -m 0755 "$etc" "$state" "$bundle" /var/log/fmcluster
@@ -117,6 +119,11 @@ fetch_bundle() {
     && [[ -s $bundle.new/converge.env && -s $bundle.new/repo.bundle ]]
 }
 
+if [[ $mode == --install ]]; then
+  # The builder put the bundle in place: nothing is fetched, and nothing of a node's (node.env) is written.
+  # shellcheck source=/dev/null
+  . "$bundle/converge.env"
+else
 retry "$tries" fetch_bundle \
   || report_failure bundle "cannot fetch $s3/bootstrap/ (converge.env, repo.bundle): $(tail -n 2 "$state/fetch.err" 2>/dev/null)"
 rm -rf "$bundle" && mv "$bundle.new" "$bundle"
@@ -141,6 +148,7 @@ fi
 } >"$etc/node.env.tmp"
 chmod 0600 "$etc/node.env.tmp"
 mv "$etc/node.env.tmp" "$etc/node.env"
+fi
 
 [[ ${1:-} == --fetch ]] || stage_done fetch
 
@@ -188,6 +196,10 @@ if ! toolchain_ok; then
   ln -sfn "$build" "$venv.new" && mv -T -f "$venv.new" "$venv"
 fi
 [[ ${1:-} == --fetch ]] || stage_done toolchain
+if [[ $mode == --install ]]; then
+  say "install stages done (packages ${stage_seconds[packages]}s, toolchain ${stage_seconds[toolchain]}s)"
+  exit 0
+fi
 
 # The pinned commit: a bare repository ansible-pull pulls from, and the agent's own checkout of it.
 [[ -d $state/repo.git ]] || git init -q --bare "$state/repo.git"

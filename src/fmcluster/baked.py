@@ -17,12 +17,12 @@ import hashlib
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from fmcluster import versions
 from fmcluster.paths import repo_root
 
 #: The tag every task that installs software carries (playbooks/site.yml --tags install runs them alone).
@@ -42,6 +42,10 @@ TENANT_VARIABLES = frozenset({
     "sssd_client_bind_dn", "sssd_client_bind_password_file", "sssd_client_ca_cert", "grafana_admin_password_file",
     "slurm_accounting_storage_pass_file", "operator_access_keys", "imds_guard_allowed_users", "node_info_labels",
 })
+#: versions.yml (fmcluster.versions): the pinned stack and the node toolchain's requirements (the wheelhouse's).
+VERSIONS_FILE = "src/fmcluster/data/versions.yml"
+#: What a node reads to say which image it booted: written into a baked layer last (absent: the pristine image).
+IMAGE_MARKER = "/usr/share/fmcluster/image.json"
 #: The node kinds a baked image serves (every kind's install tasks run on the builder) and the image kinds.
 NODE_KINDS = ("controller", "login", "compute")
 IMAGE_KINDS = ("cpu", "gpu", "trainium")
@@ -117,8 +121,10 @@ def role_tasks(root: Path | None = None) -> list[InstallTask]:
 
 def install_set(root: Path | None = None) -> dict[str, Any]:
     """What a baked image is made of, besides its pristine image: the install tasks, the pins, the toolchain."""
+    root = root or repo_root()
     tasks = [{"path": t.path, "task": t.task} for t in role_tasks(root) if t.tagged]
-    return {"tasks": tasks, "versions": versions.load(), "node_requirements": list(versions.node_requirements())}
+    pins: dict[str, Any] = yaml.safe_load((root / VERSIONS_FILE).read_text())  # the pins and the node's toolchain
+    return {"tasks": tasks, "versions": pins}
 
 
 def digest(pristine_digest: str, kind: str, root: Path | None = None) -> str:
@@ -193,3 +199,29 @@ def installed_summary(packages: Mapping[str, str]) -> str:
     names = sorted(packages)
     shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
     return f"{len(names)} package(s) installed at first boot: {shown}"
+
+
+def installed_since(dpkg_log: str, since: datetime) -> dict[str, str]:
+    """package → version of every package dpkg installed or upgraded at or after `since` (dpkg.log's `install` and
+    `upgrade` actions, in the local time dpkg writes; its `status installed` lines also follow trigger runs)."""
+    found: dict[str, str] = {}
+    for line in dpkg_log.splitlines():
+        parts = line.split()
+        if len(parts) < 6 or parts[2] not in ("install", "upgrade"):
+            continue
+        try:
+            when = datetime.strptime(f"{parts[0]} {parts[1]}", "%Y-%m-%d %H:%M:%S")
+        except ValueError:
+            continue
+        if when >= since:
+            found[parts[3].split(":")[0]] = parts[5]
+    return found
+
+
+def booted_image(marker: Path) -> str:
+    """What a node booted, from the marker a bake writes: `baked <digest> (<kind>, commit …)`, else the pristine one."""
+    try:
+        raw = json.loads(marker.read_text())
+        return f"baked {raw['digest']} ({raw['kind']}, commit {str(raw['commit'])[:12]})"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "pristine (no baked image)"

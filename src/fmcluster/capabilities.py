@@ -45,6 +45,9 @@ class ProviderCapabilities:
     #: Outbound port 25 is blocked (EC2's default, AWS knowledge center "ec2-port-25-throttle") and nothing on the
     #: controller relays mail: an email receiver needs monitoring.smtp, a relay on a submission port.
     smtp_port_25_blocked: bool = False
+    #: `invoke image` bakes the tenant's node images on this substrate (issue 40: local first; AWS's EC2 Image
+    #: Builder stack is a later slice).
+    bakes_images: bool = False
 
 
 @dataclass(frozen=True)
@@ -83,7 +86,7 @@ PROVIDERS: dict[str, ProviderCapabilities] = {
     "local": ProviderCapabilities(real_accelerators=False, emulated_apis=True, cluster_services=False,
                                   external_database=False, health_interval_s=30, metrics_interval_s=15,
                                   # A requeued job waits 30 s, not Slurm's 120: rehearsed within the tests' time.
-                                  credential_lifetime_s=30, reboot_timeout_s=300),
+                                  credential_lifetime_s=30, reboot_timeout_s=300, bakes_images=True),
 }
 
 #: Each scheduler's row lives in its folder (src/fmcluster/schedulers/<name>/capabilities.yml), read as data.

@@ -253,6 +253,31 @@ def nodes_up(org: str) -> int:
     return ExitCode.OK
 
 
+def image(org: str, kind: str = "cpu") -> int:
+    """Bake the tenant's node image of `kind` from the pristine one (issue 40; local substrate only for now)."""
+    from fmcluster.capabilities import provider_capabilities
+    from fmcluster.providers.local.hosts import SubstrateError
+
+    tenant = require_tenant(org)
+    if not provider_capabilities(tenant.provider).bakes_images:
+        print(f"image: provider {tenant.provider!r} bakes no image yet (EC2 Image Builder is a later slice of issue 40); "
+              "`invoke image` bakes for provider local")
+        return ExitCode.FAILED
+    from fmcluster.providers.local import bake, layers
+
+    try:
+        done = bake.bake(tenant, kind, print)
+    except (SubstrateError, ValueError) as err:
+        print(f"image: {err}")
+        return ExitCode.FAILED
+    for line in done.lines:
+        print(f"  {line}")
+    record = done.record
+    print(f"image: baked {record.kind} image {record.digest} of '{org}' (commit {record.commit[:12]}); record "
+          f"{layers.record_path(org, kind)}; its hosts boot it while the install set stays {record.digest}")
+    return ExitCode.OK
+
+
 def halt(org: str, node: str) -> int:
     """Take one node down hard, as a crash would (its instance stays; `nodes-up` boots it again)."""
     from fmcluster.providers.registry import provider_for

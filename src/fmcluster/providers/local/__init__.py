@@ -83,6 +83,7 @@ class LocalProvider:
         # What the substrate's hypervisor booted or removed since this task began is reported by its boots too.
         self._since = time.time()
         self._reported: set[str] = set()
+        self._image_notes: set[tuple[str, str]] = set()  # each baked image's state said once per task
         from fmcluster.stacks.render import subnet_cidrs
 
         self.subnets = subnet_cidrs(tenant.network.vpc_cidr)
@@ -178,6 +179,7 @@ class LocalProvider:
         rootfs = image.ensure_image(out)
         if rootfs.built:
             out(f"  {rootfs.note}")
+        lowers = self._lowers(rootfs.rootfs, {str(i.get("InstanceType", "")) for i in instances}, out)
         source = ensure_package_source(self.tenant.org, self.router)
         if source.started:
             out(f"  {source.note}")
@@ -191,7 +193,7 @@ class LocalProvider:
                 continue
             specs.append(HostSpec(instance["InstanceId"], hostname_for(address, instance.get("PrivateDnsName", "")),
                                   address, prefixes.get(instance.get("SubnetId", ""), vpc.prefixlen), str(vpc),
-                                  binds, image=str(rootfs.rootfs)))
+                                  binds, image=lowers.get(str(instance.get("InstanceType", "")), str(rootfs.rootfs))))
             by_key[instance["InstanceId"]] = instance
         cidrs = {s["SubnetId"]: s["CidrBlock"] for s in ec2.describe_subnets()["Subnets"]}
         hosts, created, removed = reconcile_hosts(
@@ -209,6 +211,23 @@ class LocalProvider:
                 out(f"  host {host.hostname}: its metadata service was down; started again")
         result.kept = [h.hostname for h in hosts if h not in created]
         return result
+
+    def _lowers(self, pristine: Path, instance_types: Collection[str], out: Out) -> dict[str, str]:
+        """instance type → the lower layers its hosts boot: the tenant's baked image of its kind over the pristine
+        image while the image is current (`invoke image`, fmcluster.providers.local.bake), else the pristine image;
+        a stale image is said, never booted."""
+        from fmcluster.catalog import load_catalog
+        from fmcluster.providers.local import layers
+
+        catalog, ref = load_catalog(), layers.head_commit()
+        lowers: dict[str, str] = {}
+        for instance_type in sorted(t for t in instance_types if t in catalog):
+            kind = layers.kind_of(catalog[instance_type].accelerator)
+            lowers[instance_type], found = layers.lowerdir(self.tenant.org, kind, ref, pristine)
+            if found.record is not None and (kind, found.note) not in self._image_notes:
+                self._image_notes.add((kind, found.note))
+                out(f"  image for {kind} nodes: {found.note}")
+        return lowers
 
     def _directory(self, endpoint: str | None, out: Out) -> None:
         """Start the stand-in directory (before any host boots and reads its bind secret)."""

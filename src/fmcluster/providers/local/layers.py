@@ -1,0 +1,78 @@
+"""Which lower layers a local host boots: the tenant's baked image over the pristine one while it is current
+(issue 40; fmcluster.providers.local.bake makes it, fmcluster.baked says when it is stale).
+
+Kept apart from the builder so the provider's boot path imports nothing of the deploy's (publish, registries).
+"""
+
+from __future__ import annotations
+
+import functools
+import subprocess
+import tarfile
+import tempfile
+from pathlib import Path
+
+from fmcluster import baked
+from fmcluster.paths import PACKAGE_DIR
+from fmcluster.providers.local import image
+from fmcluster.providers.local.hosts import SubstrateError
+
+#: The checkout whose committed HEAD the nodes converge to (fmcluster.publish.SOURCE_ROOT).
+SOURCE_ROOT = PACKAGE_DIR.parent.parent
+#: The accelerator of a node kind's instance types (catalog `accelerator`).
+KIND_ACCELERATOR = {"cpu": "none", "gpu": "cuda", "trainium": "neuron"}
+
+
+def baked_root(org: str) -> Path:
+    return image.cache_root() / "baked" / org
+
+
+def record_path(org: str, kind: str) -> Path:
+    """The tenant's record of its `kind` image (JSON, fmcluster.baked.Record)."""
+    return baked_root(org) / f"{kind}.json"
+
+
+def layer_dir(org: str, kind: str, digest: str) -> Path:
+    return baked_root(org) / f"{kind}-{digest}"
+
+
+@functools.lru_cache(maxsize=8)
+def install_digest(ref: str, kind: str) -> str:
+    """The digest a baked image of commit `ref` has: its install set as committed (not the working tree's)."""
+    with tempfile.TemporaryDirectory(prefix="fmcluster-install-set-") as tmp:
+        archive = subprocess.run(["git", "-C", str(SOURCE_ROOT), "archive", "--format=tar", ref, "roles", "playbooks",
+                                  baked.VERSIONS_FILE], capture_output=True, check=False)
+        if archive.returncode != 0:
+            raise SubstrateError(f"git archive {ref[:12]} failed: {archive.stderr.decode(errors='replace').strip()}")
+        archive_path = Path(tmp) / "set.tar"
+        archive_path.write_bytes(archive.stdout)
+        with tarfile.open(archive_path) as tar:
+            tar.extractall(tmp, filter="data")
+        return baked.digest(image.digest(), kind, Path(tmp))
+
+
+def status(org: str, kind: str, ref: str) -> baked.Status:
+    record = baked.read_record(record_path(org, kind))
+    present = record is not None and (Path(record.layer) / ".complete").is_file()
+    return baked.status(record, install_digest(ref, kind), present)
+
+
+def lowerdir(org: str, kind: str, ref: str, pristine: Path) -> tuple[str, baked.Status]:
+    """The lower layers a host of `kind` boots: the baked layer over the pristine image while it is current, else
+    the pristine image alone (never a stale image: fmcluster.baked.status)."""
+    found = status(org, kind, ref)
+    if found.usable and found.record is not None:
+        return f"{Path(found.record.layer) / 'rootfs'}:{pristine}", found
+    return str(pristine), found
+
+
+def kind_of(accelerator: str) -> str:
+    return next((kind for kind, acc in KIND_ACCELERATOR.items() if acc == accelerator), "cpu")
+
+
+def head_commit() -> str:
+    """The committed HEAD the deploy publishes (fmcluster.publish.pinned_commit, which this module may not import)."""
+    run = subprocess.run(["git", "rev-parse", "HEAD"], cwd=SOURCE_ROOT, capture_output=True, text=True, check=False)
+    if run.returncode != 0:
+        raise SubstrateError(f"{SOURCE_ROOT} has no commit: {run.stderr.strip()}")
+    return run.stdout.strip()
