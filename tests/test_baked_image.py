@@ -117,3 +117,27 @@ def test_a_node_says_which_image_it_booted(tmp_path: Path) -> None:
     marker.write_text(_record().to_json())
     assert baked.booted_image(marker) == f"baked abc123 (cpu, commit {'0' * 12})"
 
+
+def test_the_deploy_line_says_the_image_and_what_first_boot_installed() -> None:
+    from fmcluster.nodes import Node
+    from fmcluster.reports import NodeStatus
+
+    node = Node("ip-10-244-0-10", "10.244.0.10", "compute", "cpu", "i-0", "c5.2xlarge")
+    report = {"ref": "0" * 40, "seconds": 30, "changed": 40, "image": "baked abc123 (cpu, commit 000000000000)",
+              "first_boot_installed": {}}
+    assert NodeStatus(node, report, "converged").line().endswith(
+        "; image baked abc123 (cpu, commit 000000000000), nothing installed at first boot")
+    report = {**report, "image": "pristine (no baked image)", "first_boot_installed": {"munge": "0.5.15-2"}}
+    assert "image pristine (no baked image), 1 package(s) installed at first boot: munge" in \
+        NodeStatus(node, report, "converged").line()
+    assert "image" not in NodeStatus(node, {"ref": "0" * 40}, "converged").line()  # an older node's report
+
+
+def test_the_agent_reads_this_boots_installs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fmcluster.node import agent
+
+    log = tmp_path / "dpkg.log"
+    log.write_text("2000-01-01 00:00:00 install image-build:amd64 <none> 1\n"
+                   f"{datetime.now():%Y-%m-%d %H:%M:%S} install munge:amd64 <none> 0.5.15-2\n")
+    assert agent.first_boot_installs(log) == {"munge": "0.5.15-2"}
+    assert agent.first_boot_installs(tmp_path / "none.log") == {}

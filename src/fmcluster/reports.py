@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from fmcluster.baked import installed_summary
 from fmcluster.manifest import membership_digest
 from fmcluster.nodes import Node
 
@@ -37,6 +38,14 @@ REPORT_PREFIX = "fmcluster/report/"
 MEMBERSHIP_ROLES = ("controller", "login")
 
 Out = Callable[[str], object]
+
+
+def first_boot_image(report: dict[str, Any]) -> str:
+    """A first boot's image and what it still installed (issue 40), as the deploy's line for the node says them."""
+    if not report.get("image"):
+        return ""
+    installed = report.get("first_boot_installed") or {}
+    return f"; image {report['image']}, {installed_summary(installed if isinstance(installed, dict) else {})}"
 
 
 @dataclass
@@ -61,7 +70,7 @@ class NodeStatus:
             # A membership pass (a node joined or left) is named: it is the controller's share of a join.
             scope = " (membership pass)" if str(r.get("playbook", "")).endswith("membership.yml") else ""
             return (f"{where}: converged {r.get('ref', '')[:12]} in {r.get('seconds', '?')}s{scope}, "
-                    f"changed={r.get('changed')}{boot}")
+                    f"changed={r.get('changed')}{boot}{first_boot_image(r)}")
         if self.state == "failed":
             return f"{where}: FAILED at {r.get('stage')}: {r.get('error', '')}"
         return f"{where}: {self.state}{': ' + self.detail if self.detail else ''}"

@@ -37,6 +37,7 @@ import yaml
 from botocore.config import Config
 
 from fmcluster.manifest import assemble_inventory, digest, inventory_yaml, membership_digest, membership_playbook
+from fmcluster.baked import IMAGE_MARKER, booted_image, installed_since
 from fmcluster.nodes import Node, discover, node_at
 
 STATE_DIR = Path("/var/lib/fmcluster")
@@ -139,6 +140,10 @@ class Report:
     notes: list[str] = field(default_factory=list)
     #: First boot only: seconds of each stage (the bootstrap's fetch, packages, toolchain, commit; then converge).
     boot_stages: dict[str, float] = field(default_factory=dict)
+    #: First boot only: the image this node booted (a baked one names its digest; issue 40) and every package its
+    #: first boot installed, name → version (dpkg.log of this boot: on a current baked image, none).
+    image: str = ""
+    first_boot_installed: dict[str, str] = field(default_factory=dict)
     #: The converge's slowest tasks, {"task", "seconds"}, slowest first: where a node's time went.
     slowest_tasks: list[dict[str, Any]] = field(default_factory=list)
     #: First boot only, on a failure it tries again: which attempt failed and when the next starts (the deploy
@@ -426,6 +431,7 @@ class Agent:
             time.sleep(delay)
         if trigger == "first-boot":
             report.boot_stages = {**self.bootstrap_stages(), "converge": round(time.monotonic() - started, 1)}
+            report.image, report.first_boot_installed = booted_image(Path(IMAGE_MARKER)), first_boot_installs()
             if attempt > 1:
                 report.notes.append(f"first boot converged on attempt {attempt} of {attempts}" if report.ok
                                     else f"first boot failed {attempt} times")
@@ -562,6 +568,16 @@ class Agent:
         if role in ("controller", "login"):
             wanted["membership_digest"] = membership_digest(self.discover(manifest))
         return wanted
+
+
+def first_boot_installs(dpkg_log: Path = Path("/var/log/dpkg.log")) -> dict[str, str]:
+    """What dpkg installed since this machine booted (its uptime back from now, in dpkg.log's local time)."""
+    try:
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        text = dpkg_log.read_text(errors="replace")
+    except (OSError, ValueError, IndexError):
+        return {}
+    return installed_since(text, datetime.fromtimestamp(time.time() - uptime))
 
 
 def run_ansible(executable: Path, argv: list[str], cwd: str | None, env: dict[str, str], private: Path,
