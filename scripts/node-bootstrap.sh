@@ -111,12 +111,17 @@ retry() {
 }
 
 # Into a fresh directory: a copy of an emptied prefix succeeds, and must not pass for the bundle fetched before.
+# Nothing of it is used until every file is what the deploy published: the SHA-256 its index lists, the index's own
+# the one in the SSM parameter the deploy alone writes (fmcluster-s3 verify; a file the index does not list is
+# removed). A mismatch is retried (a deploy publishing now names its new index last), then reported.
 # The wheels fetched before are linked in first: the sync keeps those whose MD5 matches and fetches the rest.
 fetch_bundle() {
   rm -rf "$bundle.new" && install -d -m 0755 "$bundle.new" \
     && { [[ ! -d $bundle/wheelhouse ]] || cp -al "$bundle/wheelhouse" "$bundle.new/wheelhouse"; } \
     && "$s3client" sync "$s3/bootstrap/" "$bundle.new/" 2>"$state/fetch.err" \
-    && [[ -s $bundle.new/converge.env && -s $bundle.new/repo.bundle ]]
+    && [[ -s $bundle.new/converge.env && -s $bundle.new/repo.bundle ]] \
+    && "$s3client" verify "/fmcluster/$FMCLUSTER_ORG/bootstrap-index-sha256" "$s3/manifest/index.json" \
+      fmcluster/bootstrap/ "$bundle.new/" 2>"$state/fetch.err"
 }
 
 if [[ $mode == --install ]]; then
@@ -125,7 +130,7 @@ if [[ $mode == --install ]]; then
   . "$bundle/converge.env"
 else
 retry "$tries" fetch_bundle \
-  || report_failure bundle "cannot fetch $s3/bootstrap/ (converge.env, repo.bundle): $(tail -n 2 "$state/fetch.err" 2>/dev/null)"
+  || report_failure bundle "cannot fetch $s3/bootstrap/ (converge.env, repo.bundle) as the deploy published it: $(tail -n 2 "$state/fetch.err" 2>/dev/null)"
 rm -rf "$bundle" && mv "$bundle.new" "$bundle"
 # A new file renamed into place: bash is reading the running copy of this script as it goes.
 install -m 0755 "$bundle/node-bootstrap.sh" /usr/local/sbin/fmcluster-bootstrap.new

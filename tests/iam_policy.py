@@ -132,3 +132,36 @@ def _statement_allows(statement: Mapping[str, Any], request: Request) -> bool:
 def allows(policies: Sequence[Mapping[str, Any]], request: Request) -> bool:
     """Whether any statement of the (resolved) policy documents allows the request."""
     return any(_statement_allows(st, request) for doc in policies for st in _listed(doc["Statement"]))
+
+
+#: The condition operators a bucket policy's Deny uses here: the negated forms match when no listed value matches
+#: (IAM User Guide, "Condition operators": a key absent from the request matches a negated operator).
+DENY_OPERATORS = (*OPERATORS, "StringNotEquals", "StringNotLike", "Bool")
+
+
+def denies(statement: Mapping[str, Any], request: Request) -> bool:
+    """Whether one resolved Deny statement (of a resource policy, Principal "*") applies to the request."""
+    if statement.get("Effect") != "Deny" or statement.get("Principal") != "*":
+        raise Unmodelled(f"not a Deny for every principal: {statement.get('Sid', statement)}")
+    for element in ("NotAction", "NotResource", "NotPrincipal"):
+        if element in statement:
+            raise Unmodelled(f"{element} in {statement.get('Sid', statement)}")
+    if not any(_glob(str(a), request.action, case=False) for a in _listed(statement["Action"])):
+        return False
+    if not any(_match(str(r), request.resource, request.context) for r in _listed(statement["Resource"])):
+        return False
+    for operator, tests in statement.get("Condition", {}).items():
+        if operator not in DENY_OPERATORS:
+            raise Unmodelled(f"condition operator {operator} in {statement.get('Sid', statement)}")
+        for key, wanted in tests.items():
+            value = request.context.get(key)
+            if operator == "Bool":
+                if value is None or value.lower() != str(wanted).lower():
+                    return False
+                continue
+            like = operator.endswith("Like")
+            hit = value is not None and any(_match(str(w), value, request.context, wildcards=like)
+                                            for w in _listed(wanted))
+            if hit == ("Not" in operator):
+                return False
+    return True

@@ -15,6 +15,7 @@ real AWS CLI of the toolchain — as a node of provider local runs them.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -30,12 +31,12 @@ import pytest
 
 from conftest import ROOT
 from fmcluster import versions
-from fmcluster.manifest import digest
+from fmcluster.manifest import INDEX_KEY, digest
 from fmcluster.model import Tenant, load_tenant
 from fmcluster.providers.local.hosts import (
     Bind, Host, HostSpec, bridge_name, ensure_network, host_run, reconcile_hosts, remove_all, router_address,
 )
-from fmcluster.publish import bootstrap_files, ensure_secrets, pinned_commit, publish
+from fmcluster.publish import bootstrap_files, ensure_secrets, index_document, pinned_commit, publish, trust_index
 from fmcluster.schedulers.hyperpod.scheduler import LIFECYCLE_ENV, HyperPod
 from fmcluster.stacks import aws
 from fmcluster.stacks.emulator import ensure_emulator, stop_emulator
@@ -163,6 +164,17 @@ class Node:
         assert done.returncode == 0, done.stderr
         return done.stdout
 
+    def publish_manifest(self, manifest: dict[str, Any]) -> None:
+        """A new manifest as the deploy publishes one: the object, the index listing its digest, the SSM parameter
+        naming the index (the node uses no manifest the trusted index does not list)."""
+        s3 = self.client("s3")
+        body = json.dumps(manifest, indent=1, sort_keys=True).encode()
+        s3.put_object(Bucket=BUCKET, Key="fmcluster/manifest/cluster.json", Body=body)
+        objects = json.loads(s3.get_object(Bucket=BUCKET, Key=INDEX_KEY)["Body"].read())["objects"]
+        index = index_document({**objects, "fmcluster/manifest/cluster.json": hashlib.sha256(body).hexdigest()})
+        s3.put_object(Bucket=BUCKET, Key=INDEX_KEY, Body=index)
+        trust_index(self.client("ssm"), ORG, hashlib.sha256(index).hexdigest(), out=lambda _: None)
+
     def report_key(self, suffix: str = ".json", instance: str = SESSION_INSTANCE, bucket: str = BUCKET) -> str:
         """Where the node filed its report: fmcluster/report/<its caller identity>/<the instance it found itself to be,
         its session's name before then><suffix>, found as the deploy finds it (by instance id)."""
@@ -211,7 +223,9 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
         s3 = aws.client("s3", tenant.region, endpoint)
         for bucket in (BUCKET, f"{BUCKET}-empty", f"{BUCKET}-contract"):
             s3.create_bucket(Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": tenant.region})
-        publish(s3, BUCKET, bootstrap_files(ref, PLAYBOOK), manifest, out=lambda _: None)
+        done = publish(s3, BUCKET, bootstrap_files(ref, PLAYBOOK), manifest, out=lambda _: None)
+        # As the deploy does last: the nodes trust the index whose digest is in the SSM parameter (issue 42).
+        trust_index(aws.client("ssm", tenant.region, endpoint), ORG, done.index_sha256, out=lambda _: None)
         sts = aws.client("sts", tenant.region, endpoint)
         assumed = sts.assume_role(RoleArn=f"arn:aws:iam::123456789012:role/{ORG}-node", RoleSessionName=SESSION_INSTANCE)
         credentials = assumed["Credentials"]
@@ -236,8 +250,24 @@ def test_launch_template_user_data_and_the_hyperpod_lifecycle_hand_the_bootstrap
     bucket = f"{BUCKET}-contract"
     s3 = node.client("s3")
     recorder = "#!/bin/sh\nenv | grep '^FMCLUSTER_' | sort > /tmp/bootstrap-settings\n"
-    s3.put_object(Bucket=bucket, Key="fmcluster/bootstrap/node-bootstrap.sh", Body=recorder.encode())
+    # Published as the deploy publishes, so the first boot runs it (it checks the index the SSM parameter names);
+    # the node bucket's index is named again at the end.
+    contract = publish(s3, bucket, {"node-bootstrap.sh": recorder.encode()}, {}, out=lambda _: None)
+    ssm = node.client("ssm")
+    trusted = ssm.get_parameter(Name=f"/fmcluster/{ORG}/bootstrap-index-sha256")["Parameter"]["Value"]
+    trust_index(ssm, ORG, contract.index_sha256, out=lambda _: None)
+    try:
+        from_launch_template, from_hyperpod = _both_first_boots(node, bucket)
+    finally:
+        trust_index(ssm, ORG, trusted, out=lambda _: None)
+    assert {k: from_launch_template[k] for k in SETTINGS} == {k: from_hyperpod[k] for k in SETTINGS} == {
+        "FMCLUSTER_BUCKET": bucket, "FMCLUSTER_REGION": node.tenant.region, "FMCLUSTER_ORG": ORG}
+    assert (from_launch_template["FMCLUSTER_STACK"], from_launch_template["FMCLUSTER_SIGNAL_RESOURCE"]) == (
+        "fmc-t-boot-cluster", "")  # the controller is not waited on
 
+
+def _both_first_boots(node: Node, bucket: str) -> tuple[dict[str, str], dict[str, str]]:
+    """The settings the bootstrap got from the launch template's user data, and from HyperPod's lifecycle."""
     lt = launch_templates(node.tenant)["Resources"]["ControllerLaunchTemplate"]
     node.put("/var/lib/cloud/instance/user-data.txt", user_data_script(
         lt, {"DataBucketName": bucket, "AWS::Region": node.tenant.region, "AWS::StackName": "fmc-t-boot-cluster"}), "0700")
@@ -250,11 +280,7 @@ def test_launch_template_user_data_and_the_hyperpod_lifecycle_hand_the_bootstrap
     ran = node.run("rm /tmp/bootstrap-settings && bash /tmp/lifecycle/on_create.sh")
     assert ran.returncode == 0, ran.stdout + ran.stderr
     from_hyperpod = dict(line.split("=", 1) for line in node.read("/tmp/bootstrap-settings").splitlines())
-
-    assert {k: from_launch_template[k] for k in SETTINGS} == {k: from_hyperpod[k] for k in SETTINGS} == {
-        "FMCLUSTER_BUCKET": bucket, "FMCLUSTER_REGION": node.tenant.region, "FMCLUSTER_ORG": ORG}
-    assert (from_launch_template["FMCLUSTER_STACK"], from_launch_template["FMCLUSTER_SIGNAL_RESOURCE"]) == (
-        "fmc-t-boot-cluster", "")  # the controller is not waited on
+    return from_launch_template, from_hyperpod
 
 
 def test_first_boot_fetch_unpacks_the_pinned_commit_and_writes_the_node_s_settings(node: Node) -> None:
@@ -320,16 +346,14 @@ def test_the_agent_waits_for_the_manifest_of_its_commit_then_fails_naming_its_s3
     assert f"cannot read s3://{BUCKET}/fmcluster/manifest/cluster.json for commit ffffffffffff after 1 tries" in report["error"]
 
     # Published while the agent waits (its second try, 2 s later): it takes it and goes on.
-    s3 = node.client("s3")
     newer = {**node.manifest, "ref": other}
-    later = threading.Timer(0.5, lambda: s3.put_object(Bucket=BUCKET, Key="fmcluster/manifest/cluster.json",
-                                                       Body=json.dumps(newer).encode()))
+    later = threading.Timer(0.5, lambda: node.publish_manifest(newer))
     later.start()
     try:
         node.agent(FMCLUSTER_REF=other, FMCLUSTER_FETCH_TRIES="2")
     finally:
         later.join()
-        s3.put_object(Bucket=BUCKET, Key="fmcluster/manifest/cluster.json", Body=json.dumps(node.manifest).encode())
+        node.publish_manifest(node.manifest)
     report = node.report()
     assert report["stage"] != "manifest" and report["manifest_digest"] == digest(newer)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import functools
+import hashlib
 import io
 import json
 import re
@@ -29,7 +30,9 @@ import pytest
 from conftest import ROOT
 from fmcluster.accounting import secret_roles
 from fmcluster.model import Tenant, load_tenant
+from fmcluster.manifest import INDEX_KEY
 from fmcluster.node.agent import MANIFEST_KEY, Agent, Report, Settings
+from fmcluster.publish import index_document
 from fmcluster.schedulers.registry import scheduler_for
 from fmcluster.stacks.render import load_cfn_yaml, render_stacks
 from fmcluster.stacks.templates.common import report_key
@@ -125,10 +128,15 @@ class Recorder:
         return _Client(self, service)
 
     def answer(self, call: Call) -> Any:
+        manifest = json.dumps(self.manifest).encode()
+        # The deploy's index and the SSM parameter naming it, as the deploy publishes them (fmcluster.publish).
+        index = index_document({MANIFEST_KEY: hashlib.sha256(manifest).hexdigest()})
         if call.operation == "get_object":
-            body = json.dumps(self.manifest).encode() if call.params["Key"] == MANIFEST_KEY else \
-                f"FMCLUSTER_REF={REF}\n".encode()
+            key = call.params["Key"]
+            body = manifest if key == MANIFEST_KEY else index if key == INDEX_KEY else f"FMCLUSTER_REF={REF}\n".encode()
             return {"Body": io.BytesIO(body)}
+        if call.operation == "get_parameter":
+            return {"Parameter": {"Name": call.params["Name"], "Value": hashlib.sha256(index).hexdigest()}}
         if call.operation == "get_secret_value":
             return {"SecretString": "secret-value"}
         if call.operation == "describe_instances":
@@ -234,6 +242,8 @@ def request(tenant: Tenant, call: Call) -> Request:
                        {**ctx, "aws:ResourceTag/fmcluster:org": tenant.org})
     if call.service == "cloudformation":
         return Request(action, f"arn:aws:cloudformation:{region}:{ACCOUNT}:stack/{p['StackName']}/0a1b2c3d-uuid", ctx)
+    if call.service == "ssm":  # a parameter's ARN drops the leading "/" of its name
+        return Request(action, f"arn:aws:ssm:{region}:{ACCOUNT}:parameter/{p['Name'].lstrip('/')}", ctx)
     if call.service == "ec2" and op.startswith("Describe"):
         return Request(action, "*", ctx)
     if action in NEEDS_NO_PERMISSION:
@@ -291,7 +301,8 @@ def static_operations() -> set[tuple[str, str]]:
 def script_variables(tenant: Tenant) -> dict[str, str]:
     """What the node scripts' variables hold on a node of `tenant` (instance ME)."""
     return {"$s3": f"s3://{BUCKET}/fmcluster", "$FMCLUSTER_BUCKET": BUCKET, "${address:-unknown}": ADDRESS,
-            "${identity}": f"{ROLE_ID}:{session(tenant)}", "${instance}": ME}
+            "${identity}": f"{ROLE_ID}:{session(tenant)}", "${instance}": ME,
+            "$boot": "fmcluster/bootstrap/node-bootstrap.sh"}
 
 
 def script_files() -> list[Path]:
@@ -327,6 +338,11 @@ def s3_client_requests(tenant: Tenant, verb: str, rest: str, signalled: bool = F
         assert words[:2] == ["$FMCLUSTER_STACK", "$FMCLUSTER_SIGNAL_RESOURCE"], words
         stack = f"arn:aws:cloudformation:{tenant.region}:{ACCOUNT}:stack/{tenant.stack_prefix}-cluster/0a1b2c3d-uuid"
         return [Request("cloudformation:SignalResource", stack, ctx)] if signalled else []
+    if verb == "verify":  # the SSM parameter naming the deploy's index (GetParameter), then the index (GetObject)
+        parameter, url = words[0].replace("$FMCLUSTER_ORG", tenant.org), words[1]
+        bucket, _, key = url.removeprefix("s3://").partition("/")
+        return [Request("ssm:GetParameter", f"arn:aws:ssm:{tenant.region}:{ACCOUNT}:parameter/{parameter.lstrip('/')}",
+                        ctx), Request("s3:GetObject", f"arn:aws:s3:::{bucket}/{key}", ctx)]
     assert verb in ("get", "put", "sync"), f"fmcluster-s3 {verb}: model it in this test"
     url = words[1] if verb == "put" else words[0]
     bucket, _, key = url.removeprefix("s3://").partition("/")

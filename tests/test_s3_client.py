@@ -161,8 +161,9 @@ def test_the_first_boot_script_carries_the_client_packed_and_runnable(tmp_path: 
     (tmp_path / "fmcluster-s3").write_bytes(unpacked)
     usage = subprocess.run([sys.executable, str(tmp_path / "fmcluster-s3")], capture_output=True, text=True, check=False)
     assert usage.returncode == 2 and usage.stderr.startswith("usage: fmcluster-s3")
-    # EC2 takes 16 KB of user data (raw); the first-boot script leaves room for the settings before it.
-    assert len(script.encode()) < 8 * 1024, len(script.encode())
+    # EC2 takes 16 KB of user data (raw); the first-boot script leaves room for the settings before it. The client's
+    # `verify` (issue 42: nodes check what they run) took it from 7.6 KB to 9.3 KB; 10 KB leaves 6 KB for the settings.
+    assert len(script.encode()) < 10 * 1024, len(script.encode())
 
 
 def test_whoami_names_the_caller_as_iam_s_aws_userid_does(s3_endpoint: str) -> None:

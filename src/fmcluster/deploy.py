@@ -173,7 +173,8 @@ class Deploy:
         """Before the cluster stack: the nodes' bundle (pinned commit) and manifest, the scheduler's uploads."""
         from fmcluster.access import operator_public_key
         from fmcluster.images import booted_image
-        from fmcluster.publish import bootstrap_files, build_manifest, pinned_commit, publish, uncommitted_changes
+        from fmcluster.publish import (bootstrap_files, build_manifest, pinned_commit, publish, trust_index,
+                                       uncommitted_changes)
 
         self.ref = pinned_commit()
         bucket = outputs["DataBucketName"]
@@ -191,11 +192,14 @@ class Deploy:
                                                    out=lambda line: lines.append(line.strip())), self.manifest,
                        lambda line: lines.append(line.strip()), identities={"repo.bundle": f"git:{self.ref}"})
         self.scheduler.before_cluster(s3, bucket, lambda line: lines.append(line.strip()))
+        # Last: the nodes trust what was published only once its index's digest is in the deploy's SSM parameter.
+        trusted = trust_index(self.client("ssm"), self.tenant.org, done.index_sha256,
+                              lambda line: lines.append(line.strip()))
         for line in lines:
             self.out(f"  {line}")
         if uncommitted_changes():
             lines.append(f"note: the work tree has uncommitted changes; nodes converge to the committed {self.ref[:12]}")
-        self.published_changed = bool(done.written)
+        self.published_changed = bool(done.written) or trusted
         self.published = ([f"published commit {self.ref[:12]} and the manifest to s3://{bucket}/fmcluster/"]
                           if done.written else [f"commit {self.ref[:12]} and the manifest already published"]) + lines
 

@@ -31,6 +31,34 @@ NODE_SECRETS_DIR = "/etc/fmcluster/secrets"
 #: Secret names under fmcluster/<org>/ in AWS Secrets Manager (the deploy creates them), and the roles whose
 #: nodes read each (their IAM roles allow exactly that: the munge key everywhere, the rest on the controller).
 SECRET_ROLES = {"munge-key": ("controller", "login", "compute"), "grafana-admin-password": ("controller",)}
+#: The deploy's index of what it published for the nodes (object key → SHA-256), in the manifest's prefix; nodes trust
+#: it only when its SHA-256 is the value of the SSM parameter index_parameter(org), which the deploy alone writes
+#: (fmcluster.publish; docs/stacks.md, "What a node runs").
+INDEX_KEY = "fmcluster/manifest/index.json"
+
+
+def index_parameter(org: str) -> str:
+    """The SSM parameter holding the SHA-256 of the tenant's index (INDEX_KEY): the deploy writes it, nodes read it."""
+    return f"/fmcluster/{org}/bootstrap-index-sha256"
+
+
+class DigestMismatch(RuntimeError):
+    """A published object is not what the deploy's trusted index says: it is never used."""
+
+
+def check_digest(key: str, expected: str, body: bytes, source: str = "") -> None:
+    """Raise DigestMismatch unless `body`'s SHA-256 is `expected` (from `source`, named in the refusal)."""
+    got = hashlib.sha256(body).hexdigest()
+    if not expected or got != expected:
+        raise DigestMismatch(f"object {key} digest mismatch: expected sha256 {expected or '(none)'}{source}, got {got};"
+                             " it was not used. Re-run invoke deploy (it publishes again what differs)")
+
+
+def trusted_objects(index: bytes, trusted_sha256: str, parameter: str) -> dict[str, str]:
+    """The index's key → SHA-256 entries, once the index is the one the SSM parameter names (DigestMismatch else)."""
+    check_digest(INDEX_KEY, trusted_sha256, index, f" (SSM parameter {parameter})")
+    objects = json.loads(index).get("objects", {})
+    return {str(k): str(v) for k, v in objects.items()} if isinstance(objects, dict) else {}
 SECRET_NAMES = tuple(SECRET_ROLES)
 
 

@@ -13,6 +13,7 @@ tenant's emulator).
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import subprocess
@@ -24,7 +25,7 @@ from typing import Any
 
 from fmcluster import accelerators, accounting, images, monitoring, nccl, users, versions
 from fmcluster.health import inventory as health
-from fmcluster.manifest import FORMAT, NODE_SECRETS_DIR, SECRET_NAMES, secret_id
+from fmcluster.manifest import FORMAT, INDEX_KEY, NODE_SECRETS_DIR, SECRET_NAMES, index_parameter, secret_id
 from fmcluster.model import Tenant
 from fmcluster.paths import PACKAGE_DIR
 
@@ -32,6 +33,8 @@ from fmcluster.paths import PACKAGE_DIR
 SOURCE_ROOT = PACKAGE_DIR.parent.parent
 BOOTSTRAP_PREFIX = "fmcluster/bootstrap/"
 MANIFEST_KEY = "fmcluster/manifest/cluster.json"
+#: The index (fmcluster.manifest.INDEX_KEY: every object published for the nodes, key → SHA-256) in this format.
+INDEX_FORMAT = 1
 REPORT_PREFIX = "fmcluster/report/"
 BOOTSTRAP_SCRIPT = "node-bootstrap.sh"
 S3_CLIENT = "fmcluster-s3"
@@ -49,6 +52,10 @@ class Published:
     written: list[str] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
     secrets_created: list[str] = field(default_factory=list)
+    #: Key → SHA-256 (hex) of the bytes the bucket holds for each object published: the index's entries.
+    digests: dict[str, str] = field(default_factory=dict)
+    #: SHA-256 (hex) of the index (INDEX_KEY) this publish wrote: the value of the SSM parameter nodes trust.
+    index_sha256: str = ""
 
 
 def pinned_commit(root: Path = SOURCE_ROOT) -> str:
@@ -306,19 +313,38 @@ def bootstrap_files(ref: str, playbook: str, root: Path = SOURCE_ROOT, out: Out 
 IDENTITY_METADATA = "fmcluster-identity"
 
 
+def _stored_sha256(head: Mapping[str, Any]) -> str:
+    """The SHA-256 (hex) S3 computed over an object's bytes when it was written with ChecksumAlgorithm SHA256 (a
+    single-part upload's ChecksumSHA256, base64), "" when it has none (written before, or by another client)."""
+    value = str(head.get("ChecksumSHA256") or "")
+    if not value or "-" in value:  # a multipart upload's checksum is of its parts' checksums
+        return ""
+    try:
+        return base64.b64decode(value, validate=True).hex()
+    except ValueError:
+        return ""
+
+
 def _put_if_changed(s3: Any, bucket: str, key: str, body: bytes, done: Published, identity: str = "") -> None:
     """Upload unless the object already holds this content: the same `identity` when one is given, else the same
-    bytes (their SHA-256, recorded in the object's metadata when it was written)."""
-    wanted = identity or f"sha256:{hashlib.sha256(body).hexdigest()}"
+    bytes (their SHA-256, recorded in the object's metadata when it was written, and S3's own SHA-256 checksum of
+    what it holds: metadata can be copied onto other bytes, the checksum cannot). Records the SHA-256 of the bytes the
+    bucket then holds in done.digests: for an object kept by identity (the repository bundle, whose bytes differ
+    from run to run), S3's checksum of the stored bytes."""
+    local = hashlib.sha256(body).hexdigest()
+    wanted = identity or f"sha256:{local}"
     try:
-        current = s3.head_object(Bucket=bucket, Key=key).get("Metadata", {}).get(IDENTITY_METADATA, "")
+        head = s3.head_object(Bucket=bucket, Key=key, ChecksumMode="ENABLED")
     except Exception:  # noqa: BLE001 - absent (or unreadable): write it
-        current = ""
-    if current == wanted:
+        head = {}
+    current, stored = head.get("Metadata", {}).get(IDENTITY_METADATA, ""), _stored_sha256(head)
+    if current == wanted and stored and (identity or stored == local):
         done.unchanged.append(key)
+        done.digests[key] = stored
         return
-    s3.put_object(Bucket=bucket, Key=key, Body=body, Metadata={IDENTITY_METADATA: wanted})
+    s3.put_object(Bucket=bucket, Key=key, Body=body, Metadata={IDENTITY_METADATA: wanted}, ChecksumAlgorithm="SHA256")
     done.written.append(key)
+    done.digests[key] = local
 
 
 def publish(s3: Any, bucket: str, files: Mapping[str, bytes], manifest: Mapping[str, Any], out: Out = print,
@@ -330,11 +356,36 @@ def publish(s3: Any, bucket: str, files: Mapping[str, bytes], manifest: Mapping[
         _put_if_changed(s3, bucket, f"{BOOTSTRAP_PREFIX}{name}", body, done, (identities or {}).get(name, ""))
     _prune(s3, bucket, f"{BOOTSTRAP_PREFIX}{WHEELHOUSE}", {f"{BOOTSTRAP_PREFIX}{n}" for n in files}, done)
     _put_if_changed(s3, bucket, MANIFEST_KEY, json.dumps(manifest, indent=1, sort_keys=True).encode(), done)
+    # Last, the list of what was published: a node that reads it before the SSM parameter names it waits and retries.
+    index = index_document(done.digests)
+    _put_if_changed(s3, bucket, INDEX_KEY, index, done)
+    done.index_sha256 = hashlib.sha256(index).hexdigest()
     if done.written:
         out(f"  published to s3://{bucket}/: {_summary(done.written)}")
     if done.unchanged:
         out(f"  already current in s3://{bucket}/: {_summary(done.unchanged)}")
     return done
+
+
+def index_document(digests: Mapping[str, str]) -> bytes:
+    """The index nodes verify against (INDEX_KEY): every published key and its SHA-256, byte-stable."""
+    return json.dumps({"format": INDEX_FORMAT, "objects": dict(sorted(digests.items()))}, indent=1).encode() + b"\n"
+
+
+def trust_index(ssm: Any, org: str, index_sha256: str, out: Out = print) -> bool:
+    """Name the published index as the nodes' trusted one: its SHA-256 in the SSM parameter index_parameter(org),
+    which only the deploy writes (the node roles may read it). Written after the index itself; returns whether it
+    changed."""
+    name = index_parameter(org)
+    try:
+        if ssm.get_parameter(Name=name)["Parameter"]["Value"] == index_sha256:
+            return False
+    except ssm.exceptions.ParameterNotFound:
+        pass
+    ssm.put_parameter(Name=name, Value=index_sha256, Type="String", Overwrite=True,
+                      Description=f"fmcluster {org}: SHA-256 of s3://<data bucket>/{INDEX_KEY}, written by the deploy")
+    out(f"  nodes trust index {index_sha256[:12]} (SSM parameter {name})")
+    return True
 
 
 def _prune(s3: Any, bucket: str, prefix: str, keep: set[str], done: Published) -> None:

@@ -36,7 +36,8 @@ import boto3
 import yaml
 from botocore.config import Config
 
-from fmcluster.manifest import assemble_inventory, digest, inventory_yaml, membership_digest, membership_playbook
+from fmcluster.manifest import (INDEX_KEY, assemble_inventory, check_digest, digest, index_parameter, inventory_yaml,
+                                membership_digest, membership_playbook, trusted_objects)
 from fmcluster.baked import IMAGE_MARKER, booted_image, installed_since
 from fmcluster.nodes import Node, discover, node_at
 
@@ -303,12 +304,23 @@ class Agent:
     def manifest(self) -> dict[str, Any]:
         def read() -> dict[str, Any]:
             body = self.s3.get_object(Bucket=self.settings.bucket, Key=MANIFEST_KEY)["Body"].read()
+            # The manifest drives what the roles do as root: used only once it is the deploy's (a mismatch is
+            # retried, for a deploy publishing now names its new index last, then reported).
+            self.verify(MANIFEST_KEY, body)
             loaded: dict[str, Any] = json.loads(body)
             return loaded
 
         where = f"read s3://{self.settings.bucket}/{MANIFEST_KEY} for commit {self.settings.ref[:12]}"
         # The deploy publishes the bundle, then the manifest that names its commit: wait until they agree.
         return retry(where, "manifest", self.settings.fetch_tries, read, lambda m: m.get("ref") == self.settings.ref)
+
+    def verify(self, key: str, body: bytes) -> None:
+        """Raise DigestMismatch unless `body` is what the deploy published as `key`: the SHA-256 its index lists, the
+        index's own the one in the SSM parameter the deploy alone writes (the node role may only read it)."""
+        parameter = index_parameter(self.settings.org)
+        trusted = str(self.client("ssm").get_parameter(Name=parameter)["Parameter"]["Value"])
+        index = self.s3.get_object(Bucket=self.settings.bucket, Key=INDEX_KEY)["Body"].read()
+        check_digest(key, trusted_objects(index, trusted, parameter).get(key, ""), body)
 
     def secrets(self, manifest: dict[str, Any], role: str) -> list[str]:
         """Each shared secret this node's role reads into /etc/fmcluster/secrets/<name> (root only); returns the

@@ -30,6 +30,7 @@ from fmcluster.stacks.checks import check_stacks
 from fmcluster.stacks.emulator import stop_emulator
 from fmcluster.stacks.outputs import outputs_path, remove_stack_outputs, write_stack_outputs
 from fmcluster.stacks.render import SOURCE_ROOT, ImageRef, ImageResolver, RenderedStack, load_cfn_yaml, render_stacks
+from fmcluster.stacks.templates.common import TEMPLATES_PREFIX
 from fmcluster.stacks.result import (
     DeleteFirst,
     EMULATOR_IGNORED_ATTRIBUTES, EMULATOR_IGNORED_PROPERTIES, EMULATOR_SKIPPED_TYPES, Failure, ResourceChange,
@@ -151,7 +152,8 @@ def deploy_stacks(tenant: Tenant, endpoint: str | None, *, before_cluster: Befor
             continue
         notes: list[str] = []
         params, substitutes = stack.resolved_parameters(
-            outputs, image_resolver(tenant, cf, stack, result.endpoint, refresh_images, notes), capacity)
+            outputs, image_resolver(tenant, cf, stack, result.endpoint, refresh_images, notes), capacity,
+            lambda: deployer_principal(tenant, result.endpoint))
         notes += substitutes
         for note in notes:
             out(f"  {stack.name}: {note}")
@@ -186,8 +188,15 @@ def deploy_stacks(tenant: Tenant, endpoint: str | None, *, before_cluster: Befor
     return result
 
 
-#: Where a template too large to pass inline goes (under fmcluster/: no node reads it, no data link may cover it).
-TEMPLATES_PREFIX = "fmcluster/templates/"
+def deployer_principal(tenant: Tenant, endpoint: str | None) -> str:
+    """Who runs this deploy, as the bucket policy's aws:userid condition names it: the STS caller identity's UserId up
+    to its first ':' (a role's id, whatever session; an IAM user's id; the account id for the root user)."""
+    user_id = str(aws.client("sts", tenant.region, endpoint).get_caller_identity()["UserId"])
+    return user_id.split(":", 1)[0]
+
+
+#: Where a template too large to pass inline goes: TEMPLATES_PREFIX (under fmcluster/: no node reads it, no data
+#: link may cover it, only the deploy writes it).
 
 
 def large_template_url(tenant: Tenant, stack: RenderedStack, storage_outputs: dict[str, str],
@@ -260,7 +269,8 @@ def _plan_one(cf: Any, stack: RenderedStack, tenant: Tenant, outputs: dict[str, 
     notes: list[str] = []
     try:
         params, substitutes = stack.resolved_parameters(
-            outputs, image_resolver(tenant, cf, stack, endpoint, refresh_images, notes), capacity)
+            outputs, image_resolver(tenant, cf, stack, endpoint, refresh_images, notes), capacity,
+            lambda: deployer_principal(tenant, endpoint))
         notes += substitutes
     except KeyError:
         outcome = offline(f"change set: needs the outputs of stacks that do not exist yet; {stack.name} would be created")

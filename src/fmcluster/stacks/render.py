@@ -34,10 +34,11 @@ from fmcluster.stacks.first_boot import (
 )
 from fmcluster.stacks.templates import ClusterTemplate, network, storage
 from fmcluster.stacks.templates.common import (
-    BOOTSTRAP_PREFIX, LIFECYCLE_PREFIX, MANIFEST_PREFIX, NODE_READ_PREFIXES, REPORT_PREFIX, logical_name,
+    BOOTSTRAP_PREFIX, DEPLOY_PRINCIPAL_PARAMETER, LIFECYCLE_PREFIX, MANIFEST_PREFIX, NODE_READ_PREFIXES, REPORT_PREFIX,
+    logical_name,
 )
 
-__all__ = ["BOOT_VARIABLES", "BOOTSTRAP_PREFIX", "CapacityRef", "EMULATOR_AMI_PARAMETER", "ImageRef",
+__all__ = ["BOOT_VARIABLES", "BOOTSTRAP_PREFIX", "CapacityRef", "DeployerRef", "EMULATOR_AMI_PARAMETER", "ImageRef",
            "LIFECYCLE_PREFIX", "MANIFEST_PREFIX", "NODE_READ_PREFIXES", "OutputRef", "REPORT_PREFIX", "RenderedStack",
            "S3_CLIENT", "S3_CLIENT_PLACEHOLDER", "STACK_KEYS", "USER_DATA_SCRIPT", "boot_environment",
            "load_cfn_yaml", "logical_name", "first_boot_script", "node_user_data",
@@ -89,7 +90,16 @@ class CapacityRef:
         return f"<queue {self.queue}'s Capacity Block end minus the margin, read from EC2 by the capacity pre-flight>"
 
 
-ParameterValue = str | OutputRef | ImageRef | CapacityRef
+@dataclass(frozen=True)
+class DeployerRef:
+    """Who runs the deploy (STS GetCallerIdentity's UserId up to ':'), the one principal the bucket policy lets write
+    what nodes run (fmcluster.stacks.templates.common.control_prefix_statement): known only with credentials."""
+
+    def describe(self) -> str:
+        return "<the deploy's principal: STS GetCallerIdentity's UserId up to ':', read when the stack is deployed>"
+
+
+ParameterValue = str | OutputRef | ImageRef | CapacityRef | DeployerRef
 ImageResolver = Callable[[str, ImageRef], str]  # (parameter name, ref) -> AMI id
 
 
@@ -106,10 +116,11 @@ class RenderedStack:
         return {name: res["Type"] for name, res in load_cfn_yaml(self.body).get("Resources", {}).items()}
 
     def resolved_parameters(self, outputs: dict[str, dict[str, str]], resolve_image: ImageResolver | None = None,
-                            capacity: dict[str, str] | None = None) -> tuple[dict[str, str], list[str]]:
-        """Parameters with OutputRefs replaced by `outputs[stack][key]`, ImageRefs by `resolve_image` and
-        CapacityRefs by `capacity[queue]` (the pre-flight's scale-in times); also the notes on substitutes.
-        KeyError when something is not known yet."""
+                            capacity: dict[str, str] | None = None,
+                            deployer: Callable[[], str] | None = None) -> tuple[dict[str, str], list[str]]:
+        """Parameters with OutputRefs replaced by `outputs[stack][key]`, ImageRefs by `resolve_image`,
+        CapacityRefs by `capacity[queue]` (the pre-flight's scale-in times) and the DeployerRef by `deployer()`; also
+        the notes on substitutes. KeyError when something is not known yet."""
         resolved: dict[str, str] = {}
         notes: list[str] = []
         for key, value in self.parameters.items():
@@ -125,6 +136,10 @@ class RenderedStack:
                 if capacity is None or value.queue not in capacity:
                     raise KeyError(f"{self.name}: parameter {key} needs {value.describe()}")
                 resolved[key] = capacity[value.queue]
+            elif isinstance(value, DeployerRef):
+                if deployer is None:
+                    raise KeyError(f"{self.name}: parameter {key} needs {value.describe()}")
+                resolved[key] = deployer()
             elif isinstance(value, ImageRef):
                 if resolve_image is None:
                     raise KeyError(f"{self.name}: parameter {key} needs {value.describe()}")
@@ -248,6 +263,7 @@ def render_stacks(tenant: Tenant, image_parameter: Callable[[str], str] = lambda
         "VpcCidr": OutputRef(net, "VpcCidr"),
         "PrivateSubnetId": OutputRef(net, "PrivateSubnetId"),
         "NodeSecurityGroupId": OutputRef(net, "NodeSecurityGroupId"),
+        DEPLOY_PRINCIPAL_PARAMETER: DeployerRef(),
     }
     cluster_params: dict[str, ParameterValue] = {
         "PrivateSubnetId": OutputRef(net, "PrivateSubnetId"),

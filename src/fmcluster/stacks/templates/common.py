@@ -18,6 +18,14 @@ MANIFEST_PREFIX = "fmcluster/manifest/"  # deploy writes, nodes read
 LIFECYCLE_PREFIX = "hyperpod/lifecycle/"  # deploy writes, HyperPod (execution role) reads
 REPORT_PREFIX = "fmcluster/report/"  # each node writes its own convergence report (NODE_IDENTITY); the deploy reads
 NODE_READ_PREFIXES = (BOOTSTRAP_PREFIX, MANIFEST_PREFIX, LIFECYCLE_PREFIX)
+TEMPLATES_PREFIX = "fmcluster/templates/"  # deploy writes (templates over CloudFormation's inline limit), CloudFormation reads
+#: What nodes and services run as root (the bootstrap, the manifest and its index, HyperPod's lifecycle scripts,
+#: ParallelCluster's custom action under the bootstrap prefix) and the templates CloudFormation runs: the bucket
+#: policy lets the deploy's principal alone write or delete there (control_prefix_statement).
+CONTROL_PREFIXES = (BOOTSTRAP_PREFIX, MANIFEST_PREFIX, LIFECYCLE_PREFIX, TEMPLATES_PREFIX)
+#: Who the deploy is: its STS caller identity's UserId up to the first ':' (a role's id, an IAM user's id, or the
+#: account id for the root user), a parameter of the storage stack the deploy fills in (fmcluster.stacks.api).
+DEPLOY_PRINCIPAL_PARAMETER = "DeployPrincipalId"
 
 # Describe calls cannot be scoped to resources (the EC2 service authorization reference lists no
 # resource type for them), so they are the only actions allowed on Resource "*".
@@ -147,6 +155,31 @@ def secrets_of(tenant: Tenant, roles: Sequence[str]) -> list[str]:
     return sorted(name for name, readers in secret_roles(tenant).items() if set(readers) & set(roles))
 
 
+def index_parameter_arn(org: str) -> Any:
+    """The SSM parameter naming the SHA-256 of the deploy's index (fmcluster.manifest.index_parameter): nodes read
+    it, only the deploy writes it."""
+    return text("arn:${AWS::Partition}:ssm:${AWS::Region}:${AWS::AccountId}:parameter/fmcluster/{org}/"
+                "bootstrap-index-sha256", org=org)
+
+
+def trusted_index_statement(org: str) -> dict[str, Any]:
+    """A node reads (never writes) the digest of what the deploy published, to check what it runs against it."""
+    return {"Sid": "ReadTrustedIndexDigest", "Effect": "Allow", "Action": "ssm:GetParameter",
+            "Resource": index_parameter_arn(org)}
+
+
+def control_prefix_statement(bucket: Any) -> dict[str, Any]:
+    """The bucket policy's Deny: writes and deletes under CONTROL_PREFIXES by anyone but the deploy's principal
+    (aws:userid is "<role id>:<session>" for a role session, the user's id for an IAM user, the account id for the
+    root user; IAM User Guide, "Policy variables"). Nodes write their reports under REPORT_PREFIX, users their data
+    elsewhere: neither is touched. `bucket`: the bucket's ARN."""
+    principal = Ref(DEPLOY_PRINCIPAL_PARAMETER)
+    return {"Sid": "DenyControlWritesButTheDeploy", "Effect": "Deny", "Principal": "*",
+            "Action": ["s3:PutObject", "s3:DeleteObject", "s3:DeleteObjectVersion"],
+            "Resource": [join([bucket, f"/{prefix}*"]) for prefix in CONTROL_PREFIXES],
+            "Condition": {"StringNotLike": {"aws:userid": [principal, join([principal, ":*"])]}}}
+
+
 def node_statements(tenant: Tenant, *, controller: bool) -> list[dict[str, Any]]:
     """What a node's role may do in S3 and Secrets Manager: read the bootstrap, the manifest and the
     HyperPod lifecycle prefixes, write its own report (by NODE_IDENTITY), read the secrets its role's
@@ -162,6 +195,7 @@ def node_statements(tenant: Tenant, *, controller: bool) -> list[dict[str, Any]]
         {"Sid": "WriteReports", "Effect": "Allow", "Action": "s3:PutObject", "Resource": own_report_keys(bucket_arn())},
         {"Sid": "ReadOwnSecrets", "Effect": "Allow", "Action": "secretsmanager:GetSecretValue",
          "Resource": secret_arns(tenant.org, secrets)},
+        trusted_index_statement(tenant.org),
         # Every node finds itself and the cluster's other nodes among the tenant's instances (its node agent;
         # Describe* cannot be resource-scoped).
         {"Sid": "FindClusterNodes", "Effect": "Allow", "Action": "ec2:DescribeInstances", "Resource": "*"},

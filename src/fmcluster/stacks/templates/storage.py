@@ -9,9 +9,9 @@ from typing import Any
 from fmcluster.model import Tenant
 from fmcluster.stacks.cfn import Fn, GetAtt, Ref, Sub, text
 from fmcluster.stacks.templates.common import (
-    BOOTSTRAP_PREFIX, MANIFEST_PREFIX, TEMPLATE_VERSION, alert_publish_statements, description, metadata, output,
-    own_report_keys, remote_write_statements, resource_tags, secret_arns, secrets_of, security_group_id, spec_file,
-    subnet_id, vpc_id,
+    BOOTSTRAP_PREFIX, DEPLOY_PRINCIPAL_PARAMETER, MANIFEST_PREFIX, TEMPLATE_VERSION, alert_publish_statements,
+    control_prefix_statement, description, metadata, output, own_report_keys, remote_write_statements, resource_tags,
+    secret_arns, secrets_of, security_group_id, spec_file, subnet_id, trusted_index_statement, vpc_id,
 )
 
 FILE_SYSTEM_PORTS = (
@@ -81,7 +81,9 @@ def build(tenant: Tenant) -> dict[str, Any]:
             "PolicyDocument": {"Version": "2012-10-17", "Statement": [{
                 "Sid": "DenyInsecureTransport", "Effect": "Deny", "Principal": "*", "Action": "s3:*",
                 "Resource": [GetAtt("DataBucket", "Arn"), Sub("${DataBucket.Arn}/*")],
-                "Condition": {"Bool": {"aws:SecureTransport": "false"}}}]}}},
+                "Condition": {"Bool": {"aws:SecureTransport": "false"}}},
+                # What nodes and services run as root: written by the deploy alone (docs/stacks.md).
+                control_prefix_statement(GetAtt("DataBucket", "Arn"))]}}},
         # File system traffic only from cluster nodes: Lustre (988, 1018-1023), NFS (111, 2049, 20001-20003).
         "FileSystemSecurityGroup": {"Type": "AWS::EC2::SecurityGroup", "Properties": {
             "GroupDescription": f"{prefix} file systems: Lustre and NFS from cluster nodes only",
@@ -204,6 +206,11 @@ def build(tenant: Tenant) -> dict[str, Any]:
             "PrivateSubnetId": subnet_id("Subnet the file systems live in (network stack output PrivateSubnetId)."),
             "NodeSecurityGroupId": security_group_id(
                 "Security group of the cluster nodes, the only clients of the file systems (network stack output)."),
+            DEPLOY_PRINCIPAL_PARAMETER: {
+                "Type": "String", "AllowedPattern": r"^[A-Za-z0-9]{1,128}$",
+                "ConstraintDescription": "an STS caller identity's UserId up to its first ':'",
+                "Description": "The deploy's principal (its caller identity's UserId up to ':'): the only one the "
+                               "bucket policy lets write or delete what nodes run."},
         },
         **({"Conditions": {"ClusterZoneListedFirst": Fn("Equals", [
             Fn("Select", [0, Fn("GetAZs", "")]), tenant.availability_zone])}} if "AccountingDatabase" in resources else {}),
@@ -242,6 +249,7 @@ def parallelcluster_node_policy(tenant: Tenant, roles: tuple[str, ...]) -> dict[
             {"Sid": "WriteReports", "Effect": "Allow", "Action": "s3:PutObject", "Resource": own_report_keys(bucket)},
             {"Sid": "ReadOwnSecrets", "Effect": "Allow", "Action": "secretsmanager:GetSecretValue",
              "Resource": secret_arns(tenant.org, secrets_of(tenant, roles))},
+            trusted_index_statement(tenant.org),
             {"Sid": "FindClusterNodes", "Effect": "Allow", "Action": describe, "Resource": "*"},
             # Prometheus on the head node: remote write to the tenant's Amazon Managed Prometheus, if any; its
             # Alertmanager: the tenant's SNS receivers, if any.
