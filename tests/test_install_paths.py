@@ -155,3 +155,52 @@ def test_nccl_for_an_image_without_it_comes_from_nvidia_s_repository_beside_a_se
                        f"URIs: {url}/cuda/debian12/x86_64/\nSuites: /\n"
                        "Signed-By: /etc/apt/keyrings/fmcluster-cuda.asc\n"]
     assert "nvidia_driver : Install NCCL from NVIDIA's CUDA repository, version 2.27.7-1+cuda12.9" in names
+
+
+def test_a_repository_the_image_already_lists_is_used_as_listed_never_listed_twice(
+        tmp_path: Path, mirror: tuple[str, Path], node: Path) -> None:
+    """An image that lists NVIDIA's CUDA repository itself (NVIDIA's cuda-keyring writes cuda-<distro>-<arch>.list with
+    signed-by its own keyring) next to a second entry of ours with another Signed-By makes apt refuse every source list
+    ("Conflicting values set for option Signed-By"), and with it every apt task of the converge. The role uses the
+    image's entry and key, writes no second one, removes one of ours left from before, and refreshes the lists before
+    it installs NCCL (in --check that install is planned only)."""
+    url, _ = mirror
+    apt = tmp_path / "apt"
+    (apt / "sources.list.d").mkdir(parents=True)
+    (apt / "keyrings").mkdir()  # Ubuntu ships /etc/apt/keyrings (--check creates no directory)
+    (apt / "sources.list").write_text("# deb http://archive.example/debian bookworm main\n", encoding="ascii")
+    image_entry = apt / "sources.list.d" / "cuda-debian12-x86_64.list"
+    image_entry.write_text(f"deb [signed-by=/usr/share/keyrings/cuda-archive-keyring.gpg] {url}/cuda/debian12/x86_64/ /\n",
+                           encoding="ascii")
+    ours = apt / "sources.list.d" / "fmcluster-cuda.sources"
+    ours.write_text(f"Types: deb\nURIs: {url}/cuda/debian12/x86_64/\nSuites: /\n"
+                    f"Signed-By: {apt}/keyrings/fmcluster-cuda.asc\n", encoding="ascii")
+    rc, run = run_role(tmp_path, "nvidia_driver", {
+        "accel_detect_root": str(node), "nvidia_driver_expected_gpus": 2, "nvidia_driver_fabric_manager": True,
+        "nvidia_driver_manage_stack": False, "nvidia_driver_install_nccl": True,
+        "nvidia_driver_source": "s3", "nvidia_driver_mirror_url": url, "nvidia_driver_apt_dir": str(apt),
+    }, "--check", "--diff")
+    assert rc == 0, [r.get("msg") for _, r in results(run) if r.get("failed")]
+    by_name = dict(results(run))
+    said = by_name["nvidia_driver : Say which repositories are the image's own"]["msg"]
+    assert "fmcluster-cuda" in said and str(image_entry) in said and str(ours) not in said
+    added = by_name["nvidia_driver : Add the NVIDIA apt repositories (s3)"]
+    assert not added.get("results") and not added.get("changed"), added  # no second entry of the repository
+    assert by_name["nvidia_driver : Remove an entry of ours for a repository the image lists itself"]["changed"]
+    assert "/mirror/cuda/debian12/x86_64/3bf863cc.pub" not in _Mirror.requested  # the image's key, not ours
+    assert by_name["nvidia_driver : Install NCCL from NVIDIA's CUDA repository, version 2.27.7-1+cuda12.9"].get("skipped")
+    assert ours.exists() and image_entry.exists()  # --check wrote and removed nothing
+
+    # An image whose entry is commented out, or sits in a file apt does not read, lists nothing: ours is written.
+    ours.unlink()
+    image_entry.rename(image_entry.with_suffix(".list.save"))
+    (apt / "sources.list.d" / "old.list").write_text(f"# deb {url}/cuda/debian12/x86_64/ /\n", encoding="ascii")
+    rc, run = run_role(tmp_path, "nvidia_driver", {
+        "accel_detect_root": str(node), "nvidia_driver_expected_gpus": 2, "nvidia_driver_fabric_manager": True,
+        "nvidia_driver_manage_stack": False, "nvidia_driver_install_nccl": True,
+        "nvidia_driver_source": "s3", "nvidia_driver_mirror_url": url, "nvidia_driver_apt_dir": str(apt),
+    }, "--check", "--diff")
+    assert rc == 0, [r.get("msg") for _, r in results(run) if r.get("failed")]
+    by_name = dict(results(run))
+    assert by_name["nvidia_driver : Say which repositories are the image's own"].get("skipped")
+    assert by_name["nvidia_driver : Add the NVIDIA apt repositories (s3)"]["changed"]
