@@ -12,7 +12,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import pytest
 import yaml
@@ -293,3 +293,31 @@ def test_a_local_instance_whose_host_is_gone_is_unreachable_as_session_manager_s
     done = subprocess.run(list(route.proxy), capture_output=True, text=True, timeout=10)
     assert done.returncode == 255
     assert done.stderr.startswith("TargetNotConnected: no local host for instance 'i-0c0000000000000c1' ('ip-10-0-0-4')")
+
+
+def test_the_job_log_directory_is_made_by_root_for_the_operator_where_the_operator_cannot(tmp_path: Path) -> None:
+    """The acceptance gate's logs go under the Lustre mount (e.g. /fsx/fmcluster/acceptance/<run>), made by the operator
+    over ssh; on ParallelCluster (and HyperPod) the mount is the service's and no fmcluster role runs on it, so where
+    the operator may not create it the client asks root (sudo -n, as drain does) for it, owned by the operator; the
+    jobs, which run as the operator, write there."""
+    from fmcluster.acceptance.slurm import SlurmClient, SlurmError
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    # The operator's mkdir is refused (a root-owned mount); sudo runs the command as root would, and says what it ran.
+    (bin_dir / "mkdir").write_text("#!/bin/sh\necho \"mkdir: cannot create directory: Permission denied\" >&2\nexit 1\n")
+    (bin_dir / "sudo").write_text(f'#!/bin/sh\n[ "$1" = -n ] && shift\necho "$@" >> {tmp_path}/sudo.log\n'
+                                  'PATH=/usr/sbin:/usr/bin:/sbin:/bin exec "$@"\n')
+    for program in ("mkdir", "sudo"):
+        (bin_dir / program).chmod(0o755)
+    client = SlurmClient(prefix=("bash", "-c"), env={"PATH": f"{bin_dir}:/usr/bin:/bin"})
+    run_dir = tmp_path / "fsx" / "fmcluster" / "acceptance" / "20261206T000000Z"
+    client.make_dir(PurePosixPath(str(run_dir)))
+    assert run_dir.is_dir() and oct(run_dir.stat().st_mode & 0o777) == "0o755"
+    user = subprocess.run(["id", "-un"], capture_output=True, text=True, check=True).stdout.strip()
+    assert (tmp_path / "sudo.log").read_text().splitlines() == [f"install -d -m 0755 -o {user} {run_dir}"]
+    assert run_dir.stat().st_uid == os.getuid()
+
+    (bin_dir / "sudo").write_text("#!/bin/sh\necho 'sudo: a password is required' >&2\nexit 1\n")
+    with pytest.raises(SlurmError, match="a password is required"):  # refused: said, never a silent gap
+        client.make_dir(PurePosixPath(str(run_dir / "again")))

@@ -67,7 +67,14 @@ class SlurmClient:
         return proc.stdout if proc.returncode == 0 else None
 
     def make_dir(self, path: PurePosixPath) -> None:
-        self.run(["mkdir", "-p", str(path)])
+        """A directory the operator's jobs write their logs to, on the cluster's shared file system. Where its parent
+        is root's and not writable by the operator (a fresh file system's root; nothing else makes one for the runs
+        under ParallelCluster or HyperPod, whose mounts are the service's), root makes it, owned by the operator
+        (whose sudo needs no password on the images' default user, as drain already relies on)."""
+        if self.run(["mkdir", "-p", str(path)], check=False).returncode == 0:
+            return
+        user = self.run(["id", "-un"]).stdout.strip()
+        self.run(["sudo", "-n", "install", "-d", "-m", "0755", "-o", user, str(path)])
 
     def submit(self, script: PurePosixPath, *, nodes: Sequence[str], output: PurePosixPath,
                ntasks_per_node: int | None = None,
