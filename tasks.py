@@ -239,12 +239,14 @@ def nodes_up(c: Context, org: str) -> None:
     _exit(commands.nodes_up(org))
 
 
-@task(help={"org": "tenant name", "kind": "cpu | gpu | trainium: the node kind whose image is baked (default cpu)"})
-def image(c: Context, org: str, kind: str = "cpu") -> None:
+@task(help={"org": "tenant name", "kind": "cpu | gpu | trainium: the node kind whose image is baked (default cpu)",
+            "check": "bake nothing: boot a host from the current baked image, run a first boot's install steps, "
+                     "say what they still install (exit 1 if anything)"})
+def image(c: Context, org: str, kind: str = "cpu", check: bool = False) -> None:
     """Bake the tenant's node image (local: a layer over the pristine image) from the roles' install tasks
     (`site.yml --tags install`) and the bootstrap's install stages; its hosts then boot it and first boot only
     configures. An image older than the install set is said and not booted (docs/local-nodes.md)."""
-    _exit(commands.image(org, kind))
+    _exit(commands.image(org, kind, check))
 
 
 @task(help={"org": "tenant name", "node": "node name, address or instance id"})

@@ -253,8 +253,11 @@ def nodes_up(org: str) -> int:
     return ExitCode.OK
 
 
-def image(org: str, kind: str = "cpu") -> int:
-    """Bake the tenant's node image of `kind` from the pristine one (issue 40; local substrate only for now)."""
+def image(org: str, kind: str = "cpu", check: bool = False) -> int:
+    """Bake the tenant's node image of `kind` from the pristine one (issue 40; local substrate only for now); with
+    `check`, boot a host from the current baked image and run a first boot's install steps on it instead: what they
+    still install is what the image lacks."""
+    from fmcluster.baked import installed_summary
     from fmcluster.capabilities import provider_capabilities
     from fmcluster.providers.local.hosts import SubstrateError
 
@@ -266,6 +269,13 @@ def image(org: str, kind: str = "cpu") -> int:
     from fmcluster.providers.local import bake, layers
 
     try:
+        if check:
+            checked = bake.check(tenant, kind, print)
+            for line in checked.lines:
+                print(f"  {line}")
+            print(f"image: a host booted from {checked.image} ran the install steps in {checked.seconds:.0f}s: "
+                  f"{installed_summary(checked.installed).replace('at first boot', 'by them')}")
+            return ExitCode.OK if not checked.installed else ExitCode.FAILED
         done = bake.bake(tenant, kind, print)
     except (SubstrateError, ValueError) as err:
         print(f"image: {err}")

@@ -474,3 +474,9 @@ class LocalProvider:
             out(f"  removed {line}")
         if stop_emulator(self.tenant.org):
             out(f"  stopped the AWS emulator of '{self.tenant.org}' (its state goes with it)")
+        from fmcluster.providers.local.layers import baked_root
+
+        kept = sorted(p.stem for p in baked_root(self.tenant.org).glob("*.json"))
+        if kept:  # the tenant's, like the package cache: said, not removed
+            out(f"  kept the baked images of '{self.tenant.org}' ({', '.join(kept)}) in {baked_root(self.tenant.org)}; "
+                "remove that folder to drop them")

@@ -21,7 +21,8 @@ import ipaddress
 import shutil
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -31,7 +32,7 @@ from fmcluster import baked
 from fmcluster.manifest import assemble_inventory, inventory_yaml
 from fmcluster.model import Tenant
 from fmcluster.nodes import Node
-from fmcluster.providers.local.layers import baked_root, install_digest, kind_of, layer_dir, record_path
+from fmcluster.providers.local.layers import baked_root, install_digest, kind_of, layer_dir, lowerdir, record_path
 from fmcluster.providers.local import image
 from fmcluster.providers.local.hosts import (
     Host, HostSpec, SubstrateError, _ensure_substrate_dirs, _stop_init, bridge_name, ensure_host, ensure_network,
@@ -125,31 +126,22 @@ def _size(folder: Path) -> int:
     return int(done.stdout.split()[0]) if done.returncode == 0 and done.stdout else 0
 
 
-def bake(tenant: Tenant, kind: str, out: Out = print) -> Bake:
-    """Bake the tenant's `kind` image (see the module's doc); the builder and what this started go after."""
-    from fmcluster.publish import bootstrap_files, pinned_commit
-    from fmcluster.schedulers.registry import scheduler_for
+@contextmanager
+def _builder(tenant: Tenant, kind: str, key: str, lower: str, out: Out) -> Iterator[Host]:
+    """A host booted from `lower` on the tenant's substrate for the bake (or its check); it goes after, and so does
+    what this started for itself (bridge, package source) where the tenant has nothing deployed."""
     from fmcluster.stacks.emulator import running_emulator
     from fmcluster.stacks.render import subnet_cidrs
 
-    if kind not in baked.IMAGE_KINDS:
-        raise SubstrateError(f"--kind={kind}: one of {', '.join(baked.IMAGE_KINDS)}")
     require_root()
     org = tenant.org
-    started = time.monotonic()
-    lines: list[str] = []
-    ref = pinned_commit()
-    digest = install_digest(ref, kind)
-    pristine = image.ensure_image(out)
     subnets = subnet_cidrs(tenant.network.vpc_cidr)
     deployed = bool(load_hosts(org)) or running_emulator(org) is not None
     ensure_network(org, tenant.network.vpc_cidr, [router_address(c) for c in subnets.values()])
-    router = router_address(subnets["private"]).split("/")[0]
-    source = ensure_package_source(org, router)
+    source = ensure_package_source(org, router_address(subnets["private"]).split("/")[0])
     _ensure_substrate_dirs(org)
     address, prefixlen = _builder_address(tenant.network.vpc_cidr)
-    spec = HostSpec(f"bake-{kind}", BUILDER_NAME, address, prefixlen, tenant.network.vpc_cidr,
-                    image=str(pristine.rootfs))
+    spec = HostSpec(f"{key}-{kind}", BUILDER_NAME, address, prefixlen, tenant.network.vpc_cidr, image=lower)
 
     def prepare(host: Host) -> None:
         # Not an instance: no metadata service, so cloud-init stays off (the bake removes the switch again).
@@ -161,26 +153,61 @@ def bake(tenant: Tenant, kind: str, out: Out = print) -> Bake:
         _put(host, POLICY_RC_D, b"#!/bin/sh\n# fmcluster image builder: no service starts while the image is made\nexit 101\n",
              0o755)
 
-    out(f"  image {kind} of '{org}': builder {BUILDER_NAME} ({address}) from {image.NAME}, install set {digest}")
-    host, _ = ensure_host(org, spec, bridge_name(org), prepare)
-    target = layer_dir(org, kind, digest)
+    out(f"  {key} {kind} of '{org}': host {BUILDER_NAME} ({address}) from {lower}")
+    host = None
     try:
+        host, _ = ensure_host(org, spec, bridge_name(org), prepare)
         wait_running(host)
-        for name, body in bootstrap_files(ref, scheduler_for(tenant).playbook, out=lambda line: None).items():
-            _put(host, f"{BUNDLE}/{name}", body, 0o755 if name.endswith(".sh") else 0o644)
-        step = time.monotonic()
-        env = {"FMCLUSTER_BUCKET": "image-builder", "FMCLUSTER_REGION": tenant.region, "FMCLUSTER_ORG": org}
-        _run_in(host, ["bash", f"{BUNDLE}/node-bootstrap.sh", "--install"], "the bootstrap's install stages", env)
-        lines.append(f"bootstrap install stages (git, toolchain): {time.monotonic() - step:.0f}s")
-        _run_in(host, ["git", "clone", "-q", "--no-checkout", f"{BUNDLE}/repo.bundle", f"{WORK}/repo"], "git clone")
-        _run_in(host, ["git", "-C", f"{WORK}/repo", "checkout", "-q", "--detach", ref], "git checkout")
-        _put(host, f"{WORK}/hosts.yml", _inventory(tenant, kind, ref).encode(), 0o600)
-        step = time.monotonic()
-        playbook = (f"cd {WORK}/repo && exec {VENV}/bin/ansible-playbook -i {WORK}/hosts.yml --limit {BUILDER_NAME} "
-                    f"--tags {baked.INSTALL_TAG} -e ansible_connection=local -e ansible_python_interpreter={VENV}/bin/python "
-                    "playbooks/site.yml")
-        _run_in(host, ["sh", "-c", playbook], "site.yml --tags install")
-        lines.append(f"site.yml --tags install: {time.monotonic() - step:.0f}s")
+        yield host
+    finally:
+        if host is not None:
+            remove_host(host)
+        if not deployed and not load_hosts(org):
+            stop_package_source(org)
+            remove_all(org)
+
+
+def _install(host: Host, tenant: Tenant, kind: str, ref: str, lines: list[str]) -> None:
+    """The bootstrap's install stages and site.yml --tags install, as a first boot runs them."""
+    from fmcluster.publish import bootstrap_files
+    from fmcluster.schedulers.registry import scheduler_for
+
+    for name, body in bootstrap_files(ref, scheduler_for(tenant).playbook, out=lambda line: None).items():
+        _put(host, f"{BUNDLE}/{name}", body, 0o755 if name.endswith(".sh") else 0o644)
+    step = time.monotonic()
+    env = {"FMCLUSTER_BUCKET": "image-builder", "FMCLUSTER_REGION": tenant.region, "FMCLUSTER_ORG": tenant.org}
+    _run_in(host, ["bash", f"{BUNDLE}/node-bootstrap.sh", "--install"], "the bootstrap's install stages", env)
+    lines.append(f"bootstrap install stages (git, toolchain): {time.monotonic() - step:.0f}s")
+    _run_in(host, ["git", "clone", "-q", "--no-checkout", f"{BUNDLE}/repo.bundle", f"{WORK}/repo"], "git clone")
+    _run_in(host, ["git", "-C", f"{WORK}/repo", "checkout", "-q", "--detach", ref], "git checkout")
+    _put(host, f"{WORK}/hosts.yml", _inventory(tenant, kind, ref).encode(), 0o600)
+    step = time.monotonic()
+    playbook = (f"cd {WORK}/repo && exec {VENV}/bin/ansible-playbook -i {WORK}/hosts.yml --limit {BUILDER_NAME} "
+                f"--tags {baked.INSTALL_TAG} -e ansible_connection=local -e ansible_python_interpreter={VENV}/bin/python "
+                "playbooks/site.yml")
+    _run_in(host, ["sh", "-c", playbook], "site.yml --tags install")
+    lines.append(f"site.yml --tags install: {time.monotonic() - step:.0f}s")
+
+
+def _check_kind(kind: str) -> None:
+    if kind not in baked.IMAGE_KINDS:
+        raise SubstrateError(f"--kind={kind}: one of {', '.join(baked.IMAGE_KINDS)}")
+
+
+def bake(tenant: Tenant, kind: str, out: Out = print) -> Bake:
+    """Bake the tenant's `kind` image (see the module's doc); the builder and what this started go after."""
+    from fmcluster.publish import pinned_commit
+
+    _check_kind(kind)
+    org = tenant.org
+    started = time.monotonic()
+    lines: list[str] = []
+    ref = pinned_commit()
+    digest = install_digest(ref, kind)
+    pristine = image.ensure_image(out)
+    target = layer_dir(org, kind, digest)
+    with _builder(tenant, kind, "bake", str(pristine.rootfs), out) as host:
+        _install(host, tenant, kind, ref, lines)
         # cloud-init's own clean (its state, logs and the machine id), as an image pipeline runs it last.
         _run_in(host, ["cloud-init", "clean", "--machine-id", "--logs"], "cloud-init clean")
         _run_in(host, ["apt-get", "clean"], "apt-get clean")
@@ -194,26 +221,52 @@ def bake(tenant: Tenant, kind: str, out: Out = print) -> Bake:
                                 check=False)
         if copied.returncode != 0:
             raise SubstrateError(f"cannot keep the builder's layer: {copied.stderr.strip()}")
-        _clean_layer(partial / "rootfs")
-        record = baked.Record(org, kind, digest, image.digest(), ref, _pins(), datetime.now(timezone.utc).isoformat(
-            timespec="seconds"), _size(partial / "rootfs"), str(target), round(time.monotonic() - started, 1))
-        marker = partial / "rootfs" / baked.IMAGE_MARKER.lstrip("/")
-        marker.parent.mkdir(parents=True, exist_ok=True)
-        marker.write_text(record.to_json())
-        (partial / ".complete").write_text(record.to_json())
-        shutil.rmtree(target, ignore_errors=True)
-        partial.rename(target)
-        for old in baked_root(org).glob(f"{kind}-*"):  # one image per tenant and kind is kept
-            if old != target:
-                shutil.rmtree(old, ignore_errors=True)
-        record_path(org, kind).write_text(record.to_json())
-    finally:
-        remove_host(host)
-        if not deployed and not load_hosts(org):  # what the bake started for itself goes with it
-            stop_package_source(org)
-            remove_all(org)
+    _clean_layer(partial / "rootfs")
+    record = baked.Record(org, kind, digest, image.digest(), ref, _pins(), datetime.now(timezone.utc).isoformat(
+        timespec="seconds"), _size(partial / "rootfs"), str(target), round(time.monotonic() - started, 1))
+    marker = partial / "rootfs" / baked.IMAGE_MARKER.lstrip("/")
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.write_text(record.to_json())
+    (partial / ".complete").write_text(record.to_json())
+    shutil.rmtree(target, ignore_errors=True)
+    partial.rename(target)
+    for old in baked_root(org).glob(f"{kind}-*"):  # one image per tenant and kind is kept
+        if old != target:
+            shutil.rmtree(old, ignore_errors=True)
+    record_path(org, kind).write_text(record.to_json())
     lines.append(f"baked layer {target} ({record.size_bytes / 2**20:.0f} MiB) in {record.seconds:.0f}s")
     return Bake(record, lines)
+
+
+@dataclass(frozen=True)
+class Check:
+    image: str  # what the host booted (its marker)
+    installed: dict[str, str]  # what dpkg installed on it
+    seconds: float  # the install steps'
+    lines: list[str]
+
+
+def check(tenant: Tenant, kind: str, out: Out = print) -> Check:
+    """Boot a host from the tenant's current baked image and run the same install steps a first boot runs: what
+    dpkg installs there is what the image lacks (nothing, when the bake is whole)."""
+    from fmcluster.publish import pinned_commit
+
+    _check_kind(kind)
+    ref = pinned_commit()
+    pristine = image.ensure_image(out)
+    lower, found = lowerdir(tenant.org, kind, ref, pristine.rootfs)
+    if not found.usable:
+        raise SubstrateError(f"no current baked image to check: {found.note}")
+    lines: list[str] = []
+    with _builder(tenant, kind, "check", lower, out) as host:
+        started = time.monotonic()
+        _install(host, tenant, kind, ref, lines)
+        seconds = time.monotonic() - started
+        log = host.root / "var/log/dpkg.log"
+        installed = baked.installed_since(log.read_text() if log.is_file() else "", datetime(1970, 1, 1))
+        marker = host.root / baked.IMAGE_MARKER.lstrip("/")
+        booted = baked.booted_image(marker)
+    return Check(booted, installed, round(seconds, 1), lines)
 
 
 def _pins() -> dict[str, object]:
