@@ -440,3 +440,21 @@ def test_the_head_node_s_window_holds_its_own_bootstrap_and_then_a_compute_node_
         assert timeouts["HeadNodeBootstrapTimeout"] <= 43200
         waited = inspect.signature(operations.wait).parameters["timeout_s"].default
         assert waited > timeouts["HeadNodeBootstrapTimeout"] + 1800, "the deploy gives up before ParallelCluster does"
+
+
+def test_slurm_s_task_prolog_carries_the_nccl_environment_as_on_the_other_schedulers() -> None:
+    """The nccl role writes the NCCL environment as a Slurm TaskProlog on every compute node of a cluster with an
+    accelerator or EFA queue; ParallelCluster's slurm.conf names none, so the config adds it (TaskProlog is not in
+    ParallelCluster's CustomSlurmSettings deny-list) at the path the manifest gives the role. A cluster of plain CPU
+    queues gets none, as its nodes write none."""
+    from fmcluster.schedulers.parallelcluster.config import render_cluster_config
+    from localtenant import manifest_for
+
+    tenant = load_tenant("pclab", ROOT)
+    settings = render_cluster_config(tenant).data["Scheduling"]["SlurmSettings"]
+    manifest = manifest_for(tenant)
+    assert settings["CustomSlurmSettings"] == [{"TaskProlog": manifest["vars"]["nccl_task_prolog_path"]}]
+    assert all("nccl" in group["vars"]["fmcluster_accelerator_roles"] for group in manifest["groups"]["queues"].values())
+    cpu_only = load_tenant("pcdemo", ROOT)
+    assert "CustomSlurmSettings" not in render_cluster_config(cpu_only).data["Scheduling"]["SlurmSettings"]
+    assert "nccl_task_prolog_path" not in manifest_for(cpu_only)["vars"]

@@ -35,6 +35,7 @@ from typing import Any
 
 import yaml
 
+from fmcluster import nccl
 from fmcluster.model import Queue, Tenant
 from fmcluster.schedulers.parallelcluster.offline_aws import answers
 from fmcluster.schedulers.parallelcluster.rendered import ClusterConfig, ConfigPath, KeyPath
@@ -263,6 +264,15 @@ class _Render:
             settings["Database"] = database
             for key, name in (("UserName", "user_name"), ("DatabaseName", "database_name")):
                 self.key((*at, key), "parallelcluster", "accounting", name)
+        # The NCCL environment fmcluster computes reaches every task through Slurm's TaskProlog, which the nccl role
+        # writes on every compute node of a cluster with an accelerator or EFA queue (during OnNodeConfigured, before
+        # the cookbook's finalize starts slurmd). ParallelCluster's slurm.conf names no TaskProlog, so it is added
+        # as a custom setting (not in ParallelCluster's deny-list, validators/slurm_settings_validator.py); without
+        # it the environment reached login shells on the nodes, never a job.
+        prolog = nccl.cluster_vars([q.instance.name for q in t.queues]).get("slurm_task_prolog")
+        if prolog:
+            settings["CustomSlurmSettings"] = [{"TaskProlog": prolog}]
+            self.key(("Scheduling", "SlurmSettings", "CustomSlurmSettings"), "queues")
         # ParallelCluster's first queue is Slurm's default partition.
         default = t.default_queue
         ordered = [default] + [q for q in t.queues if q is not default]
