@@ -52,6 +52,13 @@ CAPACITY_BLOCK_TYPES = frozenset({
 })
 #: The value of a queue's `capacity_reservation_type` that makes it a ParallelCluster CAPACITY_BLOCK queue.
 CAPACITY_BLOCK = "capacity-block"
+#: Image/Os when the tenant names none (the schema's default of parallelcluster.os).
+DEFAULT_OS = "ubuntu2204"
+
+
+def official_image(os_name: str) -> str:
+    """ParallelCluster's official AMI of an OS, as the image catalog names it (src/fmcluster/data/images.yml)."""
+    return f"parallelcluster-{os_name}"
 
 
 def check_tenant(tenant: dict[str, Any], add: Add) -> None:
@@ -84,6 +91,7 @@ def check_tenant(tenant: dict[str, Any], add: Add) -> None:
             if isinstance(mount, str) and "/" + mount.strip("/") == EPHEMERAL_DIR:
                 add((*t, "storage", fs, "mount_point"), f"'{mount}' is where AWS ParallelCluster mounts the "
                     "instance store", f"use a directory of its own, e.g. {default}")
+    _check_image(tenant, add)
     accounting = tenant.get("parallelcluster", {}).get("accounting") \
         if isinstance(tenant.get("parallelcluster"), dict) else None
     if isinstance(accounting, dict):
@@ -106,6 +114,27 @@ def check_tenant(tenant: dict[str, Any], add: Add) -> None:
                     "Slurm accounting (parallelcluster.accounting is absent)",
                     "add `accounting: {}` under parallelcluster (fmcluster creates the database), or your own "
                     "database's uri and password_secret_arn")
+
+
+def _check_image(tenant: dict[str, Any], add: Add) -> None:
+    """Every node of the cluster boots ParallelCluster's official AMI of `parallelcluster.os`; the manifest gives the
+    roles that image's contract, so an OS whose image has none in the catalog cannot be planned or deployed (plan
+    stopped on it with a traceback). The schema allows the OSes ParallelCluster and the roles could serve; this names
+    the ones fmcluster has checked."""
+    from fmcluster.images import load_images
+
+    section = tenant.get("parallelcluster")
+    os_name = section.get("os", DEFAULT_OS) if isinstance(section, dict) else DEFAULT_OS
+    if not isinstance(os_name, str):
+        return  # the schema refuses it
+    images = load_images().images
+    if official_image(os_name) not in images:
+        known = sorted(name.removeprefix("parallelcluster-") for name in images if name.startswith("parallelcluster-"))
+        add(("tenant", "parallelcluster", "os"),
+            f"the image catalog has no contract for ParallelCluster's {escaped(os_name)} AMI, so what fmcluster's roles "
+            "assume of its nodes is unchecked and the deploy's manifest cannot be built",
+            f"use {' or '.join(known)}, or add image {official_image(neutral(os_name))} to src/fmcluster/data/images.yml "
+            "(each fact with its public source; tests/test_image_contract.py checks the roles against it)")
 
 
 def _check_secret_arn(tenant: dict[str, Any], arn: Any, add: Add) -> None:

@@ -19,6 +19,7 @@ from fmcluster.capabilities import SCHEDULERS, SchedulerCapabilities
 from fmcluster.model import Tenant
 from fmcluster.nodes import Node
 from fmcluster.schedulers.parallelcluster.config import BOOTSTRAP_TIMEOUT_S
+from fmcluster.schedulers.parallelcluster.rules import DEFAULT_OS, official_image
 from fmcluster.schedulers.parallelcluster.stand_in import STAND_IN_TEMPLATE, STOOD_IN
 from fmcluster.schedulers.protocol import SITE_PLAYBOOK, Out
 from fmcluster.stacks.result import DeleteFirst
@@ -65,7 +66,7 @@ class ParallelCluster:
     def image(self, accelerator: str) -> str:
         # ParallelCluster's official AMI of the configured OS (Image/Os), on every node.
         settings = self.tenant.parallelcluster
-        return f"parallelcluster-{settings.os if settings else 'ubuntu2204'}"
+        return official_image(settings.os if settings else DEFAULT_OS)
 
     def manifest_vars(self) -> dict[str, Any]:
         return {
