@@ -172,18 +172,23 @@ def test_a_repository_the_image_already_lists_is_used_as_listed_never_listed_twi
     image_entry = apt / "sources.list.d" / "cuda-debian12-x86_64.list"
     image_entry.write_text(f"deb [signed-by=/usr/share/keyrings/cuda-archive-keyring.gpg] {url}/cuda/debian12/x86_64/ /\n",
                            encoding="ascii")
+    # NVIDIA's own list of the container toolkit names the architecture as apt expands it, $(ARCH).
+    toolkit_entry = apt / "sources.list.d" / "nvidia-container-toolkit.list"
+    toolkit_entry.write_text("deb [signed-by=/usr/share/keyrings/nvidia-container-toolkit-keyring.gpg] "
+                             f"{url}/libnvidia-container/$(ARCH) /\n", encoding="ascii")
     ours = apt / "sources.list.d" / "fmcluster-cuda.sources"
     ours.write_text(f"Types: deb\nURIs: {url}/cuda/debian12/x86_64/\nSuites: /\n"
                     f"Signed-By: {apt}/keyrings/fmcluster-cuda.asc\n", encoding="ascii")
     rc, run = run_role(tmp_path, "nvidia_driver", {
         "accel_detect_root": str(node), "nvidia_driver_expected_gpus": 2, "nvidia_driver_fabric_manager": True,
-        "nvidia_driver_manage_stack": False, "nvidia_driver_install_nccl": True,
+        "nvidia_driver_manage_stack": False, "nvidia_driver_install_nccl": True, "nvidia_driver_container_toolkit": True,
         "nvidia_driver_source": "s3", "nvidia_driver_mirror_url": url, "nvidia_driver_apt_dir": str(apt),
     }, "--check", "--diff")
     assert rc == 0, [r.get("msg") for _, r in results(run) if r.get("failed")]
     by_name = dict(results(run))
     said = by_name["nvidia_driver : Say which repositories are the image's own"]["msg"]
-    assert "fmcluster-cuda" in said and str(image_entry) in said and str(ours) not in said
+    assert "fmcluster-cuda, fmcluster-nvidia-container-toolkit" in said, said
+    assert str(image_entry) in said and str(toolkit_entry) in said and str(ours) not in said
     added = by_name["nvidia_driver : Add the NVIDIA apt repositories (s3)"]
     assert not added.get("results") and not added.get("changed"), added  # no second entry of the repository
     assert by_name["nvidia_driver : Remove an entry of ours for a repository the image lists itself"]["changed"]
@@ -193,6 +198,7 @@ def test_a_repository_the_image_already_lists_is_used_as_listed_never_listed_twi
 
     # An image whose entry is commented out, or sits in a file apt does not read, lists nothing: ours is written.
     ours.unlink()
+    toolkit_entry.unlink()
     image_entry.rename(image_entry.with_suffix(".list.save"))
     (apt / "sources.list.d" / "old.list").write_text(f"# deb {url}/cuda/debian12/x86_64/ /\n", encoding="ascii")
     rc, run = run_role(tmp_path, "nvidia_driver", {
