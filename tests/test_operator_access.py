@@ -318,6 +318,11 @@ def test_the_job_log_directory_is_made_by_root_for_the_operator_where_the_operat
     assert (tmp_path / "sudo.log").read_text().splitlines() == [f"install -d -m 0755 -o {user} {run_dir}"]
     assert run_dir.stat().st_uid == os.getuid()
 
+    (bin_dir / "mkdir").write_text("#!/bin/sh\necho \"mkdir: cannot create directory: Read-only file system\" >&2\nexit 1\n")
+    with pytest.raises(SlurmError, match="Read-only file system"):  # not a matter of who: said as it is, no sudo
+        client.make_dir(PurePosixPath(str(run_dir / "elsewhere")))
+    assert len((tmp_path / "sudo.log").read_text().splitlines()) == 1
+    (bin_dir / "mkdir").write_text("#!/bin/sh\necho \"mkdir: cannot create directory: Permission denied\" >&2\nexit 1\n")
     (bin_dir / "sudo").write_text("#!/bin/sh\necho 'sudo: a password is required' >&2\nexit 1\n")
     with pytest.raises(SlurmError, match="a password is required"):  # refused: said, never a silent gap
         client.make_dir(PurePosixPath(str(run_dir / "again")))

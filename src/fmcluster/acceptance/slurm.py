@@ -71,8 +71,11 @@ class SlurmClient:
         is root's and not writable by the operator (a fresh file system's root; nothing else makes one for the runs
         under ParallelCluster or HyperPod, whose mounts are the service's), root makes it, owned by the operator
         (whose sudo needs no password on the images' default user, as drain already relies on)."""
-        if self.run(["mkdir", "-p", str(path)], check=False).returncode == 0:
+        made = self.run(["env", "LC_ALL=C", "mkdir", "-p", str(path)], check=False)  # its message in English
+        if made.returncode == 0:
             return
+        if "Permission denied" not in made.stderr:  # anything else (no such mount, read-only) is said as it is
+            raise SlurmError(f"`mkdir -p {path}` failed ({made.returncode}): {made.stderr.strip()}")
         user = self.run(["id", "-un"]).stdout.strip()
         self.run(["sudo", "-n", "install", "-d", "-m", "0755", "-o", user, str(path)])
 
