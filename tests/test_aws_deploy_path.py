@@ -10,6 +10,7 @@ what the emulator holds — instances' user data, the lifecycle prefix, the mani
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
 import shutil
@@ -157,7 +158,16 @@ def test_sixteen_p5_nodes_would_boot_the_same_bootstrap_with_the_tenant_s_bucket
     assert [k for k in listed if k.startswith(TEMPLATES_PREFIX)] == large
     assert [k for k in listed if k not in wheels and k not in large] == [
         "fmcluster/bootstrap/converge.env", "fmcluster/bootstrap/fmcluster-s3", "fmcluster/bootstrap/node-bootstrap.sh",
-        "fmcluster/bootstrap/repo.bundle", "fmcluster/manifest/cluster.json"]
+        "fmcluster/bootstrap/repo.bundle", "fmcluster/manifest/cluster.json", "fmcluster/manifest/index.json"]
+    # ...and every node would run them only as the deploy's: the index lists each, the SSM parameter names the index
+    # (issue 42: nodes verify what they execute).
+    index = s3.get_object(Bucket=bucket, Key="fmcluster/manifest/index.json")["Body"].read()
+    objects = json.loads(index)["objects"]
+    assert sorted(objects) == [k for k in listed if k not in large and not k.endswith("index.json")]
+    for key, sha256 in objects.items():
+        assert hashlib.sha256(s3.get_object(Bucket=bucket, Key=key)["Body"].read()).hexdigest() == sha256, key
+    parameter = deploy.client("ssm").get_parameter(Name="/fmcluster/stockmark/bootstrap-index-sha256")["Parameter"]
+    assert parameter["Value"] == hashlib.sha256(index).hexdigest()
     # The toolchain the nodes build at first boot travels with the bundle: pip and every pin, as wheels.
     assert any("/pip-" in k for k in wheels) and any("/ansible_core-" in k for k in wheels)
     env = s3.get_object(Bucket=bucket, Key="fmcluster/bootstrap/converge.env")["Body"].read().decode()

@@ -81,3 +81,24 @@ def test_the_deploy_refuses_before_any_secret_key_pair_or_stack(secretsmanager: 
     assert outcome.status == "failed"
     assert outcome.summary == "2 secret(s) the tenant names are missing; nothing was created or changed"
     assert secretsmanager.list_secrets()["SecretList"] == []
+
+
+def test_plan_shows_a_missing_secret_and_refuses_where_it_reaches_aws(secretsmanager: Any,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from fmcluster.commands.cluster import secrets_preflight
+    from fmcluster.exits import ExitCode
+    from fmcluster.providers import NoEndpoint
+
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.setenv(name, "x")
+    tenant = load_tenant("stockmark", ROOT)
+    lines: list[str] = []
+    assert secrets_preflight(tenant, None, None, lines.append) == ExitCode.INVALID
+    assert lines[0] == "[secrets] the tenant's own secrets the nodes read (Secrets Manager)"
+    assert "monitoring.smtp.username_secret: secret fmcluster/stockmark/smtp-username does not exist" in lines[1]
+    assert lines[-1] == "2 secret(s) missing; nothing was planned or changed."
+    # Offline, plan says the deploy checks them; a tenant naming none is not asked about.
+    offline: list[str] = []
+    assert secrets_preflight(tenant, None, NoEndpoint("no credentials", True), offline.append) == ExitCode.OK
+    assert offline == ["[secrets] not checked: no credentials; `invoke deploy` checks them before any change"]
+    assert secrets_preflight(load_tenant("demo", ROOT), None, None, offline.append) == ExitCode.OK
