@@ -315,7 +315,9 @@ IDENTITY_METADATA = "fmcluster-identity"
 
 def _stored_sha256(head: Mapping[str, Any]) -> str:
     """The SHA-256 (hex) S3 computed over an object's bytes when it was written with ChecksumAlgorithm SHA256 (a
-    single-part upload's ChecksumSHA256, base64), "" when it has none (written before, or by another client)."""
+    single-part upload's ChecksumSHA256, base64; HeadObject returns it with ChecksumMode ENABLED:
+    https://docs.aws.amazon.com/AmazonS3/latest/userguide/checking-object-integrity.html), "" when it has none (written
+    before, or by another client)."""
     value = str(head.get("ChecksumSHA256") or "")
     if not value or "-" in value:  # a multipart upload's checksum is of its parts' checksums
         return ""

@@ -18,7 +18,8 @@ MANIFEST_PREFIX = "fmcluster/manifest/"  # deploy writes, nodes read
 LIFECYCLE_PREFIX = "hyperpod/lifecycle/"  # deploy writes, HyperPod (execution role) reads
 REPORT_PREFIX = "fmcluster/report/"  # each node writes its own convergence report (NODE_IDENTITY); the deploy reads
 NODE_READ_PREFIXES = (BOOTSTRAP_PREFIX, MANIFEST_PREFIX, LIFECYCLE_PREFIX)
-TEMPLATES_PREFIX = "fmcluster/templates/"  # deploy writes (templates over CloudFormation's inline limit), CloudFormation reads
+#: The deploy writes templates over CloudFormation's inline limit here, CloudFormation reads them.
+TEMPLATES_PREFIX = "fmcluster/templates/"
 #: What nodes and services run as root (the bootstrap, the manifest and its index, HyperPod's lifecycle scripts,
 #: ParallelCluster's custom action under the bootstrap prefix) and the templates CloudFormation runs: the bucket
 #: policy lets the deploy's principal alone write or delete there (control_prefix_statement).
@@ -171,7 +172,8 @@ def trusted_index_statement(org: str) -> dict[str, Any]:
 def control_prefix_statement(bucket: Any) -> dict[str, Any]:
     """The bucket policy's Deny: writes and deletes under CONTROL_PREFIXES by anyone but the deploy's principal
     (aws:userid is "<role id>:<session>" for a role session, the user's id for an IAM user, the account id for the
-    root user; IAM User Guide, "Policy variables"). Nodes write their reports under REPORT_PREFIX, users their data
+    root user; IAM User Guide, aws:userid:
+    https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_policies_condition-keys.html). Nodes write their reports under REPORT_PREFIX, users their data
     elsewhere: neither is touched. `bucket`: the bucket's ARN."""
     principal = Ref(DEPLOY_PRINCIPAL_PARAMETER)
     return {"Sid": "DenyControlWritesButTheDeploy", "Effect": "Deny", "Principal": "*",
