@@ -173,8 +173,8 @@ def control_prefix_statement(bucket: Any) -> dict[str, Any]:
     """The bucket policy's Deny: writes and deletes under CONTROL_PREFIXES by anyone but the deploy's principal
     (aws:userid is "<role id>:<session>" for a role session, the user's id for an IAM user, the account id for the
     root user; IAM User Guide, aws:userid:
-    https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_policies_condition-keys.html). Nodes write their reports under REPORT_PREFIX, users their data
-    elsewhere: neither is touched. `bucket`: the bucket's ARN."""
+    https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_policies_condition-keys.html). Nodes write their
+    reports under REPORT_PREFIX, users their data elsewhere: neither is touched. `bucket`: the bucket's ARN."""
     principal = Ref(DEPLOY_PRINCIPAL_PARAMETER)
     return {"Sid": "DenyControlWritesButTheDeploy", "Effect": "Deny", "Principal": "*",
             "Action": ["s3:PutObject", "s3:DeleteObject", "s3:DeleteObjectVersion"],
