@@ -141,3 +141,20 @@ def test_the_agent_reads_this_boots_installs(tmp_path: Path, monkeypatch: pytest
                    f"{datetime.now():%Y-%m-%d %H:%M:%S} install munge:amd64 <none> 0.5.15-2\n")
     assert agent.first_boot_installs(log) == {"munge": "0.5.15-2"}
     assert agent.first_boot_installs(tmp_path / "none.log") == {}
+
+
+def test_the_deploy_summary_says_whether_the_baked_image_is_booted(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from fmcluster.model import load_tenant
+    from fmcluster.providers.local import LocalProvider
+    from localtenant import make_root
+
+    monkeypatch.setenv("FMCLUSTER_IMAGE_CACHE", str(tmp_path / "cache"))
+    tenant = load_tenant("bakenote", make_root(tmp_path, "bakenote", "10.247.0.0/16"))
+    provider = LocalProvider(tenant)
+    assert not [n for n in provider.substrate_notes() if n.startswith("baked image")]  # none baked: nothing said
+    layers.baked_root("bakenote").mkdir(parents=True)
+    layers.record_path("bakenote", "cpu").write_text(_record("old999").to_json())
+    monkeypatch.setattr(layers, "install_digest", lambda ref, kind: "abc123")
+    said = [n for n in provider.substrate_notes() if n.startswith("baked image for cpu nodes")]
+    assert len(said) == 1 and "STALE" in said[0]

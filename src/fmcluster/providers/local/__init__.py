@@ -397,7 +397,8 @@ class LocalProvider:
                  "systemd as PID 1 (own PID, network, UTS, IPC and mount namespaces; an overlay of the pristine image "
                  "below; nothing of this machine's is mounted in them but the shared-storage stand-ins)",
                  f"image: {image.NAME}, a pristine Debian 12 root file system built by mmdebstrap from Debian's packages "
-                 f"({image.image_dir()}): {', '.join(image.PACKAGES)}; first boot adds the rest",
+                 f"({image.image_dir()}): {', '.join(image.PACKAGES)}; first boot adds the rest, unless the tenant's "
+                 "baked image of the node's kind is current (below)",
                  f"package source: apt-cacher-ng (Debian's archive) on {self.router}:{packages.PORT}, "
                  "the VPC router address (on AWS: the archive through the NAT)",
                  "operator access: a node without a public address is reached by a Session Manager session; its "
@@ -413,6 +414,7 @@ class LocalProvider:
                  f"down, as a crashed instance does (log {substrate_root(self.tenant.org)}/hypervisor.log)",
                  f"AWS endpoints: the emulator, named in each host's systemd manager environment ({ENDPOINT_UNIT_CONF}) "
                  "and /etc/environment (on AWS the SDKs find the region's endpoints by name)"]
+        notes += self._baked_notes()
         from fmcluster.images import load_images
 
         contract = load_images()[image.NAME].contract
@@ -443,6 +445,14 @@ class LocalProvider:
         notes += [f"{kind}: directory {self.shared_dir(name)} bound at {mount} on every host (not created by the "
                   "emulator)" for kind, name, mount in storage]
         return notes
+
+    def _baked_notes(self) -> list[str]:
+        """The tenant's baked images (`invoke image`) and whether its hosts boot them (issue 40)."""
+        from fmcluster.baked import IMAGE_KINDS
+        from fmcluster.providers.local import layers
+
+        return [f"baked image for {kind} nodes: {layers.status(self.tenant.org, kind, layers.head_commit()).note}"
+                for kind in IMAGE_KINDS if layers.record_path(self.tenant.org, kind).is_file()]
 
     def halt(self, node: str, out: Out) -> None:
         from fmcluster.providers.local.hosts import forget_host
