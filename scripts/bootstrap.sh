@@ -15,6 +15,7 @@ APT_PACKAGES=(
   mmdebstrap                                     # the local nodes' pristine Debian 12 image
   systemd-container                              # systemd-nspawn: each local node boots its own systemd
   apt-cacher-ng                                  # the local VPC's package source (a caching proxy of Debian's archive)
+  docker-registry skopeo umoci                   # the local VPC's container registry (standing for ECR), the tests' image
   slapd ldap-utils openssl                       # the local substrate's directory (OpenLDAP, TLS) for `directory:`
 )
 

@@ -17,6 +17,7 @@ from conftest import ROOT, substrate_root_at, venv_tool
 from fmcluster.providers.local import harness
 from fmcluster.providers.local.hosts import Host, remove_all
 from fmcluster.providers.local.packages import stop_package_source
+from fmcluster.providers.local.registry import stop_registry
 
 
 def converge_role(role: str, tmp: Path, variables: dict[str, Any], *extra: str) -> tuple[int, int, str]:
@@ -35,17 +36,20 @@ def converge_role(role: str, tmp: Path, variables: dict[str, Any], *extra: str) 
 
 
 @contextlib.contextmanager
-def systemd_hosts(org: str, vpc: str, count: int, tmp: Path) -> Iterator[tuple[Path, list[Host]]]:
+def systemd_hosts(org: str, vpc: str, count: int, tmp: Path,
+                  shared: tuple[str, ...] | list[str] = ()) -> Iterator[tuple[Path, list[Host]]]:
     """`count` harness hosts of tenant `org` on `vpc` (fmcluster.providers.local.harness: the pristine node image
     booting its own systemd, sshd, apt through the VPC's package source), their inventory, and every trace of them
-    removed afterwards whatever happens. The substrate lives under `tmp`; each test module takes its own org and
-    VPC range (the slow tier runs modules in parallel). Needs root."""
+    removed afterwards whatever happens; `shared`: directories bound at the same path on every host (/fsx). The
+    substrate lives under `tmp`; each test module takes its own org and VPC range (the slow tier runs modules in
+    parallel). Needs root."""
     with substrate_root_at(tmp / "substrate"):
         try:
             inventory = tmp / "hosts.yml"
-            yield inventory, harness.up(org, vpc, count, inventory, out=lambda _: None).hosts
+            yield inventory, harness.up(org, vpc, count, inventory, shared, out=lambda _: None).hosts
         finally:
             stop_package_source(org)
+            stop_registry(org)
             remove_all(org)
 
 

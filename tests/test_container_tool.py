@@ -137,3 +137,13 @@ def test_usage_and_refusals_exit_as_documented(tmp_path: Path, monkeypatch: pyte
     assert "registry docker.io is not the tenant's" in capsys.readouterr().err
     assert tool.main(["check", f"{LOCAL}/x:1"]) == 0
     assert capsys.readouterr().out == f"{LOCAL}/x:1\n"
+
+
+def test_the_local_registry_listens_on_the_router_address_only_and_keeps_what_is_pushed(tmp_path: Path) -> None:
+    from fmcluster.providers.local import registry
+
+    config = json.loads(registry.config_text("10.77.128.1", tmp_path / "storage"))
+    assert config["http"] == {"addr": f"10.77.128.1:{registry.PORT}"}
+    assert config["storage"]["filesystem"] == {"rootdirectory": str(tmp_path / "storage")}
+    assert config["storage"]["delete"] == {"enabled": False}
+    assert registry.Registry("10.77.128.1", registry.PORT, 1, True).host == "10.77.128.1:5000"

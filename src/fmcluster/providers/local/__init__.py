@@ -50,6 +50,7 @@ from fmcluster.providers.local.hosts import (
 )
 from fmcluster.providers.local import channel, directory, image, instance_role, metadata, packages
 from fmcluster.providers.local.packages import APT_CONF_PATH, PackageSource, ensure_package_source, stop_package_source
+from fmcluster.providers.local.registry import ensure_registry, stop_registry
 from fmcluster.stacks import aws
 from fmcluster.users import home_root
 
@@ -183,6 +184,9 @@ class LocalProvider:
         source = ensure_package_source(self.tenant.org, self.router)
         if source.started:
             out(f"  {source.note}")
+        registry = ensure_registry(self.tenant.org, self.router)
+        if registry.started:
+            out(f"  {registry.note}")
         self._directory(endpoint, out)
         self._smtp_secrets(endpoint, out)
         for instance in instances:
@@ -480,6 +484,8 @@ class LocalProvider:
             out(f"  stopped the package source of '{self.tenant.org}' (its cache is kept)")
         if directory.stop_directory(self.tenant.org):
             out(f"  stopped the stand-in directory of '{self.tenant.org}' (slapd)")
+        if stop_registry(self.tenant.org):
+            out(f"  stopped the container registry of '{self.tenant.org}' (its images go with the substrate directory)")
         for line in remove_all(self.tenant.org):
             out(f"  removed {line}")
         if stop_emulator(self.tenant.org):

@@ -43,6 +43,7 @@ from fmcluster.providers.local.hosts import (
     router_address, substrate_root, wait_running,
 )
 from fmcluster.providers.local.packages import APT_CONF_PATH, PackageSource, ensure_package_source, stop_package_source
+from fmcluster.providers.local.registry import stop_registry
 from fmcluster.stacks.render import subnet_cidrs
 
 #: The package source's cache, shared by every scenario's hosts (scenarios run one after another; a deploy's
@@ -179,6 +180,7 @@ def main(argv: Sequence[str] | None = None, out: Out = print) -> int:
     try:
         if args.command == "down":
             stop_package_source(args.org)
+            stop_registry(args.org)  # a test may have started one (tests/test_slurm_containers.py)
             removed = remove_all(args.org)
             out("\n".join(f"removed {line}" for line in removed) if removed else f"nothing of {args.org} to remove")
             return 0

@@ -1,0 +1,127 @@
+"""roles/slurm_containers on a harness host running Debian 12's Slurm 22.05 (slurmctld and a configless slurmd, as
+fmcluster's compute nodes run it): alice runs the tests' image from the tenant's local registry with
+`srun --container=$(fmcluster-container bundle REF)`, as herself outside (rootless runc: root of her own user
+namespace inside, uid 0 mapped to hers), with her home and /fsx mounted; the second run takes the bundle from the
+cache on /fsx without pulling; a reference outside the tenant's registry is refused. The registry is the substrate's
+(fmcluster.providers.local.registry), the image built from the node image on this machine: nothing leaves it.
+
+Slurm is configured by hand here (one node, no accounting): what is under test is the role and Slurm's OCI path,
+the Slurm roles have their own tests (molecule/slurm_cluster)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fmcluster.providers.local import image
+from fmcluster.providers.local.hosts import Host, host_run, router_address
+from fmcluster.providers.local.registry import Registry, ensure_registry, push_test_image
+from fmcluster.stacks.render import subnet_cidrs
+from role_helpers import converge_hosts, systemd_hosts
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(os.geteuid() != 0, reason="harness hosts (namespaces, systemd-nspawn) need root")]
+
+ORG = "t-oci"
+VPC = "10.95.88.0/24"
+ALICE = {"name": "alice", "uid": 2001, "gid": 2001}
+SPOOL = "/var/spool/slurmd"
+#: Where a configless slurmd keeps what it fetched, and where slurmstepd then reads oci.conf (beside that slurm.conf).
+CONF_CACHE = f"{SPOOL}/conf-cache"
+
+
+def run(node: Host, script: str, timeout: float = 300) -> str:
+    done = host_run(node, ["sh", "-ec", script], timeout=timeout)
+    assert done.returncode == 0, f"{script}\n{done.stdout}{done.stderr}"
+    return done.stdout
+
+
+def as_alice(node: Host, script: str) -> tuple[int, str, str]:
+    done = host_run(node, ["runuser", "-u", "alice", "--", "sh", "-c", f"cd && {script}"], timeout=300)
+    return done.returncode, done.stdout, done.stderr
+
+
+def slurm_conf(node: Host) -> str:
+    return "\n".join([
+        "ClusterName=t-oci", f"SlurmctldHost={node.hostname}({node.address})", "AuthType=auth/munge",
+        "SlurmctldParameters=enable_configless", "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none",
+        "JobAcctGatherType=jobacct_gather/none", "SelectType=select/cons_tres", "SelectTypeParameters=CR_Core",
+        "SlurmctldLogFile=/var/log/slurm/slurmctld.log", "SlurmdLogFile=/var/log/slurm/slurmd.log",
+        "StateSaveLocation=/var/lib/slurm/slurmctld", f"SlurmdSpoolDir={SPOOL}", "ReturnToService=2", "MpiDefault=none",
+        f"NodeName={node.hostname} NodeAddr={node.address} CPUs=1 State=UNKNOWN",
+        "PartitionName=main Nodes=ALL Default=YES MaxTime=INFINITE State=UP", ""])
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Host, Registry, str]]:
+    tmp = tmp_path_factory.mktemp("oci-hosts")
+    with systemd_hosts(ORG, VPC, 1, tmp, shared=["/fsx"]) as (inventory, hosts):
+        node = hosts[0]
+        registry = ensure_registry(ORG, router_address(subnet_cidrs(VPC)["private"]).split("/")[0])
+        reference = push_test_image(registry, image.ensure_image(lambda _: None).rootfs)
+        run(node, "DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends slurmctld slurmd "
+                  "slurm-client munge >/dev/null", timeout=900)
+        (node.root / "etc/slurm/slurm.conf").write_text(slurm_conf(node))
+        # slurmd is configless, as on fmcluster's compute nodes: it fetches slurm.conf from slurmctld into its cache.
+        (node.root / "etc/default/slurmd").write_text(f"SLURMD_OPTIONS=\"--conf-server {node.address}\"\n")
+        run(node, f"""
+            mkdir -p /var/lib/slurm/slurmctld {SPOOL} /var/log/slurm && chown slurm: /var/lib/slurm/slurmctld /var/log/slurm
+            dd if=/dev/urandom of=/etc/munge/munge.key bs=1024 count=1 2>/dev/null
+            chown munge: /etc/munge/munge.key && chmod 0400 /etc/munge/munge.key
+            useradd -m -u {ALICE['uid']} -U alice
+            systemctl restart munge slurmctld && sleep 1 && systemctl restart slurmd
+            for i in $(seq 60); do sinfo -h -o %T | grep -q idle && exit 0; sleep 1; done; sinfo; exit 1""")
+        yield inventory, node, registry, reference
+
+
+def play(registry: Registry) -> list[dict[str, Any]]:
+    return [{"name": "slurm_containers", "hosts": "all", "gather_facts": True, "gather_subset": ["min"],
+             "roles": [{"role": "slurm_containers", "vars": {
+                 "slurm_containers_registries": [registry.host],
+                 "slurm_containers_insecure_registries": [registry.host],
+                 "slurm_containers_users": [ALICE],
+                 "slurm_containers_oci_conf_dirs": ["/etc/slurm", CONF_CACHE]}}]}]
+
+
+def test_alice_runs_the_registry_image_through_srun_container_and_the_second_run_uses_the_cache(
+        cluster: tuple[Path, Host, Registry, str], tmp_path: Path) -> None:
+    inventory, node, registry, reference = cluster
+    code, _, out = converge_hosts(inventory, play(registry), tmp_path)
+    assert code == 0, out
+    code, changed, out = converge_hosts(inventory, play(registry), tmp_path)
+    assert code == 0 and set(changed.values()) == {0}, out
+
+    srun = (f"srun --container=\"$(fmcluster-container bundle {reference})\" sh -c "
+            "'id -u; cat /proc/self/uid_map; pwd; hostname; touch /fsx/alice-was-here ~/alice-was-here; "
+            "python3 -c \"print(6 * 7)\"'")
+    code, stdout, stderr = as_alice(node, srun)
+    assert code == 0, stdout + stderr
+    lines = stdout.split()
+    # Root of her own user namespace inside (runc maps only her uid, to 0), herself outside.
+    assert lines[0] == "0" and lines[1:4] == ["0", str(ALICE["uid"]), "1"], stdout
+    assert lines[4] == "/home/alice" and lines[5] == node.hostname and lines[6] == "42", stdout
+    # Seen from the node (/fsx is bound into the host's own mount namespace): hers outside.
+    owners = run(node, "stat -c %u:%g /fsx/alice-was-here /home/alice/alice-was-here").split()
+    assert owners == [f"{ALICE['uid']}:{ALICE['gid']}"] * 2, owners
+    assert "pulled into /fsx/.fmcluster/containers/images/sha256-" in stderr, stderr
+
+    code, stdout, stderr = as_alice(node, srun)
+    assert code == 0 and stdout.split()[6] == "42", stdout + stderr
+    assert "not pulled again" in stderr and "(cached)" in stderr, stderr
+
+
+def test_a_reference_outside_the_tenant_s_registry_or_with_shell_characters_is_refused(
+        cluster: tuple[Path, Host, Registry, str], tmp_path: Path) -> None:
+    inventory, node, registry, _ = cluster
+    code, _, out = converge_hosts(inventory, play(registry), tmp_path)
+    assert code == 0, out
+    for reference, why in [("docker.io/library/busybox:latest", "is not the tenant's"),
+                           (f"{registry.host}/fmcluster/cpu-test:1;id", "no shell characters")]:
+        code, stdout, stderr = as_alice(node, f"fmcluster-container bundle '{reference}'")
+        assert code == 2 and reference in stderr and why in stderr and "fix: push the image to the tenant's registry " \
+            f"({registry.host})" in stderr, stdout + stderr
+        assert not stdout
