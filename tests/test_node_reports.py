@@ -353,13 +353,15 @@ def test_the_repository_bundle_is_current_when_its_commit_is_whatever_its_bytes(
     manifest = {"ref": REF}
     first = publish(s3, BUCKET, {"repo.bundle": b"pack one"}, manifest, out=lambda _: None,
                     identities={"repo.bundle": f"git:{REF}"})
-    assert first.written == ["fmcluster/bootstrap/repo.bundle", "fmcluster/manifest/cluster.json"]
+    assert first.written == ["fmcluster/bootstrap/repo.bundle", "fmcluster/manifest/cluster.json",
+                             "fmcluster/manifest/index.json"]
     again = publish(s3, BUCKET, {"repo.bundle": b"pack two, same commit"}, manifest, out=lambda _: None,
                     identities={"repo.bundle": f"git:{REF}"})
-    assert again.written == [] and len(again.unchanged) == 2
+    # The index lists the bytes the bucket holds (pack one), so it too is unchanged.
+    assert again.written == [] and len(again.unchanged) == 3 and again.index_sha256 == first.index_sha256
     newer = publish(s3, BUCKET, {"repo.bundle": b"pack three"}, manifest, out=lambda _: None,
                     identities={"repo.bundle": "git:" + "b" * 40})
-    assert newer.written == ["fmcluster/bootstrap/repo.bundle"]
+    assert newer.written == ["fmcluster/bootstrap/repo.bundle", "fmcluster/manifest/index.json"]
     body = s3.get_object(Bucket=BUCKET, Key="fmcluster/bootstrap/repo.bundle")["Body"].read()
     assert body == b"pack three"
 

@@ -220,9 +220,15 @@ def test_on_node_configured_runs_the_first_boot_of_every_node_with_the_tenant_se
     uploaded = s3.get_object(Bucket=bucket, Key=CUSTOM_ACTION_KEY)["Body"].read()
     assert uploaded.startswith(CUSTOM_ACTION_SOURCE.read_bytes()) and uploaded.endswith(first_boot_script().encode()), \
         "the argument check, then the first boot every node runs"
-    # The node bootstrap itself is specified elsewhere (test_node_boot); here a stand-in records its settings.
-    s3.put_object(Bucket=bucket, Key="fmcluster/bootstrap/node-bootstrap.sh",
-                  Body=b'#!/bin/sh\nenv | grep ^FMCLUSTER_ | sort > "$RECORD"\n')
+    # The node bootstrap itself is specified elsewhere (test_node_boot); here a stand-in records its settings. It is
+    # published as the deploy publishes (the index, and the SSM parameter naming it) since nodes verify before running.
+    from fmcluster.publish import publish, trust_index
+
+    stand_in = b'#!/bin/sh\nenv | grep ^FMCLUSTER_ | sort > "$RECORD"\n'
+    done = publish(s3, bucket, {"node-bootstrap.sh": stand_in}, {"ref": "a" * 40}, out=print)
+    ssm = boto3.client("ssm", region_name=REGION, endpoint_url=s3_endpoint, aws_access_key_id="emulator",
+                       aws_secret_access_key="emulator")
+    assert trust_index(ssm, "trnlab", done.index_sha256, out=print)
     args = trn1().data["Scheduling"]["SlurmQueues"][0]["CustomActions"]["OnNodeConfigured"]["Args"]
     # ParallelCluster downloads the script itself and runs it with the Args; so does this test.
     script = tmp_path / "on-node-configured.sh"
