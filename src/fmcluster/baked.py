@@ -15,6 +15,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
+import tarfile
+import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass
 from datetime import datetime
@@ -49,6 +52,16 @@ IMAGE_MARKER = "/usr/share/fmcluster/image.json"
 #: The node kinds a baked image serves (every kind's install tasks run on the builder) and the image kinds.
 NODE_KINDS = ("controller", "login", "compute")
 IMAGE_KINDS = ("cpu", "gpu", "trainium")
+#: The accelerator of each image kind's nodes (catalog `accelerator`).
+KIND_ACCELERATOR = {"cpu": "none", "gpu": "cuda", "trainium": "neuron"}
+#: The builder's name in its inventory (every node group of its kind holds it alone).
+BUILDER_NAME = "fmcluster-builder"
+#: What an AWS builder (the image stack's component) removes before Image Builder snapshots it: the node's state and
+#: settings the fetch wrote, the build's own work, the package's munge key, the no-start policy; Image Builder's own
+#: clean-up and `cloud-init clean` do the rest (machine id, host keys, instance data).
+NOT_BAKED_ON_AWS = ("/var/lib/fmcluster", "/var/lib/fmcluster-image", "/etc/fmcluster", "/opt/fmcluster/bootstrap",
+                    "/var/log/fmcluster", "/etc/munge/munge.key", "/usr/local/sbin/fmcluster-bootstrap",
+                    "/usr/sbin/policy-rc.d", "/root/.ansible")
 
 
 @dataclass(frozen=True)
@@ -130,6 +143,41 @@ def install_set(root: Path | None = None) -> dict[str, Any]:
 def digest(pristine_digest: str, kind: str, root: Path | None = None) -> str:
     what = {"pristine": pristine_digest, "kind": kind, "install_set": install_set(root)}
     return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def committed_digest(ref: str, kind: str, pristine_digest: str, source: Path | None = None) -> str:
+    """`digest` of the install set as commit `ref` holds it (not the working tree's): what an image built from the
+    bundle of `ref` is made of. ValueError when git cannot archive it."""
+    source = source or repo_root()
+    with tempfile.TemporaryDirectory(prefix="fmcluster-install-set-") as tmp:
+        archive = subprocess.run(["git", "-C", str(source), "archive", "--format=tar", ref, "roles", "playbooks",
+                                  VERSIONS_FILE], capture_output=True, check=False)
+        if archive.returncode != 0:
+            raise ValueError(f"git archive {ref[:12]} failed: {archive.stderr.decode(errors='replace').strip()}")
+        archive_path = Path(tmp) / "set.tar"
+        archive_path.write_bytes(archive.stdout)
+        with tarfile.open(archive_path) as tar:
+            tar.extractall(tmp, filter="data")
+        return digest(pristine_digest, kind, Path(tmp))
+
+
+def builder_nodes(manifest: Mapping[str, Any], kind: str, address: str, instance_id: str = "i-builder") -> list[Any]:
+    """The builder as every node group of `kind` in the manifest's cluster: the controller and the login group (an
+    image of each kind serves them: the deploy boots each node the image of its own kind), and the compute group of
+    the first queue of the kind's accelerator where there is one. Its inventory then runs every role a node of that
+    kind runs (fmcluster.manifest.assemble_inventory)."""
+    from fmcluster.nodes import Node
+
+    groups = manifest["groups"]
+    queues: Mapping[str, Any] = groups["queues"]
+    accelerator = KIND_ACCELERATOR[kind]
+    nodes = [Node(BUILDER_NAME, address, "controller", None, instance_id, groups["controller"]["instance_type"])]
+    queue = next((name for name, q in queues.items() if q["instance"]["accelerator"] == accelerator), None)
+    if queue is not None:
+        nodes.append(Node(BUILDER_NAME, address, "compute", queue, instance_id, queues[queue]["instance_type"]))
+    if groups.get("login"):
+        nodes.append(Node(BUILDER_NAME, address, "login", None, instance_id, groups["login"]["instance_type"]))
+    return nodes
 
 
 @dataclass(frozen=True)

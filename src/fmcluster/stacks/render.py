@@ -32,7 +32,7 @@ from fmcluster.stacks.first_boot import (
     BOOT_VARIABLES, S3_CLIENT, S3_CLIENT_PLACEHOLDER, USER_DATA_SCRIPT, boot_environment, first_boot_script,
     packed_s3_client, s3_client_writer,
 )
-from fmcluster.stacks.templates import ClusterTemplate, network, storage
+from fmcluster.stacks.templates import ClusterTemplate, image, network, storage
 from fmcluster.stacks.templates.common import (
     BOOTSTRAP_PREFIX, DEPLOY_PRINCIPAL_PARAMETER, LIFECYCLE_PREFIX, MANIFEST_PREFIX, NODE_READ_PREFIXES, REPORT_PREFIX,
     logical_name,
@@ -42,7 +42,7 @@ __all__ = ["BOOT_VARIABLES", "BOOTSTRAP_PREFIX", "CapacityRef", "DeployerRef", "
            "LIFECYCLE_PREFIX", "MANIFEST_PREFIX", "NODE_READ_PREFIXES", "OutputRef", "REPORT_PREFIX", "RenderedStack",
            "S3_CLIENT", "S3_CLIENT_PLACEHOLDER", "STACK_KEYS", "USER_DATA_SCRIPT", "boot_environment",
            "load_cfn_yaml", "logical_name", "first_boot_script", "node_user_data",
-           "packed_s3_client", "render_stacks", "s3_client_writer", "user_data_text"]
+           "packed_s3_client", "render_image_stack", "render_stacks", "s3_client_writer", "user_data_text"]
 
 SOURCE_ROOT = PACKAGE_DIR.parent.parent
 CFN_DIR = SOURCE_ROOT / "cfn"
@@ -299,3 +299,30 @@ def render_stacks(tenant: Tenant, image_parameter: Callable[[str], str] = lambda
             parameters={k: v for k, v in params[key].items() if k in declared},
         ))
     return stacks
+
+
+#: The image stack's key: a stack of its own, deployed by `invoke image`, never by the deploy (each create or update
+#: of it builds images, which takes an hour).
+IMAGE_STACK_KEY = "image"
+
+
+def render_image_stack(tenant: Tenant, commit: str, digests: dict[str, str],
+                       image_parameter: Callable[[str], str] = lambda path: path) -> RenderedStack:
+    """The tenant's image stack (fmcluster.stacks.templates.image), rendered offline: `commit` the bundle it builds
+    from, `digests` each kind's install-set digest (fmcluster.baked.committed_digest), recorded on the images. Its
+    parent images are pinned like the cluster stack's (ImageRef, from the catalogued SSM parameter)."""
+    template = image.build(tenant)
+    kinds = image.kind_images(tenant)
+    if set(digests) != set(kinds):
+        raise ValueError(f"image stack of {tenant.org!r}: digests for {sorted(digests)}, kinds {sorted(kinds)}")
+    params: dict[str, ParameterValue] = {
+        "VpcId": OutputRef("network", "VpcId"),
+        "PrivateSubnetId": OutputRef("network", "PrivateSubnetId"),
+        "DataBucketName": OutputRef("storage", "DataBucketName"),
+        "SourceCommit": commit,
+    }
+    for kind, found in kinds.items():
+        params[image.parent_parameter(kind)] = ImageRef(image_parameter(str(found.ssm_parameter)))
+        params[image.digest_parameter(kind)] = digests[kind]
+    return RenderedStack(key=IMAGE_STACK_KEY, name=f"{tenant.stack_prefix}-{IMAGE_STACK_KEY}",
+                         source=TEMPLATES_DIR / "image.py", body=cfn.dump(template), parameters=params)

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import functools
 import subprocess
-import tarfile
-import tempfile
 from pathlib import Path
 
 from fmcluster import baked
@@ -20,7 +18,7 @@ from fmcluster.providers.local.hosts import SubstrateError
 #: The checkout whose committed HEAD the nodes converge to (fmcluster.publish.SOURCE_ROOT).
 SOURCE_ROOT = PACKAGE_DIR.parent.parent
 #: The accelerator of a node kind's instance types (catalog `accelerator`).
-KIND_ACCELERATOR = {"cpu": "none", "gpu": "cuda", "trainium": "neuron"}
+KIND_ACCELERATOR = baked.KIND_ACCELERATOR
 
 
 def baked_root(org: str) -> Path:
@@ -39,16 +37,10 @@ def layer_dir(org: str, kind: str, digest: str) -> Path:
 @functools.lru_cache(maxsize=8)
 def install_digest(ref: str, kind: str) -> str:
     """The digest a baked image of commit `ref` has: its install set as committed (not the working tree's)."""
-    with tempfile.TemporaryDirectory(prefix="fmcluster-install-set-") as tmp:
-        archive = subprocess.run(["git", "-C", str(SOURCE_ROOT), "archive", "--format=tar", ref, "roles", "playbooks",
-                                  baked.VERSIONS_FILE], capture_output=True, check=False)
-        if archive.returncode != 0:
-            raise SubstrateError(f"git archive {ref[:12]} failed: {archive.stderr.decode(errors='replace').strip()}")
-        archive_path = Path(tmp) / "set.tar"
-        archive_path.write_bytes(archive.stdout)
-        with tarfile.open(archive_path) as tar:
-            tar.extractall(tmp, filter="data")
-        return baked.digest(image.digest(), kind, Path(tmp))
+    try:
+        return baked.committed_digest(ref, kind, image.digest(), SOURCE_ROOT)
+    except ValueError as err:
+        raise SubstrateError(str(err)) from err
 
 
 def status(org: str, kind: str, ref: str) -> baked.Status:
