@@ -248,3 +248,25 @@ def test_the_builder_role_reads_what_the_first_boot_fetch_reads_and_nothing_else
     assert infra["InstanceMetadataOptions"]["HttpTokens"] == "required" and infra["TerminateInstanceOnFailure"] is True
     group = load_cfn_yaml(stack.body)["Resources"]["BuilderSecurityGroup"]["Properties"]
     assert "SecurityGroupIngress" not in group
+
+
+@pytest.mark.parametrize(("credentials", "code"), [(False, 0), (True, 1)])
+def test_invoke_image_on_aws_plans_the_image_stack_and_builds_nothing(credentials: bool, code: int, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from fmcluster.commands import image_stack
+    from fmcluster.stacks import api, aws
+
+    written: list[str] = []
+
+    def write(tenant: Tenant, stacks: list[Any], root: Path | None = None) -> Path:
+        written.extend(s.body for s in stacks)
+        return tmp_path
+
+    monkeypatch.setattr(api, "write_rendered", write)
+    monkeypatch.setattr(aws, "has_credentials", lambda region: credentials)
+    lines: list[str] = []
+    assert image_stack.plan_image_stack(tenant_of("stockmark"), out=lines.append) == code
+    assert len(written) == 1 and "AWS::ImageBuilder::Image" in written[0]
+    said = "\n".join(lines)
+    assert "cpu: on AWS Deep Learning Base" in said and "gpu: on AWS Deep Learning Base" in said
+    assert ("not implemented yet" in said) == credentials and ("nothing was built" in said) != credentials

@@ -263,9 +263,10 @@ def image(org: str, kind: str = "cpu", check: bool = False) -> int:
 
     tenant = require_tenant(org)
     if not provider_capabilities(tenant.provider).bakes_images:
-        print(f"image: provider {tenant.provider!r} bakes no image yet (EC2 Image Builder is a later slice of issue 40); "
-              "`invoke image` bakes for provider local")
-        return ExitCode.FAILED
+        # No substrate of its own to bake on: EC2 Image Builder's stack (rendered and planned; not deployed yet).
+        from fmcluster.commands.image_stack import plan_image_stack
+
+        return plan_image_stack(tenant)  # the stack holds every kind the tenant has
     from fmcluster.providers.local import bake, layers
 
     try:
