@@ -64,7 +64,8 @@ def manifest_for(tenant: Tenant, outputs: dict[str, str] | None = None) -> dict[
     outputs = outputs or {}
     return build_manifest(tenant, REF, outputs, provider.queue_resources, scheduler.manifest_vars(),
                           provider.manifest_vars(), scheduler.discovery(outputs),
-                          booted_image(scheduler.image, provider.node_image), [OPERATOR_KEY])
+                          booted_image(scheduler.image, provider.node_image), [OPERATOR_KEY],
+                          provider.container_registry(outputs))
 
 
 def nodes_for(tenant: Tenant, drop: Sequence[str] = ()) -> list[Node]:

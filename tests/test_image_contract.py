@@ -84,6 +84,8 @@ def node_kinds(org: str) -> list[tuple[str, str, str, list[str], dict[str, Any]]
         # playbooks/slurm-cluster.yml: slurm (through its controller/compute/login roles) and node_health where
         # fmcluster installs Slurm (node_health's scope cluster on the controller, node on compute nodes)
         roles = (["slurm", "node_health"] if fmcluster_slurm else []) + list(variables.get("fmcluster_accelerator_roles", []))
+        if fmcluster_slurm and manifest["vars"]["fmcluster_containers"] and kind != "controller":
+            roles.append("slurm_containers")  # where srun and slurmd run (playbooks/slurm-cluster.yml)
         roles.append("dcgm_exporter")  # playbooks/monitoring.yml: the exporters on every node
         accelerator = group["instance"]["accelerator"]
         if accelerator in ("cuda", "neuron"):

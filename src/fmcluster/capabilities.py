@@ -48,6 +48,10 @@ class ProviderCapabilities:
     #: `invoke image` bakes the tenant's node images on this substrate (issue 40: local first; AWS's EC2 Image
     #: Builder stack is a later slice).
     bakes_images: bool = False
+    #: The nodes pull containers from the tenant's ECR (`<account>.dkr.ecr.<region>.amazonaws.com`), so the tenant may
+    #: name more ECR registries of its account (`containers.registries`). False: from the registry the substrate
+    #: runs (locally the VPC's, on the router address), the only one its nodes reach.
+    ecr_registries: bool = True
 
 
 @dataclass(frozen=True)
@@ -86,7 +90,8 @@ PROVIDERS: dict[str, ProviderCapabilities] = {
     "local": ProviderCapabilities(real_accelerators=False, emulated_apis=True, cluster_services=False,
                                   external_database=False, health_interval_s=30, metrics_interval_s=15,
                                   # A requeued job waits 30 s, not Slurm's 120: rehearsed within the tests' time.
-                                  credential_lifetime_s=30, reboot_timeout_s=300, bakes_images=True),
+                                  credential_lifetime_s=30, reboot_timeout_s=300, bakes_images=True,
+                                  ecr_registries=False),
 }
 
 #: Each scheduler's row lives in its folder (src/fmcluster/schedulers/<name>/capabilities.yml), read as data.

@@ -182,7 +182,8 @@ class Deploy:
                                        self.scheduler.manifest_vars(), self.provider.manifest_vars(),
                                        self.scheduler.discovery(outputs),
                                        booted_image(self.scheduler.image, self.provider.node_image),
-                                       [operator_public_key(self.tenant.org)])
+                                       [operator_public_key(self.tenant.org)],
+                                       self.provider.container_registry(outputs))
         from fmcluster.inventory import write_manifest
 
         write_manifest(self.tenant.org, self.manifest)

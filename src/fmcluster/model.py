@@ -198,6 +198,15 @@ class Directory:
 
 
 @dataclass(frozen=True)
+class Containers:
+    """`containers:`: users' images through Slurm (docs/containers.md). `registries`: the tenant's own registries
+    beyond the provider's (ECR registries of its account in other regions)."""
+
+    enabled: bool = True
+    registries: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Network:
     vpc_cidr: str
     ssh_ingress_cidr: str | None
@@ -252,6 +261,7 @@ class Tenant:
     teams: tuple[Team, ...] = ()
     users: tuple[User, ...] = ()
     directory: Directory | None = None
+    containers: Containers = Containers()
 
     @property
     def stack_prefix(self) -> str:
@@ -360,6 +370,7 @@ def _build(spec_path: Path, raw: dict[str, Any]) -> Tenant:
         users=tuple(User(u["name"], u["uid"], tuple(u["teams"]), tuple(u["ssh_keys"]), u["removed"])
                     for u in doc["users"]),
         directory=_directory(spec_path, doc.get("directory")),
+        containers=Containers(doc["containers"]["enabled"], tuple(doc["containers"]["registries"])),
     )
 
 

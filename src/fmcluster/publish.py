@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fmcluster import accelerators, accounting, images, monitoring, nccl, users, versions
+from fmcluster import accelerators, accounting, containers, images, monitoring, nccl, users, versions
+from fmcluster.containers import ContainerRegistry
 from fmcluster.health import inventory as health
 from fmcluster.manifest import FORMAT, INDEX_KEY, NODE_SECRETS_DIR, SECRET_NAMES, index_parameter, secret_id
 from fmcluster.model import Tenant
@@ -135,12 +136,14 @@ def missing_tenant_secrets(tenant: Tenant, secretsmanager: Any) -> list[str]:
 def build_manifest(tenant: Tenant, ref: str, stack_outputs: Mapping[str, str],
                    queue_resources: Callable[[Any], dict[str, Any]], scheduler_vars: Mapping[str, Any],
                    provider_vars: Mapping[str, Any], discovery: Mapping[str, Any],
-                   image_of: Callable[[str], str], operator_keys: Sequence[str] = ()) -> dict[str, Any]:
+                   image_of: Callable[[str], str], operator_keys: Sequence[str] = (),
+                   container_registry: ContainerRegistry | None = None) -> dict[str, Any]:
     """Everything about the cluster that does not depend on which instances exist (fmcluster.manifest).
 
     `image_of`: the image (a key of data/images.yml) a node with an accelerator boots: the provider's own where it
     boots one (the local substrate), else the scheduler's. Each node kind's group vars carry its image's contract. `operator_keys`: the operator's public keys, put under
-    /etc/ssh for each image's default user (roles/operator_access)."""
+    /etc/ssh for each image's default user (roles/operator_access). `container_registry`: the provider's registry of
+    the tenant (Provider.container_registry), the nodes' only source of images with those the spec adds."""
     cluster_types = [q.instance.name for q in tenant.queues]
     queues = {
         q.name: {"instance_type": q.instance.name, "instance": q.instance.as_vars(), "default": q.name == tenant.default_queue.name,
@@ -176,6 +179,7 @@ def build_manifest(tenant: Tenant, ref: str, stack_outputs: Mapping[str, str],
         **nccl.cluster_vars(cluster_types),
         **accounting.manifest_vars(tenant),
         **users.manifest_vars(tenant),
+        **containers.manifest_vars(tenant, container_registry),
         **health.manifest_vars(tenant, storage),
         **tenant.capabilities.manifest_vars(),
         **scheduler_vars,

@@ -518,6 +518,7 @@ def _semantic_problems(loaded: LoadedYaml, out: _Collector) -> None:
     _check_storage(out, tenant, t)
     _check_monitoring(out, tenant, t)
     _check_accounting(out, tenant, t)
+    _check_containers(out, tenant, t)
     _check_people(out, tenant, t)
     _check_directory(out, tenant, t, loaded.path)
 
@@ -1045,6 +1046,44 @@ def _secret_names(out: _Collector, path: KeyPath, named: tuple[tuple[str, Any], 
             out.add((*path, key), f"{show(value)} {clash}",
                     f"name the secret otherwise, e.g. {example} (fmcluster's own files there: "
                     f"{', '.join(AGENT_SECRET_FILES)}, and each one's .tmp)")
+
+
+#: An ECR registry host (ECR's registry URL, https://docs.aws.amazon.com/AmazonECR/latest/userguide/Registries.html):
+#: the 12-digit account and the region; China's partition ends in .amazonaws.com.cn.
+ECR_REGISTRY = re.compile(r"(?P<account>[0-9]{12})\.dkr\.ecr\.(?P<region>[a-z]{2}(-[a-z]+)+-[0-9])\.amazonaws\.com(\.cn)?")
+
+
+def _check_containers(out: _Collector, tenant: dict[str, Any], t: KeyPath) -> None:
+    """`containers.registries`: only ECR registries of one account (the deploy checks it is the tenant's: the account
+    is not known offline), and only where the provider's nodes pull from ECR (capability ecr_registries)."""
+    registries = _get(tenant, "containers", "registries")
+    if not isinstance(registries, list):
+        return
+    provider = PROVIDERS.get(str(tenant.get("provider")))  # None: the schema names it
+    accounts: dict[str, int] = {}
+    for i, host in enumerate(registries):
+        if not isinstance(host, str):
+            continue
+        key = (*t, "containers", "registries", i)
+        if provider is not None and not provider.ecr_registries:
+            out.add(key, f"{show(host)}: provider {tenant.get('provider')}'s nodes reach only the VPC's container "
+                    "registry (on the router address), which the provider gives", "remove containers.registries and "
+                    "push images to the VPC's registry (docs/containers.md, 'The registry')")
+            continue
+        match = ECR_REGISTRY.fullmatch(host)
+        if match is None:
+            out.add(key, f"{show(host)} is not an ECR registry of the tenant's account: nodes pull only from the "
+                    "tenant's own registries, never a public or another organization's one",
+                    "push the image to your account's ECR and list it as ACCOUNT.dkr.ecr.REGION.amazonaws.com, "
+                    "e.g. 123456789012.dkr.ecr.us-east-1.amazonaws.com (no scheme, port or path), or remove it")
+            continue
+        if match.group("region") not in KNOWN_REGIONS:
+            out.add(key, f"{show(host)} names {show(match.group('region'))}, not a known AWS region"
+                    f"{did_you_mean(match.group('region'), KNOWN_REGIONS)}", f"use one of: {', '.join(KNOWN_REGIONS)}")
+        first = accounts.setdefault(match.group("account"), i)
+        if len(accounts) > 1 and first == i:
+            out.add(key, f"{show(host)} is of account {match.group('account')}, another than containers.registries"
+                    f"[0]'s: a tenant's registries are its own account's", "list only your account's ECR registries")
 
 
 #: Database accounts slurmdbd may not connect as: the server's administrators (MySQL and MariaDB's root, Amazon

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import shlex
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -32,6 +32,7 @@ from fmcluster.catalog import InstanceType
 from fmcluster.nodes import Node
 
 if TYPE_CHECKING:
+    from fmcluster.containers import ContainerRegistry
     from fmcluster.images import Contract
     from fmcluster.model import Tenant
 
@@ -94,6 +95,10 @@ class Provider(Protocol):
 
     def manifest_vars(self) -> dict[str, Any]:
         """Role variables the substrate needs (e.g. packages already in the local image)."""
+
+    def container_registry(self, outputs: Mapping[str, str]) -> ContainerRegistry | None:
+        """The tenant's own container registry its nodes pull from (AWS: the account's ECR in the region, from the
+        storage stack's output; local: the VPC's registry), None where not known yet (no stack outputs)."""
 
     def route(self, node: Node) -> Route:
         """How the deploy machine reaches `node` (route_to, with this substrate's Session Manager channel)."""

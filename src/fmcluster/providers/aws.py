@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from fmcluster.capabilities import PROVIDERS, ProviderCapabilities
 from fmcluster.catalog import InstanceType
+from fmcluster.containers import ContainerRegistry
 from fmcluster.images import Contract
 from fmcluster.model import Tenant
 from fmcluster.nodes import Node
@@ -59,6 +61,10 @@ class AwsProvider:
     def manifest_vars(self) -> dict[str, Any]:
         # The instances reach Grafana's package repository (this machine and the local substrate do not).
         return {"grafana_install": True}
+
+    def container_registry(self, outputs: Mapping[str, str]) -> ContainerRegistry | None:
+        host = outputs.get("ContainerRegistry")
+        return ContainerRegistry(host, what="the account's ECR, through the instance role") if host else None
 
     def route(self, node: Node) -> Route:
         from fmcluster.schedulers.registry import scheduler_for

@@ -31,12 +31,13 @@ import shlex
 import subprocess
 import sys
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
 from fmcluster.capabilities import PROVIDERS, ProviderCapabilities
 from fmcluster.catalog import InstanceType
+from fmcluster.containers import ContainerRegistry
 from fmcluster.escape import escaped, neutral
 from fmcluster.manifest import secret_id
 from fmcluster.model import Tenant
@@ -50,6 +51,7 @@ from fmcluster.providers.local.hosts import (
 )
 from fmcluster.providers.local import channel, directory, image, instance_role, metadata, packages
 from fmcluster.providers.local.packages import APT_CONF_PATH, PackageSource, ensure_package_source, stop_package_source
+from fmcluster.providers.local.registry import PORT as REGISTRY_PORT
 from fmcluster.providers.local.registry import ensure_registry, stop_registry
 from fmcluster.stacks import aws
 from fmcluster.users import home_root
@@ -355,6 +357,12 @@ class LocalProvider:
                                              for p in people if p.teams],
             })
         return values
+
+    def container_registry(self, outputs: Mapping[str, str]) -> ContainerRegistry | None:
+        # The VPC's registry standing for the tenant's ECR (fmcluster.providers.local.registry): the only one the
+        # hosts reach, over plain HTTP; the storage stack's ECR output names the emulator's account, not used.
+        return ContainerRegistry(f"{self.router}:{REGISTRY_PORT}", insecure=True,
+                                 what="the VPC's docker-registry, standing for the tenant's ECR")
 
     def route(self, node: Node) -> Route:
 

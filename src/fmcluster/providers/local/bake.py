@@ -85,7 +85,8 @@ def _inventory(tenant: Tenant, kind: str, ref: str) -> str:
     provider, scheduler = provider_for(tenant), scheduler_for(tenant)
     manifest = build_manifest(tenant, ref, {}, provider.queue_resources, scheduler.manifest_vars(),
                               provider.manifest_vars(), scheduler.discovery({}),
-                              booted_image(scheduler.image, provider.node_image))
+                              booted_image(scheduler.image, provider.node_image),
+                              container_registry=provider.container_registry({}))
     address, _ = _builder_address(tenant.network.vpc_cidr)
     queues = [q for q in tenant.queues if kind_of(q.instance.accelerator) == kind] or list(tenant.queues)[:1]
     nodes = [Node(BUILDER_NAME, address, "controller", None, "i-builder", tenant.controller.name),

@@ -163,6 +163,10 @@ def build(tenant: Tenant) -> dict[str, Any]:
         "LustreDnsName": output("DNS name nodes mount Lustre from.", GetAtt("LustreFileSystem", "DNSName")),
         "LustreMountName": output('Lustre mount name, the part after "@tcp:/".',
                                   GetAtt("LustreFileSystem", "LustreMountName")),
+        # The account's ECR registry in the region (ECR's registry URL, registry_auth.html): the only registry the
+        # nodes pull containers from (docs/containers.md); the provider reads it (Provider.container_registry).
+        "ContainerRegistry": output("The tenant's container registry (ECR of this account and region).",
+                                    Sub("${AWS::AccountId}.dkr.ecr.${AWS::Region}.${AWS::URLSuffix}")),
     }
     if zfs is not None:
         outputs.update({
