@@ -17,6 +17,7 @@ APT_PACKAGES=(
   apt-cacher-ng                                  # the local VPC's package source (a caching proxy of Debian's archive)
   docker-registry skopeo umoci                   # the local VPC's container registry (standing for ECR), the tests' image
   slapd ldap-utils openssl                       # the local substrate's directory (OpenLDAP, TLS) for `directory:`
+  shellcheck                                     # the lint tier's shell linter (tests/test_lint.py)
 )
 
 missing=()

@@ -170,9 +170,10 @@ if ((${#missing[@]})); then
       unattended-upgrades.service 2>/dev/null || true
   fi
   say "installing from the image's package source: ${missing[*]}"
-  retry 3 apt_get update >"$state/packages.log" 2>&1 \
-    && apt_get install -y --no-install-recommends "${missing[@]}" >>"$state/packages.log" 2>&1 \
-    || report_failure packages "apt-get could not install ${missing[*]}: $(tail -n 2 "$state/packages.log")"
+  if ! { retry 3 apt_get update >"$state/packages.log" 2>&1 \
+          && apt_get install -y --no-install-recommends "${missing[@]}" >>"$state/packages.log" 2>&1; }; then
+    report_failure packages "apt-get could not install ${missing[*]}: $(tail -n 2 "$state/packages.log")"
+  fi
 fi
 [[ ${1:-} == --fetch ]] || stage_done packages
 

@@ -5,6 +5,7 @@
 # published to the tenant bucket, retrying while the network comes up, and run it (scripts/node-bootstrap.sh) once
 # it is what the deploy published: its SHA-256 is the one the deploy's index lists, and the index's the one in the
 # SSM parameter /fmcluster/<org>/bootstrap-index-sha256, which the deploy alone writes (docs/stacks.md).
+# shellcheck shell=bash
 set -euo pipefail
 export FMCLUSTER_BUCKET FMCLUSTER_REGION FMCLUSTER_ORG
 FMCLUSTER_BOOT_STARTED=${FMCLUSTER_BOOT_STARTED:-$(date +%s)}

@@ -83,7 +83,7 @@ def _refused_by_plan_and_deploy(emulated: Emulated, monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(commands.cluster, "_endpoint", lambda tenant, start: (emulated.endpoint, None))
     assert commands.plan(ORG) == ExitCode.INVALID
     out = capsys.readouterr().out
-    assert f"tenant.yml:" in out and f" {key}: " in out and words in out and "fix: " in out, out
+    assert "tenant.yml:" in out and f" {key}: " in out and words in out and "fix: " in out, out
     assert "nothing was planned or changed" in out and "rendered" not in out, "plan stops before the stacks"
     _nothing_changed(emulated)
 

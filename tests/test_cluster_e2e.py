@@ -563,7 +563,7 @@ def sacct_jobs() -> dict[str, str]:
 def health_diagnosis() -> str:
     """What a failed health wait saw: Slurm's node states and the controller's pass log (for the failure text)."""
     controller = next((n for n, r in reports().items() if r.get("role") == "controller"), "")
-    log = on_node(controller, f"tail -n 30 /var/lib/fmcluster/health/run/fmcluster-health-cluster.log", timeout=60) if controller else None
+    log = on_node(controller, "tail -n 30 /var/lib/fmcluster/health/run/fmcluster-health-cluster.log", timeout=60) if controller else None
     states = node_states()
     stuck = sorted(n for n, (state, _) in states.items() if state != "idle")
     seen = [f"\nnode states: {states}\ncontroller's pass log:\n{log.stdout + log.stderr if log else '-'}"]

@@ -1,4 +1,5 @@
-"""The repository is clean under the real linters: yamllint, ansible-lint (production profile, offline) and mypy.
+"""The repository is clean under the real linters: yamllint, ansible-lint (production profile, offline), mypy,
+ruff and shellcheck.
 
 Each linter runs once, over the whole tree (ansible-lint alone takes a minute or more on two cores): the
 per-component suites (monitoring, accelerators, acceptance) used to lint their own paths again. That every
@@ -9,6 +10,7 @@ says it read, so a path left out by an exclude or ignore entry fails a test rath
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -81,6 +83,56 @@ def test_yamllint_reads_every_role_playbook_scenario_and_data_file() -> None:
     files = {line.removeprefix("./") for line in listed.stdout.splitlines()}
     yaml_dirs = [p for p in ansible_paths() if any((ROOT / p).rglob("*.yml")) or p.endswith(".yml")]
     assert missing(yaml_dirs + ALSO_LINTED, files) == [], "not linted: check .yamllint.yml's ignore"
+
+
+def repo_files() -> list[str]:
+    """Every file of the checkout, tracked or new, that git does not ignore (so a new script is linted before its
+    commit, and nothing under .venv or a generated folder is)."""
+    listed = run("git", "ls-files", "--cached", "--others", "--exclude-standard", "-z")
+    assert listed.returncode == 0, listed.stderr
+    return sorted(f for f in set(listed.stdout.split("\0")) if f and (ROOT / f).is_file())
+
+
+def interpreter(path: str) -> str:
+    """The program a file's shebang names ("bash" for `#!/usr/bin/env bash` and `#!/bin/bash`), or ""."""
+    with open(ROOT / path, "rb") as handle:
+        first = handle.readline(200).decode("utf-8", "replace")
+    words = first[2:].split() if first.startswith("#!") else []
+    if words and words[0].endswith("/env"):
+        words = [w for w in words[1:] if not w.startswith("-")]
+    return words[0].rsplit("/", 1)[-1] if words else ""
+
+
+def shell_scripts() -> list[str]:
+    """Shell the repository ships, by rule: a .sh file (a sourced fragment or user-data part may have no shebang:
+    it says its shell in a `# shellcheck shell=` directive) or a file whose shebang names sh or bash. Jinja
+    templates (.j2) are not shell until rendered; the rendered goldens under tests/golden are checked instead."""
+    return [f for f in repo_files()
+            if not f.endswith(".j2") and (f.endswith(".sh") or interpreter(f) in ("sh", "bash", "dash"))]
+
+
+def python_scripts_without_suffix() -> list[str]:
+    """Python files ruff would not pick up by name (node scripts such as scripts/fmcluster-s3), by their shebang."""
+    return [f for f in repo_files() if not f.endswith((".py", ".pyi")) and interpreter(f).startswith("python")]
+
+
+def test_ruff_is_clean() -> None:
+    """pyflakes' dead-code checks (unused imports and variables, redefinitions), undefined names and syntax
+    errors, over every Python file: ruff's own discovery of *.py plus the suffix-less scripts (pyproject's
+    [tool.ruff] says which rules and why)."""
+    scripts = python_scripts_without_suffix()
+    assert "scripts/fmcluster-s3" in scripts, scripts
+    result = run(venv_tool("ruff"), "check", "--no-cache", "--output-format=concise", ".", *scripts)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_shellcheck_is_clean() -> None:
+    scripts = shell_scripts()
+    assert {".ci/run", "scripts/bootstrap.sh", "scripts/node-user-data.sh"} <= set(scripts), scripts
+    if shutil.which("shellcheck") is None:
+        pytest.fail("shellcheck is not installed: scripts/bootstrap.sh installs it (Debian package shellcheck)")
+    result = run("shellcheck", "--format=gcc", *scripts)
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 @pytest.mark.slow

@@ -500,7 +500,7 @@ def test_login_and_compute_nodes_read_only_the_munge_key(scheduler: str, tenants
         for name, readers in {**secret_roles(tenant), "slurmdbd-storage-password": ("controller",)}.items():
             read = allows(policies, Request("secretsmanager:GetSecretValue", arn.format(name), context(tenant)))
             assert read == (role in readers and name in secret_roles(tenant)), (role, name)
-        for other in (f"fmcluster/{tenant.org}/munge-key-extra-AbCdEf", f"fmcluster/other/munge-key-AbCdEf",
+        for other in (f"fmcluster/{tenant.org}/munge-key-extra-AbCdEf", "fmcluster/other/munge-key-AbCdEf",
                       f"fmcluster/{tenant.org}/munge-key"):
             request_ = Request("secretsmanager:GetSecretValue",
                                f"arn:aws:secretsmanager:{region}:{ACCOUNT}:secret:{other}", context(tenant))

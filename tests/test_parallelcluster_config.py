@@ -336,7 +336,7 @@ def test_local_stand_in_instances_carry_parallelclusters_tags_and_run_the_config
         script = user_data_text(data["UserData"]).replace("${DataBucketName}", "BUCKET").replace(
             "${AWS::Region}", tenant.region)
         action = section["CustomActions"]["OnNodeConfigured"]
-        assert f"s3://$bucket/$key" in script and f"key={CUSTOM_ACTION_KEY}" in script
+        assert "s3://$bucket/$key" in script and f"key={CUSTOM_ACTION_KEY}" in script
         assert action["Script"] == f"s3://BUCKET/{CUSTOM_ACTION_KEY}"
         assert script.rstrip().endswith('exec bash "$action" ' + " ".join(action["Args"])), script
     for group in ("LoginGroup", "QueueCpuGroup"):

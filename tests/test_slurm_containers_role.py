@@ -143,7 +143,7 @@ def test_a_configless_slurmstepd_reads_oci_conf_only_from_slurmd_s_cache_and_the
     finally:
         run(node, "systemctl start fmcluster-oci-conf.path fmcluster-oci-conf.service")
     run(node, "systemctl restart slurmd && for i in $(seq 60); do sinfo -h -o %T | grep -q idle && exit 0; sleep 1; done; "
-              f"exit 1")
+              "exit 1")
     run(node, f"for i in $(seq 20); do test -f {CONF_CACHE}/oci.conf && exit 0; sleep 0.5; done; exit 1")
     code, stdout, stderr = as_alice(node, in_image)
     assert code == 0 and stdout.split() == ["0", str(ALICE["uid"]), "1"], stdout + stderr

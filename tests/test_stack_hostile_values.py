@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fmcluster.model import Tenant, load_tenant
+from fmcluster.model import load_tenant
 from fmcluster.stacks.checks import check_stack
 from fmcluster.schedulers.hyperpod.lifecycle import lifecycle_environment
 from fmcluster.stacks.render import load_cfn_yaml, render_stacks, user_data_text
@@ -181,7 +181,7 @@ def test_the_node_shell_receives_hostile_names_unchanged_and_runs_nothing_else(k
     script = user_data_text(cluster["Resources"][group]["Properties"]["LaunchTemplateData"]["UserData"])
     assert exported(script, ["FMCLUSTER_ORG", "FMCLUSTER_QUEUE"]) == [value, value]
     env = lifecycle_environment(tenant, "fmc-bucket", "fmc-stack")
-    run = subprocess.run(["bash", "-c", f'set -a; . /dev/stdin; printf "%s" "$FMCLUSTER_ORG"'], input=env,
+    run = subprocess.run(["bash", "-c", 'set -a; . /dev/stdin; printf "%s" "$FMCLUSTER_ORG"'], input=env,
                          capture_output=True, text=True, check=True, timeout=10)
     assert run.stdout == value
 

@@ -431,7 +431,7 @@ def test_checks_flag_a_wildcard_resource_on_any_action_that_can_be_scoped(action
     template = load_cfn_yaml(stack.body)
     policy = template["Resources"]["NodeRole"]["Properties"]["Policies"][0]["PolicyDocument"]
     policy["Statement"].append({"Effect": "Allow", "Action": action, "Resource": resource})
-    assert any(f"wildcard resource" in p and action in p for p in findings(stack, template))
+    assert any("wildcard resource" in p and action in p for p in findings(stack, template))
 
 
 def test_describe_calls_that_have_no_resource_type_may_use_a_wildcard() -> None:

@@ -11,7 +11,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
 
 from fmcluster.manifest import assemble_inventory, inventory_yaml, load_inventory_yaml
 from fmcluster.model import Tenant

@@ -23,7 +23,7 @@ from fmcluster.acceptance import results
 from fmcluster.acceptance.bisect import Bisection, Pair, find_bad_nodes
 from fmcluster.acceptance.expectation import expectation_for
 from fmcluster.acceptance.model import ParsedLog
-from fmcluster.acceptance.slurm import Job, SlurmClient, SlurmError
+from fmcluster.acceptance.slurm import Job, SlurmClient
 from fmcluster.acceptance.verdict import Verdict, human_bytes, judge_file, render
 from fmcluster.catalog import InstanceType
 from fmcluster.exits import ExitCode

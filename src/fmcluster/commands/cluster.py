@@ -359,7 +359,6 @@ def _replacer(tenant: Tenant, what: str) -> Replacer | int:
     """The tenant's Replacer (provider, endpoint, published manifest), or the exit code after saying why not."""
     from fmcluster.inventory import read_manifest
     from fmcluster.lifecycle import Replacer
-    from fmcluster.nodes import Node
     from fmcluster.providers.registry import provider_for
 
     endpoint, unreachable = _endpoint(tenant, start=False)

@@ -64,7 +64,7 @@ def render(d: Diagnosis) -> str:
                      f"{', '.join(a['codes']) or '-'}")
     for f in d.findings:
         e = f.entry
-        lines += [f"", f"[{e.id}] {e.title}", f"  detected by: {clean(e.reference)}"]
+        lines += ["", f"[{e.id}] {e.title}", f"  detected by: {clean(e.reference)}"]
         lines += [f"  evidence: {clean(h.where)}: {clean(h.evidence)}" for h in f.hits]
         lines += [f"  fix: {e.fix}", f"  source: {e.url}"]
     if d.notes:

@@ -33,7 +33,6 @@ from typing import Any, TypeVar
 from urllib.parse import urlparse
 
 import boto3
-import yaml
 from botocore.config import Config
 
 from fmcluster.manifest import (INDEX_KEY, assemble_inventory, check_digest, digest, index_parameter, inventory_yaml,

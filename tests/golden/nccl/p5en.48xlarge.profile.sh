@@ -2,4 +2,5 @@
 # NCCL/libfabric environment for p5en.48xlarge with aws-ofi-nccl 1.20.0.
 # Computed by fmcluster.nccl from src/fmcluster/data/nccl_profiles.yml, which names the public source of each value.
 # Slurm tasks get the same variables from /etc/slurm/fmcluster-task-prolog.sh.
+# shellcheck shell=sh
 export NCCL_SOCKET_IFNAME='^docker,lo,veth'

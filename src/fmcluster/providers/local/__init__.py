@@ -42,7 +42,6 @@ from fmcluster.escape import escaped, neutral
 from fmcluster.manifest import secret_id
 from fmcluster.model import Tenant
 from fmcluster.nodes import LIVE_STATES, Node, hostname_for
-from fmcluster.paths import repo_root
 from fmcluster.providers import (BootResult, NoEndpoint, Out, Route, controller_contract, known_nodes, operator_argv,
                                  operator_key_path, route_to)
 from fmcluster.providers.local.hosts import (

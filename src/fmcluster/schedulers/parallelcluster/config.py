@@ -38,7 +38,7 @@ import yaml
 from fmcluster import nccl
 from fmcluster.model import Queue, Tenant
 from fmcluster.schedulers.parallelcluster.offline_aws import answers
-from fmcluster.schedulers.parallelcluster.rendered import ClusterConfig, ConfigPath, KeyPath
+from fmcluster.schedulers.parallelcluster.rendered import ClusterConfig, ConfigPath
 from fmcluster.paths import PACKAGE_DIR, generated_dir, tenant_dir, write_fresh
 from fmcluster.stacks.first_boot import first_boot_script
 

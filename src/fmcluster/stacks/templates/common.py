@@ -8,7 +8,7 @@ from typing import Any
 
 from fmcluster.accounting import secret_roles
 from fmcluster.model import Tenant
-from fmcluster.stacks.cfn import Fn, Ref, Sub, join, tags, text
+from fmcluster.stacks.cfn import Ref, Sub, join, tags, text
 
 TEMPLATE_VERSION = "2010-09-09"
 
