@@ -701,6 +701,55 @@ def test_a_second_user_logs_in_to_the_login_node_with_their_own_key_and_writes_i
     assert modes == ["bob 700 .", "root 755 ..", "bob 644 hello"], modes
 
 
+#: What each task of the container step prints, from inside the image (python3 and coreutils: the tests' image).
+CONTAINER_PROBE = ("echo $(hostname) $(id -u) $(cat /proc/self/uid_map) $(pwd) "
+                   "$(test -d /fsx/.fmcluster/containers/images && echo fsx) "
+                   "$(python3 -c 'print(6 * 7)') && touch container-$(hostname)")
+
+
+def test_alice_runs_the_tenant_s_image_with_srun_container_on_every_compute_node_as_herself(cluster: Cluster) -> None:
+    """Issue 39: the tests' image pushed to the tenant's registry (the VPC's, standing for ECR), alice runs it with
+    `srun --container` across every compute node: root of her own user namespace inside (uid 0 mapped to hers, 1
+    id), herself outside (the files it writes in her home are hers), her home and /fsx mounted; sacct records the job
+    under her team; the second run takes the image and her bundle from the cache on /fsx (nothing pulled)."""
+    from fmcluster.providers.local import image
+    from fmcluster.providers.local.hosts import router_address
+    from fmcluster.providers.local.registry import ensure_registry, push_test_image
+    from fmcluster.stacks.render import subnet_cidrs
+
+    started = time.monotonic()
+    registry = ensure_registry(ORG, router_address(subnet_cidrs(VPC)["private"]).split("/")[0])
+    assert not registry.started, "the deploy did not start the tenant's registry"
+    reference = push_test_image(registry, image.ensure_image(lambda _: None).rootfs)
+    MEASURED["container image built and pushed (s)"] = round(time.monotonic() - started, 1)
+    nodes = compute_nodes()
+    uid, team = USERS["alice"]
+    srun = (f"srun -N{len(nodes)} --ntasks-per-node=1 --job-name=container-e2e "
+            f"--container=\"$(fmcluster-container bundle {reference})\" sh -c {shlex.quote(CONTAINER_PROBE)}")
+    runs = []
+    for _ in range(2):
+        done = as_user("alice", f"sh -c {shlex.quote(srun)}")
+        assert done.returncode == 0, done.stdout + done.stderr
+        runs.append(done)
+        seen = sorted(line.split() for line in done.stdout.splitlines() if line.startswith("ip-"))
+        assert [row[0] for row in seen] == nodes, done.stdout
+        assert {tuple(row[1:]) for row in seen} == {("0", "0", str(uid), "1", "/fsx/home/alice", "fsx", "42")}, seen
+    first, second = (r.stderr for r in runs)
+    assert "pulled into /fsx/.fmcluster/containers/images/sha256-" in first, first
+    assert "not pulled again" in second and "(cached)" in second and "pulled into" not in second, second
+    owners = on_node(nodes[0], "stat -c %u:%g /fsx/home/alice/container-ip-*", timeout=60)
+    assert owners.stdout.split() == [f"{uid}:{uid}"] * len(nodes), owners.stdout + owners.stderr
+
+    def charged() -> list[str]:
+        done = slurm("sacct --allusers --allocations --noheader --parsable2 --starttime=2020-01-01 "
+                     "--name=container-e2e --format=User,Account,State,NNodes")
+        return sorted(done.stdout.split())
+    wait_for("container jobs in accounting", lambda: charged() == [f"alice|{team}|COMPLETED|{len(nodes)}"] * 2, 60,
+             lambda: f"\n{charged()}")
+    MEASURED["container test (s)"] = round(time.monotonic() - started, 1)
+    print(f"container e2e: {MEASURED['container test (s)']} s (image {MEASURED['container image built and pushed (s)']} s)")
+
+
 def test_alice_on_the_login_node_reads_no_secret_and_cannot_stop_prometheus_or_be_grafana_s_admin(
         cluster: Cluster) -> None:
     """Issue 42: a user's processes on the login node find none of the tenant's secrets in any file they can read,
