@@ -9,7 +9,6 @@ The OnNodeConfigured script is run for real: against a real S3 API (moto's serve
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
