@@ -5,7 +5,8 @@
 The harness's hosts (fmcluster.providers.local.hosts state, by address) take the instances' roles in the order
 the cluster stack makes them: the controller, the login nodes, then each queue's nodes. The inventory is
 fmcluster.manifest.assemble_inventory of the manifest the deploy would publish (fmcluster.publish.build_manifest,
-with provider local's and the scheduler's parts, and the harness's image variables: its hosts install nothing) and
+with provider local's and the scheduler's parts, the provider's container registry, and the harness's image
+variables: its hosts install nothing) and
 those nodes: the role variables are the real ones. Prints
 "unchanged" when OUT already holds it.
 """
@@ -43,7 +44,8 @@ def main(org: str, out: Path) -> int:
     provider, scheduler = LocalProvider(tenant), scheduler_for(tenant)
     manifest = build_manifest(tenant, pinned_commit(), {}, provider.queue_resources, scheduler.manifest_vars(),
                               provider.manifest_vars(), scheduler.discovery({}),
-                              booted_image(scheduler.image, provider.node_image))
+                              booted_image(scheduler.image, provider.node_image),
+                              container_registry=provider.container_registry({}))
     text = inventory_yaml(assemble_inventory(manifest, nodes), HEADER)
     if out.is_file() and out.read_text() == text:
         print(f"{out}: unchanged")
