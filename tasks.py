@@ -310,9 +310,10 @@ def nodes(c: Context, org: str, json: bool = False, replace: bool = False) -> No
     _exit(commands.nodes(org, as_json=json, replace=replace))
 
 
-@task(name="replace", help={"org": "tenant name", "node": "compute node name, address or instance id"})
-def replace_node(c: Context, org: str, node: str) -> None:
+@task(name="replace", help={"org": "tenant name", "node": "compute node name, address or instance id",
+                            "timeout": "seconds for the whole replacement (default: the provider's boot budget)"})
+def replace_node(c: Context, org: str, node: str, timeout: int = 0) -> None:
     """Replace one compute node the scheduler's way (slurm-ec2: its Auto Scaling group launches a new instance
     through the boot path) and wait until the new node has reported, is idle in Slurm, scraped, healthy and
-    runs a job; the old one gone."""
-    _exit(commands.replace(org, node))
+    runs a job; the old one gone. A node that does not converge in time is shown with its console and log."""
+    _exit(commands.replace(org, node, timeout or None))

@@ -1041,7 +1041,7 @@ def test_a_drained_node_is_listed_with_its_check_and_replaced_by_a_new_one_that_
     assert hostile.returncode == 2 and "no live node" in hostile.stdout and not Path("/tmp/fmc-e2e-pwned").exists()
 
     started = time.monotonic()
-    replaced = invoke("replace", f"--node={victim}", timeout=900)
+    replaced = invoke("replace", f"--node={victim}", "--timeout=600", timeout=900)
     MEASURED["replace (s)"] = round(time.monotonic() - started, 1)
     assert replaced.returncode == 0, replaced.stdout[-6000:] + replaced.stderr[-2000:]
     print(replaced.stdout[replaced.stdout.find("=== replace summary"):])

@@ -21,7 +21,7 @@ from fmcluster.manifest import digest, membership_digest
 from fmcluster.model import load_tenant
 from fmcluster.nodes import Node
 from fmcluster.reports import (
-    ReportReader, failed_node_reports, node_status, read_log, read_report, statuses, wait_for_reports,
+    ReportReader, failed_node_reports, failure_details, node_status, read_log, read_report, statuses, wait_for_reports,
 )
 from fmcluster.stacks import aws
 from fmcluster.stacks.emulator import ensure_emulator, stop_emulator
@@ -231,6 +231,25 @@ def test_waiting_for_a_silent_node_ends_after_the_bound_and_is_not_a_pass(s3: An
     wait = wait_for_reports(s3, BUCKET, lambda: NODES, REF, MANIFEST, timeout_s=0.3, out=lambda _: None, poll_s=0.1)
     assert wait.timed_out and not wait.ok
     assert [(s.node.name, s.state) for s in wait.failed] == [(COMPUTE.name, "silent")]
+
+
+@pytest.mark.slow
+def test_what_a_node_that_did_not_converge_left_is_shown_its_console_where_it_hangs_its_log_where_it_failed(
+        s3: Any) -> None:
+    """`invoke deploy` and `invoke replace` show the same: a failed node's failed task and uploaded log, a silent
+    node's last console lines (no report, no log: the console is all there is)."""
+    s3.delete_object(Bucket=BUCKET, Key=key(COMPUTE))
+    failed = report(ok=False, stage="converge", error="ansible-pull exited 2",
+                    failed_tasks=[{"task": "Install runc", "msg": "apt timed out"}])
+    put(s3, CONTROLLER, json.dumps(failed).encode())
+    s3.put_object(Bucket=BUCKET, Key=key(CONTROLLER).removesuffix(".json") + ".log", Body=b"TASK [slurm_containers]\nfatal\n")
+    wait = wait_for_reports(s3, BUCKET, lambda: NODES, REF, MANIFEST, timeout_s=0.3, out=lambda _: None, poll_s=0.1)
+    consoles = {COMPUTE.name: "cloud-init: running\nfmcluster-pull: apt-get install runc\n"}
+    details = failure_details(wait, s3, BUCKET, lambda node: consoles.get(node.name, "never asked"))
+    assert details == [f"--- {CONTROLLER.name} (failed) ---", "    task 'Install runc': apt timed out",
+                       "    log: TASK [slurm_containers]", "    log: fatal",
+                       f"--- {COMPUTE.name} (silent) ---", "    console: cloud-init: running",
+                       "    console: fmcluster-pull: apt-get install runc"]
 
 
 @pytest.mark.slow

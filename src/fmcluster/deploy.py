@@ -250,7 +250,7 @@ class Deploy:
 
     def converge(self) -> StepOutcome:
         from fmcluster.manifest import digest
-        from fmcluster.reports import first_boot_warnings, read_log, wait_for_reports
+        from fmcluster.reports import failure_details, first_boot_warnings, wait_for_reports
 
         bucket = self.outputs["DataBucketName"]
         s3 = self.client("s3")
@@ -269,17 +269,7 @@ class Deploy:
                                f"{len(wait.statuses)}/{len(wait.statuses)} nodes converged themselves, "
                                f"{len(fresh)} during this run "
                                f"(slowest {slowest.node.name}, {(slowest.report or {}).get('seconds')}s)", details)
-        for status in wait.failed:
-            details.append(f"--- {status.node.name} ({status.state}) ---")
-            if status.state == "silent":
-                details += [f"    console: {line}" for line in self.provider.console_output(self.endpoint, status.node)
-                            .strip().splitlines()[-12:]]
-            else:
-                report = status.report or {}
-                for task in report.get("failed_tasks", [])[:3]:
-                    details.append(f"    task '{task.get('task')}': {task.get('msg')}")
-                details += [f"    log: {line}" for line in (read_log(s3, bucket, status.node.instance_id, 12)
-                                                          or report.get("log_tail", [])[-12:])]
+        details += failure_details(wait, s3, bucket, lambda node: self.provider.console_output(self.endpoint, node))
         why = "timed out" if wait.timed_out else "a node failed"
         return StepOutcome("failed", f"{why} after {wait.seconds:.0f}s: "
                            f"{sum(1 for s in wait.statuses if s.state == 'converged')}/{len(wait.statuses)} converged",

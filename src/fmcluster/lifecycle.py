@@ -235,8 +235,13 @@ class Replacer:
     def __init__(self, tenant: Tenant, provider: Provider, endpoint: str | None, manifest: dict[str, Any],
                  out: Out = print, timeout_s: float | None = None, poll_s: float = 2.0) -> None:
         self.tenant, self.provider, self.endpoint, self.manifest, self.out = tenant, provider, endpoint, manifest, out
+        #: One budget for the whole replacement (every wait takes what is left of it), not one per stage.
         self.timeout_s = timeout_s or provider.boot_timeout_s
         self.poll_s = poll_s
+        self.deadline = time.monotonic() + self.timeout_s
+
+    def _left(self) -> float:
+        return max(0.0, self.deadline - time.monotonic())
 
     def client(self, service: str) -> Any:
         from fmcluster.stacks import aws
@@ -277,6 +282,7 @@ class Replacer:
         controller = controller_of(nodes)
         result = Replacement(old)
         started = time.monotonic()
+        self.deadline = started + self.timeout_s
         try:
             self._run(result, nodes, controller)
         except LifecycleError as err:
@@ -328,7 +334,7 @@ class Replacer:
         from fmcluster.monitoring import scrape_targets
 
         scraped = scrape_targets(client_argv(self.provider, controller), current, lambda line: self.out(line),
-                                 wait_s=self.timeout_s)
+                                 wait_s=self._left())
         if scraped.status == "failed":
             raise LifecycleError(f"Prometheus: {scraped.summary}: {'; '.join(scraped.details[:4])}")
         self._stage(result, "monitoring", began, scraped.summary)
@@ -337,14 +343,14 @@ class Replacer:
         result.acceptance = self._job_across(controller, current, new)
 
     def _wait_new(self, old: Node, before: set[str]) -> Node:
-        deadline = time.monotonic() + self.timeout_s
+        deadline = self.deadline
         while True:
             nodes = self.live_nodes()
             fresh = [n for n in nodes if n.instance_id not in before and n.role == "compute" and n.queue == old.queue]
             if fresh and old.instance_id not in {n.instance_id for n in nodes}:
                 return fresh[0]
             if time.monotonic() > deadline:
-                raise LifecycleError(f"no new instance in queue {old.queue} within {self.timeout_s:.0f}s "
+                raise LifecycleError(f"no new instance in queue {old.queue} within the {self.timeout_s:.0f}s budget "
                                      f"(old instance {'gone' if old.instance_id not in {n.instance_id for n in nodes} else 'still live'})")
             time.sleep(self.poll_s)
             # Local: what the group launched needs a host; on AWS this reports EC2 booting its instances.
@@ -352,14 +358,15 @@ class Replacer:
 
     def _wait_reports(self) -> None:
         from fmcluster.manifest import digest
-        from fmcluster.reports import wait_for_reports
+        from fmcluster.reports import failure_details, wait_for_reports
 
-        bucket = self._bucket()
-        wait = wait_for_reports(self.client("s3"), bucket, self.live_nodes, str(self.manifest.get("ref", "")),
-                                digest(self.manifest), self.timeout_s, self.out, self.poll_s)
+        bucket, s3 = self._bucket(), self.client("s3")
+        wait = wait_for_reports(s3, bucket, self.live_nodes, str(self.manifest.get("ref", "")),
+                                digest(self.manifest), self._left(), self.out, self.poll_s)
         if not wait.ok:
+            details = failure_details(wait, s3, bucket, lambda node: self.provider.console_output(self.endpoint, node))
             raise LifecycleError(("timed out" if wait.timed_out else "a node failed") + ": "
-                                 + "; ".join(s.line() for s in wait.failed[:4]))
+                                 + "; ".join(s.line() for s in wait.failed[:4]) + "".join(f"\n{d}" for d in details))
 
     def _bucket(self) -> str:
         from fmcluster.stacks.outputs import read_stack_outputs
@@ -367,7 +374,7 @@ class Replacer:
         return str(read_stack_outputs(self.tenant.org)["DataBucketName"])
 
     def _wait_slurm(self, controller: Node, old: Node, new: Node) -> None:
-        deadline = time.monotonic() + self.timeout_s
+        deadline = self.deadline
         last = ""
         while True:
             shown = remote(self.provider, controller, SHOW_NODE)
@@ -382,7 +389,7 @@ class Replacer:
                     and old.name not in nodes:
                 return
             if time.monotonic() > deadline:
-                raise LifecycleError(f"Slurm after {self.timeout_s:.0f}s: {line}"
+                raise LifecycleError(f"Slurm within the {self.timeout_s:.0f}s budget: {line}"
                                      + (f" (reason: {mine.reason})" if mine and mine.reason else ""))
             time.sleep(self.poll_s)
 

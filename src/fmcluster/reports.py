@@ -292,6 +292,22 @@ def read_log(s3: Any, bucket: str, instance_id: str, lines: int = 20) -> list[st
     return text.strip().splitlines()[-lines:]
 
 
+def failure_details(wait: Wait, s3: Any, bucket: str, console: Callable[[Node], str], lines: int = 12) -> list[str]:
+    """What each node that did not converge left behind, for a person: a failed node's failed tasks and log; a
+    silent or still converging node's last console lines (where it hangs) and any log it uploaded."""
+    details: list[str] = []
+    for status in wait.failed:
+        details.append(f"--- {status.node.name} ({status.state}) ---")
+        report = status.report or {}
+        for task in report.get("failed_tasks", [])[:3]:
+            details.append(f"    task '{task.get('task')}': {task.get('msg')}")
+        if status.state in ("silent", "converging"):
+            details += [f"    console: {line}" for line in console(status.node).strip().splitlines()[-lines:]]
+        logged = read_log(s3, bucket, status.node.instance_id, lines) or report.get("log_tail", [])[-lines:]
+        details += [f"    log: {line}" for line in logged]
+    return details
+
+
 def node_status(node: Node, report: dict[str, Any] | None, ref: str, manifest: str, membership: str,
                 silent: str = "no report yet") -> NodeStatus:
     """A node's state against what the deploy published (fail closed: no report, or an old one, is not converged)."""

@@ -355,7 +355,7 @@ def acceptance(org: str) -> int:
 
 
 # --- node lifecycle (docs/health.md): which nodes are unhealthy, and replacing one ---------------------------
-def _replacer(tenant: Tenant, what: str) -> Replacer | int:
+def _replacer(tenant: Tenant, what: str, timeout_s: float | None = None) -> Replacer | int:
     """The tenant's Replacer (provider, endpoint, published manifest), or the exit code after saying why not."""
     from fmcluster.inventory import read_manifest
     from fmcluster.lifecycle import Replacer
@@ -369,7 +369,7 @@ def _replacer(tenant: Tenant, what: str) -> Replacer | int:
     if not manifest:
         print(f"{what}: nothing published for '{tenant.org}'; run `invoke deploy --org={tenant.org}` first")
         return ExitCode.NOT_READY
-    return Replacer(tenant, provider_for(tenant), endpoint, manifest)
+    return Replacer(tenant, provider_for(tenant), endpoint, manifest, timeout_s=timeout_s)
 
 
 def nodes(org: str, as_json: bool = False, replace: bool = False) -> int:
@@ -433,8 +433,9 @@ def _print_repair(tenant: Tenant, replacer: Replacer, live: list[Node]) -> None:
         print(f"repair agent: {err}")
 
 
-def replace(org: str, node: str) -> int:
-    """Replace one compute node the scheduler's way and wait for positive evidence that its successor serves."""
+def replace(org: str, node: str, timeout_s: float | None = None) -> int:
+    """Replace one compute node the scheduler's way and wait for positive evidence that its successor serves, within
+    `timeout_s` in all (default: the provider's boot budget)."""
     from fmcluster.schedulers.registry import scheduler_for
 
     tenant = require_tenant(org)
@@ -442,7 +443,10 @@ def replace(org: str, node: str) -> int:
     if refusal:
         print(f"replace: {refusal}")
         return ExitCode.INVALID
-    replacer = _replacer(tenant, "replace")
+    if timeout_s is not None and timeout_s <= 0:
+        print(f"replace: --timeout={timeout_s:g} must be a positive number of seconds")
+        return ExitCode.INVALID
+    replacer = _replacer(tenant, "replace", timeout_s)
     if isinstance(replacer, int):
         return replacer
     return _replace(tenant, replacer, node)
