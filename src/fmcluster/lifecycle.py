@@ -238,7 +238,7 @@ class Replacer:
         #: One budget for the whole replacement (every wait takes what is left of it), not one per stage.
         self.timeout_s = timeout_s or provider.boot_timeout_s
         self.poll_s = poll_s
-        self.deadline = time.monotonic() + self.timeout_s
+        self.deadline = float("inf")  # set when a replacement starts
 
     def _left(self) -> float:
         return max(0.0, self.deadline - time.monotonic())
