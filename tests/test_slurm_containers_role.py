@@ -84,7 +84,7 @@ def play(registry: Registry) -> list[dict[str, Any]]:
                  "slurm_containers_registries": [registry.host],
                  "slurm_containers_insecure_registries": [registry.host],
                  "slurm_containers_users": [ALICE],
-                 "slurm_containers_conf_cache_dir": CONF_CACHE, "slurm_containers_slurmd_unit": "slurmd"}}]}]
+                 "slurm_containers_conf_cache_dir": CONF_CACHE}}]}]
 
 
 def test_alice_runs_the_registry_image_through_srun_container_and_the_second_run_uses_the_cache(
@@ -131,20 +131,33 @@ def test_a_configless_slurmstepd_reads_oci_conf_only_from_slurmd_s_cache_and_the
         cluster: tuple[Path, Host, Registry, str], tmp_path: Path) -> None:
     """Slurm 22.05 serves no oci.conf to configless nodes and slurmstepd reads it beside the slurm.conf slurmd fetched:
     the copy in /etc/slurm alone does nothing there (the command runs on the node, not in the image). slurmd empties
-    its cache when it starts (measured: the copy is gone after a restart); the role's drop-in on slurmd's unit puts it
-    back after every start, also when slurmd restarts in quick succession (as it does while a node joins, and where
-    the path unit on the cache that came before missed writes: a compute node of the e2e cluster then ran alice's
-    `srun --container` job uncontained)."""
+    its cache when it starts (measured: the copy is gone after a restart); the role's keeper service puts it back, also when slurmd restarts in quick succession (as it does while a node joins) or is
+    reconfigured. (A compute node of the e2e cluster ran alice's `srun --container` job uncontained when a watch on
+    the cache's slurm.conf had put oci.conf back before slurmd dropped it again.)"""
     inventory, node, registry, reference = cluster
     code, _, out = converge_hosts(inventory, play(registry), tmp_path)
     assert code == 0, out
     in_image = f"srun --container=\"$(fmcluster-container bundle {reference})\" cat /proc/self/uid_map"
-    run(node, f"rm {CONF_CACHE}/oci.conf")
-    code, stdout, stderr = as_alice(node, in_image)
-    assert stdout.split() != ["0", str(ALICE["uid"]), "1"], stdout + stderr  # not in a container
+    contained = ["0", str(ALICE["uid"]), "1"]
+    reconfigure = (f"old=$(stat -c %Y.%Z {CONF_CACHE}/slurm.conf); sleep 1.1; scontrol reconfigure; "
+                   f"for i in $(seq 60); do sleep 0.5; test \"$(stat -c %Y.%Z {CONF_CACHE}/slurm.conf)\" != \"$old\" "
+                   "&& exit 0; done; exit 1")
+    oci_conf_back = f"sleep 2; for i in $(seq 20); do test -f {CONF_CACHE}/oci.conf && exit 0; sleep 0.5; done; exit 1"
+    # Slurm's own behaviour, the keeper stopped: without oci.conf in the cache the job runs on the node itself.
+    run(node, f"systemctl stop fmcluster-oci-conf && rm {CONF_CACHE}/oci.conf")
+    try:
+        code, stdout, stderr = as_alice(node, in_image)
+        assert stdout.split() != contained, stdout + stderr  # not in a container
+    finally:
+        run(node, "systemctl start fmcluster-oci-conf")
+    # slurmd restarted in quick succession (as while a node joins), then reconfigured: oci.conf stays or comes back.
     run(node, "for i in 1 2 3 4 5; do systemctl restart slurmd; done; "
               "for i in $(seq 60); do sinfo -h -o %T | grep -q idle && exit 0; sleep 1; done; exit 1")
-    run(node, f"for i in $(seq 20); do test -f {CONF_CACHE}/oci.conf && exit 0; sleep 0.5; done; exit 1")
+    run(node, oci_conf_back)
     assert run(node, f"cmp /etc/slurm/oci.conf {CONF_CACHE}/oci.conf && echo same").split() == ["same"]
+    code, stdout, stderr = as_alice(node, in_image)
+    assert code == 0 and stdout.split() == contained, stdout + stderr
+    run(node, reconfigure)
+    run(node, oci_conf_back)
     code, stdout, stderr = as_alice(node, in_image)
     assert code == 0 and stdout.split() == ["0", str(ALICE["uid"]), "1"], stdout + stderr
