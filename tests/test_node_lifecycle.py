@@ -257,3 +257,15 @@ def test_nodes_slurm_names_as_parallelcluster_does_are_matched_to_their_instance
     assert sorted(lines) == sorted([CONTROLLER.name, gpu(1).name, gpu(2).name]), "no stray 'no live instance' line"
     assert (lines[gpu(1).name].state, lines[gpu(1).name].unhealthy) == ("idle", False)
     assert (lines[gpu(2).name].state, lines[gpu(2).name].check, lines[gpu(2).name].reason) == ("drained", "slurmd", reason)
+
+
+@pytest.mark.parametrize("timeout", [-1.0, -600.0])
+def test_a_replacement_budget_that_is_not_positive_is_refused_before_anything_is_asked(
+        timeout: float, capsys: pytest.CaptureFixture[str]) -> None:
+    """`invoke replace --timeout=S`: a negative budget is refused with the flag and what it must be, before the
+    command reaches an endpoint or the published manifest (0 is the default, the provider's boot budget)."""
+    from fmcluster.commands.cluster import replace
+    from fmcluster.exits import ExitCode
+
+    assert replace("demo", "ip-10-77-128-6", timeout) == ExitCode.INVALID
+    assert capsys.readouterr().out == f"replace: --timeout={timeout:g} must be a positive number of seconds\n"
