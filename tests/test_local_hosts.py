@@ -21,7 +21,7 @@ from conftest import substrate_root_at
 from fmcluster.providers.local import harness, image
 from fmcluster.providers.local.packages import APT_CONF_PATH, stop_package_source
 from fmcluster.providers.local.hosts import (
-    IFNAMSIZ, Bind, Host, HostSpec, SubstrateError, _veth_names, bridge_name, ensure_network, host_run,
+    IFNAMSIZ, Bind, Host, HostSpec, SubstrateError, _veth_names, bridge_mac, bridge_name, ensure_network, host_run,
     load_hosts, reconcile_hosts, remove_all, router_address, substrate_root, wait_running,
 )
 
@@ -249,8 +249,15 @@ def test_the_harness_makes_hosts_root_reaches_over_ssh_and_changes_nothing_the_s
 @root_only
 def test_reconciling_to_fewer_hosts_removes_the_extra_one_entirely(
         hosts: list[Host], specs: list[HostSpec], substrate: Path) -> None:
+    # The lowest hardware address among the bridge's ports: a bridge that took its ports' address would change its
+    # own at this removal, and the host left would send to the router's old address until its ARP entry expired.
+    subprocess.run(["ip", "link", "set", "dev", hosts[1].host_veth, "address", "02:00:00:00:00:00"], check=True)
+    assert sh(hosts[0], "ping -c1 -W2 10.93.30.129").returncode == 0
     kept, created, removed = reconcile_hosts(ORG, specs[:1], bridge_name(ORG))
     assert (kept, created, removed) == (hosts[:1], [], hosts[1:])
+    assert Path(f"/sys/class/net/{bridge_name(ORG)}/address").read_text().strip() == bridge_mac(ORG)
+    router = sh(hosts[0], "ping -c1 -W1 10.93.30.129")
+    assert router.returncode == 0, "the router's hardware address moved with the removed host: " + router.stdout
     gone = hosts[1]
     traces = leftovers([gone], substrate)
     assert not [t for t in traces if gone.key in t or gone.netns in t or gone.host_veth in t], traces

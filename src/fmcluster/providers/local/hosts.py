@@ -180,6 +180,12 @@ def ensure_network(org: str, vpc_cidr: str, routers: Iterable[str]) -> bool:
     if not _link_exists(bridge):
         _run(["ip", "link", "add", "name", bridge, "type", "bridge"])
         changed = True
+    if _address_assigned_by(bridge) != _ADDRESS_SET:
+        # A bridge whose address was never set takes the lowest of its ports' addresses, so it changes when a
+        # host comes or goes: every node's ARP entry for the VPC router (the emulator, the metadata service) then
+        # points nowhere until it expires, and their calls time out meanwhile. A set address never moves.
+        _run(["ip", "link", "set", "dev", bridge, "address", bridge_mac(org)])
+        changed = True
     have = _addresses(bridge)
     for router in routers:
         if router not in have:
@@ -187,6 +193,23 @@ def ensure_network(org: str, vpc_cidr: str, routers: Iterable[str]) -> bool:
             changed = True
     _run(["ip", "link", "set", bridge, "up"])
     return changed
+
+
+#: /sys/class/net/*/addr_assign_type of an address set by hand (NET_ADDR_SET in the kernel's netdevice.h)
+_ADDRESS_SET = 3
+
+
+def bridge_mac(org: str) -> str:
+    """The bridge's own hardware address: locally administered, unicast, the same for the tenant every time."""
+    digest = hashlib.sha256(f"fmcluster bridge {org}".encode()).digest()
+    return ":".join(f"{b:02x}" for b in (0x02, *digest[:5]))
+
+
+def _address_assigned_by(dev: str) -> int:
+    try:
+        return int(Path(f"/sys/class/net/{dev}/addr_assign_type").read_text())
+    except (OSError, ValueError):
+        return -1
 
 
 def _host_addresses() -> list[tuple[str, ipaddress.IPv4Interface]]:
