@@ -249,6 +249,35 @@ def test_without_a_metadata_service_only_a_session_named_after_the_instance_give
            "no instance id" in capsys.readouterr().err
 
 
+class _UnreachableOnce(_S3):
+    def put_object(self, **kwargs: object) -> None:
+        if not hasattr(self, "failed"):
+            self.failed = True
+            raise ConnectionError('Connect timeout on endpoint URL: "http://10.91.128.1:52325/b"')
+        super().put_object(**kwargs)
+
+
+def test_a_report_the_bucket_did_not_take_is_filed_again_by_the_watch_once(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The deploy waits for each node's report: one lost to an endpoint out of reach (CI, stop 48: the login node's
+    membership report, the deploy then waiting past its caller's 20 minutes) is filed again at the watch's next
+    round, once."""
+    from fmcluster.node import agent as node_agent
+    from fmcluster.node.agent import Report
+
+    agent = _filing_agent("AROAEXAMPLENODEROLE01:i-0aaaaaaaaaaaaaaaa", "i-0aaaaaaaaaaaaaaaa", monkeypatch, tmp_path)
+    agent.s3 = _UnreachableOnce()  # type: ignore[attr-defined]
+    agent.file_report(Report(address="10.0.0.5", trigger="changed: membership_digest", started="t0",  # type: ignore[attr-defined]
+                             instance_id="i-0aaaaaaaaaaaaaaaa", ok=True, stage="done"))
+    assert agent.s3.put == [] and (tmp_path / node_agent.UNFILED_MARK).is_file()  # type: ignore[attr-defined]
+    assert "cannot file the report" in capsys.readouterr().err
+    agent.file_unfiled_report()  # type: ignore[attr-defined]
+    agent.file_unfiled_report()  # type: ignore[attr-defined]
+    assert agent.s3.put == ["fmcluster/report/AROAEXAMPLENODEROLE01:i-0aaaaaaaaaaaaaaaa/i-0aaaaaaaaaaaaaaaa.json"]  # type: ignore[attr-defined]
+    assert not (tmp_path / node_agent.UNFILED_MARK).exists()
+    assert "filed the report of the converge started t0" in capsys.readouterr().out
+
+
 def test_the_instance_id_comes_from_the_metadata_service_with_an_imdsv2_token(tmp_path: Path) -> None:
     """The agent asks IMDS as EC2 (and HyperPod's nodes, and the local stand-in) require: a token first. Asked of the
     local substrate's stand-in itself, which refuses a request without one."""

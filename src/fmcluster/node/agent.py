@@ -49,6 +49,8 @@ LOG = Path("/var/log/fmcluster/converge.log")
 MANIFEST_KEY = "fmcluster/manifest/cluster.json"
 BOOTSTRAP_PREFIX = "fmcluster/bootstrap/"
 REPORT_PREFIX = "fmcluster/report/"
+#: present in the state directory while its report.json is one the bucket did not take (the watch files it again)
+UNFILED_MARK = "report.unfiled"
 CONVERGE_TIMEOUT_S = 3600
 LOG_TAIL_LINES = 40
 #: What the user data installed: fetches a published bundle (`--fetch`) or boots the node.
@@ -534,6 +536,25 @@ class Agent:
     def file_report(self, report: Report) -> None:
         body = json.dumps(asdict(report), indent=1)
         write_private(self.state_dir / "report.json", body + "\n")
+        self._put_report(report, body)
+        print(f"fmcluster-node: {report.node or report.address}: {'converged' if report.ok else 'FAILED'} "
+              f"(stage {report.stage}) in {report.seconds}s {report.error}", flush=True)
+
+    def file_unfiled_report(self) -> None:
+        """File again the last report the bucket did not take (its endpoint out of reach for all the client's
+        retries): the deploy waits for it, and without it would wait out its whole budget for a node long done."""
+        if not (self.state_dir / UNFILED_MARK).is_file():
+            return
+        try:
+            report = Report(**json.loads((self.state_dir / "report.json").read_text()))
+        except (OSError, ValueError, TypeError):
+            (self.state_dir / UNFILED_MARK).unlink(missing_ok=True)  # nothing readable to file
+            return
+        if self._put_report(report, json.dumps(asdict(report), indent=1)):
+            print(f"fmcluster-node: filed the report of the converge started {report.started}, which the bucket had "
+                  "not taken then", flush=True)
+
+    def _put_report(self, report: Report, body: str) -> bool:
         key = f"{REPORT_PREFIX}<identity>/<instance id>"
         try:
             identity = self.identity()
@@ -546,11 +567,13 @@ class Agent:
             self.s3.put_object(Bucket=self.settings.bucket, Key=f"{key}.json", Body=body.encode())
             if report.log and Path(report.log).is_file():
                 self.s3.put_object(Bucket=self.settings.bucket, Key=f"{key}.log", Body=Path(report.log).read_bytes())
-        except Exception as err:  # noqa: BLE001 - the deploy then reports this node as silent, with its console
+        except Exception as err:  # noqa: BLE001 - the watch files it again; until then the deploy sees a silent node
             print(f"fmcluster-node: cannot file the report to s3://{self.settings.bucket}/{key}.json: {err}",
                   file=sys.stderr)
-        print(f"fmcluster-node: {report.node or report.address}: {'converged' if report.ok else 'FAILED'} "
-              f"(stage {report.stage}) in {report.seconds}s {report.error}", flush=True)
+            (self.state_dir / UNFILED_MARK).touch()
+            return False
+        (self.state_dir / UNFILED_MARK).unlink(missing_ok=True)
+        return True
 
     def signal(self, report: Report) -> None:
         """Tell CloudFormation the node is ready, or that its first boot failed (CreationPolicy of its group), once, at
@@ -674,6 +697,7 @@ def watch_main(interval: float) -> int:
     failed_for: dict[str, str] = {}
     while True:
         try:
+            agent.file_unfiled_report()
             role = json.loads((STATE_DIR / "report.json").read_text()).get("role", "") \
                 if (STATE_DIR / "report.json").is_file() else ""
             wanted = agent.wanted(role)
