@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -49,3 +52,41 @@ def substrate_root_at(root: Path) -> Iterator[Path]:
             del os.environ["FMCLUSTER_SUBSTRATE_ROOT"]
         else:
             os.environ["FMCLUSTER_SUBSTRATE_ROOT"] = previous
+
+
+# --- the serial cluster tiers (e2e, standins): evidence even when a run goes long -------------------------------
+
+def say(text: str) -> None:
+    """To the process's own stderr, past pytest's capture of the running test's output."""
+    stream = sys.__stderr__ or sys.stderr
+    stream.write(text)
+    stream.flush()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """FMCLUSTER_TEST_BUDGET_S (tasks.py TIER_BUDGETS_S): past it, interrupt the run as Ctrl-C does, so the
+    clusters' fixtures still tear down and the summary still names each failure."""
+    budget = float(os.environ.get("FMCLUSTER_TEST_BUDGET_S", "0") or 0)
+    if budget <= 0 or os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+
+    def interrupt() -> None:
+        capture = config.pluginmanager.getplugin("capturemanager")
+        with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
+            say(f"\ntest budget of {budget:.0f} s spent (FMCLUSTER_TEST_BUDGET_S): interrupting, as "
+                "Ctrl-C would, so fixtures tear down and the summary names what failed\n")
+        os.kill(os.getpid(), signal.SIGINT)
+
+    watchdog = threading.Timer(budget, interrupt)
+    watchdog.daemon = True
+    watchdog.start()
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """A cluster test's failure printed as it happens: the summary comes only at the end of a half-hour tier, and a
+    CI log cut short would have none of it."""
+    if not report.failed or not ({"e2e", "standin"} & set(report.keywords)):
+        return
+    lines = str(report.longrepr).splitlines()
+    say(f"\n--- FAILED {report.nodeid} ({report.when}), the last {min(len(lines), 80)} lines of "
+        "its report:\n" + "\n".join(lines[-80:]) + "\n---\n")
