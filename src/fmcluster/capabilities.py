@@ -98,8 +98,9 @@ PROVIDERS: dict[str, ProviderCapabilities] = {
 SCHEDULER_ROWS = Path(__file__).resolve().parent / "schedulers"
 
 
-def _scheduler_rows() -> dict[str, SchedulerCapabilities]:
+def _scheduler_rows() -> tuple[dict[str, SchedulerCapabilities], dict[str, Path]]:
     rows: dict[str, SchedulerCapabilities] = {}
+    folders: dict[str, Path] = {}
     for path in sorted(SCHEDULER_ROWS.glob("*/capabilities.yml")):
         row = yaml.safe_load(path.read_text(encoding="utf-8"))
         try:
@@ -109,10 +110,15 @@ def _scheduler_rows() -> dict[str, SchedulerCapabilities]:
         if capabilities.name in rows:
             raise ValueError(f"{path}: scheduler {capabilities.name!r} has a row already")
         rows[capabilities.name] = capabilities
-    return rows
+        folders[capabilities.name] = path.parent
+    return rows, folders
 
 
-SCHEDULERS: dict[str, SchedulerCapabilities] = _scheduler_rows()
+SCHEDULERS: dict[str, SchedulerCapabilities]
+#: Each scheduler's folder (src/fmcluster/schedulers/<name>/), where the layers below the registry find what it
+#: hands them as files or modules (its validation rules: fmcluster.validation.scheduler_rules) without importing it.
+SCHEDULER_FOLDERS: dict[str, Path]
+SCHEDULERS, SCHEDULER_FOLDERS = _scheduler_rows()
 
 SlurmOwner = Literal["fmcluster", "scheduler"]
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import difflib
+import importlib
 import ipaddress
 import json
 import math
@@ -21,18 +22,18 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path, PurePosixPath
+from types import ModuleType
 from typing import Any, Iterable, TypeGuard
 
 import jsonschema
 import jsonschema.validators
 import yaml
 
-from fmcluster.capabilities import PROVIDERS, SCHEDULERS
+from fmcluster.capabilities import PROVIDERS, SCHEDULER_FOLDERS, SCHEDULERS
 from fmcluster.catalog import InstanceType, load_catalog
 from fmcluster.escape import escaped, neutral
 from fmcluster.ldapsyntax import dn_problem, filter_problem
 from fmcluster.manifest import SECRET_NAMES
-from fmcluster.schedulers.parallelcluster import rules as parallelcluster_rules
 from fmcluster.paths import RESERVED_ACCOUNTS_PATH, SCHEMA_PATH
 from fmcluster.sshkeys import key_problem
 from fmcluster.yamlpos import KeyPath, LoadedYaml
@@ -439,10 +440,10 @@ def _semantic_problems(loaded: LoadedYaml, out: _Collector) -> None:
                 f"use the region followed by a zone letter, e.g. '{region if region in KNOWN_REGIONS else 'us-east-1'}a'")
 
     scheduler = SCHEDULERS.get(str(tenant.get("scheduler")))  # None: the schema names it
-    if scheduler is not None and scheduler.own_section is not None:
-        parallelcluster_rules.check_tenant(tenant, out.add)
-    else:
-        parallelcluster_rules.check_not_parallelcluster(tenant, out.add)
+    rules = scheduler_rules(tenant.get("scheduler"))
+    if rules is not None:
+        rules.check_tenant(tenant, out.add)
+    _check_foreign_sections(out, tenant, t)
 
     controller = _check_instance(out, (*t, "controller", "instance_type"), _get(tenant, "controller", "instance_type"), catalog)
     login = _check_instance(out, (*t, "login", "instance_type"), _get(tenant, "login", "instance_type"), catalog)
@@ -1093,19 +1094,36 @@ def _check_containers(out: _Collector, tenant: dict[str, Any], t: KeyPath) -> No
 DATABASE_ADMINS = ("root", "mysql", "rdsadmin", "rdsrepladmin", "rdsproxyadmin")
 
 
+def scheduler_rules(name: object) -> ModuleType | None:
+    """Scheduler `name`'s own validation rules, found through its folder: the `rules` module there
+    (src/fmcluster/schedulers/<folder>/rules.py), which provides `check_tenant(tenant, add)` and may name
+    `DATABASE_USERS`, the key paths of its section that hold a database user. None where the scheduler has no
+    rules.py (or no folder: the schema names it). Validation never imports a scheduler by name, nor the registry."""
+    folder = SCHEDULER_FOLDERS.get(name) if isinstance(name, str) else None
+    if folder is None or not (folder / "rules.py").is_file():
+        return None
+    return importlib.import_module(f"fmcluster.schedulers.{folder.name}.rules")
+
+
+def _check_foreign_sections(out: _Collector, tenant: dict[str, Any], t: KeyPath) -> None:
+    """A scheduler's own section (capabilities.yml's own_section) belongs to that scheduler only: under any other
+    it would be ignored."""
+    own = SCHEDULERS.get(str(tenant.get("scheduler")))  # None: the schema names it
+    for name, other in SCHEDULERS.items():
+        if other.own_section is not None and other is not own and other.own_section in tenant:
+            out.add((*t, other.own_section), f"only scheduler {name} reads this section, not {tenant.get('scheduler')!r}",
+                    f"remove the section, or set scheduler: {name}")
+
+
 def _check_accounting(out: _Collector, tenant: dict[str, Any], t: KeyPath) -> None:
     endpoint = _get(tenant, "accounting", "database_endpoint")
     provider = PROVIDERS.get(str(tenant.get("provider")))  # None: the schema names it
     if isinstance(endpoint, str) and provider is not None and not provider.external_database:
         out.add((*t, "accounting", "database_endpoint"), "provider local cannot reach a database endpoint: its "
                 "accounting database is MariaDB on the controller node", "remove database_endpoint for a local tenant")
-    scheduler = SCHEDULERS.get(str(tenant.get("scheduler")))
-    if isinstance(endpoint, str) and scheduler is not None and scheduler.own_section is not None:
-        out.add((*t, "accounting", "database_endpoint"), "ParallelCluster runs slurmdbd against "
-                "parallelcluster.accounting's database; a top-level database_endpoint beside it would be ignored",
-                "give your database as parallelcluster.accounting.uri (with password_secret_arn), and remove "
-                "accounting.database_endpoint")
-    for path in (("accounting", "database_user"), ("parallelcluster", "accounting", "user_name")):
+    rules = scheduler_rules(tenant.get("scheduler"))
+    own_users: tuple[KeyPath, ...] = getattr(rules, "DATABASE_USERS", ())
+    for path in (("accounting", "database_user"), *own_users):
         user = _get(tenant, *path)
         if isinstance(user, str) and user.lower() in DATABASE_ADMINS:
             out.add((*t, *path), f"{show(user)} is the database server's administrator: slurmdbd would hold every "

@@ -1,7 +1,10 @@
 """What AWS ParallelCluster refuses, refused by fmcluster before anything runs, each naming the tenant key.
 
-These run in `fmcluster.validation` on the raw spec (no tool environment needed), so a bad value is
-reported with the file, line, key and fix like every other problem. The numbers and names mirror
+`fmcluster.validation` finds this module through the scheduler's folder (validation.scheduler_rules: a
+scheduler's rules.py, `check_tenant(tenant, add)`, `DATABASE_USERS`) and runs it on the raw spec of a
+parallelcluster tenant (no tool environment needed), so a bad value is reported with the file, line, key and fix
+like every other problem. That no other scheduler's tenant carries the `parallelcluster` section is validation's
+own generic rule (capabilities.yml's own_section). The numbers and names mirror
 ParallelCluster 3.16's own rules; tests/test_parallelcluster_schema.py compares them with the package's
 constants in the tool environment, so a ParallelCluster upgrade that changes one fails a test instead of
 drifting silently.
@@ -52,6 +55,9 @@ CAPACITY_BLOCK_TYPES = frozenset({
 })
 #: The value of a queue's `capacity_reservation_type` that makes it a ParallelCluster CAPACITY_BLOCK queue.
 CAPACITY_BLOCK = "capacity-block"
+#: The keys of the section naming a database user: validation refuses the database server's administrators there
+#: as it does for accounting.database_user.
+DATABASE_USERS: tuple[KeyPath, ...] = (("parallelcluster", "accounting", "user_name"),)
 #: Image/Os when the tenant names none (the schema's default of parallelcluster.os).
 DEFAULT_OS = "ubuntu2204"
 
@@ -92,6 +98,13 @@ def check_tenant(tenant: dict[str, Any], add: Add) -> None:
                 add((*t, "storage", fs, "mount_point"), f"'{mount}' is where AWS ParallelCluster mounts the "
                     "instance store", f"use a directory of its own, e.g. {default}")
     _check_image(tenant, add)
+    endpoint = tenant.get("accounting", {}).get("database_endpoint") if isinstance(tenant.get("accounting"), dict) \
+        else None
+    if isinstance(endpoint, str):
+        add((*t, "accounting", "database_endpoint"), "ParallelCluster runs slurmdbd against "
+            "parallelcluster.accounting's database; a top-level database_endpoint beside it would be ignored",
+            "give your database as parallelcluster.accounting.uri (with password_secret_arn), and remove "
+            "accounting.database_endpoint")
     accounting = tenant.get("parallelcluster", {}).get("accounting") \
         if isinstance(tenant.get("parallelcluster"), dict) else None
     if isinstance(accounting, dict):
@@ -193,9 +206,3 @@ def _check_queue(queue: dict[str, Any], q: KeyPath, add: Add) -> None:
             add((*q, "capacity_reservation_type"), "a Capacity Block queue needs the reservation it launches into",
                 "set capacity_reservation_id to the Capacity Block's reservation id (cr-...)")
 
-
-def check_not_parallelcluster(tenant: dict[str, Any], add: Add) -> None:
-    """The `parallelcluster` section belongs to scheduler parallelcluster only: anywhere else it would be ignored."""
-    if "parallelcluster" in tenant:
-        add(("tenant", "parallelcluster"), f"only scheduler parallelcluster reads this section, not {tenant.get('scheduler')!r}",
-            "remove the section, or set scheduler: parallelcluster")

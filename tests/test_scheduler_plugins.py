@@ -1,0 +1,62 @@
+"""A scheduler is its folder plus one registry line (issue 41): the layers below the registry find what a scheduler
+hands them through its folder (fmcluster.capabilities.SCHEDULER_FOLDERS), never by importing it by name."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from conftest import ROOT
+from fmcluster import validation
+from fmcluster.capabilities import SCHEDULER_FOLDERS, SCHEDULERS
+
+SRC = ROOT / "src" / "fmcluster"
+
+
+def _imported_modules(path: Path) -> set[str]:
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found |= {node.module, *(f"{node.module}.{alias.name}" for alias in node.names)}
+    return found
+
+
+def test_every_scheduler_row_names_its_folder() -> None:
+    assert set(SCHEDULER_FOLDERS) == set(SCHEDULERS)
+    for name, folder in SCHEDULER_FOLDERS.items():
+        assert folder.parent == SRC / "schedulers" and folder.name == name.replace("-", "_"), name
+
+
+def test_validation_imports_no_scheduler_and_not_the_registry() -> None:
+    imported = _imported_modules(SRC / "validation.py")
+    assert not {m for m in imported if m.startswith("fmcluster.schedulers")}, imported
+
+
+def test_a_schedulers_rules_are_found_through_its_folder() -> None:
+    for name, folder in SCHEDULER_FOLDERS.items():
+        rules = validation.scheduler_rules(name)
+        assert (rules is not None) == (folder / "rules.py").is_file(), name
+        if rules is not None:
+            assert rules.__name__ == f"fmcluster.schedulers.{folder.name}.rules"
+            assert callable(rules.check_tenant)
+    assert validation.scheduler_rules("k8s") is None and validation.scheduler_rules(None) is None
+
+
+def test_a_section_of_another_scheduler_is_refused_generically() -> None:
+    """Every scheduler with its own section (capabilities.yml's own_section) gets the same rule, by its row."""
+    owners = {caps.own_section: name for name, caps in SCHEDULERS.items() if caps.own_section}
+    assert owners, "no scheduler has a section of its own: this test checks nothing"
+    for section, owner in owners.items():
+        for tenant_scheduler in sorted(set(SCHEDULERS) - {owner}):
+            added: list[tuple[tuple[str | int, ...], str, str]] = []
+
+            class Out:
+                def add(self, path: tuple[str | int, ...], message: str, fix: str) -> None:
+                    added.append((path, message, fix))
+
+            validation._check_foreign_sections(Out(), {"scheduler": tenant_scheduler, section: {}},  # type: ignore[arg-type]
+                                               ("tenant",))
+            assert added == [(("tenant", section), f"only scheduler {owner} reads this section, not {tenant_scheduler!r}",
+                              f"remove the section, or set scheduler: {owner}")]
