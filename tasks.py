@@ -19,7 +19,13 @@ sys.path.insert(0, str(ROOT / "src"))
 os.environ.setdefault("FMCLUSTER_ROOT", str(ROOT))
 
 from fmcluster import commands  # noqa: E402
+from fmcluster.capabilities import SCHEDULERS  # noqa: E402
 from fmcluster.exits import ExitCode  # noqa: E402
+
+
+def _one_of(names: list[str]) -> str:
+    """`a, b or c`: a help text's list of choices (the schedulers: one folder each, fmcluster.capabilities)."""
+    return f"{', '.join(names[:-1])} or {names[-1]}" if len(names) > 1 else "".join(names)
 
 
 @task(help={"org": "tenant name (a folder under inventories/)"})
@@ -34,7 +40,7 @@ def validate(c: Context, org: str) -> None:
         "org": "new tenant name",
         "instance_type": "compute instance type, e.g. p5.48xlarge",
         "count": "compute node count",
-        "scheduler": "slurm-ec2, hyperpod or parallelcluster",
+        "scheduler": _one_of(list(SCHEDULERS)),
         "region": "AWS region",
         "provider": "aws or local",
         "force": "replace an existing tenant (the old one is kept under inventories/.backup/)",

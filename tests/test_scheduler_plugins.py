@@ -60,3 +60,29 @@ def test_a_section_of_another_scheduler_is_refused_generically() -> None:
                                                ("tenant",))
             assert added == [(("tenant", section), f"only scheduler {owner} reads this section, not {tenant_scheduler!r}",
                               f"remove the section, or set scheduler: {owner}")]
+
+
+def test_the_schemas_scheduler_enum_is_filled_from_the_scheduler_folders_not_written_there() -> None:
+    import json
+
+    from fmcluster.paths import SCHEMA_PATH
+
+    raw = json.loads(SCHEMA_PATH.read_text())["properties"]["tenant"]["properties"]["scheduler"]
+    assert "enum" not in raw and "description" not in raw, "the scheduler names are written once: their folders"
+    loaded = validation.load_schema()["properties"]["tenant"]["properties"]["scheduler"]
+    assert loaded["enum"] == list(SCHEDULERS)
+    for name, caps in SCHEDULERS.items():
+        assert caps.summary and f"`{name}`: {caps.summary}" in loaded["description"], name
+
+
+def test_model_and_tasks_name_no_scheduler() -> None:
+    """The model's `Scheduler` type and `invoke new-tenant --help` take the names from the folders too."""
+    def names_in(tree: ast.AST) -> set[str]:
+        return {node.value for node in ast.walk(tree)
+                if isinstance(node, ast.Constant) and isinstance(node.value, str)} & set(SCHEDULERS)
+
+    model = ast.parse((SRC / "model.py").read_text())
+    [alias] = [node for node in model.body if isinstance(node, ast.Assign)
+               and any(isinstance(t, ast.Name) and t.id == "Scheduler" for t in node.targets)]
+    assert not names_in(alias.value)
+    assert not names_in(ast.parse((ROOT / "tasks.py").read_text()))

@@ -80,6 +80,8 @@ class SchedulerCapabilities:
     #: and `replace`, each an argv ({node}, {address}, {reason} filled in; a leading `scontrol` is the cluster's)
     #: and `sources`. None: fmcluster's agent does not run, the scheduler's own service repairs its nodes.
     repair: dict[str, Any] | None = None
+    #: What it is, in a line: the tenant schema's description of `scheduler:` lists each (validation.load_schema).
+    summary: str = ""
 
 
 PROVIDERS: dict[str, ProviderCapabilities] = {

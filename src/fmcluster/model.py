@@ -17,7 +17,9 @@ from fmcluster.validation import Problem, apply_defaults, dotted, org_problem, p
 from fmcluster.yamlpos import YamlSyntaxError, load
 
 Provider = Literal["aws", "local"]
-Scheduler = Literal["slurm-ec2", "hyperpod", "parallelcluster"]
+#: A scheduler's name: one of fmcluster.capabilities.SCHEDULERS (one folder each under src/fmcluster/schedulers/),
+#: which the schema's `scheduler:` enum lists (filled in from them by validation.load_schema); no second copy here.
+Scheduler = str
 
 
 class TenantInvalid(Exception):

@@ -176,7 +176,12 @@ def did_you_mean(word: object, choices: Iterable[str]) -> str:
 
 @lru_cache(maxsize=1)
 def load_schema() -> dict[str, Any]:
+    """data/tenant.schema.json, with what the scheduler folders say filled in: `scheduler:`'s enum (the schedulers
+    fmcluster.capabilities found, one folder each) and its description (each one's `summary`)."""
     schema: dict[str, Any] = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+    scheduler = schema["properties"]["tenant"]["properties"]["scheduler"]
+    scheduler["enum"] = list(SCHEDULERS)
+    scheduler["description"] = "; ".join(f"`{name}`: {caps.summary}" for name, caps in SCHEDULERS.items()) + "."
     return schema
 
 
