@@ -264,7 +264,9 @@ def test_parallelcluster_nodes_would_fetch_the_same_first_boot_through_on_node_c
     assert s3.get_object(Bucket=bucket, Key=CUSTOM_ACTION_KEY)["Body"].read() == custom_action_script()
     assert custom_action_script().endswith(USER_DATA_SCRIPT.encode())
     manifest = _manifest(deploy)
-    assert manifest["discovery"] == {"kind": "ec2", "tag": "fmcluster:org", "node_tags": "parallelcluster"}
+    assert manifest["discovery"] == {"kind": "ec2", "tag": "fmcluster:org", "node_tags": {
+        "role": "parallelcluster:node-type", "roles": {"HeadNode": "controller", "LoginNode": "login", "Compute": "compute"},
+        "queue": "parallelcluster:queue-name"}}
     assert manifest["vars"]["fmcluster_capabilities"]["slurm_owner"] == "scheduler", "ParallelCluster's own Slurm on AWS"
     config = render_cluster_config(deploy.tenant, deploy.outputs).data
     action = config["Scheduling"]["SlurmQueues"][0]["CustomActions"]["OnNodeConfigured"]

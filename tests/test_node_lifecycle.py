@@ -191,7 +191,7 @@ def clients(endpoint: str) -> tuple[Any, Any]:
 
 
 def test_terminating_in_the_group_launches_a_new_instance_from_the_launch_template(emulator: str) -> None:
-    from fmcluster.nodes import NODE_TAGS, ec2_nodes
+    from fmcluster.nodes import FMCLUSTER_TAGS, ec2_nodes
 
     ec2, autoscaling = clients(emulator)
     vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
@@ -205,13 +205,13 @@ def test_terminating_in_the_group_launches_a_new_instance_from_the_launch_templa
     autoscaling.create_auto_scaling_group(
         AutoScalingGroupName="fmc-acme-cluster-GpuGroup", MinSize=2, MaxSize=2, DesiredCapacity=2,
         LaunchTemplate={"LaunchTemplateId": template, "Version": "$Latest"}, VPCZoneIdentifier=subnet)
-    before = ec2_nodes(ec2, "acme", NODE_TAGS["fmcluster"])
+    before = ec2_nodes(ec2, "acme", FMCLUSTER_TAGS)
     assert len(before) == 2
     old = before[0]
 
     assert asg_replace(autoscaling, old.instance_id) == "fmc-acme-cluster-GpuGroup"
 
-    after = ec2_nodes(ec2, "acme", NODE_TAGS["fmcluster"])
+    after = ec2_nodes(ec2, "acme", FMCLUSTER_TAGS)
     (new,) = [n for n in after if n not in before]
     assert old.instance_id not in {n.instance_id for n in after} and len(after) == 2
     assert (new.role, new.queue, new.instance_type) == ("compute", "gpu", "p5.48xlarge")

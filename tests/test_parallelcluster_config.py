@@ -313,7 +313,7 @@ def test_pclab_stacks_rehearse_on_the_emulator_and_their_outputs_fill_the_config
 def test_local_stand_in_instances_carry_parallelclusters_tags_and_run_the_configs_on_node_configured() -> None:
     """pcdemo (provider local): the stand-in's stack tags instances the way ParallelCluster does, and each node's
     user data runs the OnNodeConfigured script the rendered config names, with exactly that config's Args."""
-    from fmcluster.nodes import NODE_TAGS
+    from fmcluster.schedulers.parallelcluster.tags import NODE_TAGS
     from fmcluster.stacks.render import user_data_text
 
     tenant = load_tenant("pcdemo", ROOT)
@@ -332,7 +332,7 @@ def test_local_stand_in_instances_carry_parallelclusters_tags_and_run_the_config
         tags = {t["Key"]: t["Value"] for t in instance_tags}
         assert tags["parallelcluster:node-type"] == node_type and tags["fmcluster:org"] == "pcdemo"
         assert tags.get("parallelcluster:queue-name") == queue_name
-        assert NODE_TAGS["parallelcluster"].role_of(tags) is not None and "fmcluster:role" not in tags
+        assert NODE_TAGS.role_of(tags) is not None and "fmcluster:role" not in tags
         script = user_data_text(data["UserData"]).replace("${DataBucketName}", "BUCKET").replace(
             "${AWS::Region}", tenant.region)
         action = section["CustomActions"]["OnNodeConfigured"]

@@ -6,6 +6,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 from conftest import ROOT
 from fmcluster import validation
 from fmcluster.capabilities import SCHEDULER_FOLDERS, SCHEDULERS
@@ -86,3 +88,18 @@ def test_model_and_tasks_name_no_scheduler() -> None:
                and any(isinstance(t, ast.Name) and t.id == "Scheduler" for t in node.targets)]
     assert not names_in(alias.value)
     assert not names_in(ast.parse((ROOT / "tasks.py").read_text()))
+
+
+def test_a_schedulers_node_tags_live_in_its_folder_and_travel_in_its_discovery_entry() -> None:
+    """nodes.py keeps only fmcluster's own tags; ParallelCluster's are its folder's, handed over as data."""
+    from fmcluster.nodes import FMCLUSTER_TAGS, NodeTags
+    from fmcluster.schedulers.parallelcluster.stand_in import NODE_TYPES
+    from fmcluster.schedulers.parallelcluster.tags import NODE_TAGS
+
+    assert not {node.value for node in ast.walk(ast.parse((SRC / "nodes.py").read_text()))
+                if isinstance(node, ast.Constant) and isinstance(node.value, str) and "parallelcluster" in node.value}
+    assert NodeTags.from_manifest(NODE_TAGS.as_manifest()) == NODE_TAGS
+    assert NodeTags.from_manifest(None) is FMCLUSTER_TAGS
+    assert {NODE_TAGS.role_of({NODE_TAGS.role: t}) for t in NODE_TYPES.values()} == {"controller", "login", "compute"}
+    with pytest.raises(ValueError, match="node_tags"):
+        NodeTags.from_manifest({"role": "x", "roles": {"Head": "boss"}, "queue": "q"})

@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from fmcluster.nodes import NODE_TAGS, Node, NodeTags, sort_nodes
+from fmcluster.nodes import Node, NodeTags, sort_nodes
 
 FORMAT = 1
 #: Where a node keeps the secrets its bootstrap read from Secrets Manager (root only, never in the inventory).
@@ -218,7 +218,7 @@ def scrape_configs(variables: Mapping[str, Any], nodes: Sequence[Node]) -> list[
                 {"source_labels": ["__meta_ec2_private_ip"], "target_label": "__address__",
                  "replacement": f"${{1}}:{job['port']}"},
                 {"source_labels": ["__meta_ec2_private_dns_name"], "regex": r"([^.]+)\..*", "target_label": "node"},
-                *node_relabels(NODE_TAGS[str(discovery.get("node_tags", "fmcluster"))]),
+                *node_relabels(NodeTags.from_manifest(discovery.get("node_tags"))),
                 {"source_labels": ["__meta_ec2_instance_type"], "target_label": "instance_type"},
             ]})
         else:

@@ -4,8 +4,8 @@ every node (no value is typed twice, and a node that joins later is found the sa
 A node is known by the instance behind it: its short private DNS name (`ip-10-0-128-4`, the hostname EC2
 gives it) is its inventory name and its Slurm NodeName, its private address is where everything reaches it,
 and its role and queue come from the tags its cluster put on it (`fmcluster:role`, `fmcluster:queue` from our
-cluster stack; `parallelcluster:node-type`, `parallelcluster:queue-name` from ParallelCluster) or, on HyperPod,
-from its instance group. Only boto3 is needed, so a node's own toolchain runs this too.
+cluster stack; a scheduler whose service tags its instances otherwise names its tags in the manifest's discovery
+entry, `node_tags`, from its folder) or, on HyperPod, from its instance group. Only boto3 is needed, so a node's own toolchain runs this too.
 """
 
 from __future__ import annotations
@@ -49,16 +49,24 @@ class NodeTags:
     def role_of(self, tags: Mapping[str, str]) -> Role | None:
         return self.roles.get(tags.get(self.role, ""))
 
+    def as_manifest(self) -> dict[str, Any]:
+        """The discovery entry's `node_tags` (a scheduler's discovery() writes it; from_manifest reads it back)."""
+        return {"role": self.role, "roles": dict(self.roles), "queue": self.queue}
 
-NODE_TAGS: dict[str, NodeTags] = {
-    # fmcluster's own cluster stack (slurm-ec2, and the local stand-in's launch templates)
-    "fmcluster": NodeTags("fmcluster:role", {r: r for r in ROLES}, "fmcluster:queue"),
-    # what ParallelCluster 3 tags its instances with (pcluster.constants PCLUSTER_NODE_TYPE_TAG,
-    # PCLUSTER_QUEUE_NAME_TAG; pcluster.models.cluster.NodeType)
-    "parallelcluster": NodeTags("parallelcluster:node-type",
-                                {"HeadNode": "controller", "LoginNode": "login", "Compute": "compute"},
-                                "parallelcluster:queue-name"),
-}
+    @staticmethod
+    def from_manifest(entry: Any) -> NodeTags:
+        """The tags a discovery entry names (`node_tags`); fmcluster's own where it names none."""
+        if entry is None:
+            return FMCLUSTER_TAGS
+        roles = entry["roles"] if isinstance(entry, Mapping) else None
+        if not isinstance(roles, Mapping) or not set(roles.values()) <= set(ROLES):
+            raise ValueError(f"the discovery entry's node_tags {entry!r} is not a role tag, its values → "
+                             f"{', '.join(ROLES)}, and a queue tag (the scheduler's discovery())")
+        return NodeTags(str(entry["role"]), {str(k): cast(Role, v) for k, v in roles.items()}, str(entry["queue"]))
+
+
+#: fmcluster's own tags: its cluster stacks' (slurm-ec2's, and the local stand-ins' launch templates).
+FMCLUSTER_TAGS = NodeTags("fmcluster:role", {r: r for r in ROLES}, "fmcluster:queue")
 
 
 @dataclass(frozen=True)
@@ -91,7 +99,7 @@ def sort_nodes(nodes: Iterable[Node]) -> list[Node]:
     return sorted(nodes, key=lambda n: (ROLES.index(n.role), n.queue or "", int(ipaddress.IPv4Address(n.address))))
 
 
-def ec2_nodes(ec2: Any, org: str, node_tags: NodeTags = NODE_TAGS["fmcluster"]) -> list[Node]:
+def ec2_nodes(ec2: Any, org: str, node_tags: NodeTags = FMCLUSTER_TAGS) -> list[Node]:
     """The tenant's live instances, from EC2's DescribeInstances (self-managed Slurm, ParallelCluster)."""
     nodes = []
     paginator = ec2.get_paginator("describe_instances")
@@ -148,7 +156,7 @@ def discover(discovery: Mapping[str, Any], client: Callable[[str], Any], org: st
 
 
 def _by_ec2_tags(discovery: Mapping[str, Any], client: Callable[[str], Any], org: str) -> list[Node]:
-    return ec2_nodes(client("ec2"), org, NODE_TAGS[str(discovery.get("node_tags", "fmcluster"))])
+    return ec2_nodes(client("ec2"), org, NodeTags.from_manifest(discovery.get("node_tags")))
 
 
 def _by_cluster_node_list(discovery: Mapping[str, Any], client: Callable[[str], Any], org: str) -> list[Node]:

@@ -21,6 +21,7 @@ from fmcluster.nodes import Node
 from fmcluster.schedulers.parallelcluster.config import BOOTSTRAP_TIMEOUT_S
 from fmcluster.schedulers.parallelcluster.rules import DEFAULT_OS, official_image
 from fmcluster.schedulers.parallelcluster.stand_in import STAND_IN_TEMPLATE, STOOD_IN
+from fmcluster.schedulers.parallelcluster.tags import NODE_TAGS
 from fmcluster.schedulers.protocol import SITE_PLAYBOOK, Out
 from fmcluster.stacks.result import DeleteFirst
 from fmcluster.stacks.templates import ClusterTemplate
@@ -61,7 +62,7 @@ class ParallelCluster:
 
     def discovery(self, outputs: Mapping[str, str]) -> dict[str, Any]:
         # ParallelCluster tags its instances with what they are; the config's Tags add fmcluster:org.
-        return {"kind": "ec2", "tag": "fmcluster:org", "node_tags": "parallelcluster"}
+        return {"kind": "ec2", "tag": "fmcluster:org", "node_tags": NODE_TAGS.as_manifest()}
 
     def image(self, accelerator: str) -> str:
         # ParallelCluster's official AMI of the configured OS (Image/Os), on every node.
@@ -71,7 +72,7 @@ class ParallelCluster:
     def manifest_vars(self) -> dict[str, Any]:
         return {
             "prometheus_node_discovery": {"kind": "ec2", "region": self.tenant.region, "tag": "fmcluster:org",
-                                          "value": self.tenant.org, "node_tags": "parallelcluster"},
+                                          "value": self.tenant.org, "node_tags": NODE_TAGS.as_manifest()},
             # Who installs Slurm, munge and the shared-storage mounts is a capability (fmcluster_capabilities.
             # slurm_owner): ParallelCluster on AWS; fmcluster's roles for the local stand-in.
             # ParallelCluster's own daemons (clustermgtd, computemgtd ...) run as pcluster-admin and use the

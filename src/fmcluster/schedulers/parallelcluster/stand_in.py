@@ -20,6 +20,7 @@ from fmcluster.model import Tenant
 from fmcluster.schedulers.parallelcluster.config import CUSTOM_ACTION_KEY, cluster_name, on_node_configured_settings
 from fmcluster.stacks import cfn
 from fmcluster.stacks.first_boot import s3_client_writer
+from fmcluster.schedulers.parallelcluster.tags import NODE_TAGS
 from fmcluster.schedulers.slurm_ec2 import template as slurm_ec2
 from fmcluster.stacks.templates import ClusterTemplate
 
@@ -33,7 +34,8 @@ STOOD_IN = (
     " NCCL, exporters, Prometheus and acceptance."
 )
 
-NODE_TYPES = {"controller": "HeadNode", "login": "LoginNode", "compute": "Compute"}
+#: fmcluster's role → ParallelCluster's node type (its tags: tags.NODE_TAGS, read the other way by discovery).
+NODE_TYPES: dict[str, str] = {role: node_type for node_type, role in NODE_TAGS.roles.items()}
 
 _HEAD = """#!/bin/bash
 # fmcluster local stand-in for AWS ParallelCluster (fmcluster.schedulers.parallelcluster.stand_in): ParallelCluster runs the
@@ -50,13 +52,13 @@ exec bash "$action\""""
 
 
 def role_tags(tenant: Tenant) -> slurm_ec2.RoleTags:
-    """The tags ParallelCluster puts on its instances (fmcluster.nodes.NODE_TAGS["parallelcluster"])."""
+    """The tags ParallelCluster puts on its instances (tags.NODE_TAGS, which discovery reads back)."""
     name = cluster_name(tenant)
 
     def tags(group: slurm_ec2.NodeGroup) -> dict[str, str]:
-        found = {"parallelcluster:cluster-name": name, "parallelcluster:node-type": NODE_TYPES[group.role]}
+        found = {"parallelcluster:cluster-name": name, NODE_TAGS.role: NODE_TYPES[group.role]}
         if group.queue is not None:
-            found["parallelcluster:queue-name"] = group.queue.name
+            found[NODE_TAGS.queue] = group.queue.name
             found["parallelcluster:compute-resource-name"] = group.queue.instance.name.replace(".", "-")
         return found
 

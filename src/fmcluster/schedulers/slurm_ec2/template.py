@@ -43,7 +43,7 @@ RoleTags = Callable[["NodeGroup"], dict[str, str]]
 
 
 def fmcluster_role_tags(group: NodeGroup) -> dict[str, str]:
-    """What a node is, in fmcluster's own tags (fmcluster.nodes.NODE_TAGS["fmcluster"] reads them back)."""
+    """What a node is, in fmcluster's own tags (fmcluster.nodes.FMCLUSTER_TAGS reads them back)."""
     return {"fmcluster:role": group.role, **({"fmcluster:queue": group.queue.name} if group.queue else {})}
 
 
