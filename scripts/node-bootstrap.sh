@@ -157,10 +157,23 @@ fi
 
 [[ ${1:-} == --fetch ]] || stage_done fetch
 
+# needrestart lists, never restarts, before the first apt transaction of this node: Ubuntu's server images run it
+# after every apt transaction (unattended-upgrade's too), and since Ubuntu 24.04 it restarts, unasked and in
+# noninteractive runs as well, every service mapping a library the transaction replaced
+# (https://discourse.ubuntu.com/t/needrestart-changes-in-ubuntu-24-04-service-restarts/44671). This first boot
+# runs inside cloud-final.service, which it would restart: SIGTERM to this script, the agent and ansible-pull, no
+# report and no signal (https://github.com/canonical/cloud-init/issues/5109); later, a converge's or the security
+# timer's apt run replacing libc would restart every daemon on the node, the node agent mid-converge, slurmd and
+# Fabric Manager among them. Services pick up a replaced library when an operator restarts or reboots the node
+# (docs/node-convergence.md). Harmless where needrestart is absent: only needrestart reads its conf.d.
+install -d -m 0755 /etc/needrestart/conf.d
+printf '%s\n' "# written by fmcluster-bootstrap (scripts/node-bootstrap.sh): list the services to restart, restart none" \
+  "\$nrconf{restart} = 'l';" >/etc/needrestart/conf.d/50-fmcluster.conf
+
 # What the image lacks for the toolchain, from the image's own package source (on AWS the distribution's
 # archive through the NAT, or the tenant's mirror; on the local substrate the VPC's package source). apt waits
 # for the dpkg lock a boot-time job (unattended-upgrades, apt-daily) may hold, and those jobs are stopped first.
-apt_get() { DEBIAN_FRONTEND=noninteractive apt-get -q -o DPkg::Lock::Timeout=600 "$@"; }
+apt_get() { DEBIAN_FRONTEND=noninteractive NEEDRESTART_MODE=l apt-get -q -o DPkg::Lock::Timeout=600 "$@"; }
 missing=()
 command -v git >/dev/null || missing+=(git)
 python3 -c 'import venv' 2>/dev/null || missing+=(python3-venv)
