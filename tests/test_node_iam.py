@@ -36,7 +36,7 @@ from fmcluster.publish import index_document
 from fmcluster.schedulers.registry import scheduler_for
 from fmcluster.stacks.render import load_cfn_yaml, render_stacks
 from fmcluster.stacks.templates.common import report_key
-from fmcluster.stacks.templates.storage import PARALLELCLUSTER_POLICIES
+from fmcluster.schedulers.parallelcluster.storage_parts import PARALLELCLUSTER_POLICIES
 from iam_policy import Request, Unmodelled, allows, resolve
 
 ACCOUNT = "123456789012"

@@ -518,3 +518,29 @@ def test_the_nodes_admit_lustre_from_the_file_systems_as_aws_asks_of_lustre_clie
                    and r["Properties"]["SourceSecurityGroupId"] == {"Ref": "FileSystemSecurityGroup"}
                    and r["Properties"]["IpProtocol"] == "tcp")
     assert rules == [(988, 988), (1018, 1023)]
+
+
+def test_the_storage_stack_adds_what_the_scheduler_hands_it_after_its_own_and_names_no_scheduler() -> None:
+    """Issue 41: ParallelCluster's node policies and accounting database are its folder's
+    (schedulers/parallelcluster/storage_parts.py), handed to the storage template as StorageParts by the class's
+    storage_parts(); the template appends them after its own resources and outputs, takes their conditions and lint
+    exceptions, refuses a part that would replace one of its own, and names no scheduler."""
+    from fmcluster.schedulers.registry import scheduler_for
+    from fmcluster.stacks.templates import StorageParts, storage
+
+    pclab, stockmark = load_tenant("pclab", ROOT), load_tenant("stockmark", ROOT)
+    assert scheduler_for(stockmark).storage_parts() == StorageParts()
+    parts = scheduler_for(pclab).storage_parts()
+    assert {"HeadNodeBootstrapPolicy", "NodeBootstrapPolicy", "AccountingDatabase"} <= set(parts.resources)
+    built, bare = storage.build(pclab, parts), storage.build(pclab, StorageParts())
+    assert list(built["Resources"]) == list(bare["Resources"]) + list(parts.resources)
+    assert list(built["Outputs"]) == list(bare["Outputs"]) + list(parts.outputs)
+    assert built["Conditions"] == parts.conditions and "Conditions" not in bare
+    ignored = built["Metadata"]["fmcluster"]["lint-exceptions"]
+    assert set(ignored) - set(bare["Metadata"]["fmcluster"]["lint-exceptions"]) == {"W3010"}
+    with pytest.raises(ValueError, match="storage parts would replace the storage stack's own resource DataBucket"):
+        storage.build(stockmark, StorageParts(resources={"DataBucket": {"Type": "AWS::S3::Bucket"}}))
+    with pytest.raises(ValueError, match="own output LustreDnsName"):
+        storage.build(stockmark, StorageParts(outputs={"LustreDnsName": {"Value": "x"}}))
+    source = (ROOT / "src" / "fmcluster" / "stacks" / "templates" / "storage.py").read_text()
+    assert "parallelcluster" not in source.lower() and "fmcluster.schedulers" not in source

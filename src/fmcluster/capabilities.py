@@ -68,8 +68,6 @@ class SchedulerCapabilities:
     service_installs_slurm: bool
     #: The tenant section only this scheduler reads (its own settings); None: it reads none.
     own_section: str | None
-    #: Node policies the cluster's nodes get are managed policies of the storage stack (Iam/AdditionalIamPolicies).
-    storage_node_policies: bool
     #: Login nodes sit in the public subnet (so the private subnet need not hold their addresses).
     public_login: bool
     #: Queues may launch into EC2 capacity reservations (capacity_reservation_id).

@@ -9,6 +9,8 @@ capability, `capabilities`: fmcluster.capabilities.SCHEDULERS):
   ParallelCluster's `pcluster create-cluster`; `delete_cluster`, `status_lines` for the other commands);
 - how the cluster's nodes are found in the AWS APIs (`discovery`: EC2 tags, or HyperPod's node list) and
   how Prometheus finds them (`manifest_vars`);
+- what it adds to fmcluster's storage stack (`storage_parts`: the node policies and the accounting database
+  ParallelCluster's cluster uses; nothing for the others);
 - which playbook every node converges with (`playbook`), which image its nodes boot (`image`), and checks
   of its own (`validate`, `plan`).
 Every scheduler's nodes run the same first-boot script (scripts/node-user-data.sh → node-bootstrap.sh).
@@ -24,7 +26,7 @@ from typing import Any, Protocol
 from fmcluster.capabilities import SchedulerCapabilities
 from fmcluster.nodes import Node, discover
 from fmcluster.stacks.result import DeleteFirst
-from fmcluster.stacks.templates import ClusterTemplate
+from fmcluster.stacks.templates import ClusterTemplate, StorageParts
 from fmcluster.steps import StepOutcome
 
 __all__ = ["Scheduler", "discover", "SITE_PLAYBOOK"]
@@ -54,6 +56,9 @@ class Scheduler(Protocol):
 
     def manifest_vars(self) -> dict[str, Any]:
         """Role variables this scheduler needs (how Prometheus discovers the nodes)."""
+
+    def storage_parts(self) -> StorageParts:
+        """What it adds to the storage stack, after the stack's own (empty: nothing)."""
 
     def image(self, accelerator: str) -> str:
         """The image (a key of data/images.yml) a node with this accelerator boots on AWS."""

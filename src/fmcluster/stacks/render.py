@@ -237,7 +237,7 @@ def _build(tenant: Tenant, key: str, cluster: ClusterTemplate | None) -> dict[st
     if key == "network":
         return network.build(tenant)
     if key == "storage":
-        return storage.build(tenant)
+        return storage.build(tenant, scheduler_for(tenant).storage_parts())
     if cluster is None:
         raise ValueError(f"scheduler {tenant.scheduler!r} makes its own cluster stack: fmcluster builds none")
     return cluster.build(tenant, node_user_data)

@@ -25,7 +25,7 @@ from fmcluster.schedulers.hyperpod.template import CLUSTER_TEMPLATE, cluster_nam
 from fmcluster.schedulers.protocol import SITE_PLAYBOOK, Out
 from fmcluster.stacks.first_boot import USER_DATA_SCRIPT, first_boot_script
 from fmcluster.stacks.result import DeleteFirst
-from fmcluster.stacks.templates import ClusterTemplate
+from fmcluster.stacks.templates import ClusterTemplate, StorageParts
 from fmcluster.stacks.templates.common import LIFECYCLE_PREFIX
 from fmcluster.steps import StepOutcome
 
@@ -76,6 +76,9 @@ class HyperPod:
     def image(self, accelerator: str) -> str:
         # HyperPod boots its own AMI on every instance group (no image in its cluster API of ours).
         return "hyperpod-default"
+
+    def storage_parts(self) -> StorageParts:
+        return StorageParts()
 
     def manifest_vars(self) -> dict[str, Any]:
         return {

@@ -21,10 +21,11 @@ from fmcluster.nodes import Node
 from fmcluster.schedulers.parallelcluster.config import BOOTSTRAP_TIMEOUT_S
 from fmcluster.schedulers.parallelcluster.rules import DEFAULT_OS, official_image
 from fmcluster.schedulers.parallelcluster.stand_in import STAND_IN_TEMPLATE, STOOD_IN
+from fmcluster.schedulers.parallelcluster.storage_parts import storage_parts
 from fmcluster.schedulers.parallelcluster.tags import NODE_TAGS
 from fmcluster.schedulers.protocol import SITE_PLAYBOOK, Out
 from fmcluster.stacks.result import DeleteFirst
-from fmcluster.stacks.templates import ClusterTemplate
+from fmcluster.stacks.templates import ClusterTemplate, StorageParts
 from fmcluster.steps import StepOutcome
 
 #: Why `invoke replace` leaves a node to ParallelCluster, and the command that triggers its own replacement.
@@ -68,6 +69,11 @@ class ParallelCluster:
         # ParallelCluster's official AMI of the configured OS (Image/Os), on every node.
         settings = self.tenant.parallelcluster
         return official_image(settings.os if settings else DEFAULT_OS)
+
+    def storage_parts(self) -> StorageParts:
+        # Its nodes' managed policies (no cluster stack of ours holds them) and, when asked for, the Slurm
+        # accounting database (fmcluster.schedulers.parallelcluster.storage_parts).
+        return storage_parts(self.tenant)
 
     def manifest_vars(self) -> dict[str, Any]:
         return {

@@ -14,7 +14,7 @@ from fmcluster.nodes import Node
 from fmcluster.schedulers.protocol import SITE_PLAYBOOK, Out
 from fmcluster.schedulers.slurm_ec2.template import CLUSTER_TEMPLATE, SIGNAL_TIMEOUT
 from fmcluster.stacks.result import DeleteFirst
-from fmcluster.stacks.templates import ClusterTemplate
+from fmcluster.stacks.templates import ClusterTemplate, StorageParts
 from fmcluster.steps import StepOutcome
 
 
@@ -51,6 +51,9 @@ class SlurmEc2:
         from fmcluster.images import load_images
 
         return load_images().ec2_images[accelerator]
+
+    def storage_parts(self) -> StorageParts:
+        return StorageParts()
 
     def manifest_vars(self) -> dict[str, Any]:
         # The nodes are EC2 instances tagged with the tenant: Prometheus lists them from EC2 itself.

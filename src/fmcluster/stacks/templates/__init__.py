@@ -5,12 +5,13 @@ parser reads again, so no value can add or change a resource. `fmcluster.stacks.
 `invoke plan` writes the dumped YAML to inventories/<org>/generated/cfn/ for review.
 
 The network and storage stacks are here; a cluster stack belongs to its scheduler's folder
-(fmcluster.schedulers.<name>.template) and reaches the renderer as a `ClusterTemplate` the scheduler hands it.
+(fmcluster.schedulers.<name>.template) and reaches the renderer as a `ClusterTemplate` the scheduler hands it;
+what a scheduler adds to the storage stack reaches it the same way, as `StorageParts` (`Scheduler.storage_parts`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,3 +39,19 @@ class ClusterTemplate:
     image_parameters: Callable[[Tenant], dict[str, str]] = field(default=_none)
     #: Capacity Block scale-in parameters: parameter name → the queue whose block end it is.
     capacity_parameters: Callable[[Tenant], dict[str, str]] = field(default=_none)
+
+
+@dataclass(frozen=True)
+class StorageParts:
+    """What a scheduler adds to the storage stack (fmcluster.stacks.templates.storage), after the stack's own: the
+    managed policies of nodes its own service makes, a database it needs (its folder's storage_parts.py); empty for
+    most. A part never replaces one of the stack's own resources or outputs (the storage template refuses)."""
+
+    #: Logical id → resource.
+    resources: Mapping[str, Any] = field(default_factory=dict)
+    #: Output name → output.
+    outputs: Mapping[str, Any] = field(default_factory=dict)
+    #: Condition name → condition, which its resources use.
+    conditions: Mapping[str, Any] = field(default_factory=dict)
+    #: The cfn-lint checks its resources need ignored, each with its reason: (check id, reason).
+    lint_exceptions: tuple[tuple[str, str], ...] = ()
