@@ -161,13 +161,14 @@ fi
 # after every apt transaction (unattended-upgrade's too), and since Ubuntu 24.04 it restarts, unasked and in
 # noninteractive runs as well, every service mapping a library the transaction replaced
 # (https://discourse.ubuntu.com/t/needrestart-changes-in-ubuntu-24-04-service-restarts/44671). This first boot
-# runs inside cloud-final.service, which it would restart: SIGTERM to this script, the agent and ansible-pull, no
-# report and no signal (https://github.com/canonical/cloud-init/issues/5109); later, a converge's or the security
-# timer's apt run replacing libc would restart every daemon on the node, the node agent mid-converge, slurmd and
-# Fabric Manager among them. Services pick up a replaced library when an operator restarts or reboots the node
-# (docs/node-convergence.md). Harmless where needrestart is absent: only needrestart reads its conf.d.
+# runs inside cloud-final.service, which it restarts too: cloud-init's final stage gets SIGTERM while this
+# script, the agent and ansible-pull run under it (https://github.com/canonical/cloud-init/issues/5109); later, a
+# converge's or the security timer's apt run replacing libc would restart every daemon on the node, the node agent
+# mid-converge, slurmd and Fabric Manager among them. Services pick up a replaced library when an operator
+# restarts or reboots the node (docs/node-convergence.md). Harmless where needrestart is absent: only it reads
+# its conf.d.
 install -d -m 0755 /etc/needrestart/conf.d
-printf '%s\n' "# written by fmcluster-bootstrap (scripts/node-bootstrap.sh): list the services to restart, restart none" \
+printf '%s\n' "# written by fmcluster-bootstrap (scripts/node-bootstrap.sh): list what to restart, restart none" \
   "\$nrconf{restart} = 'l';" >/etc/needrestart/conf.d/50-fmcluster.conf
 
 # What the image lacks for the toolchain, from the image's own package source (on AWS the distribution's

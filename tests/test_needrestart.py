@@ -3,9 +3,9 @@
 Ubuntu's server images run needrestart after every apt transaction (unattended-upgrade's too), and since Ubuntu 24.04
 it restarts every service that maps a replaced library, in noninteractive runs as well
 (https://discourse.ubuntu.com/t/needrestart-changes-in-ubuntu-24-04-service-restarts/44671). A node's first boot runs
-inside cloud-final.service, which needrestart then restarts (https://github.com/canonical/cloud-init/issues/5109):
-the bootstrap, the agent and ansible-pull get SIGTERM and the node neither reports nor signals. slurm-ec2's nodes
-boot the Ubuntu 24.04 DLAMIs (data/images.yml ec2_images).
+inside cloud-final.service, which needrestart then restarts too (https://github.com/canonical/cloud-init/issues/5109:
+cloud-init's final stage gets SIGTERM mid-run), with the bootstrap, the agent and ansible-pull running under it.
+slurm-ec2's nodes boot the Ubuntu 24.04 DLAMIs (data/images.yml ec2_images).
 """
 
 from __future__ import annotations
