@@ -170,7 +170,10 @@ def test_cpu_bench_checks_every_collective_on_three_ranks(op: str, redop: str) -
     assert log.benchmark == f"{op}_perf" and log.completed and log.ranks == 3
     assert [r.size_bytes for r in log.rows] == [64 << 10 << i for i in range(5)]
     assert all(r.dtype == "uint32" and r.redop == redop and r.wrong == 0 for r in log.rows) and log.out_of_bounds == 0
-    assert all(r.out_of_place.busbw_gbps > 0 and r.in_place.busbw_gbps > 0 for r in log.rows)
+    # Every row timed; bandwidth is printed to 0.01 GB/s, so a small size on a loaded machine may read 0.00: the
+    # largest row's is the one that must show.
+    assert all(r.out_of_place.time_us > 0 and r.in_place.time_us > 0 for r in log.rows)
+    assert log.rows[-1].out_of_place.busbw_gbps > 0 and log.rows[-1].in_place.busbw_gbps > 0
     assert log.network.network == "Socket" and log.network.rings == ((0, 1, 2),)
     exp = expectation_for(load_catalog()["c5.2xlarge"], 1, collective=op, override_gbps=0.0001, ranks_per_node=3,
                           require_data_check=True)
