@@ -26,7 +26,8 @@ from signalling import NodesSignal
 from fmcluster.model import load_tenant
 from fmcluster.stacks.api import TEMPLATES_PREFIX
 from fmcluster.stacks.changesets import MAX_TEMPLATE_BODY
-from fmcluster.stacks.render import first_boot_script, render_stacks
+from fmcluster.stacks.render import first_boot_script
+from scheduler_stacks import render_stacks
 
 pytestmark = pytest.mark.slow
 USER_DATA_SCRIPT = first_boot_script()
@@ -227,8 +228,7 @@ def test_eight_trn1_hyperpod_nodes_would_run_the_same_first_boot_script_through_
     assert 'exec bash "$here/node-user-data.sh"' in lifecycle["on_create.sh"]
     assert (f"FMCLUSTER_BUCKET={bucket}\nFMCLUSTER_REGION=us-east-2\nFMCLUSTER_ORG=neuronlab\n"
             "FMCLUSTER_STACK=fmc-neuronlab-cluster\n") in lifecycle["fmcluster-lifecycle.env"]
-    cluster = next(s for s in __import__("fmcluster.stacks.render", fromlist=["render_stacks"])
-                   .render_stacks(deploy.tenant) if s.key == "cluster")
+    cluster = next(s for s in render_stacks(deploy.tenant) if s.key == "cluster")
     groups = {g["InstanceGroupName"]: g for g in next(
         r for r in load_cfn_yaml(cluster.body)["Resources"].values()
         if r["Type"] == "AWS::SageMaker::Cluster")["Properties"]["InstanceGroups"]}

@@ -11,7 +11,8 @@ import pytest
 
 from conftest import ROOT
 from fmcluster.model import load_tenant
-from fmcluster.stacks.render import load_cfn_yaml, render_stacks
+from fmcluster.stacks.render import load_cfn_yaml
+from scheduler_stacks import render_stacks
 from fmcluster.stacks.templates.common import CONTROL_PREFIXES
 from iam_policy import Request, denies, resolve
 

@@ -25,7 +25,8 @@ from fmcluster.manifest import assemble_inventory
 from fmcluster.model import Tenant, load_tenant
 from fmcluster.schedulers.protocol import SITE_PLAYBOOK
 from fmcluster.schedulers.hyperpod.scheduler import SLURM_BIN_DIR, SLURM_CONF_DIR, HyperPod
-from fmcluster.stacks.render import load_cfn_yaml, render_stacks
+from fmcluster.stacks.render import load_cfn_yaml
+from scheduler_stacks import render_stacks
 from localtenant import manifest_for, nodes_for
 
 HYPERPOD_ORG = "neuronlab"

@@ -13,7 +13,8 @@ from fmcluster.images import ACCELERATORS, COMPONENTS, IMAGES_PATH, ImageCatalog
 from fmcluster.model import load_tenant
 from fmcluster.providers.registry import provider_for
 from fmcluster.schedulers.registry import scheduler_for
-from fmcluster.stacks.render import ImageRef, render_stacks
+from fmcluster.stacks.render import ImageRef
+from scheduler_stacks import render_stacks
 from fmcluster.schedulers.slurm_ec2.template import AMI_PARAMETERS
 
 ORGS = sorted(p.name for p in (ROOT / "inventories").iterdir() if (p / "group_vars" / "all" / "tenant.yml").is_file())

@@ -40,7 +40,8 @@ from fmcluster.publish import bootstrap_files, ensure_secrets, index_document, p
 from fmcluster.schedulers.hyperpod.scheduler import LIFECYCLE_ENV, HyperPod
 from fmcluster.stacks import aws
 from fmcluster.stacks.emulator import ensure_emulator, stop_emulator
-from fmcluster.stacks.render import first_boot_script, load_cfn_yaml, render_stacks
+from fmcluster.stacks.render import first_boot_script, load_cfn_yaml
+from scheduler_stacks import render_stacks
 from localtenant import make_root, manifest_for
 
 ORG = "t-boot"

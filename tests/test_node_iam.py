@@ -34,7 +34,8 @@ from fmcluster.manifest import INDEX_KEY
 from fmcluster.node.agent import MANIFEST_KEY, Agent, Report, Settings
 from fmcluster.publish import index_document
 from fmcluster.schedulers.registry import scheduler_for
-from fmcluster.stacks.render import load_cfn_yaml, render_stacks
+from fmcluster.stacks.render import load_cfn_yaml
+from scheduler_stacks import render_stacks
 from fmcluster.stacks.templates.common import report_key
 from fmcluster.schedulers.parallelcluster.storage_parts import PARALLELCLUSTER_POLICIES
 from iam_policy import Request, Unmodelled, allows, resolve

@@ -183,7 +183,8 @@ def test_every_scheduler_s_first_boot_checks_the_bootstrap_before_running_it(org
     from fmcluster.model import load_tenant
     from fmcluster.schedulers.hyperpod.scheduler import HyperPod
     from fmcluster.schedulers.parallelcluster.config import custom_action_script
-    from fmcluster.stacks.render import load_cfn_yaml, render_stacks, user_data_text
+    from fmcluster.stacks.render import load_cfn_yaml, user_data_text
+    from scheduler_stacks import render_stacks
 
     tenant = load_tenant(org, ROOT)
     if tenant.scheduler == "hyperpod":

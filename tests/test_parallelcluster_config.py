@@ -25,7 +25,8 @@ from fmcluster.schedulers.parallelcluster.config import (
 from fmcluster.schedulers.parallelcluster.rendered import ClusterConfig
 from fmcluster.schedulers.parallelcluster.schema import ToolMissing, check_configs
 from fmcluster.stacks.checks import check_stacks
-from fmcluster.stacks.render import load_cfn_yaml, render_stacks
+from fmcluster.stacks.render import load_cfn_yaml
+from scheduler_stacks import render_stacks
 
 from conftest import venv_tool
 
@@ -275,7 +276,7 @@ def test_pclab_stacks_rehearse_on_the_emulator_and_their_outputs_fill_the_config
     """provider local: the emulator (moto) really creates the node policy; what it does not create stays marked.
     On local the stand-in's cluster stack follows (fmcluster.schedulers.parallelcluster.stand_in)."""
     from fmcluster.providers.local import EMULATOR_IMAGE_PARAMETER
-    from fmcluster.stacks.api import deploy_stacks, destroy_stacks
+    from scheduler_stacks import deploy_stacks, destroy_stacks
     from fmcluster.stacks.emulator import ensure_emulator, stop_emulator
 
     shutil.copytree(ROOT / "inventories" / "pclab", tmp_path / "inventories" / "pclab",

@@ -15,7 +15,8 @@ import pytest
 
 from conftest import ROOT
 from fmcluster.model import load_tenant
-from fmcluster.stacks.render import load_cfn_yaml, render_stacks
+from fmcluster.stacks.render import load_cfn_yaml
+from scheduler_stacks import render_stacks
 
 GOLDEN = ROOT / "tests" / "golden" / "stacks"
 BUNDLED = sorted(p.name for p in (ROOT / "inventories").iterdir() if (p / "group_vars").is_dir())

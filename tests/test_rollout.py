@@ -24,9 +24,11 @@ import pytest
 from conftest import ROOT
 from fmcluster.model import load_tenant
 from fmcluster.providers.registry import provider_for
-from fmcluster.stacks import api, aws
+from fmcluster.stacks import aws
 from fmcluster.stacks.emulator import ensure_emulator, stop_emulator
-from fmcluster.stacks.render import RenderedStack, load_cfn_yaml, render_stacks
+from fmcluster.stacks.render import RenderedStack, load_cfn_yaml
+import scheduler_stacks
+from scheduler_stacks import render_stacks
 from fmcluster.stacks.result import ResourceChange
 from fmcluster.stacks.rollout import (
     DRAIN_REASON, SQUEUE_JOBS, ReplaceGate, Roll, SlurmUnreadable, deployed_template, no_controller, parse_jobs,
@@ -239,7 +241,7 @@ def test_the_emulator_does_not_roll_the_gpu_group_while_a_job_runs_on_it_and_rol
     endpoint = ensure_emulator(ORG, root).endpoint
     tenant = load_tenant(ORG)
     image = provider_for(tenant).image_parameter
-    assert api.deploy_stacks(tenant, endpoint, image_parameter=image, out=quiet,
+    assert scheduler_stacks.deploy_stacks(tenant, endpoint, image_parameter=image, out=quiet,
                              while_waiting=NodesSignal(tenant.region, endpoint)).ok  # no node boots: they signal
     ec2 = aws.client("ec2", tenant.region, endpoint)
     cf = aws.client("cloudformation", tenant.region, endpoint)
@@ -265,7 +267,7 @@ def test_the_emulator_does_not_roll_the_gpu_group_while_a_job_runs_on_it_and_rol
     def members(roll: Roll) -> list[str]:
         return [n.name for n in nodes if n.role == roll.role and (n.queue or "") == roll.queue]
 
-    refused = api.deploy_stacks(changed, endpoint, image_parameter=image, out=quiet, before_execute=ReplaceGate(
+    refused = scheduler_stacks.deploy_stacks(changed, endpoint, image_parameter=image, out=quiet, before_execute=ReplaceGate(
         False, members, lambda: slurm.run, quiet, deployed=deployed_template(cf)))
     failure = refused.stacks[2].failure
     assert not refused.ok and failure is not None and failure.status == "REFUSED"
@@ -279,7 +281,7 @@ def test_the_emulator_does_not_roll_the_gpu_group_while_a_job_runs_on_it_and_rol
 
     slurm.finish_after = 2
     gate = ReplaceGate(True, members, lambda: slurm.run, quiet, poll_s=0.0, deployed=deployed_template(cf))
-    done = api.deploy_stacks(changed, endpoint, image_parameter=image, out=quiet, before_execute=gate)
+    done = scheduler_stacks.deploy_stacks(changed, endpoint, image_parameter=image, out=quiet, before_execute=gate)
     assert done.ok and done.changed == [stack_name], done.failure
     assert slurm.drained == set(gpu) and slurm.jobs == {}, "rolled only after every GPU node was drained and idle"
     assert versions() == (before[0] + 1, "UPDATE_COMPLETE")

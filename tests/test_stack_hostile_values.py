@@ -23,7 +23,8 @@ from hypothesis import strategies as st
 from fmcluster.model import load_tenant
 from fmcluster.stacks.checks import check_stack
 from fmcluster.schedulers.hyperpod.lifecycle import lifecycle_environment
-from fmcluster.stacks.render import load_cfn_yaml, render_stacks, user_data_text
+from fmcluster.stacks.render import load_cfn_yaml, user_data_text
+from scheduler_stacks import render_stacks
 
 HOSTILE = {
     # The attack: close the quoted scalar, add a resource.

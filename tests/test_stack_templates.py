@@ -22,9 +22,8 @@ from fmcluster.stacks.api import emulator_ignored, existing_file_systems, image_
 from fmcluster.stacks.checks import check_stack
 from fmcluster.stacks.emulator import ensure_emulator, stop_emulator
 from fmcluster.schedulers.hyperpod.lifecycle import lifecycle_environment
-from fmcluster.stacks.render import (
-    first_boot_script, ImageRef, RenderedStack, load_cfn_yaml, render_stacks, user_data_text,
-)
+from fmcluster.stacks.render import first_boot_script, ImageRef, RenderedStack, load_cfn_yaml, user_data_text
+from scheduler_stacks import render_stacks
 
 
 def rendered(tenant: Tenant, key: str) -> dict[str, Any]:
@@ -544,3 +543,15 @@ def test_the_storage_stack_adds_what_the_scheduler_hands_it_after_its_own_and_na
         storage.build(stockmark, StorageParts(outputs={"LustreDnsName": {"Value": "x"}}))
     source = (ROOT / "src" / "fmcluster" / "stacks" / "templates" / "storage.py").read_text()
     assert "parallelcluster" not in source.lower() and "fmcluster.schedulers" not in source
+
+
+def test_the_stacks_layer_is_handed_its_scheduler_and_imports_no_registry_nor_scheduler() -> None:
+    """Issue 41: render_stacks and the stacks.api operations take the tenant's scheduler from their caller (the
+    commands layer); no module of fmcluster.stacks imports fmcluster.schedulers, even inside a function. The image
+    stack's kind_images still asks the registry which image a kind boots: the one left, named here."""
+    from test_import_graph import import_graph
+
+    upward = {module: sorted(t for t in targets if t.startswith("fmcluster.schedulers"))
+              for module, targets in import_graph().items() if module.startswith("fmcluster.stacks")}
+    assert {module: found for module, found in upward.items() if found} == {
+        "fmcluster.stacks.templates.image": ["fmcluster.schedulers.registry"]}

@@ -26,11 +26,14 @@ from fmcluster.exits import ExitCode
 from fmcluster.stacks import aws, cfn
 from fmcluster.providers.registry import provider_for
 from fmcluster.stacks import api
-from fmcluster.stacks.api import destroy_stacks, plan_stacks, stacks_status, write_rendered
+from fmcluster.stacks.api import write_rendered
+from scheduler_stacks import destroy_stacks, plan_stacks, stacks_status
+import scheduler_stacks
 from fmcluster.stacks.checks import check_stack
 from fmcluster.stacks.emulator import ensure_emulator, read_state, stop_emulator
 from fmcluster.stacks.outputs import outputs_path
-from fmcluster.stacks.render import RenderedStack, load_cfn_yaml, render_stacks
+from fmcluster.stacks.render import RenderedStack, load_cfn_yaml
+from scheduler_stacks import render_stacks
 from fmcluster.stacks.result import EMULATOR_SKIPPED_TYPES
 
 BUNDLED = ("demo", "stockmark", "neuronlab")
@@ -65,7 +68,8 @@ def deploy_stacks(tenant: Tenant, endpoint: str | None, **options: Any) -> api.S
     boots here: while the cluster stack waits for its nodes' signals, NodesSignal sends what their first boots would."""
     if endpoint is not None:
         options.setdefault("while_waiting", NodesSignal(tenant.region, endpoint))
-    return api.deploy_stacks(tenant, endpoint, image_parameter=provider_for(tenant).image_parameter, **options)
+    return scheduler_stacks.deploy_stacks(tenant, endpoint, image_parameter=provider_for(tenant).image_parameter,
+                                          **options)
 
 
 def endpoint_of(root: Path, org: str = "demo") -> str:

@@ -125,7 +125,7 @@ class Deploy:
         from fmcluster.stacks.api import deploy_stacks
 
         gate = self.replace_gate()
-        result = deploy_stacks(self.tenant, self.endpoint, before_cluster=self.publish,
+        result = deploy_stacks(self.tenant, self.endpoint, scheduler=self.scheduler, before_cluster=self.publish,
                                image_parameter=self.provider.image_parameter, out=self.out, capacity=self.scale_in,
                                before_execute=gate, while_waiting=self.boot_while_waiting)
         if not result.ok:

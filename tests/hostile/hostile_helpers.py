@@ -20,7 +20,7 @@ from fmcluster import commands
 from fmcluster.manifest import assemble_inventory, placement_group_output_key
 from fmcluster.model import Tenant, load_tenant
 from localtenant import manifest_for, nodes_for
-from fmcluster.stacks.render import render_stacks
+from scheduler_stacks import render_stacks
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC_REL = "inventories/acme/group_vars/all/tenant.yml"

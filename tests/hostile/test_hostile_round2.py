@@ -27,7 +27,7 @@ from fmcluster.nccl import describe, parse_version
 from fmcluster.paths import UnsafePath, real_dir, write_fresh
 from fmcluster.scaffold import BACKUP_DIR, NewTenantInvalid, new_tenant
 from fmcluster.stacks.checks import CONTROL_PREFIXES_IN_BUCKET, check_stacks
-from fmcluster.stacks.render import render_stacks
+from scheduler_stacks import render_stacks
 from fmcluster.validation import CONTROL_PREFIXES, problems_in
 from fmcluster.yamlpos import LoadedYaml
 from hostile_helpers import ROOT, SPEC_REL, assert_refused, setter, spec_text, validate, write_tenant

@@ -11,7 +11,7 @@ import yaml
 
 from fmcluster.catalog import load_catalog
 from fmcluster.model import TenantInvalid, load_tenant
-from fmcluster.stacks.render import render_stacks
+from scheduler_stacks import render_stacks
 from fmcluster.validation import addresses_per_node
 from hostile_helpers import base_doc, load_cfn, write_tenant
 

@@ -83,8 +83,9 @@ def plan(org: str, show_templates: bool = False) -> int:
     try:
         note = (f"{unreachable}. Above is what the stacks would hold; plan started nothing."
                 if unreachable is not None and unreachable.nothing_deployed else None)
-        result = plan_stacks(tenant, endpoint, offline=unreachable is not None, show_templates=show_templates,
-                             image_parameter=provider.image_parameter, offline_note=note, capacity=scale_in)
+        result = plan_stacks(tenant, endpoint, scheduler=scheduler_for(tenant), offline=unreachable is not None,
+                             show_templates=show_templates, image_parameter=provider.image_parameter,
+                             offline_note=note, capacity=scale_in)
     except UnsafePath as err:
         print(f"plan: {err}", file=sys.stderr)
         return ExitCode.FAILED
@@ -143,6 +144,7 @@ def stacks(org: str) -> int:
     """The stacks alone (network → storage → cluster), without publishing for the nodes or waiting for their
     reports. A cluster stack with a CreationPolicy still waits for its nodes' signals, as on AWS: its instances boot
     meanwhile, and with nothing published their first boot fails and the stack rolls back (use `invoke deploy`)."""
+    from fmcluster.schedulers.registry import scheduler_for
     from fmcluster.stacks.api import deploy_stacks
     from fmcluster.commands.stack_helpers import summarize
 
@@ -165,8 +167,9 @@ def stacks(org: str) -> int:
     provider = provider_for(tenant)
     # A cluster stack waits for its nodes' signals: its instances boot meanwhile (EC2 on AWS, hosts locally). Nothing
     # is published here, so a first create fails at the nodes' first boot, as it would on AWS (`invoke deploy` publishes).
-    result = deploy_stacks(tenant, endpoint, image_parameter=provider.image_parameter, capacity=scale_in,
-                           before_execute=gate, while_waiting=lambda: provider.boot(endpoint, print))
+    result = deploy_stacks(tenant, endpoint, scheduler=scheduler_for(tenant),
+                           image_parameter=provider.image_parameter, capacity=scale_in, before_execute=gate,
+                           while_waiting=lambda: provider.boot(endpoint, print))
     summarize(result)
     return ExitCode.OK if result.ok else ExitCode.FAILED
 
@@ -192,7 +195,7 @@ def destroy(org: str, yes: bool = False) -> int:
         return ExitCode.FAILED
     ok = True
     if unreachable is None:
-        result = destroy_stacks(tenant, endpoint, confirm=None if yes else confirm,
+        result = destroy_stacks(tenant, endpoint, scheduler=scheduler_for(tenant), confirm=None if yes else confirm,
                                 delete_first=scheduler_for(tenant).delete_cluster(print))
         if "cancelled" in result.notes:
             return ExitCode.CANCELLED
@@ -220,7 +223,7 @@ def status(org: str) -> int:
     if unreachable is not None:
         print(f"status: {unreachable}")
         return ExitCode.NOT_READY
-    result = stacks_status(tenant, endpoint)
+    result = stacks_status(tenant, endpoint, scheduler=scheduler_for(tenant))
     for line in scheduler_for(tenant).status_lines():
         print(line)
     manifest = read_manifest(org)

@@ -128,10 +128,11 @@ def _ask(argv: Sequence[str], command: str, timeout: float = 60.0) -> tuple[str 
 
 
 def stack_facts(tenant: Tenant, endpoint: str | None, got: Gathered) -> None:
+    from fmcluster.schedulers.registry import scheduler_for
     from fmcluster.stacks.api import stacks_status
 
     try:
-        result = stacks_status(tenant, endpoint, out=lambda _line: None)
+        result = stacks_status(tenant, endpoint, scheduler=scheduler_for(tenant), out=lambda _line: None)
     except Exception as err:  # noqa: BLE001 - any API error is evidence that could not be read
         got.evidence.add_fact("unreachable", "CloudFormation", f"{type(err).__name__}: {err}")
         return

@@ -7,7 +7,8 @@
     stop_emulator(org) -> bool                (fmcluster.stacks.emulator; provider local)
 
 Importing this module has no side effects; only calling these functions talks to AWS or starts the
-emulator. `out` receives every progress line (default: print).
+emulator. `out` receives every progress line (default: print). `scheduler` is the tenant's (what the renderer asks
+of it: fmcluster.stacks.templates.SchedulerStacks), handed in by the caller: nothing here looks it up.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from fmcluster.stacks.checks import check_stacks
 from fmcluster.stacks.emulator import stop_emulator
 from fmcluster.stacks.outputs import outputs_path, remove_stack_outputs, write_stack_outputs
 from fmcluster.stacks.render import SOURCE_ROOT, ImageRef, ImageResolver, RenderedStack, load_cfn_yaml, render_stacks
+from fmcluster.stacks.templates import SchedulerStacks
 from fmcluster.stacks.templates.common import TEMPLATES_PREFIX
 from fmcluster.stacks.result import (
     DeleteFirst,
@@ -116,7 +118,8 @@ def image_resolver(tenant: Tenant, cf: Any, stack: RenderedStack, endpoint: str 
     return resolve
 
 
-def deploy_stacks(tenant: Tenant, endpoint: str | None, *, before_cluster: BeforeCluster | None = None,
+def deploy_stacks(tenant: Tenant, endpoint: str | None, *, scheduler: SchedulerStacks,
+                  before_cluster: BeforeCluster | None = None,
                   image_parameter: Callable[[str], str] = lambda path: path, out: Out = print,
                   root: Path | None = None, refresh_images: bool = False,
                   capacity: dict[str, str] | None = None,
@@ -135,7 +138,7 @@ def deploy_stacks(tenant: Tenant, endpoint: str | None, *, before_cluster: Befor
     a change that would replace a group's instances is refused or waits for Slurm to drain them).
     `while_waiting`: called while a stack waits for its nodes' signals (CreationPolicy): the caller boots the
     instances that exist (fmcluster.providers: EC2 on AWS, a host per instance locally), so they can signal."""
-    stacks = render_stacks(tenant, image_parameter)
+    stacks = render_stacks(tenant, scheduler, image_parameter)
     result = StacksResult(tenant.org, tenant.provider, None)
     findings = _security_gate(stacks, out)
     if findings:
@@ -213,7 +216,7 @@ def large_template_url(tenant: Tenant, stack: RenderedStack, storage_outputs: di
     return f"https://{bucket}.s3.{tenant.region}.amazonaws.com/{key}"
 
 
-def plan_stacks(tenant: Tenant, endpoint: str | None, *, offline: bool = False,
+def plan_stacks(tenant: Tenant, endpoint: str | None, *, scheduler: SchedulerStacks, offline: bool = False,
                 image_parameter: Callable[[str], str] = lambda path: path, out: Out = print,
                 root: Path | None = None, show_templates: bool = False, refresh_images: bool = False,
                 offline_note: str | None = None, capacity: dict[str, str] | None = None) -> StacksResult:
@@ -221,7 +224,7 @@ def plan_stacks(tenant: Tenant, endpoint: str | None, *, offline: bool = False,
 
     `offline` (no AWS credentials): rendered templates and parameters only, saying that the change sets
     need AWS. Otherwise against `endpoint` (None: AWS; provider local: the tenant's emulator)."""
-    stacks = render_stacks(tenant, image_parameter)
+    stacks = render_stacks(tenant, scheduler, image_parameter)
     folder = write_rendered(tenant, stacks, root)
     result = StacksResult(tenant.org, tenant.provider, None)
     out(f"rendered {len(stacks)} templates and their parameters to {folder}")
@@ -294,7 +297,8 @@ def _plan_one(cf: Any, stack: RenderedStack, tenant: Tenant, outputs: dict[str, 
     return outcome
 
 
-def destroy_stacks(tenant: Tenant, endpoint: str | None, *, confirm: Confirm | None = None, out: Out = print,
+def destroy_stacks(tenant: Tenant, endpoint: str | None, *, scheduler: SchedulerStacks,
+                   confirm: Confirm | None = None, out: Out = print,
                    root: Path | None = None, delete_first: DeleteFirst | None = None) -> StacksResult:
     """Delete cluster → storage → network after confirmation. The data bucket is kept (Retain) and named.
 
@@ -303,7 +307,7 @@ def destroy_stacks(tenant: Tenant, endpoint: str | None, *, confirm: Confirm | N
     that deletes it and says whether it is gone), run after the confirmation and before any stack; while it
     is not gone, no stack is touched (the stacks hold its network and storage)."""
     result = StacksResult(tenant.org, tenant.provider, None)
-    stacks = list(reversed(render_stacks(tenant)))
+    stacks = list(reversed(render_stacks(tenant, scheduler)))
     result.endpoint = endpoint
     cf = aws.client("cloudformation", tenant.region, result.endpoint)
     existing = [(s, stack_status(cf, s.name)) for s in stacks]
@@ -403,10 +407,11 @@ def _retained(cf: Any, stacks: list[RenderedStack]) -> list[str]:
     return lines
 
 
-def stacks_status(tenant: Tenant, endpoint: str | None, *, out: Out = print, root: Path | None = None) -> StacksResult:
+def stacks_status(tenant: Tenant, endpoint: str | None, *, scheduler: SchedulerStacks, out: Out = print,
+                  root: Path | None = None) -> StacksResult:
     """Each stack's status, outputs and (on the emulator) what it did not create. Starts nothing."""
     result = StacksResult(tenant.org, tenant.provider, None)
-    stacks = render_stacks(tenant)
+    stacks = render_stacks(tenant, scheduler)
     result.endpoint = endpoint
     cf = aws.client("cloudformation", tenant.region, result.endpoint)
     for stack in stacks:

@@ -11,7 +11,8 @@ pinned (see `ImageRef`).
 
 `node_user_data` is the one place the EC2 nodes' boot script is written (fmcluster.schedulers.hyperpod.lifecycle
 gives HyperPod's on_create.sh the same variables). The cluster stack is the one the tenant's scheduler hands over
-(`Scheduler.cluster_template`, or its stand-in where the provider lacks the scheduler's service).
+(`Scheduler.cluster_template`, or its stand-in where the provider lacks the scheduler's service), the storage stack
+takes the parts it adds (`Scheduler.storage_parts`); the caller hands the scheduler in, the registry stays above.
 """
 
 from __future__ import annotations
@@ -26,13 +27,12 @@ import yaml
 
 from fmcluster.model import Tenant
 from fmcluster.paths import PACKAGE_DIR
-from fmcluster.schedulers.registry import scheduler_for
 from fmcluster.stacks import cfn
 from fmcluster.stacks.first_boot import (
     BOOT_VARIABLES, S3_CLIENT, S3_CLIENT_PLACEHOLDER, USER_DATA_SCRIPT, boot_environment, first_boot_script,
     packed_s3_client, s3_client_writer,
 )
-from fmcluster.stacks.templates import ClusterTemplate, image, network, storage
+from fmcluster.stacks.templates import ClusterTemplate, SchedulerStacks, image, network, storage
 from fmcluster.stacks.templates.common import (
     BOOTSTRAP_PREFIX, DEPLOY_PRINCIPAL_PARAMETER, LIFECYCLE_PREFIX, MANIFEST_PREFIX, NODE_READ_PREFIXES, REPORT_PREFIX,
     logical_name,
@@ -221,10 +221,9 @@ def user_data_text(user_data: Any) -> str:
 
 # --- rendering ----------------------------------------------------------------------------------------
 
-def cluster_template(tenant: Tenant) -> ClusterTemplate | None:
+def cluster_template(tenant: Tenant, scheduler: SchedulerStacks) -> ClusterTemplate | None:
     """The cluster stack the tenant's scheduler hands over: its own, or its stand-in where the provider lacks the
     scheduler's service (ParallelCluster on provider local); None where the service makes the cluster itself."""
-    scheduler = scheduler_for(tenant)
     if not tenant.capabilities.stand_in:
         return scheduler.cluster_template
     if scheduler.stand_in_template is None:
@@ -233,11 +232,11 @@ def cluster_template(tenant: Tenant) -> ClusterTemplate | None:
     return scheduler.stand_in_template
 
 
-def _build(tenant: Tenant, key: str, cluster: ClusterTemplate | None) -> dict[str, Any]:
+def _build(tenant: Tenant, key: str, cluster: ClusterTemplate | None, scheduler: SchedulerStacks) -> dict[str, Any]:
     if key == "network":
         return network.build(tenant)
     if key == "storage":
-        return storage.build(tenant, scheduler_for(tenant).storage_parts())
+        return storage.build(tenant, scheduler.storage_parts())
     if cluster is None:
         raise ValueError(f"scheduler {tenant.scheduler!r} makes its own cluster stack: fmcluster builds none")
     return cluster.build(tenant, node_user_data)
@@ -249,13 +248,15 @@ def subnet_cidrs(vpc_cidr: str) -> dict[str, str]:
     return {"public": public, "private": private}
 
 
-def render_stacks(tenant: Tenant, image_parameter: Callable[[str], str] = lambda path: path) -> list[RenderedStack]:
-    """The tenant's stacks in dependency order (network → storage → cluster), rendered offline.
+def render_stacks(tenant: Tenant, scheduler: SchedulerStacks,
+                  image_parameter: Callable[[str], str] = lambda path: path) -> list[RenderedStack]:
+    """The tenant's stacks in dependency order (network → storage → cluster), rendered offline, with what the tenant's
+    scheduler hands over (`scheduler`: the caller's, fmcluster.schedulers.registry.scheduler_for(tenant)).
 
     Scheduler parallelcluster has no cluster stack of ours on AWS: ParallelCluster creates its own from the
     cluster config fmcluster.schedulers.parallelcluster renders (network and storage stay ours); on provider local the
     stand-in's stack takes its place."""
-    cluster = cluster_template(tenant)
+    cluster = cluster_template(tenant, scheduler)
     net = "network"
     network_params: dict[str, ParameterValue] = {}
     storage_params: dict[str, ParameterValue] = {
@@ -288,7 +289,7 @@ def render_stacks(tenant: Tenant, image_parameter: Callable[[str], str] = lambda
     params = {"network": network_params, "storage": storage_params, "cluster": cluster_params}
     stacks = []
     for key in STACK_KEYS if cluster is not None else ("network", "storage"):
-        template = _build(tenant, key, cluster)
+        template = _build(tenant, key, cluster, scheduler)
         declared = template.get("Parameters", {})
         stacks.append(RenderedStack(
             key=key,

@@ -7,6 +7,7 @@ parser reads again, so no value can add or change a resource. `fmcluster.stacks.
 The network and storage stacks are here; a cluster stack belongs to its scheduler's folder
 (fmcluster.schedulers.<name>.template) and reaches the renderer as a `ClusterTemplate` the scheduler hands it;
 what a scheduler adds to the storage stack reaches it the same way, as `StorageParts` (`Scheduler.storage_parts`).
+The renderer's caller hands the tenant's scheduler in (`SchedulerStacks`): nothing here looks one up.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from fmcluster.model import Tenant
@@ -55,3 +56,19 @@ class StorageParts:
     conditions: Mapping[str, Any] = field(default_factory=dict)
     #: The cfn-lint checks its resources need ignored, each with its reason: (check id, reason).
     lint_exceptions: tuple[tuple[str, str], ...] = ()
+
+
+class SchedulerStacks(Protocol):
+    """What the renderer asks of the tenant's scheduler (fmcluster.schedulers.protocol.Scheduler has it): handed in by
+    the renderer's caller, so that nothing in fmcluster.stacks looks a scheduler up."""
+
+    @property
+    def cluster_template(self) -> ClusterTemplate | None:
+        """The cluster stack fmcluster renders for it; None: its own service makes the cluster."""
+
+    @property
+    def stand_in_template(self) -> ClusterTemplate | None:
+        """The stack standing in for that service where the provider does not have it."""
+
+    def storage_parts(self) -> StorageParts:
+        """What it adds to the storage stack."""
