@@ -26,6 +26,7 @@ def main(org: str = "demo") -> None:
         os.environ["FMCLUSTER_ROOT"] = tmp
         from fmcluster.model import load_tenant
         from fmcluster.providers.registry import provider_for
+        from fmcluster.schedulers.registry import scheduler_for
         from fmcluster.stacks.api import deploy_stacks
         from fmcluster.stacks.emulator import ensure_emulator, stop_emulator
         from signalling import NodesSignal
@@ -38,10 +39,12 @@ def main(org: str = "demo") -> None:
             endpoint = ensure_emulator(org).endpoint
             nodes = NodesSignal(tenant.region, endpoint)
             image = provider_for(tenant).image_parameter
-            cold = deploy_stacks(tenant, endpoint, out=lambda _: None, while_waiting=nodes, image_parameter=image)
+            cold = deploy_stacks(tenant, endpoint, scheduler=scheduler_for(tenant), out=lambda _: None, while_waiting=nodes,
+                                 image_parameter=image)
             cold_s = time.monotonic() - start
             start = time.monotonic()
-            warm = deploy_stacks(tenant, endpoint, out=lambda _: None, while_waiting=nodes, image_parameter=image)
+            warm = deploy_stacks(tenant, endpoint, scheduler=scheduler_for(tenant), out=lambda _: None, while_waiting=nodes,
+                                 image_parameter=image)
             warm_s = time.monotonic() - start
         finally:
             stop_emulator(org)
