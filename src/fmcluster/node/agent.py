@@ -546,11 +546,12 @@ class Agent:
         if not (self.state_dir / UNFILED_MARK).is_file():
             return
         try:
-            report = Report(**json.loads((self.state_dir / "report.json").read_text()))
+            body = (self.state_dir / "report.json").read_text().rstrip("\n")
+            report = Report(**json.loads(body))
         except (OSError, ValueError, TypeError):
             (self.state_dir / UNFILED_MARK).unlink(missing_ok=True)  # nothing readable to file
             return
-        if self._put_report(report, json.dumps(asdict(report), indent=1)):
+        if self._put_report(report, body):  # the body file_report wrote, as it wrote it
             print(f"fmcluster-node: filed the report of the converge started {report.started}, which the bucket had "
                   "not taken then", flush=True)
 
