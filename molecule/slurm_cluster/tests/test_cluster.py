@@ -20,6 +20,9 @@ def test_munged_slurmctld_run_here_and_slurmd_on_every_compute_node(host: testin
     assert host.service("fmcluster-slurmctld").is_running and host.service("fmcluster-slurmctld").is_enabled
     assert host.run("pgrep -F /run/munge/munged.pid munged").rc == 0
     assert host.run("pgrep -F /run/slurm/slurmctld.pid slurmctld").rc == 0
+    pid = host.file("/run/slurm/slurmctld.pid").content_string.strip()
+    assert host.check_output(f"ps -o user= -p {pid}").strip() == "slurm"
+    assert "is UP" in host.check_output("scontrol ping")
     for node in COMPUTE:
         compute = RUNNER.get_host(node)
         assert compute.service("fmcluster-slurmd").is_running and compute.service("fmcluster-munged").is_running
