@@ -284,7 +284,7 @@ def test_every_contract_fact_has_a_source_and_bad_facts_are_refused_by_name() ->
 
 
 def test_role_assumptions_name_contract_facts() -> None:
-    facts = set(Contract.__dataclass_fields__) | {"slurm_cgroups"}
+    facts = set(Contract.__dataclass_fields__) | {"slurm_cgroups", "dcgm_exporter_image"}  # and what it derives
     for path in sorted(Path(ROOT / "roles").glob("*/meta/image.yml")):
         meta = yaml.safe_load(path.read_text())
         for rule in meta["assumes"]:
@@ -328,6 +328,24 @@ def test_each_image_s_container_runtime_is_its_sources_and_decides_the_gpu_expor
     assert not gaps(["dcgm_exporter"], "dlami-base-gpu-ubuntu-24.04")
     defaults = yaml.safe_load((ROOT / "roles/dcgm_exporter/defaults/main.yml").read_text())
     assert defaults["dcgm_exporter_docker"] == ""  # the contract names the CLI, never a literal of the role
+
+
+def test_a_gpu_image_whose_host_engine_has_no_known_dcgm_release_is_a_gap(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The exporter's image is the host engine's DCGM major (tests/test_dcgm_exporter_role.py): an image that runs the
+    exporter's container beside a host engine of no recorded release has no exporter image, and the walk names it."""
+    import sys
+
+    raw = yaml.safe_load(IMAGES_PATH.read_text())
+    raw["images"]["dlami-base-gpu-ubuntu-24.04"]["contract"]["dcgm_version"]["value"] = None
+    catalog = parse_catalog(raw)
+    assert not gaps(["dcgm_exporter"], "dlami-base-gpu-ubuntu-24.04")
+    monkeypatch.setattr(sys.modules[__name__], "load_images", lambda: catalog)
+    found = gaps(["dcgm_exporter"], "dlami-base-gpu-ubuntu-24.04")
+    assert len(found) == 1 and "dcgm_exporter_image is None" in found[0], found
+    assert not gaps(["dcgm_exporter"], "dlami-base-gpu-ubuntu-24.04", "neuron")  # a Trainium node runs none
+    raw["images"]["dlami-base-gpu-ubuntu-24.04"]["contract"]["dcgm_version"]["value"] = "v4"
+    with pytest.raises(ImageCatalogError, match=r"dlami-base-gpu-ubuntu-24\.04\.contract\.dcgm_version\.value"):
+        parse_catalog(raw)
 
 
 @pytest.mark.parametrize(("path", "value"), [("/usr/bin/docker", True), (None, True), ("docker", False),

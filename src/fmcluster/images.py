@@ -66,6 +66,9 @@ class Contract:
     imds_access_tool: str | None
     neuron_bin_dir: str | None
     dcgm_service: str | None
+    #: The DCGM release the image ships (its release notes' dcgm_version), or None: it ships no DCGM, or no public
+    #: source names the release. Its major picks the dcgm-exporter image that talks to that host engine.
+    dcgm_version: str | None
     reboot_program: str | None
     #: Where the Slurm clients are when a non-login shell's PATH lacks them (a service's /opt/slurm/bin), or None.
     slurm_bin_dir: str | None
@@ -82,6 +85,22 @@ class Contract:
             return True
         major, minor = (int(part) for part in self.slurm_version.split(".")[:2])
         return (major, minor) >= SLURM_CGROUP_V2_SINCE
+
+    def dcgm_exporter_image(self) -> str | None:
+        """NVIDIA's dcgm-exporter image for a GPU node booted from this image (versions.yml dcgm_exporter, by DCGM
+        major): where the image ships DCGM's host engine the exporter connects to it, so its DCGM is the host
+        engine's major (dcgm_version); where it ships none the exporter runs its own embedded engine, of the
+        table's embedded_major. None: the image's host engine has no known release, or the table no image for
+        its major (a gap the image-contract test names)."""
+        table = versions.load()["dcgm_exporter"]
+        if self.dcgm_service is None:
+            major = str(table["embedded_major"])
+        elif self.dcgm_version is None:
+            return None
+        else:
+            major = self.dcgm_version.split(".")[0]
+        image = table["images"].get(major)
+        return str(image) if image else None
 
     def role_vars(self) -> dict[str, Any]:
         """The role variables this contract decides, for every node booted from the image (manifest group vars)."""
@@ -113,6 +132,16 @@ class Contract:
         variables["dcgm_exporter_runtime"] = "container" if self.container_runtime else DCGM_EXPORTER_ABSENT
         if self.container_runtime:
             variables["dcgm_exporter_docker"] = self.container_runtime
+            # The exporter's DCGM is the image's host engine's major (a DCGM-3 exporter against a DCGM-4 engine is
+            # a version mismatch); no image derivable: none given, and the role refuses to start (the contract
+            # test names the gap first).
+            exporter_image = self.dcgm_exporter_image()
+            if exporter_image:
+                variables["dcgm_exporter_image"] = exporter_image
+        # Where the image runs DCGM's host engine, the exporter connects to it (dcgm-exporter -r) and its unit
+        # requires and follows it; a second, embedded engine beside it contends for the GPUs' profiling counters
+        # (docs/monitoring.md). Empty: the exporter embeds its own.
+        variables["dcgm_exporter_hostengine_service"] = self.dcgm_service or ""
         if self.slurm_installed_by == "fmcluster":
             variables["slurm_use_cgroup"] = self.slurm_cgroups()
             # slurm.conf's RebootProgram, which `scontrol reboot` (the repair agent's reboot) runs; empty: none.
@@ -208,6 +237,9 @@ _CONTRACT_FACTS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "dcgm_service": (lambda v: v is None or (isinstance(v, str) and v.endswith(".service") and "/" not in v
                                              and len(v) > len(".service")),
                      "a systemd service unit's name like \"nvidia-dcgm.service\", or null"),
+    "dcgm_version": (lambda v: v is None or (isinstance(v, str) and v.count(".") >= 1
+                                             and all(p.isdigit() for p in v.split("."))),
+                     "a quoted DCGM release like \"4.7.0\", or null"),
     "reboot_program": (lambda v: v is None or (isinstance(v, str) and v.startswith("/")), "an absolute path, or null"),
     "slurm_bin_dir": (lambda v: v is None or (isinstance(v, str) and v.startswith("/") and v.replace("/", "").replace(
         "_", "").replace("-", "").replace(".", "").isalnum()), "an absolute path (letters, digits, . _ -), or null"),
