@@ -147,3 +147,12 @@ def test_the_local_registry_listens_on_the_router_address_only_and_keeps_what_is
     assert config["storage"]["filesystem"] == {"rootdirectory": str(tmp_path / "storage")}
     assert config["storage"]["delete"] == {"enabled": False}
     assert registry.Registry("10.77.128.1", registry.PORT, 1, True).host == "10.77.128.1:5000"
+
+
+def test_validation_refuses_what_the_tool_refuses_by_the_same_grammar() -> None:
+    """`acceptance.image` is checked by `invoke validate` with the tool's own grammar (the tool runs on nodes without
+    fmcluster's package, so the pattern is written twice and held equal here)."""
+    from fmcluster.validation import IMAGE_REFERENCE, IMAGE_REFERENCE_MAX
+
+    assert IMAGE_REFERENCE.pattern == tool._REFERENCE.pattern
+    assert IMAGE_REFERENCE_MAX == tool._MAX_REFERENCE

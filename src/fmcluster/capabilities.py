@@ -80,6 +80,20 @@ class SchedulerCapabilities:
     repair: dict[str, Any] | None = None
     #: What it is, in a line: the tenant schema's description of `scheduler:` lists each (validation.load_schema).
     summary: str = ""
+    #: How a Slurm job step on its nodes runs a registry image (docs/containers.md, "Which flags work where"): a key of
+    #: CONTAINER_RUNTIMES. None: no container runtime fmcluster knows of, so nothing (the acceptance image) may ask for
+    #: one.
+    job_container_runtime: str | None = None
+
+
+#: The ways a Slurm job step runs a registry image, each with who installs it on the nodes. `slurm-oci`: Slurm's own
+#: OCI support (`srun --container=<bundle>`) with rootless runc and fmcluster-container, which fmcluster's
+#: slurm_containers role installs where `containers.enabled`; `pyxis`: NVIDIA's Pyxis SPANK plugin over Enroot
+#: (`srun --container-image=... --container-mounts=...`), which the scheduler's own image or lifecycle provides.
+CONTAINER_RUNTIMES: dict[str, str] = {
+    "slurm-oci": "fmcluster",
+    "pyxis": "scheduler",
+}
 
 
 PROVIDERS: dict[str, ProviderCapabilities] = {
@@ -107,6 +121,9 @@ def _scheduler_rows() -> tuple[dict[str, SchedulerCapabilities], dict[str, Path]
             capabilities = SchedulerCapabilities(**row)
         except TypeError as error:
             raise ValueError(f"{path}: not a scheduler's capabilities row ({error})") from error
+        if capabilities.job_container_runtime is not None and capabilities.job_container_runtime not in CONTAINER_RUNTIMES:
+            raise ValueError(f"{path}: job_container_runtime {capabilities.job_container_runtime!r} is none of "
+                             f"{', '.join(CONTAINER_RUNTIMES)} (fmcluster.capabilities.CONTAINER_RUNTIMES)")
         if capabilities.name in rows:
             raise ValueError(f"{path}: scheduler {capabilities.name!r} has a row already")
         rows[capabilities.name] = capabilities

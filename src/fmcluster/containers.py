@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fmcluster.model import Tenant
-from fmcluster.validation import ECR_REGISTRY
+from fmcluster.validation import ECR_REGISTRY, IMAGE_REFERENCE
 
 
 @dataclass(frozen=True)
@@ -54,10 +54,43 @@ def manifest_vars(tenant: Tenant, given: ContainerRegistry | None) -> dict[str, 
             registries.append(host)
     users = sorted(tenant.users, key=lambda u: u.name)
     return {
+        **acceptance_image_vars(tenant, registries if given is not None else None),
         "fmcluster_containers": tenant.containers.enabled,
         "slurm_containers_registries": registries,
         "slurm_containers_insecure_registries": [given.host] if given is not None and given.insecure else [],
         "slurm_containers_cache_dir": f"{tenant.storage.lustre.mount_point}/.fmcluster/containers",
         "slurm_containers_mounts": [tenant.storage.lustre.mount_point],
         "slurm_containers_users": [{"name": u.name, "uid": u.uid, "gid": u.gid, "removed": u.removed} for u in users],
+    }
+
+
+def acceptance_image_vars(tenant: Tenant, registries: list[str] | None) -> dict[str, Any]:
+    """The nccl_tests role's container variables (docs/acceptance.md, "From a container image"): the image the GPU
+    queues' nccl-tests run from (`acceptance.image`, empty: the nodes' own build), how the scheduler's nodes run it
+    (its capability job_container_runtime), what is mounted into it (the shared file system and, where every GPU queue has
+    EFA, /dev/infiniband) and whether the job checks the EFA devices inside.
+
+    `registries`: the tenant's registries where the account is known (the deploy), None offline; an image in none of
+    them is refused here, naming file, key and fix (validation has checked its form and region already)."""
+    image = tenant.acceptance.image
+    if image is None:
+        return {"nccl_tests_container_image": "", "nccl_tests_container_runtime": "", "nccl_tests_container_mounts": [],
+                "nccl_tests_container_efa": False}
+    found = IMAGE_REFERENCE.fullmatch(image)
+    if found is None:  # validation refuses it first; never rendered into a job script
+        raise ValueError(f"acceptance.image {image!r} is not an image reference")
+    if registries is not None and found.group("registry") not in registries:
+        spec = f"inventories/{tenant.org}/group_vars/all/tenant.yml"
+        raise ForeignRegistry(
+            f"{spec}: acceptance.image: {image!r} is not in a registry of the tenant's account (its registries: "
+            f"{', '.join(registries) or 'none'}); nodes pull only from the tenant's own registries. Fix: push the "
+            f"image to {registries[0] if registries else 'your account ECR'} and name it there, or remove "
+            "acceptance.image")
+    gpu_queues = [q for q in tenant.queues if q.instance.accelerator == "cuda"]
+    efa = bool(gpu_queues) and all(q.instance.has_efa for q in gpu_queues)
+    return {
+        "nccl_tests_container_image": image,
+        "nccl_tests_container_runtime": tenant.capabilities.scheduler.job_container_runtime or "",
+        "nccl_tests_container_mounts": [tenant.storage.lustre.mount_point, *(["/dev/infiniband"] if efa else [])],
+        "nccl_tests_container_efa": efa,
     }

@@ -112,6 +112,8 @@ class Acceptance:
     min_busbw_gbps: float | None
     drain_on_failure: bool
     tests: tuple[str, ...]
+    #: The image the GPU queues' nccl-tests run from (docs/acceptance.md); None: the nodes' own build.
+    image: str | None = None
 
 
 @dataclass(frozen=True)
@@ -354,6 +356,7 @@ def _build(spec_path: Path, raw: dict[str, Any]) -> Tenant:
             min_busbw_gbps=acceptance.get("min_busbw_gbps"),
             drain_on_failure=acceptance["drain_on_failure"],
             tests=tuple(acceptance["tests"]),
+            image=acceptance.get("image"),
         ),
         slurm_accounting=SlurmAccounting(slurm_acct["enabled"], slurm_acct.get("database_endpoint"),
                                          slurm_acct["database_user"]),

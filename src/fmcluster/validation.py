@@ -29,7 +29,7 @@ import jsonschema
 import jsonschema.validators
 import yaml
 
-from fmcluster.capabilities import PROVIDERS, SCHEDULER_FOLDERS, SCHEDULERS
+from fmcluster.capabilities import CONTAINER_RUNTIMES, PROVIDERS, SCHEDULER_FOLDERS, SCHEDULERS
 from fmcluster.catalog import InstanceType, load_catalog
 from fmcluster.escape import escaped, neutral
 from fmcluster.ldapsyntax import dn_problem, filter_problem
@@ -525,6 +525,7 @@ def _semantic_problems(loaded: LoadedYaml, out: _Collector) -> None:
     _check_monitoring(out, tenant, t)
     _check_accounting(out, tenant, t)
     _check_containers(out, tenant, t)
+    _check_acceptance_image(out, tenant, t, catalog)
     _check_people(out, tenant, t)
     _check_directory(out, tenant, t, loaded.path)
 
@@ -1090,6 +1091,86 @@ def _check_containers(out: _Collector, tenant: dict[str, Any], t: KeyPath) -> No
         if len(accounts) > 1 and first == i:
             out.add(key, f"{show(host)} is of account {match.group('account')}, another than containers.registries"
                     f"[0]'s: a tenant's registries are its own account's", "list only your account's ECR registries")
+
+
+#: An image reference as the node tool fmcluster-container takes it (roles/slurm_containers/files/fmcluster-container,
+#: `_REFERENCE`; tests/test_container_tool.py holds the two equal): Docker's reference grammar narrowed to an explicit
+#: registry host[:port], lower-case path components, a tag of at most 128 letters, digits, `_ . -`, a sha256 digest.
+IMAGE_REFERENCE = re.compile(
+    r"(?P<registry>[a-z0-9](?:[a-z0-9-]*[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)*(?::[0-9]{1,5})?)"
+    r"/(?P<repository>[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*)"
+    r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?(?:@(?P<digest>sha256:[a-f0-9]{64}))?")
+IMAGE_REFERENCE_MAX = 255
+#: What a refused acceptance image is fixed with (docs/acceptance.md, "From a container image").
+_IMAGE_FIX = ("build the image from awsome-distributed-training's micro-benchmarks/nccl-tests/nccl-tests.Dockerfile, "
+              "push it to your account's ECR and name it as REGISTRY/REPOSITORY[:TAG][@sha256:DIGEST], e.g. "
+              "123456789012.dkr.ecr.{region}.amazonaws.com/nccl-tests:cuda12.9-efa1.47; or remove acceptance.image "
+              "(the nodes' own nccl-tests build runs)")
+
+
+def _check_acceptance_image(out: _Collector, tenant: dict[str, Any], t: KeyPath,
+                            catalog: dict[str, InstanceType]) -> None:
+    """`acceptance.image`: an image reference (the node tool's grammar) in one of the tenant's own registries (the
+    account's ECR in `region`, or one listed in containers.registries; the deploy checks the account, unknown offline),
+    on a tenant whose GPU queues run nccl-tests and whose scheduler's nodes run images (capability
+    job_container_runtime; slurm-oci needs fmcluster's slurm_containers role: containers.enabled)."""
+    image = _get(tenant, "acceptance", "image")
+    if not isinstance(image, str):
+        return
+    key = (*t, "acceptance", "image")
+    region = tenant.get("region") if tenant.get("region") in KNOWN_REGIONS else "us-east-1"
+    fix = _IMAGE_FIX.format(region=region)
+    found = IMAGE_REFERENCE.fullmatch(image) if len(image) <= IMAGE_REFERENCE_MAX else None
+    if found is None:
+        out.add(key, f"{show(image)} is not an image reference REGISTRY/REPOSITORY[:TAG][@sha256:DIGEST] (at most "
+                f"{IMAGE_REFERENCE_MAX} characters, lower-case path, a tag of letters, digits, '_', '.', '-', a sha256 "
+                "digest; no shell characters, no default registry)", fix)
+        return
+    provider = PROVIDERS.get(str(tenant.get("provider")))  # None: the schema names it
+    if provider is not None and not provider.real_accelerators:
+        out.add(key, f"provider {tenant.get('provider')}'s nodes have no GPUs, and the acceptance image runs "
+                "nccl-tests on GPU queues (the CPU bench runs from the nodes' own checkout)",
+                "remove acceptance.image, or set it on a provider aws tenant")
+        return
+    queues = tenant.get("queues")
+    kinds = {catalog[q["instance_type"]].accelerator for q in (queues if isinstance(queues, list) else [])
+             if isinstance(q, dict) and q.get("instance_type") in catalog}
+    if kinds and "cuda" not in kinds:
+        out.add(key, f"no queue has NVIDIA GPUs ({', '.join(sorted(kinds))}): the acceptance image runs nccl-tests, "
+                "which only GPU queues run (Trainium queues run nccom-test from their image, CPU queues the CPU bench)",
+                "remove acceptance.image")
+        return
+    scheduler = SCHEDULERS.get(str(tenant.get("scheduler")))  # None: the schema names it
+    if scheduler is not None and scheduler.job_container_runtime is None:
+        out.add(key, f"scheduler {scheduler.name}'s nodes run no container runtime fmcluster knows of "
+                "(its capabilities.yml names no job_container_runtime)", "remove acceptance.image")
+        return
+    if (scheduler is not None and CONTAINER_RUNTIMES.get(str(scheduler.job_container_runtime)) == "fmcluster"
+            and _get(tenant, "containers", "enabled") is False):
+        out.add(key, f"scheduler {scheduler.name} runs images through fmcluster's slurm_containers role "
+                f"({scheduler.job_container_runtime}), and containers.enabled is false", "set containers.enabled: true, "
+                "or remove acceptance.image")
+        return
+    registry = found.group("registry")
+    given = _get(tenant, "containers", "registries")
+    listed = [h for h in given if isinstance(h, str)] if isinstance(given, list) else []
+    ecr = ECR_REGISTRY.fullmatch(registry)
+    own = ("the tenant's own registries (its account's ECR in region "
+           f"{tenant.get('region')}{', or ' + ', '.join(listed) if listed else ''})")
+    if ecr is None:
+        out.add(key, f"registry {show(registry)} of {show(image)} is not one of {own}: the nodes pull only from "
+                "the tenant's own registries, never a public or another organization's one", fix)
+    elif registry not in listed and ecr.group("region") != tenant.get("region"):
+        out.add(key, f"registry {show(registry)} is ECR in {ecr.group('region')}, not in the tenant's region "
+                f"{tenant.get('region')}, and containers.registries does not list it", "list it under "
+                f"containers.registries (an ECR registry of your account), or push the image to ECR in "
+                f"{tenant.get('region')}")
+    else:
+        accounts = {m.group("account") for h in listed if (m := ECR_REGISTRY.fullmatch(h))}
+        if accounts and ecr.group("account") not in accounts:
+            out.add(key, f"registry {show(registry)} is of account {ecr.group('account')}, and "
+                    f"containers.registries of account {', '.join(sorted(accounts))}: a tenant's registries are its "
+                    "own account's", fix)
 
 
 #: Database accounts slurmdbd may not connect as: the server's administrators (MySQL and MariaDB's root, Amazon

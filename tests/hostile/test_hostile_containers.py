@@ -111,3 +111,20 @@ def test_an_aws_tenant_without_stack_outputs_gets_no_registry_and_the_role_refus
     """`invoke plan` offline: the account is not known; roles/slurm_containers asserts a registry before any change."""
     variables = manifest_for(load_tenant("stockmark"))["vars"]
     assert variables["slurm_containers_registries"] == []
+
+
+@pytest.mark.parametrize("hostile", HOSTILE)
+def test_a_hostile_acceptance_image_is_refused_never_rendered(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hostile: str) -> None:
+    """The image the acceptance job runs nccl-tests from (tests/acceptance/test_container_jobs.py) is pasted into a
+    job script: anything but a plain reference in the tenant's registry is refused with the key and a fix."""
+    def image(text: str) -> Change:
+        def change(t: dict[str, Any]) -> None:
+            t["acceptance"] = {**t.get("acceptance", {}), "image": text}
+        return change
+
+    for text in (f"{OWN}/nccl-tests:1{hostile}", f"{OWN}/nccl{hostile}tests:1", f"{OWN}{hostile}/nccl-tests:1"):
+        write_tenant(tmp_path, spec_text(image(text), base="stockmark"))
+        code, output = validate(tmp_path, monkeypatch)
+        assert code == 2 and "Traceback" not in output, (text, output)
+        assert "tenant.acceptance.image" in output and "\n    fix: " in output, output
