@@ -1,0 +1,301 @@
+"""The acceptance job from a container image (issue 39): an AWS tenant names the image its GPU queues' nccl-tests run
+from (`acceptance.image`), and the job script the submit node gets runs them through the mechanism the scheduler's
+nodes have (its capabilities.yml `job_container_runtime`): slurm-ec2 Slurm's OCI support with fmcluster-container's
+bundle, ParallelCluster and HyperPod Pyxis over Enroot. Host-run stays the default.
+
+The script is rendered as the nccl_tests role renders it (its template, its defaults, the manifest's variables and
+the submit node's group vars), then read, checked by `bash -n`, and run with `srun` and `fmcluster-container`
+stand-ins that record what they are given: the container flags, the image, the mounts, the environment, and what runs
+inside. A configured image outside the tenant's registries is refused (validation, then the manifest with the
+account known)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import pytest
+import yaml
+
+from conftest import ROOT
+from fmcluster.capabilities import SCHEDULERS
+from fmcluster.containers import ForeignRegistry
+from fmcluster.model import load_tenant
+from localtenant import manifest_for
+
+TEMPLATE = ROOT / "roles" / "nccl_tests" / "templates" / "nccl-tests.sbatch.j2"
+DEFAULTS: dict[str, Any] = yaml.safe_load((ROOT / "roles" / "nccl_tests" / "defaults" / "main.yml").read_text())
+ACCOUNT = "123456789012"
+TAG = "cuda12.9-efa1.47"
+
+
+def ecr(region: str) -> str:
+    return f"{ACCOUNT}.dkr.ecr.{region}.amazonaws.com"
+
+
+def tenant_root(tmp: Path, base: str, change: dict[str, Any] | None = None, org: str | None = None) -> tuple[str, Path]:
+    """A bundled tenant's spec copied under `tmp` (as `org`), its `tenant` keys updated with `change`."""
+    doc = yaml.safe_load((ROOT / f"inventories/{base}/group_vars/all/tenant.yml").read_text())
+    org = org or base
+    doc["tenant"]["org"] = org
+    for key, value in (change or {}).items():
+        doc["tenant"][key] = value
+    spec = tmp / "inventories" / org / "group_vars" / "all" / "tenant.yml"
+    spec.parent.mkdir(parents=True, exist_ok=True)
+    spec.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return org, tmp
+
+
+def hyperpod_gpu(tmp: Path) -> tuple[str, Path]:
+    """No bundled HyperPod tenant has GPUs (neuronlab is Trainium): neuronlab's spec with stockmark's P5 queue."""
+    p5 = [{"name": "gpu", "instance_type": "p5.48xlarge", "count": 2}]
+    return tenant_root(tmp, "neuronlab", {"queues": p5}, org="hpgpu")
+
+
+#: Each bundled AWS scheduler with a GPU tenant: the bundled one, or (HyperPod) one made from it.
+AWS_GPU_TENANTS = {
+    "slurm-ec2": lambda tmp: tenant_root(tmp, "stockmark"),
+    "parallelcluster": lambda tmp: tenant_root(tmp, "pclab"),
+    "hyperpod": hyperpod_gpu,
+}
+
+
+def with_image(tmp: Path, scheduler: str, image: str | None = None) -> Any:
+    """The tenant of `scheduler` with acceptance.image set to `image` (default: nccl-tests in its region's ECR)."""
+    org, root = AWS_GPU_TENANTS[scheduler](tmp)
+    spec = root / "inventories" / org / "group_vars" / "all" / "tenant.yml"
+    doc = yaml.safe_load(spec.read_text())
+    region = doc["tenant"]["region"]
+    doc["tenant"].setdefault("acceptance", {})["image"] = image or f"{ecr(region)}/nccl-tests:{TAG}"
+    spec.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return load_tenant(org, root)
+
+
+def render(tenant: Any, collective: str = "all_reduce") -> str:
+    """nccl-<collective>.sbatch as the submit node's play renders it: the role's defaults under the manifest's `all`
+    vars and the submit node's group vars (the login node, else the controller), the stacks' registry known."""
+    manifest = manifest_for(tenant, {"ContainerRegistry": ecr(tenant.region)})
+    submit = manifest["groups"]["login"] or manifest["groups"]["controller"]
+    variables = {**DEFAULTS, **manifest["vars"], **submit["vars"], "nccl_tests_collective": collective}
+    env = jinja2.Environment(trim_blocks=True, undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    env.filters["quote"] = shlex.quote
+    return env.from_string(TEMPLATE.read_text()).render(**variables)
+
+
+def bash_n(script: str, tmp: Path) -> None:
+    path = tmp / "job.sbatch"
+    path.write_text(script)
+    check = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
+    assert check.returncode == 0, check.stderr
+
+
+def run_job(script: str, tmp: Path, pyxis: bool = True) -> tuple[int, list[list[str]], str]:
+    """The job run as sbatch would on its first node, `srun` and `fmcluster-container` stand-ins on PATH: srun records
+    its argv (and answers `--help` as a Slurm with Pyxis does, or without), then runs what follows the container and
+    MPI flags on this machine (the `sh -c` that runs inside the container)."""
+    bin_dir = tmp / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    calls = tmp / "srun.calls"
+    help_text = "      --container-image=[USER@][REGISTRY#]IMAGE[:TAG]|PATH" if pyxis else "      --mpi=MPI_TYPE"
+    (bin_dir / "srun").write_text(
+        "#!/usr/bin/python3\nimport json, os, sys\n"
+        f"if sys.argv[1:] == ['--help']:\n    print({help_text!r}); sys.exit(0)\n"
+        f"open({str(calls)!r}, 'a').write(json.dumps(sys.argv[1:]) + '\\n')\n"
+        "rest = sys.argv[1:]\n"
+        "while rest and rest[0].startswith('-'):\n    rest = rest[1:]\n"
+        "os.execvp(rest[0], rest)\n")
+    (bin_dir / "fmcluster-container").write_text(
+        '#!/bin/sh\n[ "$1" = bundle ] || exit 2\necho /fsx/.fmcluster/containers/bundles/ops/sha256-abc\n')
+    for tool in ("srun", "fmcluster-container"):
+        (bin_dir / tool).chmod(0o755)
+    job = tmp / "job.sbatch"
+    job.write_text(script)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "SLURM_JOB_ID": "4242", "HOME": str(tmp)}
+    done = subprocess.run(["bash", str(job)], capture_output=True, text=True, env=env, timeout=60)
+    recorded = [json.loads(line) for line in calls.read_text().splitlines()] if calls.exists() else []
+    return done.returncode, recorded, done.stdout + done.stderr
+
+
+# --- the runtime is the scheduler's, as data ----------------------------------------------------------------------
+
+def test_each_bundled_scheduler_names_its_container_runtime_in_its_folder() -> None:
+    assert {name: row.job_container_runtime for name, row in SCHEDULERS.items() if name in AWS_GPU_TENANTS} == {
+        "slurm-ec2": "slurm-oci", "parallelcluster": "pyxis", "hyperpod": "pyxis"}
+
+
+# --- host-run stays the default -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("scheduler", sorted(AWS_GPU_TENANTS))
+def test_without_an_image_the_job_runs_the_nodes_own_nccl_tests_build(tmp_path: Path, scheduler: str) -> None:
+    org, root = AWS_GPU_TENANTS[scheduler](tmp_path)
+    script = render(load_tenant(org, root))
+    assert "exec srun --mpi=pmix --cpu-bind=none /opt/nccl-tests/nccl-tests-2.17.6/build/all_reduce_perf" in script
+    assert "--container" not in script and "image=" not in script
+    assert "export LD_LIBRARY_PATH=" in script  # the node's own libraries (the image contract's directories)
+    bash_n(script, tmp_path)
+
+
+# --- from the configured image ------------------------------------------------------------------------------------
+
+def test_slurm_ec2_runs_the_image_through_slurm_s_oci_support_with_fmcluster_container_s_bundle(tmp_path: Path) -> None:
+    tenant = with_image(tmp_path, "slurm-ec2")
+    image = f"{ecr('ap-northeast-1')}/nccl-tests:{TAG}"
+    script = render(tenant)
+    bash_n(script, tmp_path)
+    assert f"image={image}\n" in script
+    assert 'bundle=$(fmcluster-container bundle "$image")' in script and 'container=(--container="$bundle")' in script
+    assert "--container-image" not in script.split("set -euo pipefail")[1]
+    code, calls, output = run_job(script, tmp_path, pyxis=False)
+    assert calls == [["--container=/fsx/.fmcluster/containers/bundles/ops/sha256-abc", "--mpi=pmix", "--cpu-bind=none", "sh", "-c", calls[0][5], "fmcluster-acceptance",
+        "/opt/nccl-tests/build/all_reduce_perf", "-b", "8", "-e", "16G", "-f", "2", "-g", "1", "-c", "1", "-n", "100"]]
+    assert f"# fmcluster acceptance job: all_reduce_perf in {image}" in output
+    # this machine has no EFA device: the step fails inside, before nccl-tests, saying why
+    assert code != 0 and "no EFA device (/dev/infiniband/uverbs*) inside the container" in output, output
+
+
+@pytest.mark.parametrize("scheduler", ["parallelcluster", "hyperpod"])
+def test_parallelcluster_and_hyperpod_run_the_image_through_pyxis_with_the_fabric_mounted(
+        tmp_path: Path, scheduler: str) -> None:
+    tenant = with_image(tmp_path, scheduler)
+    registry = ecr(tenant.region)
+    script = render(tenant, "all_gather")
+    bash_n(script, tmp_path)
+    assert "fmcluster-container" not in script
+    code, calls, output = run_job(script, tmp_path, pyxis=True)
+    assert len(calls) == 1, output
+    argv = calls[0]
+    # an Enroot URI: the registry host, '#', the repository and tag (Pyxis's --container-image)
+    assert argv[:2] == [f"--container-image={registry}#nccl-tests:{TAG}",
+                        f"--container-mounts={tenant.storage.lustre.mount_point}:{tenant.storage.lustre.mount_point},"
+                        "/dev/infiniband:/dev/infiniband"]
+    assert argv[2:5] == ["--mpi=pmix", "--cpu-bind=none", "sh"]
+    assert argv[7:] == ["fmcluster-acceptance", "/opt/nccl-tests/build/all_gather_perf", "-b", "8", "-e", "16G", "-f", "2", "-g", "1", "-c",
+                        "1", "-n", "100"]
+    assert code != 0 and "no EFA device (/dev/infiniband/uverbs*) inside the container" in output, output
+
+
+def test_a_slurm_without_pyxis_runs_nothing_and_fails(tmp_path: Path) -> None:
+    code, calls, output = run_job(render(with_image(tmp_path, "parallelcluster")), tmp_path, pyxis=False)
+    assert code == 1 and calls == []
+    assert "this Slurm has no Pyxis (srun knows no --container-image)" in output
+
+
+@pytest.mark.parametrize("scheduler", sorted(AWS_GPU_TENANTS))
+def test_the_fabric_s_environment_is_set_for_inside_the_container(tmp_path: Path, scheduler: str) -> None:
+    script = render(with_image(tmp_path, scheduler))
+    outside, inside = script.split("inside='", 1)
+    inside = inside.split("'\n", 1)[0]
+    # the step's environment (Pyxis and Slurm's OCI support hand it to the container): libfabric's EFA provider, the
+    # INFO lines the verdict reads; never the node's library path, which names the node's NCCL and plugin
+    assert "export FI_PROVIDER=efa\n" in outside and "export NCCL_DEBUG=INFO\n" in outside
+    assert "LD_LIBRARY_PATH" not in outside
+    # inside: the EFA devices and unlimited locked memory checked, then the image's own NCCL and aws-ofi-nccl
+    assert "/dev/infiniband/uverbs*" in inside and '"$(ulimit -l)" != unlimited' in inside
+    library_path = next(line for line in inside.splitlines() if line.startswith("export LD_LIBRARY_PATH="))
+    assert library_path.split("=", 1)[1].split(":")[:2] == ["/opt/nccl/build/lib",
+                                                             "/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu"]
+    assert inside.rstrip().endswith('exec "$@"')
+
+
+def test_inside_locked_memory_must_be_unlimited_and_with_the_fabric_there_nccl_tests_runs(tmp_path: Path) -> None:
+    """The same `sh -c`, its device check pointed at a directory holding a uverbs device. This machine's locked memory
+    is limited (and cannot be raised here): the check refuses it; with the limit it requires set to this machine's,
+    the command runs, with the image's library path."""
+    script = render(with_image(tmp_path, "parallelcluster"))
+    inside = script.split("inside='", 1)[1].split("'\n", 1)[0]
+    devices = tmp_path / "infiniband"
+    devices.mkdir()
+    (devices / "uverbs0").write_text("")
+    inside = inside.replace("/dev/infiniband/", f"{devices}/")
+    limit = subprocess.run(["sh", "-c", "ulimit -l"], capture_output=True, text=True).stdout.strip()
+
+    def run(text: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["sh", "-c", text, "fmcluster-acceptance", "sh", "-c", 'echo "$LD_LIBRARY_PATH"'],
+                              capture_output=True, text=True)
+
+    if limit != "unlimited":
+        refused = run(inside)
+        assert refused.returncode == 1 and refused.stdout == "", refused.stdout
+        assert f"locked memory is {limit} KiB inside the container" in refused.stderr and "EFA needs unlimited" in \
+            refused.stderr
+    assert '!= unlimited ]' in inside
+    done = run(inside.replace("!= unlimited ]", f"!= {limit} ]"))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("/opt/nccl/build/lib:/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu:")
+
+
+# --- refused images -----------------------------------------------------------------------------------------------
+
+def validate(root: Path, org: str, monkeypatch: pytest.MonkeyPatch) -> tuple[int, str]:
+    from fmcluster import commands
+
+    monkeypatch.setenv("FMCLUSTER_ROOT", str(root))
+    lines: list[str] = []
+    return commands.validate(org, out=lines.append), "\n".join(lines)
+
+
+KEY = "tenant.acceptance.image"
+REFUSED = [
+    ("public-ecr", "slurm-ec2", "public.ecr.aws/hpc-cloud/nccl-tests:latest", "registry 'public.ecr.aws'"),
+    ("docker-hub", "parallelcluster", "docker.io/library/nccl-tests:1", "registry 'docker.io'"),
+    ("other-region-unlisted", "slurm-ec2", f"{ecr('us-west-2')}/nccl-tests:{TAG}",
+     "is ECR in us-west-2, not in the tenant's region ap-northeast-1, and containers.registries does not list it"),
+    ("no-registry", "hyperpod", "nccl-tests:latest", "is not an image reference"),
+    ("shell-in-tag", "slurm-ec2", f"{ecr('ap-northeast-1')}/nccl-tests:1;id", "no shell characters"),
+    ("substitution", "parallelcluster", f"{ecr('us-east-1')}/nccl-tests:$(id)", "no shell characters"),
+    ("upper-case-path", "slurm-ec2", f"{ecr('ap-northeast-1')}/NCCL-tests:1", "lower-case path"),
+]
+
+
+@pytest.mark.parametrize("case", REFUSED, ids=[c[0] for c in REFUSED])
+def test_an_image_outside_the_tenant_s_registries_is_refused_with_file_key_and_fix(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: tuple[str, str, str, str]) -> None:
+    _, scheduler, image, why = case
+    org, root = AWS_GPU_TENANTS[scheduler](tmp_path)
+    spec = root / "inventories" / org / "group_vars" / "all" / "tenant.yml"
+    doc = yaml.safe_load(spec.read_text())
+    doc["tenant"].setdefault("acceptance", {})["image"] = image
+    spec.write_text(yaml.safe_dump(doc, sort_keys=False))
+    code, output = validate(root, org, monkeypatch)
+    assert code == 2 and "Traceback" not in output, output
+    assert f"inventories/{org}/group_vars/all/tenant.yml:" in output and KEY in output, output
+    assert why in output and "\n    fix: " in output, output
+
+
+def test_another_region_s_ecr_listed_in_containers_registries_is_the_tenant_s(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    other = ecr("us-west-2")
+    org, root = tenant_root(tmp_path, "stockmark", {"containers": {"registries": [other]},
+                                                    "acceptance": {"image": f"{other}/nccl-tests:{TAG}"}})
+    code, output = validate(root, org, monkeypatch)
+    assert code == 0, output
+    assert f"image={other}/nccl-tests:{TAG}" in render(load_tenant(org, root))
+
+
+def test_another_account_than_the_stacks_is_refused_when_the_manifest_is_built(tmp_path: Path) -> None:
+    """Offline the account is not known; the deploy reads it from the storage stack's ContainerRegistry output."""
+    tenant = with_image(tmp_path, "slurm-ec2")
+    with pytest.raises(ForeignRegistry) as refused:
+        manifest_for(tenant, {"ContainerRegistry": "210987654321.dkr.ecr.ap-northeast-1.amazonaws.com"})
+    message = str(refused.value)
+    assert message.startswith("inventories/stockmark/group_vars/all/tenant.yml: acceptance.image: ")
+    assert "is not in a registry of the tenant's account" in message and "Fix: push the image" in message
+
+
+@pytest.mark.parametrize(("base", "change", "why"), [
+    ("demo", {}, "provider local's nodes have no GPUs"),
+    ("neuronlab", {}, "no queue has NVIDIA GPUs (neuron)"),
+    ("stockmark", {"containers": {"enabled": False}}, "containers.enabled is false"),
+])
+def test_an_image_where_nothing_would_run_it_is_refused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, base: str, change: dict[str, Any], why: str) -> None:
+    doc = yaml.safe_load((ROOT / f"inventories/{base}/group_vars/all/tenant.yml").read_text())
+    image = f"{ecr(doc['tenant']['region'])}/nccl-tests:{TAG}"
+    org, root = tenant_root(tmp_path, base, {**change, "acceptance": {**doc["tenant"].get("acceptance", {}),
+                                                                      "image": image}})
+    code, output = validate(root, org, monkeypatch)
+    assert code == 2 and KEY in output and why in output, output
