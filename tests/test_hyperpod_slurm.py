@@ -281,10 +281,11 @@ def test_the_lifecycle_uploads_the_slurm_start_beside_on_create() -> None:
     assert "systemctl enable --now slurmctld" in start and "--conf-server" in start
 
 
-def run_start(tmp_path: Path, address: str, slurm_conf: str | None) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+def run_start(tmp_path: Path, address: str, slurm_conf: str | None, resource_config: Path | None = None,
+              ) -> tuple[subprocess.CompletedProcess[str], list[str]]:
     """start_hyperpod_slurm.sh run for real by bash, with `systemctl` and `hostname` stood in (they would act on
-    this machine): the stand-ins record their calls; the resource config and slurm.conf are files shaped as
-    HyperPod writes them."""
+    this machine): the stand-ins record their calls; the resource config (named by SAGEMAKER_RESOURCE_CONFIG_PATH, as
+    HyperPod names it) and slurm.conf are files shaped as HyperPod writes them."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     calls = tmp_path / "calls"
@@ -297,7 +298,7 @@ def run_start(tmp_path: Path, address: str, slurm_conf: str | None) -> tuple[sub
     conf = tmp_path / "slurm.conf"
     if slurm_conf is not None:
         conf.write_text(slurm_conf)
-    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "FMCLUSTER_HYPERPOD_RESOURCE_CONFIG": str(config),
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "SAGEMAKER_RESOURCE_CONFIG_PATH": str(resource_config or config),
            "FMCLUSTER_HYPERPOD_SLURM_CONF": str(conf), "FMCLUSTER_HYPERPOD_SLURM_WAIT_S": "0",
            "FMCLUSTER_SYSTEMD_UNIT_DIR": str(tmp_path / "units")}
     lifecycle = tmp_path / "lifecycle"
@@ -344,6 +345,24 @@ def test_the_lifecycle_starts_a_configless_slurmd_on_compute_nodes(tmp_path: Pat
 def test_the_lifecycle_starts_nothing_on_a_host_hyperpod_does_not_list(tmp_path: Path) -> None:
     ran, calls = run_start(tmp_path, "10.9.9.9", None)
     assert ran.returncode != 0 and calls == [] and "10.9.9.9" in ran.stderr
+
+
+def test_the_lifecycle_reads_the_resource_config_hyperpod_names_in_its_environment(tmp_path: Path) -> None:
+    """HyperPod names its resource config in SAGEMAKER_RESOURCE_CONFIG_PATH (AWS's on_create.sh reads it first): the
+    role comes from that file, not from the default path (absent on this machine, as on a node where HyperPod put
+    it elsewhere: the script took the node for no HyperPod instance, started no Slurm and succeeded)."""
+    assert not Path("/opt/ml/config/resource_config.json").exists()
+    ran, calls = run_start(tmp_path, "10.1.0.13", None)
+    assert ran.returncode == 0, ran.stderr
+    assert "HyperPod Slurm role compute, controller 10.1.0.10" in ran.stdout and "enable slurmd" in calls
+
+
+def test_the_lifecycle_fails_when_the_resource_config_hyperpod_names_is_absent(tmp_path: Path) -> None:
+    """AWS's on_create.sh exits 1 when SAGEMAKER_RESOURCE_CONFIG_PATH names no file: a node whose role is unknown
+    must fail its lifecycle script (HyperPod then fails or replaces it), never come up without Slurm."""
+    ran, calls = run_start(tmp_path, "10.1.0.13", None, resource_config=tmp_path / "nowhere.json")
+    assert ran.returncode == 1 and calls == []
+    assert "nowhere.json" in ran.stderr and "SAGEMAKER_RESOURCE_CONFIG_PATH" in ran.stderr
 
 
 # --- the mounts come with HyperPod's Slurm -------------------------------------------------------------------------

@@ -6,9 +6,11 @@
 # (docs/node-convergence.md). The node finds its role through SageMaker's ListClusterNodes.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-if [ -f /opt/ml/config/resource_config.json ]; then
+# HyperPod's resource config: where SAGEMAKER_RESOURCE_CONFIG_PATH says, else its default (start_hyperpod_slurm.sh).
+resource_config=${SAGEMAKER_RESOURCE_CONFIG_PATH:-/opt/ml/config/resource_config.json}
+if [ -f "$resource_config" ]; then
   install -d -m 0755 /etc/fmcluster
-  cp /opt/ml/config/resource_config.json /etc/fmcluster/hyperpod_resource_config.json
+  cp "$resource_config" /etc/fmcluster/hyperpod_resource_config.json
 fi
 set -a
 # shellcheck source=/dev/null

@@ -9,12 +9,20 @@
 # docs/stacks.md, "Which Slurm each scheduler runs".
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-config=${FMCLUSTER_HYPERPOD_RESOURCE_CONFIG:-/opt/ml/config/resource_config.json}
+# HyperPod names its resource config in SAGEMAKER_RESOURCE_CONFIG_PATH; AWS's on_create.sh reads that first, the
+# default path only when it is unset, and fails when it names no file (awsome-distributed-training,
+# 1.architectures/5.sagemaker-hyperpod/LifecycleScripts/base-config/on_create.sh).
+config=${SAGEMAKER_RESOURCE_CONFIG_PATH:-/opt/ml/config/resource_config.json}
 slurm_conf=${FMCLUSTER_HYPERPOD_SLURM_CONF:-/opt/slurm/etc/slurm.conf}
 wait_s=${FMCLUSTER_HYPERPOD_SLURM_WAIT_S:-300}
 units=${FMCLUSTER_SYSTEMD_UNIT_DIR:-/etc/systemd/system}
 
 if [ ! -f "$config" ]; then
+  if [ -n "${SAGEMAKER_RESOURCE_CONFIG_PATH:-}" ]; then
+    echo "fmcluster: HyperPod names $config as its resource config (SAGEMAKER_RESOURCE_CONFIG_PATH) and it is" \
+      "absent: this node's Slurm role is unknown, nothing is started" >&2
+    exit 1
+  fi
   echo "fmcluster: $config is absent (not a HyperPod instance): HyperPod's Slurm is not started here"
   exit 0
 fi
