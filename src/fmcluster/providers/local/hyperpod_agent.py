@@ -24,7 +24,10 @@ from typing import Any
 
 RESOURCE_CONFIG = Path("/opt/ml/config/resource_config.json")
 SLURM_PREFIX = Path("/opt/slurm")
-LIFECYCLE_DIR = Path("/opt/ml/lifecycle")
+#: Where HyperPod stages a group's lifecycle bundle and runs OnCreate from: /tmp/<bucket>/<prefix>/ (awsome-distributed-ai,
+#: https://github.com/awslabs/awsome-distributed-ai/blob/main/1.architectures/5.sagemaker-hyperpod/tools/devops-agent/docs/hyperpod-mental-model.md,
+#: "LCS bundle staging"): under /tmp, so gone after a reboot; a lifecycle script finds its files beside itself.
+STAGING_ROOT = Path("/tmp")
 PROVISION_LOG = Path("/var/log/provision/provisioning.log")
 S3_CLIENT = "/usr/local/sbin/fmcluster-s3"
 #: Debian 12's packages of the Slurm (22.05) and munge the stand-in's "AMI" carries.
@@ -167,27 +170,34 @@ def install_ami_slurm(settings: dict[str, Any], kind: str) -> None:
         link.symlink_to(SLURM_PREFIX / "etc" / "slurm.conf")
 
 
+def staging_dir(source_uri: str) -> Path:
+    """Where HyperPod puts the bundle of LifeCycleConfig.SourceS3Uri s3://<bucket>/<prefix>/: /tmp/<bucket>/<prefix>."""
+    bucket, _, prefix = source_uri.removeprefix("s3://").partition("/")
+    return STAGING_ROOT / bucket / prefix.strip("/")
+
+
 def run_lifecycle(settings: dict[str, Any]) -> int:
-    """Download SourceS3Uri and run OnCreate from there, as root, its output in /var/log/provision."""
+    """Download SourceS3Uri where HyperPod stages it and run OnCreate from there, as root, its output in
+    /var/log/provision."""
     cycle = settings["life_cycle_config"]
     source = str(cycle["SourceS3Uri"]).rstrip("/") + "/"
-    LIFECYCLE_DIR.mkdir(parents=True, exist_ok=True)
+    folder = staging_dir(source)
+    folder.mkdir(parents=True, exist_ok=True)
     for attempt in range(1, 11):
-        done = subprocess.run([S3_CLIENT, "--region", settings["region"], "sync", source, str(LIFECYCLE_DIR)],
-                              check=False)
-        if done.returncode == 0 and (LIFECYCLE_DIR / cycle["OnCreate"]).is_file():
+        done = subprocess.run([S3_CLIENT, "--region", settings["region"], "sync", source, str(folder)], check=False)
+        if done.returncode == 0 and (folder / cycle["OnCreate"]).is_file():
             break
         if attempt == 10:
             log(f"no {cycle['OnCreate']} at {source}")
             return 1
         __import__("time").sleep(attempt * 3)
     PROVISION_LOG.parent.mkdir(parents=True, exist_ok=True)
-    log(f"running {cycle['OnCreate']} from {source} (resource config {RESOURCE_CONFIG})")
+    log(f"running {cycle['OnCreate']} from {source} in {folder} (resource config {RESOURCE_CONFIG})")
     environment = {**os.environ, "SAGEMAKER_RESOURCE_CONFIG_PATH": str(RESOURCE_CONFIG)}
     with PROVISION_LOG.open("a", encoding="utf-8") as provision:
         provision.write(f"fmcluster hyperpod stand-in: OnCreate {cycle['OnCreate']} from {source}\n")
         provision.flush()
-        process = subprocess.Popen(["bash", cycle["OnCreate"]], cwd=LIFECYCLE_DIR, env=environment,
+        process = subprocess.Popen(["bash", cycle["OnCreate"]], cwd=folder, env=environment,
                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         assert process.stdout is not None
         for line in process.stdout:
