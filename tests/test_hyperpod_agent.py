@@ -1,7 +1,9 @@
-"""The local HyperPod agent stand-in (fmcluster/providers/local/hyperpod_agent.py) runs a group's lifecycle script as
-HyperPod does: the bundle of LifeCycleConfig.SourceS3Uri staged under /tmp/<bucket>/<prefix>/ and OnCreate run by bash
-from there, as its working directory, with SAGEMAKER_RESOURCE_CONFIG_PATH naming the resource config (docs/local-nodes.md,
-"HyperPod stand-in"). Here the S3 client is a stand-in that copies a folder, and the staging root a temporary one."""
+"""The local HyperPod agent stand-in (fmcluster/providers/local/hyperpod_agent.py) gives a lifecycle script what HyperPod
+gives it: a resource config with HyperPod's keys alone, a slurm.conf naming nodes as HyperPod's does; and it runs the
+script as HyperPod does: the bundle of LifeCycleConfig.SourceS3Uri staged under /tmp/<bucket>/<prefix>/, OnCreate run
+by bash from there as its working directory, SAGEMAKER_RESOURCE_CONFIG_PATH naming the resource config
+(docs/local-nodes.md, "HyperPod stand-in"). Here the S3 client is a stand-in that copies a folder, and the staging root
+a temporary one."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from fmcluster.providers.local import hyperpod_agent
+from fmcluster.stacks.emulator_hyperpod import RESOURCE_CONFIG_INSTANCE_KEYS, resource_config
 
 
 def test_hyperpod_stages_the_bundle_under_tmp_by_bucket_and_prefix() -> None:
@@ -37,3 +40,29 @@ def test_on_create_runs_from_the_staged_bundle_with_the_resource_config_named(
     assert seen.read_text().splitlines() == [str(tmp_path / "tmp" / "tenant-data" / "hyperpod" / "lifecycle"),
                                              str(hyperpod_agent.RESOURCE_CONFIG)]
     assert "on_create.sh exited 0" in (tmp_path / "provision" / "provisioning.log").read_text()
+
+
+def test_the_resource_config_holds_only_the_keys_hyperpod_writes() -> None:
+    """No hostname in it (HyperPod writes none): a lifecycle script reading one would pass on the stand-in and fail
+    on HyperPod. fmcluster's own lifecycle reads the group's Name and its instances' CustomerIpAddress."""
+    config = resource_config("c", "arn:aws:sagemaker:us-east-2:123456789012:cluster/a1b2c3", [
+        {"name": "controller", "instance_type": "ml.m5.xlarge", "instances": [{"id": "i-0a", "address": "10.1.0.10"}]},
+        {"name": "cpu", "instance_type": "ml.c5.2xlarge", "instances": [{"id": "i-0b", "address": "10.1.0.12"}]}])
+    for group in config["InstanceGroups"]:
+        for instance in group["Instances"]:
+            assert set(instance) <= set(RESOURCE_CONFIG_INSTANCE_KEYS), instance
+    assert config["InstanceGroups"][1]["Instances"] == [
+        {"InstanceName": "cpu-1", "InstanceId": "i-0b", "CustomerIpAddress": "10.1.0.12"}]
+
+
+def test_the_stand_in_s_slurm_conf_names_nodes_as_hyperpod_does_from_their_customer_address() -> None:
+    """HyperPod's slurm.conf: NodeName=ip-N-N-N-N from the CustomerIpAddress, the controller the same way."""
+    config = resource_config("c", "arn", [
+        {"name": "controller", "instance_type": "ml.m5.xlarge", "instances": [{"id": "i-0a", "address": "10.1.0.10"}]},
+        {"name": "cpu", "instance_type": "ml.c5.2xlarge", "instances": [{"id": "i-0b", "address": "10.1.0.12"},
+                                                                        {"id": "i-0c", "address": "10.1.0.13"}]}])
+    conf = hyperpod_agent.slurm_conf({"resource_config": config, "slurm_groups": [
+        {"name": "controller", "NodeType": "Controller"}, {"name": "cpu", "NodeType": "Compute", "PartitionNames": ["cpu"]}]})
+    assert "SlurmctldHost=ip-10-1-0-10(10.1.0.10)" in conf.splitlines()
+    assert "NodeName=ip-10-1-0-12 NodeAddr=10.1.0.12 " in conf
+    assert "PartitionName=cpu Nodes=ip-10-1-0-12,ip-10-1-0-13 Default=YES" in conf

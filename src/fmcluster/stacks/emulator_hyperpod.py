@@ -49,6 +49,13 @@ CLUSTER_TAG = "sagemaker:cluster-name"
 GROUP_TAG = "sagemaker:instance-group-name"
 
 
+#: The keys of an instance in HyperPod's resource config, and no other: InstanceName ("<group>-<index>"), InstanceId,
+#: CustomerIpAddress (its address in the customer's VPC) and AgentIpAddress (HyperPod's agent network, which the local
+#: hosts have not) (awsome-distributed-ai, 5.sagemaker-hyperpod/tools/devops-agent/docs/hyperpod-mental-model.md, "Key
+#: config files"). No hostname: a lifecycle script that needs one derives it, as HyperPod's slurm.conf does.
+RESOURCE_CONFIG_INSTANCE_KEYS = ("InstanceName", "InstanceId", "CustomerIpAddress", "AgentIpAddress")
+
+
 def resource_config(cluster_name: str, cluster_arn: str, groups: list[dict[str, Any]]) -> dict[str, Any]:
     """/opt/ml/config/resource_config.json as HyperPod writes it on every instance: the cluster and each instance
     group with its instances (InstanceName, InstanceId, CustomerIpAddress: the address in the customer's VPC, which
@@ -56,7 +63,7 @@ def resource_config(cluster_name: str, cluster_arn: str, groups: list[dict[str, 
     return {"ClusterConfig": {"ClusterArn": cluster_arn, "ClusterName": cluster_name},
             "InstanceGroups": [{"Name": g["name"], "InstanceType": g["instance_type"],
                                 "Instances": [{"InstanceName": f"{g['name']}-{index}", "InstanceId": i["id"],
-                                               "CustomerIpAddress": i["address"], "PrivateDnsHostname": i["hostname"]}
+                                               "CustomerIpAddress": i["address"]}
                                               for index, i in enumerate(g["instances"], start=1)]}
                                for g in groups]}
 
@@ -204,8 +211,7 @@ def install_hyperpod_stand_in() -> None:
                 launched.append((group, instances))
             config = resource_config(self.cluster_name, self.arn, [
                 {"name": g["InstanceGroupName"], "instance_type": g["InstanceType"],
-                 "instances": [{"id": i.id, "address": i.private_ip, "hostname": i.private_dns_name.split(".", 1)[0]}
-                               for i in instances]} for g, instances in launched])
+                 "instances": [{"id": i.id, "address": i.private_ip} for i in instances]} for g, instances in launched])
             munge_key = base64.b64encode(secrets.token_bytes(1024)).decode()
             slurm_groups = [{"name": g["InstanceGroupName"], **(g.get("SlurmConfig") or {})}
                             for g in self.instance_groups]

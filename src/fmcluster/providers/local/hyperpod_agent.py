@@ -75,6 +75,13 @@ def machine() -> tuple[int, int]:
     return os.cpu_count() or 1, int(kib // 1024 * MEMORY_SHARE)
 
 
+def slurm_node_name(address: str) -> str:
+    """The Slurm node name HyperPod gives an instance: ip-N-N-N-N from its CustomerIpAddress (awsome-distributed-ai,
+    5.sagemaker-hyperpod/tools/devops-agent/docs/hyperpod-mental-model.md: slurm.conf's NodeName); the resource
+    config names no hostname."""
+    return "ip-" + address.replace(".", "-")
+
+
 def slurm_conf(settings: dict[str, Any]) -> str:
     """What HyperPod's agent writes on the controller group: the controller, and each compute group's nodes in the
     partitions its SlurmConfig names (configless: the other nodes' slurmd fetch it)."""
@@ -87,7 +94,7 @@ def slurm_conf(settings: dict[str, Any]) -> str:
     lines = [
         "# written by the HyperPod agent's local stand-in (fmcluster/providers/local/hyperpod_agent.py)",
         f"ClusterName={config['ClusterConfig']['ClusterName'].lower()}",
-        f"SlurmctldHost={controller['PrivateDnsHostname']}({controller['CustomerIpAddress']})",
+        f"SlurmctldHost={slurm_node_name(controller['CustomerIpAddress'])}({controller['CustomerIpAddress']})",
         "SlurmctldParameters=enable_configless", "AuthType=auth/munge", "CredType=cred/munge", "SlurmUser=slurm",
         "StateSaveLocation=/var/spool/slurmctld", "SlurmdSpoolDir=/var/spool/slurmd",
         "SlurmctldLogFile=/var/log/slurm/slurmctld.log", "SlurmdLogFile=/var/log/slurm/slurmd.log",
@@ -102,10 +109,11 @@ def slurm_conf(settings: dict[str, Any]) -> str:
         if types.get(name) != "Compute":
             continue
         for instance in instances:
-            lines.append(f"NodeName={instance['PrivateDnsHostname']} NodeAddr={instance['CustomerIpAddress']} "
+            node = slurm_node_name(instance["CustomerIpAddress"])
+            lines.append(f"NodeName={node} NodeAddr={instance['CustomerIpAddress']} "
                          f"CPUs={cpus} RealMemory={memory} State=UNKNOWN")
             for partition in partitions_of[name]:
-                partitions.setdefault(partition, []).append(instance["PrivateDnsHostname"])
+                partitions.setdefault(partition, []).append(node)
     for index, (partition, nodes) in enumerate(partitions.items()):
         lines.append(f"PartitionName={partition} Nodes={','.join(nodes)} Default={'YES' if index == 0 else 'NO'} "
                      "MaxTime=INFINITE State=UP")
