@@ -25,6 +25,14 @@ def raw() -> dict[str, Any]:
     return loaded
 
 
+#: Images fmcluster's first boot cannot run on yet (it installs with apt and runs ansible-core 2.17, which needs Python
+#: 3.10-3.12), each with why: named here, so that a tenant booting one plans but is known not to converge.
+FIRST_BOOT_GAPS = {
+    "pcs-sample-al2023-x86_64-slurm-25.11": "nothing yet: Amazon Linux 2023 has dnf and Python 3.9 "
+                                            "(src/fmcluster/schedulers/pcs/README.md, \"What is not done yet\")",
+}
+
+
 def test_every_image_says_what_it_ships_with_a_public_source_per_fact() -> None:
     catalog = load_images()
     assert {"dlami-base-gpu-ubuntu-22.04", "dlami-base-gpu-ubuntu-24.04", "neuron-dlami-ubuntu-22.04",
@@ -32,8 +40,11 @@ def test_every_image_says_what_it_ships_with_a_public_source_per_fact() -> None:
     for image in catalog.images.values():
         assert set(image.ships) == set(COMPONENTS), image.key
         assert all(c.source.startswith("https://") for c in image.ships.values()), image.key
-        assert image.ships["python"].present and image.ships["python"].version in ("3.10", "3.11", "3.12"), image.key
+        runs_first_boot = image.ships["python"].present and image.ships["python"].version in ("3.10", "3.11", "3.12")
+        assert runs_first_boot == (image.key not in FIRST_BOOT_GAPS), image.key
         assert image.first_boot_adds, image.key
+    for key, why in FIRST_BOOT_GAPS.items():  # said where a person reads it: plan's "first boot adds"
+        assert catalog[key].first_boot_adds.startswith("nothing yet") and why.split(":")[0] in catalog[key].first_boot_adds
     local = catalog["debian-12-local"]
     assert local.ships["python"].version == "3.11" and not local.ships["aws_cli"].present
 

@@ -7,6 +7,7 @@ says, for plan and the deploy summary, which image each node kind boots.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
@@ -221,7 +222,8 @@ def _image(key: str, raw: Any) -> Image:
 
 #: Each contract fact: its check (on the value) and what a valid value is, for the error message.
 _CONTRACT_FACTS: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "default_user": (lambda v: isinstance(v, str) and v.isidentifier(), "an account name"),
+    "default_user": (lambda v: isinstance(v, str) and re.fullmatch(r"[a-z_][a-z0-9_-]*", v) is not None,
+                     "an account name (lower-case letters, digits, _ and -, e.g. ec2-user)"),
     "init": (lambda v: v in get_args(Init), f"one of {', '.join(get_args(Init))}"),
     "cgroup": (lambda v: v in get_args(Cgroup), f"one of {', '.join(get_args(Cgroup))}"),
     "slurm_version": (lambda v: v is None or (isinstance(v, str) and v.count(".") >= 1
