@@ -316,6 +316,19 @@ def test_the_lifecycle_starts_hyperpods_slurmctld_on_the_controller_once_hyperpo
     assert calls == ["mask slurmd", "enable --now slurmctld"]
 
 
+def test_the_lifecycle_takes_a_slurm_conf_naming_the_controller_by_its_hyperpod_node_name(tmp_path: Path) -> None:
+    """HyperPod's slurm.conf names nodes ip-N-N-N-N after their customer address: a SlurmctldHost given by that name
+    alone names the controller too (before, only the address counted, and the controller failed after 300 s where
+    AWS's own lifecycle goes on after 60)."""
+    ran, calls = run_start(tmp_path, "10.1.0.10", "ClusterName=fmc\nSlurmctldHost=ip-10-1-0-10\n")
+    assert ran.returncode == 0, ran.stderr
+    assert calls == ["mask slurmd", "enable --now slurmctld"]
+    other = tmp_path / "another-controller"
+    other.mkdir()
+    ran, calls = run_start(other, "10.1.0.10", "SlurmctldHost=ip-10-1-0-100(10.1.0.100)\n")
+    assert ran.returncode == 1 and calls == [], "10.1.0.100 is another node"
+
+
 def test_the_lifecycle_masks_a_daemon_whose_unit_hyperpod_s_ami_keeps_in_etc(tmp_path: Path) -> None:
     """HyperPod's AMI has slurmd.service and slurmctld.service in /etc/systemd/system (AWS's start_slurm.sh renames
     them there), where `systemctl mask` fails: the unit is set aside first (the local HyperPod stand-in found it)."""

@@ -44,11 +44,15 @@ set_aside() {
 
 if [ "$role" = controller ]; then
   # HyperPod's agent writes slurm.conf naming the controller; slurmctld started before that would run without it.
+  # It names a node by its address or by the name it derives from it, ip-N-N-N-N (awsome-distributed-ai,
+  # 5.sagemaker-hyperpod/tools/devops-agent/docs/hyperpod-mental-model.md); either says the controller is there.
+  # As whole words: 10.1.0.10 is not named by 10.1.0.100.
+  names_controller() { grep -qwF -e "$controller" -e "ip-${controller//./-}" "$slurm_conf" 2>/dev/null; }
   for _ in $(seq 1 "$((wait_s / 5))"); do
-    grep -qF "$controller" "$slurm_conf" 2>/dev/null && break
+    names_controller && break
     sleep 5
   done
-  if ! grep -qF "$controller" "$slurm_conf" 2>/dev/null; then
+  if ! names_controller; then
     echo "fmcluster: $slurm_conf does not name the controller $controller after ${wait_s}s: HyperPod's agent has" \
       "not configured Slurm; see /var/log/provision and the cluster's CloudWatch logs" >&2
     exit 1
