@@ -66,7 +66,7 @@ def _phantom_tree(tmp: Path) -> Path:
     text = registry.read_text()
     line = "from fmcluster.schedulers.slurm_ec2.scheduler import SlurmEc2\n"
     text = text.replace(line, line + "from fmcluster.schedulers.phantom.scheduler import SlurmEc2 as Phantom\n")
-    text = text.replace("(SlurmEc2, HyperPod, ParallelCluster)", "(SlurmEc2, HyperPod, ParallelCluster, Phantom)")
+    text = text.replace("(SlurmEc2, HyperPod, ParallelCluster, Pcs)", "(SlurmEc2, HyperPod, ParallelCluster, Pcs, Phantom)")
     registry.write_text(text)
     changed = [p.relative_to(package).as_posix() for p in package.rglob("*")
                if p.is_file() and not p.is_relative_to(folder) and p.read_bytes() != (SRC / p.relative_to(package)).read_bytes()]

@@ -146,14 +146,15 @@ def test_every_provider_and_scheduler_class_publishes_its_row_of_capabilities() 
     from fmcluster.providers.local import LocalProvider
     from fmcluster.schedulers.hyperpod.scheduler import HyperPod
     from fmcluster.schedulers.parallelcluster.scheduler import ParallelCluster
+    from fmcluster.schedulers.pcs.scheduler import Pcs
     from fmcluster.schedulers.slurm_ec2.scheduler import SlurmEc2
 
     for cls in (AwsProvider, LocalProvider):
         assert cls.capabilities is PROVIDERS[cls.name]
-    for sched in (HyperPod, ParallelCluster, SlurmEc2):
+    for sched in (HyperPod, ParallelCluster, Pcs, SlurmEc2):
         assert sched.capabilities is SCHEDULERS[sched.name]
     assert set(PROVIDERS) == {AwsProvider.name, LocalProvider.name}
-    assert set(SCHEDULERS) == {HyperPod.name, ParallelCluster.name, SlurmEc2.name}
+    assert set(SCHEDULERS) == {HyperPod.name, ParallelCluster.name, Pcs.name, SlurmEc2.name}
 
 
 def test_every_scheduler_hands_over_the_cluster_stack_its_capabilities_promise() -> None:
@@ -194,6 +195,7 @@ def test_a_scheduler_is_one_folder_and_one_registry_line() -> None:
     ("local", "parallelcluster", True, "fmcluster"),
     ("aws", "slurm-ec2", False, "fmcluster"),
     ("local", "hyperpod", False, "scheduler"),  # HyperPod's own Slurm, on either provider
+    ("aws", "pcs", False, "scheduler"),  # PCS's Slurm, started by its agent on the node image
 ])
 def test_a_service_made_cluster_is_stood_in_where_the_provider_has_no_cluster_services(
         provider: str, scheduler: str, stand_in: bool, slurm_owner: str) -> None:
@@ -204,5 +206,5 @@ def test_a_service_made_cluster_is_stood_in_where_the_provider_has_no_cluster_se
 def test_an_unknown_provider_or_scheduler_has_no_capabilities_and_says_which_exist() -> None:
     with pytest.raises(UnknownName, match=r"provider 'gcp' has no capabilities .*known: aws, local"):
         capabilities("gcp", "slurm-ec2")
-    with pytest.raises(UnknownName, match=r"scheduler 'k8s'.*known: hyperpod, parallelcluster, slurm-ec2"):
+    with pytest.raises(UnknownName, match=r"scheduler 'k8s'.*known: hyperpod, parallelcluster, pcs, slurm-ec2"):
         capabilities("aws", "k8s")

@@ -11,11 +11,12 @@ from collections.abc import Callable
 from fmcluster.model import Tenant
 from fmcluster.schedulers.hyperpod.scheduler import HyperPod
 from fmcluster.schedulers.parallelcluster.scheduler import ParallelCluster
+from fmcluster.schedulers.pcs.scheduler import Pcs
 from fmcluster.schedulers.protocol import Scheduler
 from fmcluster.schedulers.slurm_ec2.scheduler import SlurmEc2
 
 SCHEDULER_CLASSES: dict[str, Callable[[Tenant], Scheduler]] = {
-    cls.name: cls for cls in (SlurmEc2, HyperPod, ParallelCluster)
+    cls.name: cls for cls in (SlurmEc2, HyperPod, ParallelCluster, Pcs)
 }
 
 

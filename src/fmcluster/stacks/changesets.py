@@ -196,7 +196,8 @@ def resource_details(stack: RenderedStack) -> dict[str, str]:
             kinds = [nic.get("InterfaceType") for nic in data.get("NetworkInterfaces", [])]
             efa = sum(1 for kind in kinds if kind in ("efa", "efa-only"))
             only = sum(1 for kind in kinds if kind == "efa-only")
-            facts = [str(data.get("InstanceType")),
+            # A PCS node group's launch template has none: its node group names the instance type.
+            facts = [*([str(data["InstanceType"])] if "InstanceType" in data else []),
                      (f"{efa} EFA interfaces ({efa - only} efa, {only} efa-only)" if efa else "no EFA")]
             target = data.get("CapacityReservationSpecification", {}).get("CapacityReservationTarget", {})
             if target.get("CapacityReservationId"):
@@ -216,6 +217,11 @@ def resource_details(stack: RenderedStack) -> dict[str, str]:
             if "PlacementGroup" in res["Properties"]:
                 facts.append("in the cluster placement group")
             details[lid] = ", ".join(facts)
+        elif res.get("Type") == "AWS::PCS::ComputeNodeGroup":
+            props = res["Properties"]
+            scaling = props.get("ScalingConfiguration", {})
+            types = ", ".join(str(c.get("InstanceType")) for c in props.get("InstanceConfigs", []))
+            details[lid] = f"{types}, {scaling.get('MinInstanceCount')}-{scaling.get('MaxInstanceCount')} nodes"
         elif res.get("Type") == "AWS::EC2::Instance":
             version = res["Properties"].get("LaunchTemplate", {}).get("Version")
             if isinstance(version, str):

@@ -50,7 +50,10 @@ ALLOWED_TYPES: dict[str, frozenset[str]] = {
         "AWS::EC2::Subnet", "AWS::RDS::DBSubnetGroup", "AWS::RDS::DBInstance", "AWS::SecretsManager::Secret"}),
     "cluster": frozenset({
         "AWS::IAM::Role", "AWS::IAM::InstanceProfile", "AWS::EC2::LaunchTemplate", "AWS::EC2::Instance",
-        "AWS::AutoScaling::AutoScalingGroup", "AWS::AutoScaling::ScheduledAction", "AWS::SageMaker::Cluster"}),
+        "AWS::AutoScaling::AutoScalingGroup", "AWS::AutoScaling::ScheduledAction", "AWS::SageMaker::Cluster",
+        # scheduler pcs: the PCS cluster, its node groups and queues, and its controller interface's security group
+        "AWS::PCS::Cluster", "AWS::PCS::ComputeNodeGroup", "AWS::PCS::Queue", "AWS::EC2::SecurityGroup",
+        "AWS::EC2::SecurityGroupIngress"}),
 }
 ALLOWED_ROLES = frozenset({"NodeRole", "ControllerRole", "ExecutionRole", "ControllerExecutionRole"})
 ALLOWED_MANAGED_POLICIES = frozenset({"AmazonSSMManagedInstanceCore", "CloudWatchAgentServerPolicy",

@@ -267,6 +267,8 @@ def render_stacks(tenant: Tenant, scheduler: SchedulerStacks,
         DEPLOY_PRINCIPAL_PARAMETER: DeployerRef(),
     }
     cluster_params: dict[str, ParameterValue] = {
+        # A cluster stack with a security group of its own (PCS's controller interface) needs the VPC.
+        "VpcId": OutputRef(net, "VpcId"),
         "PrivateSubnetId": OutputRef(net, "PrivateSubnetId"),
         "PublicSubnetId": OutputRef(net, "PublicSubnetId"),
         "EfaSecurityGroupId": OutputRef(net, "EfaSecurityGroupId"),

@@ -1,0 +1,182 @@
+"""Scheduler pcs (AWS Parallel Computing Service), the fourth scheduler: its folder and one registry line give a tenant
+(bundled `pcslab`) that validates, plans offline and renders a cluster stack cfn-lint accepts, with what PCS requires
+of it (src/fmcluster/schedulers/pcs/README.md, "Sources"): the cluster, a compute node group and a queue per tenant
+queue, node groups in no queue for fmcluster's controller and the login nodes, instance profiles under /aws-pcs/ that
+may register with this cluster only, IMDSv2-only launch templates whose MIME user data runs fmcluster's first boot,
+and Slurm's ports between the PCS controller's interface and the nodes. PCS's own refusals come before anything runs."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import subprocess
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+import yaml
+
+from conftest import ROOT, venv_tool
+from fmcluster import commands
+from fmcluster.images import load_images
+from fmcluster.model import load_tenant
+from fmcluster.schedulers.pcs import template
+from fmcluster.schedulers.pcs.scheduler import IMAGE, SLURM_BIN_DIR
+from fmcluster.schedulers.registry import scheduler_for
+from fmcluster.stacks.checks import check_stacks
+from fmcluster.stacks.render import load_cfn_yaml, user_data_text
+from scheduler_stacks import render_stacks
+
+PCSLAB = load_tenant("pcslab", ROOT)
+SPEC = yaml.safe_load((ROOT / "inventories/pcslab/group_vars/all/tenant.yml").read_text())
+
+
+def cluster_template() -> dict[str, Any]:
+    stack = next(s for s in render_stacks(PCSLAB) if s.key == "cluster")
+    return load_cfn_yaml(stack.body)
+
+
+def of_type(resources: dict[str, Any], kind: str) -> dict[str, Any]:
+    return {name: res for name, res in resources.items() if res["Type"] == kind}
+
+
+def test_pcslab_is_a_p5_cluster_on_pcs_whose_nodes_boot_pcs_s_image() -> None:
+    scheduler = scheduler_for(PCSLAB)
+    assert PCSLAB.scheduler == "pcs" and type(scheduler).__module__ == "fmcluster.schedulers.pcs.scheduler"
+    assert PCSLAB.capabilities.slurm_owner == "scheduler"  # the PCS agent starts PCS's Slurm
+    contract = load_images()[IMAGE].contract
+    assert scheduler.image("cuda") == scheduler.image("none") == IMAGE
+    assert contract.slurm_installed_by == "service" and contract.slurm_bin_dir == SLURM_BIN_DIR
+    assert contract.slurm_version == template.SLURM_VERSION
+    assert scheduler.manifest_vars()["node_health_commands"]["sinfo"] == [f"{SLURM_BIN_DIR}/sinfo"]
+
+
+def test_the_cluster_stack_holds_the_pcs_cluster_a_node_group_and_queue_per_queue_and_two_node_groups_in_no_queue(
+) -> None:
+    resources = cluster_template()["Resources"]
+    cluster = resources["Cluster"]["Properties"]
+    assert cluster["Scheduler"] == {"Type": "SLURM", "Version": "25.11"} and cluster["Size"] == "SMALL"
+    assert cluster["Networking"] == {"SubnetIds": [{"Ref": "PrivateSubnetId"}],
+                                     "SecurityGroupIds": [{"Ref": "ClusterSecurityGroup"}]}
+    groups = of_type(resources, "AWS::PCS::ComputeNodeGroup")
+    assert sorted(g["Properties"]["Name"] for g in groups.values()) == ["controller", "cpu", "gpu", "login"]
+    gpu = groups["QueueGpuNodeGroup"]["Properties"]
+    assert gpu["InstanceConfigs"] == [{"InstanceType": "p5.48xlarge"}]
+    assert gpu["ScalingConfiguration"] == {"MinInstanceCount": 4, "MaxInstanceCount": 4}
+    assert gpu["AmiId"] == {"Ref": "PcsImageId"} and gpu["SubnetIds"] == [{"Ref": "PrivateSubnetId"}]
+    assert gpu["IamInstanceProfileArn"] == {"Fn::GetAtt": ["NodeInstanceProfile", "Arn"]}
+    assert gpu["CustomLaunchTemplate"]["TemplateId"] == {"Ref": "QueueGpuLaunchTemplate"}
+    assert groups["ControllerNodeGroup"]["Properties"]["IamInstanceProfileArn"] == {
+        "Fn::GetAtt": ["ControllerInstanceProfile", "Arn"]}
+    queues = of_type(resources, "AWS::PCS::Queue")
+    assert {q["Properties"]["Name"]: q["Properties"]["ComputeNodeGroupConfigurations"] for q in queues.values()} == {
+        "gpu": [{"ComputeNodeGroupId": {"Fn::GetAtt": ["QueueGpuNodeGroup", "Id"]}}],
+        "cpu": [{"ComputeNodeGroupId": {"Fn::GetAtt": ["QueueCpuNodeGroup", "Id"]}}]}
+    # The controller and login node groups serve no queue: PCS's login fleet (sackd, Slurm's clients).
+    queued = {c["ComputeNodeGroupId"]["Fn::GetAtt"][0] for q in queues.values()
+              for c in q["Properties"]["ComputeNodeGroupConfigurations"]}
+    assert queued == {"QueueGpuNodeGroup", "QueueCpuNodeGroup"}
+
+
+def test_the_node_roles_are_under_aws_pcs_and_may_register_with_this_cluster_only() -> None:
+    resources = cluster_template()["Resources"]
+    for role in ("NodeRole", "ControllerRole"):
+        props = resources[role]["Properties"]
+        assert props["Path"] == "/aws-pcs/"
+        statements = props["Policies"][0]["PolicyDocument"]["Statement"]
+        register = [s for s in statements if s["Action"] == "pcs:RegisterComputeNodeGroupInstance"]
+        assert register == [{"Sid": "RegisterWithPcsCluster", "Effect": "Allow",
+                             "Action": "pcs:RegisterComputeNodeGroupInstance",
+                             "Resource": {"Fn::GetAtt": ["Cluster", "Arn"]}}]
+        assert not [s for s in statements if str(s["Action"]).startswith("pcs:") and s is not register[0]]
+    for profile in ("NodeInstanceProfile", "ControllerInstanceProfile"):
+        assert resources[profile]["Properties"]["Path"] == "/aws-pcs/"
+
+
+def test_slurm_s_ports_are_open_between_the_pcs_controller_interface_and_the_nodes_and_nothing_else() -> None:
+    resources = cluster_template()["Resources"]
+    group = resources["ClusterSecurityGroup"]["Properties"]
+    node = {"Ref": "NodeSecurityGroupId"}
+    assert [(r["FromPort"], r["ToPort"], r["SourceSecurityGroupId"]) for r in group["SecurityGroupIngress"]] == [
+        (6817, 6817, node), (6819, 6819, node)]
+    assert [(r["FromPort"], r["ToPort"], r["DestinationSecurityGroupId"]) for r in group["SecurityGroupEgress"]] == [
+        (1024, 65535, node)]
+    back = resources["NodesFromPcsController"]["Properties"]
+    assert (back["GroupId"], back["SourceSecurityGroupId"], back["IpProtocol"], back["FromPort"]) == (
+        node, {"Ref": "ClusterSecurityGroup"}, "tcp", 1024)
+
+
+def test_every_launch_template_requires_imdsv2_and_runs_fmcluster_s_first_boot_as_a_mime_shell_script_part() -> None:
+    templates = of_type(cluster_template()["Resources"], "AWS::EC2::LaunchTemplate")
+    assert len(templates) == 4
+    for name, res in templates.items():
+        data = res["Properties"]["LaunchTemplateData"]
+        assert data["MetadataOptions"]["HttpTokens"] == "required", name
+        assert all(m["Ebs"]["Encrypted"] for m in data["BlockDeviceMappings"])
+        text = user_data_text(data["UserData"])
+        assert text.startswith('Content-Type: multipart/mixed; boundary="==FMCLUSTER=="\nMIME-Version: 1.0\n\n')
+        assert 'Content-Type: text/x-shellscript; charset="us-ascii"\n\n#!/bin/bash\n' in text
+        assert text.endswith("\n--==FMCLUSTER==--\n")
+        assert "export FMCLUSTER_ORG=pcslab\n" in text and "fmcluster first boot" in text
+        assert len(base64.b64encode(text.encode())) < 16384  # EC2's user data limit, PCS's part added later
+    gpu = templates["QueueGpuLaunchTemplate"]["Properties"]["LaunchTemplateData"]
+    assert len(gpu["NetworkInterfaces"]) == 32 and "SubnetId" not in gpu["NetworkInterfaces"][0]
+    assert "export FMCLUSTER_QUEUE=gpu\n" in user_data_text(gpu["UserData"])
+
+
+def test_cfn_lint_and_fmcluster_s_security_checks_accept_the_pcs_tenant_s_stacks(tmp_path: Path) -> None:
+    stacks = render_stacks(PCSLAB)
+    assert not check_stacks(stacks)
+    files = []
+    for stack in stacks:
+        path = tmp_path / f"{stack.key}.yaml"
+        path.write_text(stack.body)
+        files.append(str(path))
+    run = subprocess.run([venv_tool("cfn-lint"), "--regions", PCSLAB.region, "--include-checks", "I", "--", *files],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_validate_and_plan_run_offline_for_pcslab() -> None:
+    lines: list[str] = []
+    assert commands.validate("pcslab", out=lines.append) == 0, lines
+    assert commands.plan("pcslab") == 0
+
+
+Change = Callable[[dict[str, Any]], None]
+
+
+def validate_changed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, change: Change) -> tuple[int, str]:
+    doc = copy.deepcopy(SPEC)
+    doc["tenant"]["org"] = "acme"
+    change(doc["tenant"])
+    spec = tmp_path / "inventories/acme/group_vars/all/tenant.yml"
+    spec.parent.mkdir(parents=True)
+    spec.write_text(yaml.safe_dump(doc, sort_keys=False))
+    monkeypatch.setenv("FMCLUSTER_ROOT", str(tmp_path))
+    lines: list[str] = []
+    return commands.validate("acme", out=lines.append), "\n".join(lines)
+
+
+REFUSED: list[tuple[str, Change, str, list[str]]] = [
+    ("pcs-queue-name", lambda t: t["queues"][0].update(name="gpu-h100-pretraining-large"), "tenant.queues[0].name",
+     ["[pcs-queue-name]", "26 characters", "at most 25", "shorten it"]),
+    ("pcs-image-neuron", lambda t: t["queues"][0].update(instance_type="trn1.32xlarge"),
+     "tenant.queues[0].instance_type", ["[pcs-image-neuron]", "ships no AWS Neuron", "scheduler hyperpod"]),
+    ("pcs-cluster-size", lambda t: t["queues"][1].update(count=2045), "tenant.queues",
+     ["[pcs-cluster-size]", "2051 nodes", "at most 2048"]),
+    ("pcs-accounting", lambda t: t.update(accounting={"database_endpoint": "db.example.org:3306"}),
+     "tenant.accounting.database_endpoint", ["[pcs-accounting]", "remove accounting.database_endpoint"]),
+]
+
+
+@pytest.mark.parametrize("change,key,fragments", [case[1:] for case in REFUSED], ids=[case[0] for case in REFUSED])
+def test_what_pcs_refuses_is_refused_by_validate_naming_the_key_and_the_fix(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, change: Change, key: str, fragments: list[str]) -> None:
+    code, text = validate_changed(tmp_path, monkeypatch, change)
+    assert code != 0, text
+    line = next((line for line in text.splitlines() if key in line and fragments[0] in line), None)
+    assert line is not None, text
+    assert "tenant.yml" in line
+    for fragment in fragments[1:]:
+        assert fragment in text, text
