@@ -180,3 +180,14 @@ def test_what_pcs_refuses_is_refused_by_validate_naming_the_key_and_the_fix(
     assert "tenant.yml" in line
     for fragment in fragments[1:]:
         assert fragment in text, text
+
+
+def test_new_tenant_scaffolds_a_pcs_tenant_that_plans(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fmcluster.scaffold import new_tenant
+
+    tenant = new_tenant("acme", {"scheduler": "pcs", "instance_type": "p5.48xlarge", "count": "2",
+                                 "region": "us-east-1", "availability_zone": "us-east-1a"}, output_dir=tmp_path)
+    assert tenant.scheduler == "pcs"
+    template = load_cfn_yaml(next(s for s in render_stacks(tenant) if s.key == "cluster").body)
+    groups = of_type(template["Resources"], "AWS::PCS::ComputeNodeGroup")
+    assert groups["QueueGpuNodeGroup"]["Properties"]["ScalingConfiguration"]["MaxInstanceCount"] == 2
