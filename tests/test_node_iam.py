@@ -47,7 +47,7 @@ ME, OTHER = "i-0aaaaaaaaaaaaaaaa", "i-0bbbbbbbbbbbbbbbb"
 ADDRESS = "10.1.0.5"
 REF = "0123456789abcdef0123456789abcdef01234567"
 #: One tenant per scheduler, as the repository's inventories have them.
-ORGS = {"slurm-ec2": "stockmark", "hyperpod": "neuronlab", "parallelcluster": "pclab"}
+ORGS = {"slurm-ec2": "stockmark", "hyperpod": "neuronlab", "parallelcluster": "pclab", "pcs": "pcslab"}
 ROLES = ("controller", "login", "compute")
 #: The role session SageMaker HyperPod runs every node of an instance group under: `aws sts get-caller-identity` on
 #: a HyperPod node answers "<role id>:SageMaker" (arn …:assumed-role/<execution role>/SageMaker; Classmethod,
@@ -67,7 +67,9 @@ def _names(tenant: Tenant) -> dict[str, str]:
     return {"AWS::Partition": "aws", "AWS::Region": tenant.region, "AWS::AccountId": ACCOUNT,
             "AWS::URLSuffix": "amazonaws.com", "AWS::StackName": f"{tenant.stack_prefix}-cluster",
             "DataBucketName": BUCKET, "DataBucket": BUCKET, "DataBucket.Arn": f"arn:aws:s3:::{BUCKET}",
-            "PrivateSubnetId": "subnet-0123", "EfaSecurityGroupId": "sg-0efa", "NodeSecurityGroupId": "sg-0node"}
+            "PrivateSubnetId": "subnet-0123", "EfaSecurityGroupId": "sg-0efa", "NodeSecurityGroupId": "sg-0node",
+            # PCS's cluster (its node roles may register with it only)
+            "Cluster.Arn": f"arn:aws:pcs:{tenant.region}:{ACCOUNT}:cluster/pcs_0123456789"}
 
 
 @functools.lru_cache(maxsize=None)
