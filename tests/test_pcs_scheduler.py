@@ -20,8 +20,8 @@ from conftest import ROOT, venv_tool
 from fmcluster import commands
 from fmcluster.images import load_images
 from fmcluster.model import load_tenant
-from fmcluster.schedulers.pcs import template
-from fmcluster.schedulers.pcs.scheduler import IMAGE, SLURM_BIN_DIR
+from fmcluster.schedulers.pcs.image import IMAGE, SLURM_VERSION
+from fmcluster.schedulers.pcs.scheduler import SLURM_BIN_DIR
 from fmcluster.schedulers.registry import scheduler_for
 from fmcluster.stacks.checks import check_stacks
 from fmcluster.stacks.render import load_cfn_yaml, user_data_text
@@ -47,7 +47,7 @@ def test_pcslab_is_a_p5_cluster_on_pcs_whose_nodes_boot_pcs_s_image() -> None:
     contract = load_images()[IMAGE].contract
     assert scheduler.image("cuda") == scheduler.image("none") == IMAGE
     assert contract.slurm_installed_by == "service" and contract.slurm_bin_dir == SLURM_BIN_DIR
-    assert contract.slurm_version == template.SLURM_VERSION
+    assert contract.slurm_version == SLURM_VERSION
     assert scheduler.manifest_vars()["node_health_commands"]["sinfo"] == [f"{SLURM_BIN_DIR}/sinfo"]
 
 

@@ -16,14 +16,13 @@ from typing import Any
 from fmcluster.capabilities import SCHEDULERS, SchedulerCapabilities
 from fmcluster.model import Tenant
 from fmcluster.nodes import Node
+from fmcluster.schedulers.pcs.image import IMAGE, SLURM_VERSION
+from fmcluster.schedulers.pcs.template import CLUSTER_TEMPLATE
 from fmcluster.schedulers.protocol import SITE_PLAYBOOK, Out
-from fmcluster.schedulers.pcs.template import CLUSTER_TEMPLATE, SLURM_VERSION
 from fmcluster.stacks.result import DeleteFirst
 from fmcluster.stacks.templates import ClusterTemplate, StorageParts
 from fmcluster.steps import StepOutcome
 
-#: The image every PCS node boots (data/images.yml).
-IMAGE = f"pcs-sample-al2023-x86_64-slurm-{SLURM_VERSION}"
 #: Where PCS's Slurm installer puts Slurm (/opt/aws/pcs/scheduler/slurm-<version>), and where configless Slurm caches
 #: the configuration it fetched from the controller (/run/slurm/conf); README.md, "Sources".
 SLURM_PREFIX = f"/opt/aws/pcs/scheduler/slurm-{SLURM_VERSION}"

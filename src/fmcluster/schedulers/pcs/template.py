@@ -12,6 +12,7 @@ from typing import Any
 
 from fmcluster.catalog import InstanceType
 from fmcluster.model import Queue, Tenant
+from fmcluster.schedulers.pcs.image import IMAGE, SLURM_VERSION
 from fmcluster.stacks.cfn import NO_VALUE, Fn, GetAtt, Ref, if_, text
 from fmcluster.stacks.templates import ClusterTemplate, UserData
 from fmcluster.stacks.templates.common import (
@@ -20,9 +21,6 @@ from fmcluster.stacks.templates.common import (
     spec_file, subnet_id,
 )
 
-#: The Slurm major version the cluster runs: the newest AWS::PCS::Cluster Scheduler.Version PCS accepts, the one its
-#: current sample AMI (data/images.yml: pcs-sample-al2023-x86_64-slurm-25.11) is built for.
-SLURM_VERSION = "25.11"
 #: Cluster Size → the most compute nodes PCS manages at that size (API_Cluster: SMALL 32, MEDIUM 512, LARGE 2048).
 CLUSTER_SIZES = (("SMALL", 32), ("MEDIUM", 512), ("LARGE", 2048))
 #: PCS runs Slurm in configless mode: slurmd and sackd fetch slurm.conf from slurmctld (port 6817) and slurmctld
@@ -223,8 +221,8 @@ def build(tenant: Tenant, user_data: UserData) -> dict[str, Any]:
         "The tenant data bucket (storage stack output); the node roles may use their prefixes of it only.")
     parameters[IMAGE_PARAMETER] = {
         "Type": "String", "AllowedPattern": r"^ami-[0-9a-f]{8,17}$",
-        "Description": "AMI of every node group: PCS's sample AMI aws-pcs-sample_ami-al2023-x86_64-slurm-"
-                       f"{SLURM_VERSION} of the region (data/images.yml); given by the operator, not resolved yet."}
+        "Description": f"AMI of every node group: data/images.yml's {IMAGE} (AMI name aws-pcs-sample_ami-al2023-"
+                       f"x86_64-slurm-{SLURM_VERSION}) in the region; given by the operator, not resolved yet."}
 
     node = [*node_statements(tenant, controller=False), register_statement()]
     controller = [*node_statements(tenant, controller=True), *controller_statements(), *remote_write_statements(tenant),
