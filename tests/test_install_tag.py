@@ -22,6 +22,20 @@ def test_every_installing_task_carries_the_install_tag() -> None:
                          f"block around them): {untagged}"
 
 
+def test_every_task_fixing_a_daemon_account_s_id_carries_the_install_tag() -> None:
+    """A baked image's packages would make slurm and munge with ids of their own (Debian 12: 64030, 103) before the
+    first boot's fixed-id accounts, and the first boot keeps an account the image has: found by the e2e tier's
+    first deploy on a baked image (slurm 64030 where every pristine node has 401)."""
+    def reads_tenant(task: dict[str, object]) -> bool:
+        text = json.dumps(task, default=str)
+        return any(re.search(rf"\b{re.escape(name)}\b", text) for name in TENANT_VARIABLES)
+
+    fixing = [t for t in role_tasks(ROOT) if t.fixes_account_id and not reads_tenant(t.task)]
+    assert {t.path for t in fixing} >= {"roles/common/tasks/main.yml"}  # the walk sees them
+    untagged = [f"{t.path}: {t.name}" for t in fixing if not t.tagged]
+    assert not untagged, f"tasks fixing an account's id without tags: [{INSTALL_TAG}] (fix: tag them): {untagged}"
+
+
 def test_the_walk_sees_the_installing_tasks() -> None:
     installing = [t for t in role_tasks(ROOT) if t.installs]
     assert len(installing) >= 20  # the walk reads every role (a walk that read none would pass the test above)

@@ -33,6 +33,10 @@ INSTALL_TAG = "install"
 #: Modules that install software: each of their tasks carries INSTALL_TAG (tests/test_install_tag.py).
 INSTALL_MODULES = frozenset(f"{prefix}{name}" for prefix in ("", "ansible.builtin.")
                             for name in ("apt", "package", "pip", "get_url", "unarchive", "dnf", "yum"))
+#: Modules that make accounts: a task of theirs that fixes an id (uid, gid) carries INSTALL_TAG unless it reads the
+#: tenant (tests/test_install_tag.py), so a baked image has the account before any package's scripts make it with
+#: an id of their own, which the first boot would then keep as the image's.
+ACCOUNT_MODULES = frozenset(f"{prefix}{name}" for prefix in ("", "ansible.builtin.") for name in ("user", "group"))
 #: Variables that carry the tenant's identity, secrets, membership, host names or users: no task tagged
 #: INSTALL_TAG reads one, so an image holds nothing of them (what a tenant decides to run, e.g. whether it has a
 #: directory or alert receivers, may decide what is installed; who and where never).
@@ -74,6 +78,11 @@ class InstallTask:
     @property
     def installs(self) -> bool:
         return any(key in INSTALL_MODULES for key in self.task)
+
+    @property
+    def fixes_account_id(self) -> bool:
+        return any(key in ACCOUNT_MODULES and isinstance(self.task[key], dict)
+                   and ({"uid", "gid"} & set(self.task[key])) for key in self.task)
 
 
 def _walk(tasks: Any, tags: frozenset[str], whens: tuple[Any, ...], path: str) -> Iterator[InstallTask]:
