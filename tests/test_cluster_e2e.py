@@ -123,8 +123,10 @@ class AnsibleWatch:
 @dataclass
 class Cluster:
     first: subprocess.CompletedProcess[str]
-    #: `invoke image` before the first deploy: the tenant's cpu image every node of the tier boots (issue 40).
+    #: `invoke image` before the first deploy: the tenant's cpu image every node of the tier boots (issue 40), and
+    #: `invoke image --check` of it (a host booted from it runs the install steps).
     image: subprocess.CompletedProcess[str]
+    image_check: subprocess.CompletedProcess[str]
     ansible_here: set[str]
     ansible_in_hosts: int
     notes: list[str] = field(default_factory=list)
@@ -169,6 +171,7 @@ def cluster() -> Iterator[Cluster]:
         # replacement and repair) only configure. The pristine path is the README's demo, tests/test_node_boot.py
         # and the stand-ins' clusters.
         image = invoke("image", timeout=1800)
+        image_check = invoke("image", "--check", timeout=1800)
         deploy = subprocess.Popen([venv_tool("invoke"), "deploy", f"--org={ORG}"], cwd=ROOT, text=True,
                                   stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         with AnsibleWatch(deploy.pid) as watch:
@@ -176,7 +179,7 @@ def cluster() -> Iterator[Cluster]:
         first = subprocess.CompletedProcess(deploy.args, deploy.returncode, stdout, stderr)
         if first.returncode == 0:  # the manual flows first; the repair agent's own tests lift the pause
             pause_repair_agent("e2e: manual flows (tests/test_cluster_e2e.py)")
-        yield Cluster(first, image, watch.here, watch.in_hosts)
+        yield Cluster(first, image, image_check, watch.here, watch.in_hosts)
     finally:
         from fmcluster.providers.local.layers import baked_root
 
@@ -253,6 +256,7 @@ def test_every_node_booted_the_tenant_s_baked_image_and_installed_nothing_at_fir
     bundle's wheelhouse and its Slurm, munge and Prometheus from the builder's apt run through the VPC's package
     source."""
     from fmcluster import versions
+    from fmcluster.baked import BUILDER_NAME
     from fmcluster.providers.local.hosts import host_run, load_hosts
     from fmcluster.providers.local.image import image_dir
     from fmcluster.providers.local.layers import record_path
@@ -264,13 +268,25 @@ def test_every_node_booted_the_tenant_s_baked_image_and_installed_nothing_at_fir
     for absent in ("usr/sbin/slurmd", "usr/sbin/slurmctld", "usr/sbin/munged", "usr/bin/prometheus", "usr/bin/git",
                    "usr/local/bin/aws", "usr/bin/aws", "opt/fmcluster"):
         assert not (rootfs / absent).exists(), f"the pristine image carries {absent}"
-    layer = Path(json.loads(record_path(ORG, "cpu").read_text())["layer"]) / "rootfs"
-    assert (layer / "usr/sbin/slurmd").exists() and not (layer / "etc/fmcluster").exists(), layer
+    record = json.loads(record_path(ORG, "cpu").read_text())
+    layer = Path(record["layer"]) / "rootfs"
+    assert (layer / "usr/sbin/slurmd").is_file(), layer  # an install task's package
+    assert (layer / "usr/share/fmcluster/image.json").is_file(), "the baked image's marker"
+    for gone in ("etc/munge/munge.key", "var/lib/fmcluster", "etc/fmcluster", "etc/cloud/cloud-init.disabled",
+                 "usr/sbin/policy-rc.d", "var/log/dpkg.log"):
+        assert not (layer / gone).exists(), f"baked: {gone}"
+    assert not list((layer / "etc/ssh").glob("ssh_host_*")), "baked: the builder's ssh host keys"
+    # `invoke image --check`: a host booted from the image ran the install steps, and they installed nothing.
+    check = cluster.image_check
+    assert check.returncode == 0, check.stdout[-4000:] + check.stderr[-3000:]
+    assert re.search(rf"a host booted from baked {record['digest']}.* nothing installed by them", check.stdout), check.stdout
     wanted = {"controller": ("slurmctld", "munge", "prometheus", "slurmdbd"), "login": ("slurm-client", "munge"),
               "compute": ("slurmd", "munge")}
     roles = {n: r for n, r in nodes_of(cluster.first.stdout).items()}
     pins = versions.load()["node_toolchain"]
-    for host in load_hosts(ORG):
+    hosts = load_hosts(ORG)
+    assert BUILDER_NAME not in {h.hostname for h in hosts}, "the builder host was left"
+    for host in hosts:
         mounts = in_host(host, "cat /proc/self/mountinfo")
         root = next(line for line in mounts.splitlines() if line.split()[4] == "/")
         assert f"lowerdir={layer}:{rootfs}" in root, root
