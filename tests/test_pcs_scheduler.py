@@ -191,3 +191,42 @@ def test_new_tenant_scaffolds_a_pcs_tenant_that_plans(tmp_path: Path, monkeypatc
     template = load_cfn_yaml(next(s for s in render_stacks(tenant) if s.key == "cluster").body)
     groups = of_type(template["Resources"], "AWS::PCS::ComputeNodeGroup")
     assert groups["QueueGpuNodeGroup"]["Properties"]["ScalingConfiguration"]["MaxInstanceCount"] == 2
+
+
+class FakeEc2:
+    """describe_images as EC2 answers it: the images of the owner whose name matches, recorded."""
+
+    def __init__(self, images: list[dict[str, str]]) -> None:
+        self.images = images
+        self.asked: list[dict[str, Any]] = []
+
+    def describe_images(self, **params: Any) -> dict[str, Any]:
+        self.asked.append(params)
+        return {"Images": self.images}
+
+
+def test_the_node_image_is_resolved_once_by_name_and_owner_when_the_cluster_stack_is_created(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from fmcluster.schedulers.pcs.image import AMI_NAME, AMI_OWNER
+    from fmcluster.stacks import api
+    from fmcluster.stacks.render import NamedImageRef
+
+    stack = next(s for s in render_stacks(PCSLAB) if s.key == "cluster")
+    ref = stack.parameters["PcsImageId"]
+    assert ref == NamedImageRef(AMI_OWNER, AMI_NAME) == NamedImageRef("amazon", "aws-pcs-sample_ami-al2023-x86_64-slurm-25.11*")
+    assert load_cfn_yaml(stack.body)["Parameters"]["PcsImageId"]["Type"] == "AWS::EC2::Image::Id"
+    ec2 = FakeEc2([{"ImageId": "ami-0000000000000old1", "CreationDate": "2026-09-01T00:00:00.000Z"},
+                   {"ImageId": "ami-0000000000000new2", "CreationDate": "2026-11-20T00:00:00.000Z"}])
+    assert api.newest_named_image(ec2, ref) == "ami-0000000000000new2"
+    assert ec2.asked == [{"Owners": ["amazon"], "Filters": [
+        {"Name": "name", "Values": ["aws-pcs-sample_ami-al2023-x86_64-slurm-25.11*"]},
+        {"Name": "state", "Values": ["available"]}]}]
+    with pytest.raises(RuntimeError, match="no available image named .*aws-pcs-sample_ami.* of owner 'amazon'"):
+        api.newest_named_image(FakeEc2([]), ref)
+    # Pinned as the SSM-resolved images are: a stack that holds an AMI keeps it; a new one resolves it.
+    monkeypatch.setattr(api.aws, "client", lambda service, region, endpoint: ec2)
+    for current, expected in (({"Parameters": [{"ParameterKey": "PcsImageId", "ParameterValue": "ami-0000000000000keep"}]},
+                               "ami-0000000000000keep"), (None, "ami-0000000000000new2")):
+        monkeypatch.setattr(api, "stack_status", lambda cf, name, current=current: current)
+        notes: list[str] = []
+        assert api.image_resolver(PCSLAB, None, stack, None, False, notes)("PcsImageId", ref) == expected, notes

@@ -30,7 +30,9 @@ from fmcluster.stacks.changesets import (
 from fmcluster.stacks.checks import check_stacks
 from fmcluster.stacks.emulator import stop_emulator
 from fmcluster.stacks.outputs import outputs_path, remove_stack_outputs, write_stack_outputs
-from fmcluster.stacks.render import SOURCE_ROOT, ImageRef, ImageResolver, RenderedStack, load_cfn_yaml, render_stacks
+from fmcluster.stacks.render import (
+    SOURCE_ROOT, ImageRef, ImageResolver, NamedImageRef, RenderedStack, load_cfn_yaml, render_stacks,
+)
 from fmcluster.stacks.templates import SchedulerStacks
 from fmcluster.stacks.templates.common import TEMPLATES_PREFIX
 from fmcluster.stacks.result import (
@@ -95,6 +97,17 @@ def _security_gate(stacks: list[RenderedStack], out: Out) -> list[str]:
     return findings
 
 
+def newest_named_image(ec2: Any, ref: NamedImageRef) -> str:
+    """The id of the newest available image of `ref.owner` whose name matches `ref.name`; RuntimeError where there is
+    none (the image is not published in the region, or under another name)."""
+    found = ec2.describe_images(Owners=[ref.owner], Filters=[{"Name": "name", "Values": [ref.name]},
+                                                             {"Name": "state", "Values": ["available"]}])["Images"]
+    if not found:
+        raise RuntimeError(f"no available image named {ref.name!r} of owner {ref.owner!r} in this region: is it "
+                           "published here? (data/images.yml names the image)")
+    return str(max(found, key=lambda image: str(image.get("CreationDate", "")))["ImageId"])
+
+
 def image_resolver(tenant: Tenant, cf: Any, stack: RenderedStack, endpoint: str | None, refresh: bool,
                    notes: list[str]) -> ImageResolver:
     """Pin each AMI once: reuse the value the deployed stack holds, resolve the public SSM parameter
@@ -104,15 +117,19 @@ def image_resolver(tenant: Tenant, cf: Any, stack: RenderedStack, endpoint: str 
     previous: dict[str, str] = {str(p["ParameterKey"]): str(p.get("ResolvedValue") or p.get("ParameterValue", ""))
                                 for p in current.get("Parameters") or []}
 
-    def resolve(name: str, ref: ImageRef) -> str:
+    def resolve(name: str, ref: ImageRef | NamedImageRef) -> str:
         kept = previous.get(name, "")
         if kept.startswith("ami-") and not refresh:
             notes.append(f"{name}: keeping the pinned {kept}")
             return kept
-        ssm = aws.client("ssm", tenant.region, endpoint)
-        ami = str(ssm.get_parameter(Name=ref.ssm_path)["Parameter"]["Value"])
+        if isinstance(ref, NamedImageRef):
+            ami, source = newest_named_image(aws.client("ec2", tenant.region, endpoint), ref), \
+                f"the newest image named {ref.name} of {ref.owner}"
+        else:
+            ssm = aws.client("ssm", tenant.region, endpoint)
+            ami, source = str(ssm.get_parameter(Name=ref.ssm_path)["Parameter"]["Value"]), ref.ssm_path
         was = f" (was {kept})" if kept and kept != ami else ""
-        notes.append(f"{name}: pinned {ami}, resolved from {ref.ssm_path}{was}")
+        notes.append(f"{name}: pinned {ami}, resolved from {source}{was}")
         return ami
 
     return resolve

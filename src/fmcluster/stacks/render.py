@@ -38,7 +38,7 @@ from fmcluster.stacks.templates.common import (
     logical_name,
 )
 
-__all__ = ["BOOT_VARIABLES", "BOOTSTRAP_PREFIX", "CapacityRef", "DeployerRef", "EMULATOR_AMI_PARAMETER", "ImageRef",
+__all__ = ["BOOT_VARIABLES", "BOOTSTRAP_PREFIX", "CapacityRef", "DeployerRef", "EMULATOR_AMI_PARAMETER", "ImageRef", "NamedImageRef",
            "LIFECYCLE_PREFIX", "MANIFEST_PREFIX", "NODE_READ_PREFIXES", "OutputRef", "REPORT_PREFIX", "RenderedStack",
            "S3_CLIENT", "S3_CLIENT_PLACEHOLDER", "STACK_KEYS", "USER_DATA_SCRIPT", "boot_environment",
            "load_cfn_yaml", "logical_name", "first_boot_script", "node_user_data",
@@ -80,6 +80,18 @@ class ImageRef:
 
 
 @dataclass(frozen=True)
+class NamedImageRef:
+    """An AMI id parameter for an image with no public SSM parameter (PCS's sample AMIs): the newest available image
+    named `name` (EC2 name filter, wildcards allowed) of `owner`, resolved and kept as ImageRef's are."""
+
+    owner: str
+    name: str
+
+    def describe(self) -> str:
+        return f"<AMI resolved once, the newest named {self.name} of owner {self.owner}, when the stack is created, then kept>"
+
+
+@dataclass(frozen=True)
 class CapacityRef:
     """When a Capacity Block queue is scaled in: known only from EC2, by the capacity pre-flight
     (fmcluster.capacity.Preflight.scale_in), which the deploy runs before the stacks."""
@@ -99,8 +111,8 @@ class DeployerRef:
         return "<the deploy's principal: STS GetCallerIdentity's UserId up to ':', read when the stack is deployed>"
 
 
-ParameterValue = str | OutputRef | ImageRef | CapacityRef | DeployerRef
-ImageResolver = Callable[[str, ImageRef], str]  # (parameter name, ref) -> AMI id
+ParameterValue = str | OutputRef | ImageRef | NamedImageRef | CapacityRef | DeployerRef
+ImageResolver = Callable[[str, "ImageRef | NamedImageRef"], str]  # (parameter name, ref) -> AMI id
 
 
 @dataclass(frozen=True)
@@ -140,7 +152,7 @@ class RenderedStack:
                 if deployer is None:
                     raise KeyError(f"{self.name}: parameter {key} needs {value.describe()}")
                 resolved[key] = deployer()
-            elif isinstance(value, ImageRef):
+            elif isinstance(value, (ImageRef, NamedImageRef)):
                 if resolve_image is None:
                     raise KeyError(f"{self.name}: parameter {key} needs {value.describe()}")
                 resolved[key] = resolve_image(key, value)
@@ -284,6 +296,8 @@ def render_stacks(tenant: Tenant, scheduler: SchedulerStacks,
     if cluster is not None:
         for name, path in cluster.image_parameters(tenant).items():
             cluster_params[name] = ImageRef(image_parameter(path))
+        for name, (owner, pattern) in cluster.image_names(tenant).items():
+            cluster_params[name] = NamedImageRef(owner, pattern)
         for name, queue in cluster.capacity_parameters(tenant).items():
             cluster_params[name] = CapacityRef(queue)
     sources = {"network": TEMPLATES_DIR / "network.py", "storage": TEMPLATES_DIR / "storage.py",

@@ -8,3 +8,9 @@ from __future__ import annotations
 SLURM_VERSION = "25.11"
 #: The image every PCS node boots (data/images.yml): PCS's sample AMI for that Slurm.
 IMAGE = f"pcs-sample-al2023-x86_64-slurm-{SLURM_VERSION}"
+#: How the deploy finds that image's AMI in the tenant's region (it has no public SSM parameter): the newest available
+#: image of this owner whose name matches (PCS's naming: aws-pcs-sample_ami-<os>-<arch>-slurm-<version>). The owner is
+#: the alias of AWS-owned images; were PCS to publish them under another account, the deploy would find none and stop
+#: naming the image, never take a same-named image of someone else.
+AMI_OWNER = "amazon"
+AMI_NAME = f"aws-pcs-sample_ami-al2023-x86_64-slurm-{SLURM_VERSION}*"

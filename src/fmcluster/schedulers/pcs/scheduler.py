@@ -75,8 +75,8 @@ class Pcs:
         return 0
 
     def plan(self, out: Out) -> int:
-        out(f"  PCS: Slurm {SLURM_VERSION}; every node group boots {IMAGE}, whose AMI id the cluster stack takes as "
-            "parameter PcsImageId (not resolved by fmcluster yet: src/fmcluster/schedulers/pcs/README.md)")
+        out(f"  PCS: Slurm {SLURM_VERSION}; every node group boots {IMAGE} (parameter PcsImageId, resolved by name when "
+            "the cluster stack is created); its first boot cannot run there yet: src/fmcluster/schedulers/pcs/README.md")
         return 0
 
     def make_cluster(self, outputs: Mapping[str, str], out: Out) -> StepOutcome:

@@ -12,7 +12,7 @@ from typing import Any
 
 from fmcluster.catalog import InstanceType
 from fmcluster.model import Queue, Tenant
-from fmcluster.schedulers.pcs.image import IMAGE, SLURM_VERSION
+from fmcluster.schedulers.pcs.image import AMI_NAME, AMI_OWNER, IMAGE, SLURM_VERSION
 from fmcluster.stacks.cfn import NO_VALUE, Fn, GetAtt, Ref, if_, text
 from fmcluster.stacks.templates import ClusterTemplate, UserData
 from fmcluster.stacks.templates.common import (
@@ -31,8 +31,7 @@ EPHEMERAL_PORTS = (1024, 65535)
 #: The IAM path PCS requires of the instance profile (and its role) it passes to a node group's instances.
 PCS_IAM_PATH = "/aws-pcs/"
 MANAGED_POLICIES = ("AmazonSSMManagedInstanceCore", "CloudWatchAgentServerPolicy")
-#: The node image's AMI: the PCS sample AMI has no public SSM parameter, so the deploy does not resolve it yet; it is a
-#: parameter of this stack (README.md, "What is not done yet").
+#: The node image's AMI, resolved once by the deploy from the image's name (image.py: AMI_NAME), then kept.
 IMAGE_PARAMETER = "PcsImageId"
 #: MIME multi-part user data, which PCS merges with its own: a text/x-shellscript part runs after the node has
 #: registered with PCS and before its Slurm daemon starts (PCS user guide "Working with Amazon EC2 user data").
@@ -220,9 +219,9 @@ def build(tenant: Tenant, user_data: UserData) -> dict[str, Any]:
     parameters["DataBucketName"] = bucket_name(
         "The tenant data bucket (storage stack output); the node roles may use their prefixes of it only.")
     parameters[IMAGE_PARAMETER] = {
-        "Type": "String", "AllowedPattern": r"^ami-[0-9a-f]{8,17}$",
-        "Description": f"AMI of every node group: data/images.yml's {IMAGE} (AMI name aws-pcs-sample_ami-al2023-"
-                       f"x86_64-slurm-{SLURM_VERSION}) in the region; given by the operator, not resolved yet."}
+        "Type": "AWS::EC2::Image::Id",
+        "Description": f"AMI of every node group: data/images.yml's {IMAGE}, the newest image named {AMI_NAME} of "
+                       f"{AMI_OWNER} in the region, resolved by fmcluster when the stack is created and kept."}
 
     node = [*node_statements(tenant, controller=False), register_statement()]
     controller = [*node_statements(tenant, controller=True), *controller_statements(), *remote_write_statements(tenant),
@@ -285,4 +284,8 @@ def build(tenant: Tenant, user_data: UserData) -> dict[str, Any]:
 
 
 #: What the renderer builds for a pcs tenant (fmcluster.schedulers.pcs.scheduler hands it over).
-CLUSTER_TEMPLATE = ClusterTemplate(source=Path(__file__), build=build)
+def image_names(tenant: Tenant) -> dict[str, tuple[str, str]]:
+    return {IMAGE_PARAMETER: (AMI_OWNER, AMI_NAME)}
+
+
+CLUSTER_TEMPLATE = ClusterTemplate(source=Path(__file__), build=build, image_names=image_names)

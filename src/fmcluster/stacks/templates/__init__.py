@@ -28,6 +28,10 @@ def _none(tenant: Tenant) -> dict[str, str]:
     return {}
 
 
+def _no_names(tenant: Tenant) -> dict[str, tuple[str, str]]:
+    return {}
+
+
 @dataclass(frozen=True)
 class ClusterTemplate:
     """A scheduler's cluster stack, as the renderer needs it."""
@@ -38,6 +42,9 @@ class ClusterTemplate:
     build: Callable[[Tenant, UserData], dict[str, Any]]
     #: AMI parameters the stack takes: parameter name → the public SSM parameter it is resolved from once.
     image_parameters: Callable[[Tenant], dict[str, str]] = field(default=_none)
+    #: AMI parameters of images with no public SSM parameter: parameter name → (owner, image name), the newest
+    #: available image of that name resolved once (fmcluster.stacks.render.NamedImageRef).
+    image_names: Callable[[Tenant], dict[str, tuple[str, str]]] = field(default=_no_names)
     #: Capacity Block scale-in parameters: parameter name → the queue whose block end it is.
     capacity_parameters: Callable[[Tenant], dict[str, str]] = field(default=_none)
 
