@@ -64,6 +64,19 @@ def manifest_vars(tenant: Tenant, given: ContainerRegistry | None) -> dict[str, 
     }
 
 
+#: Where an nccl-tests image keeps nccl-tests and the libraries it runs with: the layout of awsome-distributed-training's
+#: micro-benchmarks/nccl-tests/nccl-tests.Dockerfile (nccl-tests in /opt/nccl-tests/build; NCCL in /opt/nccl/build;
+#: aws-ofi-nccl from the EFA installer in /opt/amazon/ofi-nccl/lib/<arch>-linux-gnu; libfabric, Open MPI, GDRCopy,
+#: CUDA), https://github.com/aws-samples/awsome-distributed-training/tree/main/micro-benchmarks/nccl-tests. The
+#: image's, not a node's: the nodes' own NCCL home comes from their image contract.
+NCCL_TESTS_IMAGE_LAYOUT: dict[str, Any] = {
+    "nccl_tests_container_bin_dir": "/opt/nccl-tests/build",
+    "nccl_tests_container_library_path": ["/opt/nccl/build/lib", "/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu",
+                                          "/opt/amazon/efa/lib", "/opt/amazon/openmpi/lib", "/opt/gdrcopy/lib",
+                                          "/usr/local/cuda/lib64"],
+}
+
+
 def acceptance_image_vars(tenant: Tenant, registries: list[str] | None) -> dict[str, Any]:
     """The nccl_tests role's container variables (docs/acceptance.md, "From a container image"): the image the GPU
     queues' nccl-tests run from (`acceptance.image`, empty: the nodes' own build), how the scheduler's nodes run it
@@ -75,7 +88,8 @@ def acceptance_image_vars(tenant: Tenant, registries: list[str] | None) -> dict[
     image = tenant.acceptance.image
     if image is None:
         return {"nccl_tests_container_image": "", "nccl_tests_container_runtime": "", "nccl_tests_container_mounts": [],
-                "nccl_tests_container_efa": False}
+                "nccl_tests_container_efa": False, "nccl_tests_container_bin_dir": "",
+                "nccl_tests_container_library_path": []}
     found = IMAGE_REFERENCE.fullmatch(image)
     if found is None:  # validation refuses it first; never rendered into a job script
         raise ValueError(f"acceptance.image {image!r} is not an image reference")
@@ -93,4 +107,5 @@ def acceptance_image_vars(tenant: Tenant, registries: list[str] | None) -> dict[
         "nccl_tests_container_runtime": tenant.capabilities.scheduler.job_container_runtime or "",
         "nccl_tests_container_mounts": [tenant.storage.lustre.mount_point, *(["/dev/infiniband"] if efa else [])],
         "nccl_tests_container_efa": efa,
+        **NCCL_TESTS_IMAGE_LAYOUT,
     }
