@@ -26,6 +26,7 @@ from fmcluster.manifest import assemble_inventory, inventory_yaml
 from fmcluster.model import Tenant, load_tenant
 from fmcluster.node.agent import MANIFEST_KEY
 from fmcluster.stacks.render import OutputRef, load_cfn_yaml, render_image_stack
+from fmcluster.schedulers.registry import scheduler_for
 from fmcluster.stacks.templates import image
 from iam_policy import Request, allows, resolve
 
@@ -45,8 +46,8 @@ def tenant_of(org: str) -> Tenant:
 
 def rendered(org: str) -> tuple[Tenant, Any]:
     tenant = tenant_of(org)
-    digests = {kind: VALUES[image.digest_parameter(kind)] for kind in image.kind_images(tenant)}
-    return tenant, render_image_stack(tenant, COMMIT, digests)
+    digests = {kind: VALUES[image.digest_parameter(kind)] for kind in image.kind_images(tenant, scheduler_for(tenant))}
+    return tenant, render_image_stack(tenant, scheduler_for(tenant), COMMIT, digests)
 
 
 def document(template: dict[str, Any], kind: str) -> str:
@@ -83,7 +84,7 @@ def test_one_image_per_kind_the_tenant_boots_on_its_catalogued_base() -> None:
     tenant, stack = rendered("stockmark")
     template = load_cfn_yaml(stack.body)
     # stockmark: m5 controller and login (cpu), a p5 queue (gpu); both boot the DLAMI base GPU AMI (data/images.yml)
-    assert list(image.kind_images(tenant)) == ["cpu", "gpu"]
+    assert list(image.kind_images(tenant, scheduler_for(tenant))) == ["cpu", "gpu"]
     types = {name: r["Type"] for name, r in template["Resources"].items()}
     for kind in ("Cpu", "Gpu"):
         assert {types[f"{kind}{part}"] for part in ("Component", "Recipe", "Infrastructure", "Distribution", "Image")} \
@@ -102,7 +103,7 @@ def test_one_image_per_kind_the_tenant_boots_on_its_catalogued_base() -> None:
             assert tags["fmcluster:kind"] == kind.lower()
     assert "Trainium" + "Image" not in template["Resources"]
     # the parent is pinned from the catalogued SSM parameter, as the cluster stack's AMIs are
-    catalogued = image.kind_images(tenant)["gpu"].ssm_parameter
+    catalogued = image.kind_images(tenant, scheduler_for(tenant))["gpu"].ssm_parameter
     assert stack.parameters["GpuParentImageId"].ssm_path == catalogued
     assert stack.parameters["DataBucketName"] == OutputRef("storage", "DataBucketName")
     assert stack.parameters["SourceCommit"] == COMMIT and stack.parameters["GpuInstallDigest"] == "bbbbbbbbbbbb"
@@ -110,7 +111,7 @@ def test_one_image_per_kind_the_tenant_boots_on_its_catalogued_base() -> None:
 
 def test_a_scheduler_whose_service_chooses_the_image_gets_no_image_stack() -> None:
     with pytest.raises(ValueError, match="its service chooses"):
-        image.kind_images(tenant_of("pclab"))
+        image.kind_images(tenant_of("pclab"), scheduler_for(tenant_of("pclab")))
 
 
 @pytest.mark.parametrize("kind", ["cpu", "gpu"])

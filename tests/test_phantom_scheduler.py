@@ -8,7 +8,6 @@ What the phantom still cannot do (the remaining gap, for the rest of issue 41):
 - its node files (lifecycle or custom-action scripts) would live outside its folder (cfn/, scripts/);
 - `invoke new-tenant --scheduler=phantom` is refused: cookiecutters/tenant/cookiecutter.json lists the choices;
 - only validate → plan (offline) → manifest run here: no deploy;
-- the image stack (stacks/templates/image.py, kind_images) still asks the registry which image a kind boots.
 What a scheduler adds to the storage stack is its own (`storage_parts`, StorageParts: ParallelCluster's node
 policies and accounting database in its folder), and the stacks layer is handed the scheduler by the commands layer
 (render_stacks, stacks.api) rather than importing the registry.

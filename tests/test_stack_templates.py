@@ -547,11 +547,10 @@ def test_the_storage_stack_adds_what_the_scheduler_hands_it_after_its_own_and_na
 
 def test_the_stacks_layer_is_handed_its_scheduler_and_imports_no_registry_nor_scheduler() -> None:
     """Issue 41: render_stacks and the stacks.api operations take the tenant's scheduler from their caller (the
-    commands layer); no module of fmcluster.stacks imports fmcluster.schedulers, even inside a function. The image
-    stack's kind_images still asks the registry which image a kind boots: the one left, named here."""
+    commands layer); no module of fmcluster.stacks imports fmcluster.schedulers, even inside a function (the image
+    stack is handed its scheduler too)."""
     from test_import_graph import import_graph
 
     upward = {module: sorted(t for t in targets if t.startswith("fmcluster.schedulers"))
               for module, targets in import_graph().items() if module.startswith("fmcluster.stacks")}
-    assert {module: found for module, found in upward.items() if found} == {
-        "fmcluster.stacks.templates.image": ["fmcluster.schedulers.registry"]}
+    assert {module: found for module, found in upward.items() if found} == {}

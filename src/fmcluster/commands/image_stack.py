@@ -21,10 +21,11 @@ def plan_image_stack(tenant: Tenant, kind: str | None = None, out: Callable[[str
     from fmcluster.stacks.api import write_rendered
     from fmcluster.stacks.aws import has_credentials
     from fmcluster.stacks.render import render_image_stack
+    from fmcluster.schedulers.registry import scheduler_for
     from fmcluster.stacks.templates import image
 
     try:
-        kinds = image.kind_images(tenant)
+        kinds = image.kind_images(tenant, scheduler_for(tenant))
     except ValueError as err:
         out(f"image: {err}")
         return ExitCode.FAILED
@@ -33,7 +34,7 @@ def plan_image_stack(tenant: Tenant, kind: str | None = None, out: Callable[[str
         kind = None
     ref = pinned_commit()
     digests = {k: baked.committed_digest(ref, k, image.pristine(found)) for k, found in kinds.items()}
-    stack = render_image_stack(tenant, ref, digests)
+    stack = render_image_stack(tenant, scheduler_for(tenant), ref, digests)
     path = write_rendered(tenant, [stack]) / f"{stack.name}.yaml"
     out(f"image stack {stack.name} (EC2 Image Builder), rendered to {path} ({len(stack.body)} bytes)")
     out(f"  commit {ref}{' (the working tree has uncommitted changes: they are not in it)' if uncommitted_changes() else ''}")

@@ -323,13 +323,13 @@ def render_stacks(tenant: Tenant, scheduler: SchedulerStacks,
 IMAGE_STACK_KEY = "image"
 
 
-def render_image_stack(tenant: Tenant, commit: str, digests: dict[str, str],
+def render_image_stack(tenant: Tenant, scheduler: SchedulerStacks, commit: str, digests: dict[str, str],
                        image_parameter: Callable[[str], str] = lambda path: path) -> RenderedStack:
     """The tenant's image stack (fmcluster.stacks.templates.image), rendered offline: `commit` the bundle it builds
     from, `digests` each kind's install-set digest (fmcluster.baked.committed_digest), recorded on the images. Its
     parent images are pinned like the cluster stack's (ImageRef, from the catalogued SSM parameter)."""
-    template = image.build(tenant)
-    kinds = image.kind_images(tenant)
+    template = image.build(tenant, scheduler)
+    kinds = image.kind_images(tenant, scheduler)
     if set(digests) != set(kinds):
         raise ValueError(f"image stack of {tenant.org!r}: digests for {sorted(digests)}, kinds {sorted(kinds)}")
     params: dict[str, ParameterValue] = {

@@ -79,3 +79,6 @@ class SchedulerStacks(Protocol):
 
     def storage_parts(self) -> StorageParts:
         """What it adds to the storage stack."""
+
+    def image(self, accelerator: str) -> str:
+        """The catalogued image (data/images.yml key) its nodes of that accelerator boot: the image stack's parent."""

@@ -37,6 +37,7 @@ from fmcluster.images import Image, load_images
 from fmcluster.model import Tenant
 from fmcluster.stacks.cfn import GetAtt, Ref, join
 from fmcluster.stacks.first_boot import s3_client_writer
+from fmcluster.stacks.templates import SchedulerStacks
 from fmcluster.stacks.templates.common import (
     BOOTSTRAP_PREFIX, MANIFEST_PREFIX, TEMPLATE_VERSION, assume_role, bucket_arn, bucket_name, description,
     logical_name, metadata, output, resource_tags, spec_file, subnet_id, trusted_index_statement,
@@ -59,13 +60,11 @@ BUILD_TIMEOUT_MINUTES = 240
 _ORG = re.compile(r"[a-z][a-z0-9-]{0,30}")
 
 
-def kind_images(tenant: Tenant) -> dict[str, Image]:
+def kind_images(tenant: Tenant, scheduler: SchedulerStacks) -> dict[str, Image]:
     """Each image kind the tenant's nodes boot → the catalogued image its recipe starts from: the image the tenant's
-    scheduler boots for the kind's accelerator (Scheduler.image). A scheduler whose nodes boot an image its service
-    chooses (HyperPod, ParallelCluster) has no catalogued parent to bake on here: refused, naming it."""
-    from fmcluster.schedulers.registry import scheduler_for
-
-    scheduler, catalog = scheduler_for(tenant), load_images()
+    scheduler (handed in by the caller) boots for the kind's accelerator. A scheduler whose nodes boot an image its
+    service chooses (HyperPod, ParallelCluster) has no catalogued parent to bake on here: refused, naming it."""
+    catalog = load_images()
     accelerators = {tenant.controller.accelerator, *(q.instance.accelerator for q in tenant.queues)}
     if tenant.login is not None:
         accelerators.add(tenant.login.accelerator)
@@ -177,8 +176,8 @@ def component_document(org: str, kind: str) -> Any:
     return join(parts)
 
 
-def build(tenant: Tenant) -> dict[str, Any]:
-    kinds = kind_images(tenant)
+def build(tenant: Tenant, scheduler: SchedulerStacks) -> dict[str, Any]:
+    kinds = kind_images(tenant, scheduler)
     prefix = tenant.stack_prefix
     tag_map = {**tenant.tags}
 
