@@ -604,3 +604,39 @@ def test_the_evaluator_substitutes_policy_variables_literally_and_fails_closed()
             allows([{"Statement": [statement]}], Request("s3:GetObject", "arn:aws:s3:::b/x", {"aws:SourceIp": "1"}))
     assert resolve({"Fn::Join": ["", [{"Fn::Sub": "a-${X}-${!aws:userid}"}, "${aws:userid}"]]}, {"X": "x"}) == \
         "a-x-${aws:userid}${aws:userid}"
+
+
+@pytest.mark.parametrize("scheduler", sorted(ORGS))
+def test_every_node_may_get_an_ecr_token_and_pull_only_the_tenants_own_repositories(
+        scheduler: str, tenants: dict[str, Tenant]) -> None:
+    """The node's ECR token refresher (roles/slurm_containers, docs/containers.md) calls GetAuthorizationToken, which
+    takes only `*`; the token then grants what the role grants: pulls from the tenant's account's repositories in its
+    region, none from another account's or another region's, and no push."""
+    tenant = tenants[scheduler]
+    assert tenant.containers.enabled and not tenant.containers.registries, "the bundled tenants use the stack's ECR"
+    region = tenant.region
+    mine = f"arn:aws:ecr:{region}:{ACCOUNT}:repository/team-a/megatron"
+    for role, policies in role_policies(tenant).items():
+        assert allows(policies, Request("ecr:GetAuthorizationToken", "*", context(tenant))), role
+        for action in ("ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer", "ecr:BatchCheckLayerAvailability"):
+            assert allows(policies, Request(action, mine, context(tenant))), (role, action)
+            for other in (f"arn:aws:ecr:{region}:210987654321:repository/team-a/megatron",
+                          f"arn:aws:ecr:eu-north-1:{ACCOUNT}:repository/team-a/megatron"):
+                assert not allows(policies, Request(action, other, context(tenant))), (role, action, other)
+        for action in ("ecr:PutImage", "ecr:InitiateLayerUpload", "ecr:BatchDeleteImage", "ecr:SetRepositoryPolicy"):
+            assert not allows(policies, Request(action, mine, context(tenant))), (role, action)
+
+
+def test_ecr_pulls_follow_the_specs_registries_and_vanish_without_containers(tenants: dict[str, Tenant]) -> None:
+    tenant = tenants["slurm-ec2"]
+    other_region = dataclasses.replace(tenant, containers=dataclasses.replace(
+        tenant.containers, registries=(f"{ACCOUNT}.dkr.ecr.eu-north-1.amazonaws.com",)))
+    for role, policies in role_policies(other_region, render(other_region)).items():
+        for where in (tenant.region, "eu-north-1"):
+            arn = f"arn:aws:ecr:{where}:{ACCOUNT}:repository/nemo"
+            assert allows(policies, Request("ecr:BatchGetImage", arn, context(tenant))), (role, where)
+        arn = f"arn:aws:ecr:ap-south-1:{ACCOUNT}:repository/nemo"
+        assert not allows(policies, Request("ecr:BatchGetImage", arn, context(tenant))), role
+    off = dataclasses.replace(tenant, containers=dataclasses.replace(tenant.containers, enabled=False))
+    for role, policies in role_policies(off, render(off)).items():
+        assert not allows(policies, Request("ecr:GetAuthorizationToken", "*", context(tenant))), role

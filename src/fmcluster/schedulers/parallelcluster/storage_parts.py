@@ -13,8 +13,8 @@ from fmcluster.model import Tenant
 from fmcluster.stacks.cfn import Fn, GetAtt, Ref, Sub
 from fmcluster.stacks.templates import StorageParts
 from fmcluster.stacks.templates.common import (
-    BOOTSTRAP_PREFIX, MANIFEST_PREFIX, alert_publish_statements, output, own_report_keys, remote_write_statements,
-    resource_tags, secret_arns, secrets_of, trusted_index_statement,
+    BOOTSTRAP_PREFIX, MANIFEST_PREFIX, alert_publish_statements, container_pull_statements, output, own_report_keys,
+    remote_write_statements, resource_tags, secret_arns, secrets_of, trusted_index_statement,
 )
 from fmcluster.stacks.templates.storage import RETAIN
 
@@ -76,6 +76,8 @@ def parallelcluster_node_policy(tenant: Tenant, roles: tuple[str, ...]) -> dict[
              "Resource": secret_arns(tenant.org, secrets_of(tenant, roles))},
             trusted_index_statement(tenant.org),
             {"Sid": "FindClusterNodes", "Effect": "Allow", "Action": describe, "Resource": "*"},
+            # Users' images from the tenant's ECR (docs/containers.md).
+            *container_pull_statements(tenant),
             # Prometheus on the head node: remote write to the tenant's Amazon Managed Prometheus, if any; its
             # Alertmanager: the tenant's SNS receivers, if any.
             *(remote_write_statements(tenant) if head else []),

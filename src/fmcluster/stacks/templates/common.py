@@ -9,6 +9,7 @@ from typing import Any
 from fmcluster.accounting import secret_roles
 from fmcluster.model import Tenant
 from fmcluster.stacks.cfn import Ref, Sub, join, tags, text
+from fmcluster.validation import ECR_REGISTRY
 
 TEMPLATE_VERSION = "2010-09-09"
 
@@ -29,11 +30,12 @@ CONTROL_PREFIXES = (BOOTSTRAP_PREFIX, MANIFEST_PREFIX, LIFECYCLE_PREFIX, TEMPLAT
 DEPLOY_PRINCIPAL_PARAMETER = "DeployPrincipalId"
 
 # Describe calls cannot be scoped to resources (the EC2 service authorization reference lists no
-# resource type for them), so they are the only actions allowed on Resource "*".
+# resource type for them), nor can ECR's GetAuthorizationToken (its service authorization reference lists none; the
+# ECR user guide's registry_auth.html says to grant it on "*"), so they are the only actions allowed on Resource "*".
 UNSCOPABLE_ACTIONS = frozenset({
     "ec2:DescribeAvailabilityZones", "ec2:DescribeDhcpOptions", "ec2:DescribeInstances",
     "ec2:DescribeNetworkInterfaces", "ec2:DescribeSecurityGroups", "ec2:DescribeSubnets", "ec2:DescribeTags",
-    "ec2:DescribeVpcs", "autoscaling:DescribeAutoScalingInstances",
+    "ec2:DescribeVpcs", "autoscaling:DescribeAutoScalingInstances", "ecr:GetAuthorizationToken",
 })
 
 
@@ -201,6 +203,35 @@ def node_statements(tenant: Tenant, *, controller: bool) -> list[dict[str, Any]]
         # Every node finds itself and the cluster's other nodes among the tenant's instances (its node agent;
         # Describe* cannot be resource-scoped).
         {"Sid": "FindClusterNodes", "Effect": "Allow", "Action": "ec2:DescribeInstances", "Resource": "*"},
+        *container_pull_statements(tenant),
+    ]
+
+
+#: What pulling an image from ECR takes on the repository (AWS's read-only managed policy, AmazonEC2ContainerRegistry
+#: ReadOnly, lists the same: https://docs.aws.amazon.com/AmazonECR/latest/userguide/security-iam-awsmanpol.html).
+ECR_PULL_ACTIONS = ("ecr:BatchCheckLayerAvailability", "ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer")
+
+
+def container_pull_statements(tenant: Tenant) -> list[dict[str, Any]]:
+    """Where the tenant runs containers (docs/containers.md): the node's root-run token refresher asks ECR for an
+    authorization token (GetAuthorizationToken takes no resource but `*`: the token is per registry, and grants only
+    what this role grants: https://docs.aws.amazon.com/AmazonECR/latest/userguide/registry_auth.html), and skopeo pulls
+    with it from the repositories of the tenant's own account, in the stacks' region and the regions of the spec's
+    `containers.registries` (validation keeps those to the same account), and from no other account's."""
+    if not tenant.containers.enabled:
+        return []
+    # The stack's own region (its storage stack's ContainerRegistry output is that region's ECR), then the others.
+    resources: list[Any] = [Sub("arn:${AWS::Partition}:ecr:${AWS::Region}:${AWS::AccountId}:repository/*")]
+    regions: list[str] = []
+    for host in tenant.containers.registries:
+        match = ECR_REGISTRY.fullmatch(host)
+        if match is not None and match["region"] not in regions:
+            regions.append(match["region"])
+    resources += [text("arn:${AWS::Partition}:ecr:{region}:${AWS::AccountId}:repository/*", region=region)
+                  for region in regions]
+    return [
+        {"Sid": "EcrAuthorizationToken", "Effect": "Allow", "Action": "ecr:GetAuthorizationToken", "Resource": "*"},
+        {"Sid": "PullTenantImages", "Effect": "Allow", "Action": list(ECR_PULL_ACTIONS), "Resource": resources},
     ]
 
 
