@@ -4,6 +4,7 @@ rootless bundle config for Slurm's rootless runc. Its registry pulls and Slurm's
 
 from __future__ import annotations
 
+import hashlib
 import importlib.machinery
 import importlib.util
 import json
@@ -137,6 +138,58 @@ def test_usage_and_refusals_exit_as_documented(tmp_path: Path, monkeypatch: pyte
     assert "registry docker.io is not the tenant's" in capsys.readouterr().err
     assert tool.main(["check", f"{LOCAL}/x:1"]) == 0
     assert capsys.readouterr().out == f"{LOCAL}/x:1\n"
+
+
+def _skopeo_calls(settings: dict[str, Any], text: str, tmp_path: Path,
+                  monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """The skopeo command lines a pull of `text` runs (inspect for the digest, copy into the cache); skopeo itself
+    is stood in for: it answers a manifest and writes the layout's index."""
+    calls: list[list[str]] = []
+    manifest = '{"schemaVersion": 2}'
+    digest = "sha256:" + hashlib.sha256(manifest.encode()).hexdigest()
+
+    def fake(argv: list[str], what: str) -> str:
+        calls.append(argv)
+        if argv[1] == "copy":
+            layout = Path(argv[-1].split(":")[1])
+            (layout / "index.json").write_text(json.dumps({"manifests": [{"digest": digest}]}))
+        return manifest
+
+    monkeypatch.setattr(tool, "_run", fake)
+    ref = tool.parse_reference(text, [LOCAL, ECR])
+    tool._pull(settings, ref, tool.resolve_digest(settings, ref), tmp_path / "images", lambda _: None)
+    return [argv for argv in calls if argv[0] == "skopeo"]
+
+
+def test_skopeo_pulls_from_ecr_with_the_refreshers_auth_file_and_from_the_local_registry_without(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    auth = tmp_path / "ecr-auth.json"
+    auth.write_text(json.dumps({"auths": {ECR: {"auth": "QVdTOnNlY3JldA=="}}}))
+    settings = {"registries": [LOCAL, ECR], "insecure_registries": [LOCAL], "skopeo": "skopeo", "authfile": str(auth)}
+    inspect, copy = _skopeo_calls(settings, f"{ECR}/team-a/megatron:1", tmp_path / "a", monkeypatch)
+    assert inspect == ["skopeo", "inspect", "--raw", "--authfile", str(auth), f"docker://{ECR}/team-a/megatron:1"]
+    assert copy[:5] == ["skopeo", "copy", "--quiet", "--src-authfile", str(auth)]
+    assert copy[5].startswith(f"docker://{ECR}/team-a/megatron@sha256:")
+    # The local substrate's registry: no token, no auth file (even where one exists), plain HTTP as before.
+    inspect, copy = _skopeo_calls(settings, f"{LOCAL}/fmcluster/cpu-test:1", tmp_path / "b", monkeypatch)
+    assert inspect == ["skopeo", "inspect", "--raw", "--tls-verify=false", f"docker://{LOCAL}/fmcluster/cpu-test:1"]
+    assert "--src-authfile" not in copy and "--authfile" not in copy
+    settings["authfile"] = str(tmp_path / "absent.json")
+    inspect, _ = _skopeo_calls(settings, f"{LOCAL}/fmcluster/cpu-test:1", tmp_path / "c", monkeypatch)
+    assert "--authfile" not in inspect
+
+
+@pytest.mark.parametrize("content", [None, "{", json.dumps({"auths": {"210987654321.dkr.ecr.us-east-1.amazonaws.com": {
+    "auth": "QVdTOnNlY3JldA=="}}})])
+def test_an_ecr_pull_without_a_token_for_its_registry_is_refused_naming_the_refresher(
+        content: str | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    auth = tmp_path / "ecr-auth.json"
+    if content is not None:
+        auth.write_text(content)
+    settings = {"registries": [ECR], "skopeo": "skopeo", "authfile": str(auth)}
+    with pytest.raises(tool.Refused, match=rf"no ECR token for {ECR} in {auth}: the node's fmcluster-ecr-login\.service"
+                                           r".*systemctl start fmcluster-ecr-login\.service"):
+        _skopeo_calls(settings, f"{ECR}/nemo:1", tmp_path, monkeypatch)
 
 
 def test_the_local_registry_listens_on_the_router_address_only_and_keeps_what_is_pushed(tmp_path: Path) -> None:
