@@ -7,7 +7,7 @@ import contextlib
 import os
 import re
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -66,3 +66,17 @@ def converge_hosts(inventory: Path, play: list[dict[str, Any]], tmp: Path, *extr
     recap = done.stdout.split("PLAY RECAP")[-1]
     changed = {host: int(n) for host, n in re.findall(r"^(\S+)\s+: ok=\d+\s+changed=(\d+)", recap, re.M)}
     return done.returncode, changed, done.stdout + done.stderr
+
+
+def trusted(value: Any) -> Any:
+    """Values as Ansible holds a role's own files or the inventory the node agent writes: their strings may be
+    templates (ansible-core 2.19's data tagging), so Templar renders them as a converge would."""
+    from ansible.template import trust_as_template
+
+    if isinstance(value, str):
+        return trust_as_template(value)
+    if isinstance(value, Mapping):
+        return {key: trusted(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [trusted(item) for item in value]
+    return value

@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from conftest import ROOT
+from role_helpers import trusted
 from fmcluster import versions
 from fmcluster.images import Contract, load_images
 
@@ -35,19 +36,6 @@ def _yaml(path: Path) -> Any:
     return yaml.safe_load(path.read_text())
 
 
-def _trusted(value: Any) -> Any:
-    """Values as Ansible holds a role's own files: their strings may be templates."""
-    from ansible.template import trust_as_template
-
-    if isinstance(value, str):
-        return trust_as_template(value)
-    if isinstance(value, dict):
-        return {key: _trusted(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_trusted(item) for item in value]
-    return value
-
-
 def render(group_vars: dict[str, Any], **overrides: Any) -> tuple[dict[str, Any], str]:
     """(the variables the role passes to supervised_service, the unit file it writes) on a GPU node whose group vars
     (the manifest's: the image contract's role_vars) are `group_vars`. Precedence as in a play: role defaults, group
@@ -58,7 +46,7 @@ def render(group_vars: dict[str, Any], **overrides: Any) -> tuple[dict[str, Any]
     tasks = _yaml(ROLE / "tasks" / "main.yml")
     run = next(task for task in tasks if task["name"] == "Run the DCGM exporter")
     start = next(task for task in run["block"] if task["name"] == "Start dcgm-exporter")
-    variables = _trusted({**_yaml(SUPERVISED / "defaults" / "main.yml"), **_yaml(ROLE / "defaults" / "main.yml"),
+    variables = trusted({**_yaml(SUPERVISED / "defaults" / "main.yml"), **_yaml(ROLE / "defaults" / "main.yml"),
                           **group_vars, "dcgm_exporter_listen_address": LISTEN, **overrides, **run["vars"],
                           **start["vars"], "dcgm_exporter_counters": {"changed": False}})
     templar = Templar(loader=DataLoader(), variables=variables)

@@ -21,7 +21,9 @@ import pytest
 import yaml
 from moto import mock_aws
 
-ROOT = Path(__file__).resolve().parent.parent
+from conftest import ROOT
+from role_helpers import trusted
+
 ROLE = ROOT / "roles" / "slurm_containers"
 ECR = "123456789012.dkr.ecr.us-east-1.amazonaws.com"
 ECR_WEST = "123456789012.dkr.ecr.eu-west-1.amazonaws.com"
@@ -84,23 +86,12 @@ def test_a_failed_refresh_leaves_the_file_as_it_was_and_exits_1(aws: Any, tmp_pa
 
 # --- the role: where it installs the refresher -----------------------------------------------------------------
 
-def _trusted(value: Any) -> Any:
-    from ansible.template import trust_as_template
-
-    if isinstance(value, str):
-        return trust_as_template(value)
-    if isinstance(value, dict):
-        return {k: _trusted(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_trusted(v) for v in value]
-    return value
-
 
 def _template(variables: dict[str, Any], text: str) -> Any:
     from ansible.parsing.dataloader import DataLoader
     from ansible.template import Templar, trust_as_template
 
-    templar = Templar(loader=DataLoader(), variables=_trusted(variables))
+    templar = Templar(loader=DataLoader(), variables=trusted(variables))
     return templar.template(trust_as_template(text))
 
 

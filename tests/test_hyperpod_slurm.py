@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from conftest import ROOT
+from role_helpers import trusted
 from fmcluster.manifest import assemble_inventory
 from fmcluster.model import Tenant, load_tenant
 from fmcluster.schedulers.protocol import SITE_PLAYBOOK
@@ -50,19 +51,6 @@ def load(path: Path) -> Any:
     from ansible.parsing.dataloader import DataLoader
 
     return DataLoader().load_from_file(str(path), trusted_as_template=True)
-
-
-def trusted(value: Any) -> Any:
-    """Variables as Ansible holds them when read from the inventory file the node agent writes."""
-    from ansible.template import trust_as_template
-
-    if isinstance(value, str):
-        return trust_as_template(value)
-    if isinstance(value, Mapping):
-        return {k: trusted(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [trusted(v) for v in value]
-    return value
 
 
 def plays(playbook: Path) -> Iterator[dict[str, Any]]:
