@@ -235,6 +235,11 @@ def test_the_first_deploy_builds_the_cluster_with_every_node_converging_itself(c
     assert len(re.findall(r"\): converged [0-9a-f]{12} in [\d.]+s, changed=\d+", out)) == 5
     assert "Prometheus scrapes exactly the 5 current nodes" in out
     assert "acceptance passed" in out
+    # Issue 39: the gate's CPU jobs ran fmcluster's bench from its image in the VPC's registry, as users' jobs run.
+    assert "acceptance image: fmcluster's CPU bench " in out, out[-8000:]
+    logs = on_node(compute_nodes()[0], "grep -rlE '^# fmcluster acceptance job: [a-z_]+_perf in "
+                   "[0-9.]+:5000/fmcluster/cpu-bench:' /fsx/fmcluster/acceptance", timeout=60)
+    assert logs.returncode == 0 and logs.stdout.split(), logs.stdout + logs.stderr
     assert "not created by the AWS emulator" in out and "bound at /fsx on every host" in out
     assert "2 secret(s) created" in out and "published commit" in out
     # No node has a public address here: every node-facing step went through the (stood-in) Session Manager channel.
@@ -748,13 +753,13 @@ def test_alice_runs_the_tenant_s_image_with_srun_container_on_every_compute_node
     under her team; the second run takes the image and her bundle from the cache on /fsx (nothing pulled)."""
     from fmcluster.providers.local import image
     from fmcluster.providers.local.hosts import router_address
-    from fmcluster.providers.local.registry import ensure_registry, push_test_image
+    from fmcluster.providers.local.registry import ensure_registry, push_bench_image
     from fmcluster.stacks.render import subnet_cidrs
 
     started = time.monotonic()
     registry = ensure_registry(ORG, router_address(subnet_cidrs(VPC)["private"]).split("/")[0])
     assert not registry.started, "the deploy did not start the tenant's registry"
-    reference = push_test_image(registry, image.ensure_image(lambda _: None).rootfs)
+    reference = push_bench_image(registry, image.ensure_image(lambda _: None).rootfs, tag="alice")
     MEASURED["container image built and pushed (s)"] = round(time.monotonic() - started, 1)
     nodes = compute_nodes()
     uid, team = USERS["alice"]

@@ -2,8 +2,10 @@
 fmcluster's compute nodes run it): alice runs the tests' image from the tenant's local registry with
 `srun --container=$(fmcluster-container bundle REF)`, as herself outside (rootless runc: root of her own user
 namespace inside, uid 0 mapped to hers), with her home and /fsx mounted; the second run takes the bundle from the
-cache on /fsx without pulling; a reference outside the tenant's registry is refused. The registry is the substrate's
-(fmcluster.providers.local.registry), the image built from the node image on this machine: nothing leaves it.
+cache on /fsx without pulling; a reference outside the tenant's registry is refused; the operator's acceptance job
+for CPU queues (roles/nccl_tests' cpu-bench.sbatch.j2 with its image) runs fmcluster's bench from the image and its
+log is judged as the gate judges it. The registry is the substrate's (fmcluster.providers.local.registry), the image
+built from the node image on this machine: nothing leaves it.
 
 Slurm is configured by hand here (one node, no accounting): what is under test is the role and Slurm's OCI path,
 the Slurm roles have their own tests (molecule/slurm_cluster)."""
@@ -11,15 +13,21 @@ the Slurm roles have their own tests (molecule/slurm_cluster)."""
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import jinja2
 import pytest
+import yaml
 
+from conftest import ROOT
+from fmcluster.acceptance import parse_text
+from fmcluster.containers import BENCH_IMAGE_PYTHONPATH
 from fmcluster.providers.local import image
 from fmcluster.providers.local.hosts import Host, host_run, router_address
-from fmcluster.providers.local.registry import Registry, ensure_registry, push_test_image
+from fmcluster.providers.local.registry import Registry, ensure_registry, push_bench_image
 from fmcluster.stacks.render import subnet_cidrs
 from role_helpers import converge_hosts, systemd_hosts
 
@@ -29,6 +37,8 @@ pytestmark = [pytest.mark.slow,
 ORG = "t-oci"
 VPC = "10.95.88.0/24"
 ALICE = {"name": "alice", "uid": 2001, "gid": 2001}
+#: The image's default user, who submits the acceptance jobs (not one of the tenant's users).
+OPERATOR = "ops"
 SPOOL = "/var/spool/slurmd"
 #: Where a configless slurmd keeps what it fetched, and where slurmstepd then reads oci.conf (beside that slurm.conf).
 CONF_CACHE = f"{SPOOL}/conf-cache"
@@ -62,7 +72,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Ho
     with systemd_hosts(ORG, VPC, 1, tmp, shared=["/fsx"]) as (inventory, hosts):
         node = hosts[0]
         registry = ensure_registry(ORG, router_address(subnet_cidrs(VPC)["private"]).split("/")[0])
-        reference = push_test_image(registry, image.ensure_image(lambda _: None).rootfs)
+        reference = push_bench_image(registry, image.ensure_image(lambda _: None).rootfs)
         run(node, "DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends slurmctld slurmd "
                   "slurm-client munge >/dev/null", timeout=900)
         (node.root / "etc/slurm/slurm.conf").write_text(slurm_conf(node))
@@ -73,6 +83,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Ho
             dd if=/dev/urandom of=/etc/munge/munge.key bs=1024 count=1 2>/dev/null
             chown munge: /etc/munge/munge.key && chmod 0400 /etc/munge/munge.key
             useradd -m -u {ALICE['uid']} -U alice
+            useradd -m -u 2002 -U {OPERATOR}
             systemctl restart munge slurmctld && sleep 1 && systemctl restart slurmd
             for i in $(seq 60); do sinfo -h -o %T | grep -q idle && exit 0; sleep 1; done; sinfo; exit 1""")
         yield inventory, node, registry, reference
@@ -84,6 +95,7 @@ def play(registry: Registry) -> list[dict[str, Any]]:
                  "slurm_containers_registries": [registry.host],
                  "slurm_containers_insecure_registries": [registry.host],
                  "slurm_containers_users": [ALICE],
+                 "slurm_containers_operator": OPERATOR,
                  "slurm_containers_conf_cache_dir": CONF_CACHE}}]}]
 
 
@@ -161,3 +173,34 @@ def test_a_configless_slurmstepd_reads_oci_conf_only_from_slurmd_s_cache_and_the
     run(node, oci_conf_back)
     code, stdout, stderr = as_alice(node, in_image)
     assert code == 0 and stdout.split() == ["0", str(ALICE["uid"]), "1"], stdout + stderr
+
+
+def test_the_operator_s_cpu_acceptance_job_runs_the_bench_from_its_image_and_passes_the_gate_s_parser(
+        cluster: tuple[Path, Host, Registry, str], tmp_path: Path) -> None:
+    """Issue 39: the CPU queues' acceptance job as roles/nccl_tests renders it with the bench image the manifest names
+    (fmcluster.containers.bench_image_vars), submitted with sbatch by the operator (the image's default user, given a
+    runtime root and a bundle directory by the role): the bench runs in the image (the job's environment, MASTER_ADDR
+    and Slurm's rank, reaching it), and its log parses as a clean nccl-tests log of fmcluster's bench."""
+    inventory, node, registry, reference = cluster
+    code, _, out = converge_hosts(inventory, play(registry), tmp_path)
+    assert code == 0, out
+    defaults = yaml.safe_load((ROOT / "roles/nccl_tests/defaults/main.yml").read_text())
+    env = jinja2.Environment(trim_blocks=True, undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    env.filters["quote"] = shlex.quote
+    job = env.from_string((ROOT / "roles/nccl_tests/templates/cpu-bench.sbatch.j2").read_text()).render(
+        **{**defaults, "nccl_tests_collective": "all_reduce", "nccl_tests_cpu_container_image": reference,
+           "nccl_tests_cpu_container_pythonpath": BENCH_IMAGE_PYTHONPATH})
+    (node.root / f"home/{OPERATOR}/cpu-all_reduce.sbatch").write_text(job)  # the host's /tmp is its own tmpfs
+    log = f"/home/{OPERATOR}/cpu-all_reduce.log"
+    submitted = run(node, f"runuser -u {OPERATOR} -- sbatch --parsable --wait --nodes=1 --output={log} "
+                          f"/home/{OPERATOR}/cpu-all_reduce.sbatch -b 64K -e 256K -f 2 -n 2 -w 1 -c 1")
+    assert submitted.strip().isdigit(), submitted
+    text = (node.root / log.lstrip("/")).read_text()
+    assert f"# fmcluster acceptance job: all_reduce_perf in {reference}" in text, text
+    assert f"bundles/{OPERATOR}/sha256-" in text, text  # the operator's own bundle, as a user's
+    parsed = parse_text(text)
+    assert parsed.tests_version and parsed.tests_version.startswith("fmcluster-cpu-bench "), text
+    assert parsed.completed and parsed.out_of_bounds == 0 and parsed.rows and not parsed.errors, text
+    in_image = run(node, f"runuser -u {OPERATOR} -- sh -c 'cd && srun --container=\"$(fmcluster-container bundle "
+                         f"{reference} 2>/dev/null)\" cat /proc/self/uid_map'").split()
+    assert in_image == ["0", "2002", "1"], in_image

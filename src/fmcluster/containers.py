@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from fmcluster.capabilities import CONTAINER_RUNTIMES
 from fmcluster.model import Tenant
 from fmcluster.validation import ECR_REGISTRY, IMAGE_REFERENCE
 
@@ -19,11 +20,14 @@ from fmcluster.validation import ECR_REGISTRY, IMAGE_REFERENCE
 @dataclass(frozen=True)
 class ContainerRegistry:
     """A registry the provider gives the tenant: `host` as image references name it (host[:port]); `insecure`: plain
-    HTTP (only a substrate's own registry, never an AWS tenant's); `what`: what it is, for the deploy's notes."""
+    HTTP (only a substrate's own registry, never an AWS tenant's); `what`: what it is, for the deploy's notes;
+    `bench_image`: the image of fmcluster's CPU bench the provider keeps in it (the local substrate's, pushed by its
+    deploy), which the acceptance's CPU jobs run from where `bench_runs_in_container`; empty: none."""
 
     host: str
     insecure: bool = False
     what: str = ""
+    bench_image: str = ""
 
 
 class ForeignRegistry(ValueError):
@@ -55,6 +59,7 @@ def manifest_vars(tenant: Tenant, given: ContainerRegistry | None) -> dict[str, 
     users = sorted(tenant.users, key=lambda u: u.name)
     return {
         **acceptance_image_vars(tenant, registries if given is not None else None),
+        **bench_image_vars(tenant, given),
         "fmcluster_containers": tenant.containers.enabled,
         "slurm_containers_registries": registries,
         "slurm_containers_insecure_registries": [given.host] if given is not None and given.insecure else [],
@@ -75,6 +80,28 @@ NCCL_TESTS_IMAGE_LAYOUT: dict[str, Any] = {
                                           "/opt/amazon/efa/lib", "/opt/amazon/openmpi/lib", "/opt/gdrcopy/lib",
                                           "/usr/local/cuda/lib64"],
 }
+
+
+#: Where the CPU bench's image keeps fmcluster's bench (fmcluster.providers.local.registry builds it so): the
+#: acceptance's CPU jobs run `python3 -m fmcluster.acceptance.bench` inside it with this on PYTHONPATH.
+BENCH_IMAGE_PYTHONPATH = "/opt/fmcluster/lib"
+
+
+def bench_runs_in_container(tenant: Tenant) -> bool:
+    """Whether the acceptance's CPU jobs run the bench from its image: the tenant has CPU queues and its nodes run
+    images through what fmcluster installs (its scheduler's job_container_runtime, with containers.enabled). Elsewhere
+    the bench runs from the nodes' own checkout."""
+    runtime = tenant.capabilities.scheduler.job_container_runtime
+    return (tenant.containers.enabled and CONTAINER_RUNTIMES.get(str(runtime)) == "fmcluster"
+            and any(q.instance.accelerator == "none" for q in tenant.queues))
+
+
+def bench_image_vars(tenant: Tenant, given: ContainerRegistry | None) -> dict[str, Any]:
+    """The nccl_tests role's CPU bench image (`given.bench_image` where the bench runs from it, else empty: the
+    nodes' own checkout) and where the image keeps the bench."""
+    image = given.bench_image if given is not None and bench_runs_in_container(tenant) else ""
+    return {"nccl_tests_cpu_container_image": image,
+            "nccl_tests_cpu_container_pythonpath": BENCH_IMAGE_PYTHONPATH if image else ""}
 
 
 def acceptance_image_vars(tenant: Tenant, registries: list[str] | None) -> dict[str, Any]:

@@ -117,6 +117,8 @@ class Contract:
             "operator_access_user": self.default_user,
             # ... and submits the acceptance jobs as that user: it needs an association where they are enforced.
             "slurm_associations_operator": self.default_user,
+            # ... which, where they run from an image, it runs as itself (roles/slurm_containers).
+            "slurm_containers_operator": self.default_user,
         }
         # An image without NCCL (ParallelCluster's) gets NVIDIA's packages on its GPU nodes (roles/nvidia_driver,
         # versions.yml nvidia.nccl_package), and nccl-tests builds against where they put it.

@@ -1129,7 +1129,8 @@ def _check_acceptance_image(out: _Collector, tenant: dict[str, Any], t: KeyPath,
     provider = PROVIDERS.get(str(tenant.get("provider")))  # None: the schema names it
     if provider is not None and not provider.real_accelerators:
         out.add(key, f"provider {tenant.get('provider')}'s nodes have no GPUs, and the acceptance image runs "
-                "nccl-tests on GPU queues (the CPU bench runs from the nodes' own checkout)",
+                "nccl-tests on GPU queues (CPU queues run fmcluster's bench, from the image the deploy pushes to the "
+                "provider's registry wherever the nodes run images: docs/acceptance.md)",
                 "remove acceptance.image, or set it on a provider aws tenant")
         return
     queues = tenant.get("queues")

@@ -299,3 +299,55 @@ def test_an_image_where_nothing_would_run_it_is_refused(
                                                                       "image": image}})
     code, output = validate(root, org, monkeypatch)
     assert code == 2 and KEY in output and why in output, output
+
+
+# --- the CPU bench from its image (the local substrate) --------------------------------------------------------------
+CPU_TEMPLATE = ROOT / "roles" / "nccl_tests" / "templates" / "cpu-bench.sbatch.j2"
+
+
+def render_cpu(tenant: Any) -> str:
+    """cpu-all_reduce.sbatch as the submit node's play renders it for a local tenant (the provider's registry known)."""
+    manifest = manifest_for(tenant)
+    submit = manifest["groups"]["login"] or manifest["groups"]["controller"]
+    variables = {**DEFAULTS, **manifest["vars"], **submit["vars"], "nccl_tests_collective": "all_reduce"}
+    env = jinja2.Environment(trim_blocks=True, undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    env.filters["quote"] = shlex.quote
+    return env.from_string(CPU_TEMPLATE.read_text()).render(**variables)
+
+
+def test_locally_the_cpu_queues_bench_runs_from_its_image_in_the_vpc_s_registry(tmp_path: Path) -> None:
+    """Issue 39: where the nodes run images through fmcluster's runtime (the demo: slurm-ec2, containers enabled), the
+    CPU queues' acceptance job runs the bench from the image the deploy pushes (its tag made of what it is built from),
+    as the operator, through Slurm's OCI support, with the image's own python3 and PYTHONPATH."""
+    from fmcluster.containers import BENCH_IMAGE_PYTHONPATH
+    from fmcluster.providers.local.registry import BENCH_REPOSITORY, bench_tag
+    from fmcluster.providers.registry import provider_for
+
+    tenant = load_tenant("demo")
+    registry = provider_for(tenant).container_registry({})
+    assert registry is not None and registry.bench_image == f"{registry.host}/{BENCH_REPOSITORY}:{bench_tag()}"
+    script = render_cpu(tenant)
+    bash_n(script, tmp_path)
+    assert f"image={shlex.quote(registry.bench_image)}\n" in script
+    assert 'bundle=$(fmcluster-container bundle "$image")' in script
+    assert (f'exec srun --container="$bundle" --mpi=none --kill-on-bad-exit=1 /usr/bin/env '
+            f"PYTHONPATH={BENCH_IMAGE_PYTHONPATH} /usr/bin/python3 -m fmcluster.acceptance.bench --op all_reduce "
+            '"$@"') in script
+    assert "export PYTHONPATH" not in script  # nothing of the node's checkout
+
+
+@pytest.mark.parametrize("org, change", [("demo", {"containers": {"enabled": False}}), ("pcdemo", {}), ("hpdemo", {})])
+def test_without_fmcluster_s_runtime_the_bench_runs_from_the_nodes_own_checkout(
+        tmp_path: Path, org: str, change: dict[str, Any]) -> None:
+    """Containers disabled, or a scheduler whose nodes run images through Pyxis (not rehearsed locally): the bench
+    runs from the node's checkout, and no image is pushed or named."""
+    from fmcluster.containers import bench_runs_in_container
+
+    name, root = tenant_root(tmp_path, org, change, org=f"{org}x")
+    tenant = load_tenant(name, root)
+    assert not bench_runs_in_container(tenant)
+    manifest = manifest_for(tenant)
+    assert manifest["vars"]["nccl_tests_cpu_container_image"] == ""
+    if "cpu" in manifest["vars"]["nccl_tests_backends"]:
+        script = render_cpu(tenant)
+        assert "--container" not in script and "-m fmcluster.acceptance.bench" in script

@@ -37,7 +37,7 @@ from typing import Any
 
 from fmcluster.capabilities import PROVIDERS, ProviderCapabilities
 from fmcluster.catalog import InstanceType
-from fmcluster.containers import ContainerRegistry
+from fmcluster.containers import ContainerRegistry, bench_runs_in_container
 from fmcluster.escape import escaped, neutral
 from fmcluster.manifest import secret_id
 from fmcluster.model import Tenant
@@ -51,7 +51,7 @@ from fmcluster.providers.local.hosts import (
 from fmcluster.providers.local import channel, directory, image, instance_role, metadata, packages
 from fmcluster.providers.local.packages import APT_CONF_PATH, PackageSource, ensure_package_source, stop_package_source
 from fmcluster.providers.local.registry import PORT as REGISTRY_PORT
-from fmcluster.providers.local.registry import ensure_registry, stop_registry
+from fmcluster.providers.local.registry import bench_reference, ensure_bench_image, ensure_registry, stop_registry
 from fmcluster.stacks import aws
 from fmcluster.users import home_root
 
@@ -188,6 +188,10 @@ class LocalProvider:
         registry = ensure_registry(self.tenant.org, self.router)
         if registry.started:
             out(f"  {registry.note}")
+        if bench_runs_in_container(self.tenant):
+            bench = ensure_bench_image(registry, rootfs.rootfs)
+            if bench.pushed:
+                out(f"  {bench.note}")
         self._directory(endpoint, out)
         self._smtp_secrets(endpoint, out)
         for instance in instances:
@@ -360,8 +364,9 @@ class LocalProvider:
     def container_registry(self, outputs: Mapping[str, str]) -> ContainerRegistry | None:
         # The VPC's registry standing for the tenant's ECR (fmcluster.providers.local.registry): the only one the
         # hosts reach, over plain HTTP; the storage stack's ECR output names the emulator's account, not used.
-        return ContainerRegistry(f"{self.router}:{REGISTRY_PORT}", insecure=True,
-                                 what="the VPC's docker-registry, standing for the tenant's ECR")
+        host = f"{self.router}:{REGISTRY_PORT}"
+        return ContainerRegistry(host, insecure=True, what="the VPC's docker-registry, standing for the tenant's ECR",
+                                 bench_image=bench_reference(host))
 
     def route(self, node: Node) -> Route:
 

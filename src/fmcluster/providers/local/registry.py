@@ -8,29 +8,39 @@ private subnet's router address over plain HTTP (the only registry fmcluster-con
 role lists it as insecure, never an AWS tenant's). Its storage lives under the tenant's substrate directory and goes
 with it; it is started with the tenant's hosts and stopped on destroy, as the package source is.
 
-`push_test_image` builds the tests' image offline from the pristine node image's root file system (python3, sh,
-coreutils' id/cat/ls and the libraries they load: what the CPU bench and the tests run) with umoci and pushes it
-with skopeo: nothing leaves this machine.
+`push_bench_image` builds the CPU bench's image offline from the pristine node image's root file system (python3, sh,
+coreutils' id/cat/ls and the libraries they load) and fmcluster's bench (fmcluster.acceptance.bench and what it
+imports, under fmcluster.containers.BENCH_IMAGE_PYTHONPATH) with umoci and pushes it with skopeo: nothing leaves this
+machine. The deploy pushes it (`ensure_bench_image`) where the acceptance's CPU jobs run from it, as an organization's
+CI pushes its nccl-tests image to ECR before the gate runs; the tests push it under their own tags.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import subprocess
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import fmcluster
+from fmcluster.containers import BENCH_IMAGE_PYTHONPATH
+from fmcluster.providers.local import image as node_image
 from fmcluster.providers.local.daemons import answers, read_state, runs, start, stop
 from fmcluster.providers.local.hosts import SubstrateError, substrate_root
 
 PROGRAM = "docker-registry"
 PORT = 5000
 START_TIMEOUT_S = 20.0
-#: The tests' image: its repository and tag in the tenant's registry.
-TEST_REPOSITORY = "fmcluster/cpu-test"
-#: What the tests' image holds from the node image: the programs and what they load (found with the image's ldd).
+#: The CPU bench's image (the acceptance's CPU jobs and the tests run it): its repository in the tenant's registry.
+BENCH_REPOSITORY = "fmcluster/cpu-bench"
+#: fmcluster's files the image carries, relative to the package's parent: the bench and what it imports (the rest is
+#: the standard library). The build imports the bench inside the image and fails if this list falls short.
+BENCH_SOURCES = ("fmcluster/__init__.py", "fmcluster/exits.py", "fmcluster/acceptance/bench.py")
+#: What the bench image holds from the node image: the programs and what they load (found with the image's ldd).
 TEST_PROGRAMS = ("/usr/bin/python3.11", "/usr/bin/dash", "/usr/bin/id", "/usr/bin/cat", "/usr/bin/ls", "/usr/bin/env",
                  "/usr/bin/hostname", "/usr/bin/touch", "/usr/bin/stat", "/usr/bin/nproc")
 #: Parts of Python's standard library no test or bench imports (a smaller image, pushed and unpacked faster).
@@ -137,11 +147,47 @@ def cpu_test_rootfs(node_rootfs: Path, target: Path) -> None:
         shutil.copy2(node_rootfs / "etc" / name, target / "etc" / name)
 
 
-def push_test_image(registry: Registry, node_rootfs: Path, tag: str = "1") -> str:
-    """Build the tests' image from the node image (umoci init/new/unpack/repack/config) and push it to the tenant's
-    registry with skopeo; its reference."""
-    reference = f"{registry.host}/{TEST_REPOSITORY}:{tag}"
-    with tempfile.TemporaryDirectory(prefix="fmcluster-test-image.") as scratch:
+def _bench_sources() -> dict[str, bytes]:
+    package_parent = Path(fmcluster.__file__).parent.parent
+    return {name: (package_parent / name).read_bytes() for name in BENCH_SOURCES}
+
+
+def bench_tag() -> str:
+    """The bench image's tag: the bench's version and a digest of all it is built from (the node image, the programs,
+    fmcluster's files), so a changed bench or node image is a new tag and a deploy never runs a stale one."""
+    from fmcluster.acceptance.bench import VERSION
+
+    made_of = hashlib.sha256(json.dumps({"node_image": node_image.digest(), "programs": TEST_PROGRAMS,
+                                         "skipped": TEST_PYTHON_SKIPPED}, sort_keys=True).encode())
+    for name, content in sorted(_bench_sources().items()):
+        made_of.update(name.encode() + b"\0" + content)
+    return f"{VERSION}-{made_of.hexdigest()[:12]}"
+
+
+def bench_reference(registry_host: str) -> str:
+    """The bench image's reference in the registry at `registry_host` (host:port), as the nodes pull it."""
+    return f"{registry_host}/{BENCH_REPOSITORY}:{bench_tag()}"
+
+
+def _add_bench(rootfs: Path) -> None:
+    """fmcluster's bench under BENCH_IMAGE_PYTHONPATH; the image's fmcluster.acceptance holds the bench alone, so its
+    package file is written here (the checkout's imports the judging side, which needs PyYAML)."""
+    lib = rootfs / BENCH_IMAGE_PYTHONPATH.lstrip("/")
+    for name, content in _bench_sources().items():
+        (lib / name).parent.mkdir(parents=True, exist_ok=True)
+        (lib / name).write_bytes(content)
+    (lib / "fmcluster/acceptance/__init__.py").write_text(
+        '"""fmcluster\'s CPU bench, alone: the image\'s copy (fmcluster.providers.local.registry)."""\n')
+    _run(["chroot", str(rootfs), "/usr/bin/env", f"PYTHONPATH={BENCH_IMAGE_PYTHONPATH}", "/usr/bin/python3", "-c",
+          "import fmcluster.acceptance.bench"], "importing the bench inside its image")
+
+
+def push_bench_image(registry: Registry, node_rootfs: Path, tag: str | None = None) -> str:
+    """Build the bench image from the node image (umoci init/new/unpack/repack/config) and fmcluster's bench and push
+    it to the tenant's registry with skopeo under `tag` (default: bench_tag()); its reference."""
+    tag = tag or bench_tag()
+    reference = f"{registry.host}/{BENCH_REPOSITORY}:{tag}"
+    with tempfile.TemporaryDirectory(prefix="fmcluster-bench-image.") as scratch:
         layout, bundle = Path(scratch) / "layout", Path(scratch) / "bundle"
         image = f"{layout}:{tag}"
         _run(["umoci", "init", "--layout", str(layout)], "umoci init")
@@ -149,9 +195,35 @@ def push_test_image(registry: Registry, node_rootfs: Path, tag: str = "1") -> st
         _run(["umoci", "unpack", "--image", image, str(bundle)], "umoci unpack")
         shutil.rmtree(bundle / "rootfs")
         cpu_test_rootfs(node_rootfs, bundle / "rootfs")
+        _add_bench(bundle / "rootfs")
         _run(["umoci", "repack", "--image", image, str(bundle)], "umoci repack")
         _run(["umoci", "config", "--image", image, "--config.cmd", "/usr/bin/python3",
-              "--config.env", "PATH=/usr/local/bin:/usr/bin:/bin"], "umoci config")
+              "--config.env", "PATH=/usr/local/bin:/usr/bin:/bin",
+              "--config.env", f"PYTHONPATH={BENCH_IMAGE_PYTHONPATH}"], "umoci config")
         _run(["skopeo", "copy", "--quiet", "--dest-tls-verify=false", f"oci:{image}", f"docker://{reference}"],
              f"skopeo copy to {reference}")
     return reference
+
+
+@dataclass(frozen=True)
+class BenchImage:
+    reference: str
+    pushed: bool  # by this call
+    seconds: float
+
+    @property
+    def note(self) -> str:
+        return (f"acceptance image: fmcluster's CPU bench {self.reference}, built from the node image and pushed in "
+                f"{self.seconds:.0f}s (standing for the organization's image pushed to its ECR)")
+
+
+def ensure_bench_image(registry: Registry, node_rootfs: Path) -> BenchImage:
+    """The bench image of this checkout in the tenant's registry, pushed unless its tag is there already."""
+    reference = bench_reference(registry.host)
+    there = subprocess.run(["skopeo", "inspect", "--raw", "--tls-verify=false", f"docker://{reference}"],
+                           capture_output=True, text=True, check=False, timeout=120)
+    if there.returncode == 0:
+        return BenchImage(reference, False, 0.0)
+    started = time.monotonic()
+    push_bench_image(registry, node_rootfs)
+    return BenchImage(reference, True, time.monotonic() - started)
