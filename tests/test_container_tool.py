@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from fmcluster.containers import ecr_registries
+
 ROOT = Path(__file__).resolve().parent.parent
 TOOL = ROOT / "roles" / "slurm_containers" / "files" / "fmcluster-container"
 LOCAL = "10.77.128.1:5000"
@@ -165,7 +167,8 @@ def test_skopeo_pulls_from_ecr_with_the_refreshers_auth_file_and_from_the_local_
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     auth = tmp_path / "ecr-auth.json"
     auth.write_text(json.dumps({"auths": {ECR: {"auth": "QVdTOnNlY3JldA=="}}}))
-    settings = {"registries": [LOCAL, ECR], "insecure_registries": [LOCAL], "skopeo": "skopeo", "authfile": str(auth)}
+    settings = {"registries": [LOCAL, ECR], "insecure_registries": [LOCAL], "skopeo": "skopeo", "authfile": str(auth),
+                "ecr_registries": ecr_registries([LOCAL, ECR])}
     inspect, copy = _skopeo_calls(settings, f"{ECR}/team-a/megatron:1", tmp_path / "a", monkeypatch)
     assert inspect == ["skopeo", "inspect", "--raw", "--authfile", str(auth), f"docker://{ECR}/team-a/megatron:1"]
     assert copy[:5] == ["skopeo", "copy", "--quiet", "--src-authfile", str(auth)]
@@ -186,7 +189,7 @@ def test_an_ecr_pull_without_a_token_for_its_registry_is_refused_naming_the_refr
     auth = tmp_path / "ecr-auth.json"
     if content is not None:
         auth.write_text(content)
-    settings = {"registries": [ECR], "skopeo": "skopeo", "authfile": str(auth)}
+    settings = {"registries": [ECR], "skopeo": "skopeo", "authfile": str(auth), "ecr_registries": ecr_registries([ECR])}
     with pytest.raises(tool.Refused, match=rf"no ECR token for {ECR} in {auth}: the node's fmcluster-ecr-login\.service"
                                            r".*systemctl start fmcluster-ecr-login\.service"):
         _skopeo_calls(settings, f"{ECR}/nemo:1", tmp_path, monkeypatch)

@@ -4,7 +4,8 @@ Flow: the provider gives the tenant's own registry (Provider.container_registry:
 region, read from the storage stack's output `ContainerRegistry`; locally the VPC's registry on the router address),
 the spec may add more ECR registries of the same account (`containers.registries`, checked by fmcluster.validation
 for their form), and `manifest_vars` refuses one of another account here, where the account is known (the deploy),
-naming file, key and fix. The roles (roles/slurm_containers) get the list and never decide it.
+naming file, key and fix. The roles (roles/slurm_containers) get the list, and which of them are ECR with their
+regions, and never decide either.
 """
 
 from __future__ import annotations
@@ -40,6 +41,13 @@ def ecr_account(host: str) -> str | None:
     return match.group("account") if match else None
 
 
+def ecr_registries(registries: list[str]) -> list[dict[str, str]]:
+    """The ECR registries among `registries`, each with the region its token is asked in: split here, so the nodes'
+    token refresher and fmcluster-container hold no pattern of ECR's hosts."""
+    found = [(host, ECR_REGISTRY.fullmatch(host)) for host in registries]
+    return [{"host": host, "region": match["region"]} for host, match in found if match is not None]
+
+
 def manifest_vars(tenant: Tenant, given: ContainerRegistry | None) -> dict[str, Any]:
     """`fmcluster_containers` (the playbooks' gate) and the slurm_containers role's registries and users.
 
@@ -63,6 +71,7 @@ def manifest_vars(tenant: Tenant, given: ContainerRegistry | None) -> dict[str, 
         "fmcluster_containers": tenant.containers.enabled,
         "slurm_containers_registries": registries,
         "slurm_containers_insecure_registries": [given.host] if given is not None and given.insecure else [],
+        "slurm_containers_ecr_registries": ecr_registries(registries),
         "slurm_containers_cache_dir": f"{tenant.storage.lustre.mount_point}/.fmcluster/containers",
         "slurm_containers_mounts": [tenant.storage.lustre.mount_point],
         "slurm_containers_users": [{"name": u.name, "uid": u.uid, "gid": u.gid, "removed": u.removed} for u in users],

@@ -80,6 +80,8 @@ def test_the_tenant_s_own_ecr_registries_are_accepted_and_reach_the_nodes_after_
     variables = manifest_for(load_tenant("acme", tmp_path), {"ContainerRegistry": OWN})["vars"]
     assert variables["slurm_containers_registries"] == [OWN, other_region]
     assert variables["slurm_containers_insecure_registries"] == []
+    assert variables["slurm_containers_ecr_registries"] == [{"host": OWN, "region": "ap-northeast-1"},
+                                                            {"host": other_region, "region": "us-east-1"}]
     assert variables["fmcluster_containers"] is True
 
 
@@ -102,6 +104,7 @@ def test_a_local_tenant_s_nodes_pull_only_from_the_vpc_s_registry_over_http(tmp_
     # demo's VPC 10.77.0.0/16: the private subnet's router address (fmcluster.providers.local.registry).
     assert variables["slurm_containers_registries"] == ["10.77.128.1:5000"]
     assert variables["slurm_containers_insecure_registries"] == ["10.77.128.1:5000"]
+    assert variables["slurm_containers_ecr_registries"] == []  # no refresher, no token asked for
     assert variables["slurm_containers_mounts"] == ["/fsx"]
     assert variables["slurm_containers_cache_dir"] == "/fsx/.fmcluster/containers"
     assert [u["name"] for u in variables["slurm_containers_users"]] == ["alice", "bob"]

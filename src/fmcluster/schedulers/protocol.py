@@ -24,12 +24,13 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from fmcluster.capabilities import SchedulerCapabilities
+from fmcluster.model import Tenant
 from fmcluster.nodes import Node, discover
 from fmcluster.stacks.result import DeleteFirst
 from fmcluster.stacks.templates import ClusterTemplate, StorageParts
 from fmcluster.steps import StepOutcome
 
-__all__ = ["Scheduler", "discover", "SITE_PLAYBOOK"]
+__all__ = ["Scheduler", "TenantEc2Cluster", "discover", "SITE_PLAYBOOK"]
 
 Out = Callable[[str], object]
 SITE_PLAYBOOK = "playbooks/site.yml"
@@ -92,3 +93,47 @@ class Scheduler(Protocol):
                             on_controller: Callable[[str], subprocess.CompletedProcess[str]]) -> tuple[str, list[str]]:
         """Ask for a new node in place of `node`, the scheduler's way: what was asked (for the summary) and notes.
         Raises RuntimeError when the request is refused."""
+
+
+class TenantEc2Cluster:
+    """The answers of a scheduler whose nodes are EC2 instances of the tenant's own account, launched from launch
+    templates of fmcluster's cluster stack that tag them with the tenant's org (slurm-ec2, pcs). A subclass gives
+    what differs: name, capabilities, cluster_template, first_boot_window, image, make_cluster and replacement."""
+
+    playbook = SITE_PLAYBOOK
+    stand_in_template: ClusterTemplate | None = None
+    instance_quotas = "ec2"
+    #: The tag the launch templates put on every instance, whose value is the tenant's org.
+    org_tag = "fmcluster:org"
+
+    def __init__(self, tenant: Tenant) -> None:
+        self.tenant = tenant
+
+    def discovery(self, outputs: Mapping[str, str]) -> dict[str, Any]:
+        return {"kind": "ec2", "tag": self.org_tag}
+
+    def manifest_vars(self) -> dict[str, Any]:
+        # Prometheus lists the nodes from EC2 itself, by the same tag.
+        return {"prometheus_node_discovery": {"kind": "ec2", "region": self.tenant.region, "tag": self.org_tag,
+                                              "value": self.tenant.org}}
+
+    def storage_parts(self) -> StorageParts:
+        return StorageParts()
+
+    def before_cluster(self, s3: Any, bucket: str, out: Out) -> None:
+        return None
+
+    def validate(self, out: Out) -> int:
+        return 0
+
+    def plan(self, out: Out) -> int:
+        return 0
+
+    def delete_cluster(self, out: Out) -> DeleteFirst | None:
+        return None  # the cluster stack is deleted with the others
+
+    def status_lines(self) -> list[str]:
+        return []  # the cluster is the cluster stack, which `invoke status` lists already
+
+    def session_target(self, node: Node, outputs: Mapping[str, str]) -> str:
+        return node.instance_id  # managed by SSM as any other instance of the account

@@ -14,13 +14,11 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from fmcluster.capabilities import SCHEDULERS, SchedulerCapabilities
-from fmcluster.model import Tenant
 from fmcluster.nodes import Node
 from fmcluster.schedulers.pcs.image import IMAGE, SLURM_VERSION
 from fmcluster.schedulers.pcs.template import CLUSTER_TEMPLATE
-from fmcluster.schedulers.protocol import SITE_PLAYBOOK, Out
-from fmcluster.stacks.result import DeleteFirst
-from fmcluster.stacks.templates import ClusterTemplate, StorageParts
+from fmcluster.schedulers.protocol import Out, TenantEc2Cluster
+from fmcluster.stacks.templates import ClusterTemplate
 from fmcluster.steps import StepOutcome
 
 #: Where PCS's Slurm installer puts Slurm (/opt/aws/pcs/scheduler/slurm-<version>), and where configless Slurm caches
@@ -35,44 +33,24 @@ REPLACEMENT_REFUSAL = ("fmcluster does not replace PCS nodes yet: PCS launches a
                        "instances itself (src/fmcluster/schedulers/pcs/README.md, \"What is not done yet\")")
 
 
-class Pcs:
+class Pcs(TenantEc2Cluster):
     name = "pcs"
     capabilities: SchedulerCapabilities = SCHEDULERS["pcs"]
-    playbook = SITE_PLAYBOOK
     cluster_template: ClusterTemplate | None = CLUSTER_TEMPLATE
-    stand_in_template: ClusterTemplate | None = None
     # PCS documents no time limit for a node's user data.
     first_boot_window: tuple[str, float] | None = None
-    instance_quotas = "ec2"
-
-    def __init__(self, tenant: Tenant) -> None:
-        self.tenant = tenant
-
-    def discovery(self, outputs: Mapping[str, str]) -> dict[str, Any]:
-        # The launch templates tag every instance with the tenant's org, its role and its queue.
-        return {"kind": "ec2", "tag": "fmcluster:org"}
 
     def image(self, accelerator: str) -> str:
         return IMAGE
 
-    def storage_parts(self) -> StorageParts:
-        return StorageParts()
-
     def manifest_vars(self) -> dict[str, Any]:
         return {
-            "prometheus_node_discovery": {"kind": "ec2", "region": self.tenant.region, "tag": "fmcluster:org",
-                                          "value": self.tenant.org},
+            **super().manifest_vars(),
             # PCS's Slurm, for the roles that configure around it (capability service_installs_slurm).
             "slurm_conf_dir": SLURM_CONF_DIR,
             "fmcluster_slurm_bin_dir": SLURM_BIN_DIR,
             "node_health_commands": {name: [f"{SLURM_BIN_DIR}/{name}"] for name in SLURM_COMMANDS},
         }
-
-    def before_cluster(self, s3: Any, bucket: str, out: Out) -> None:
-        return None
-
-    def validate(self, out: Out) -> int:
-        return 0
 
     def plan(self, out: Out) -> int:
         out(f"  PCS: Slurm {SLURM_VERSION}; every node group boots {IMAGE} (parameter PcsImageId, resolved by name when "
@@ -81,15 +59,6 @@ class Pcs:
 
     def make_cluster(self, outputs: Mapping[str, str], out: Out) -> StepOutcome:
         return StepOutcome("ok", "made by the cluster stack (AWS::PCS::Cluster, compute node groups, queues)")
-
-    def delete_cluster(self, out: Out) -> DeleteFirst | None:
-        return None  # the cluster stack is deleted with the others
-
-    def status_lines(self) -> list[str]:
-        return []
-
-    def session_target(self, node: Node, outputs: Mapping[str, str]) -> str:
-        return node.instance_id  # an EC2 instance of the tenant's account, managed by SSM as any other
 
     def replacement_refusal(self, node: str) -> str | None:
         return REPLACEMENT_REFUSAL

@@ -9,12 +9,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from fmcluster.capabilities import SCHEDULERS, SchedulerCapabilities
-from fmcluster.model import Tenant
 from fmcluster.nodes import Node
-from fmcluster.schedulers.protocol import SITE_PLAYBOOK, Out
+from fmcluster.schedulers.protocol import Out, TenantEc2Cluster
 from fmcluster.schedulers.slurm_ec2.template import CLUSTER_TEMPLATE, SIGNAL_TIMEOUT
-from fmcluster.stacks.result import DeleteFirst
-from fmcluster.stacks.templates import ClusterTemplate, StorageParts
+from fmcluster.stacks.templates import ClusterTemplate
 from fmcluster.steps import StepOutcome
 
 
@@ -30,21 +28,12 @@ def asg_replace(autoscaling: Any, instance_id: str) -> str:
     return group
 
 
-class SlurmEc2:
+class SlurmEc2(TenantEc2Cluster):
     name = "slurm-ec2"
     capabilities: SchedulerCapabilities = SCHEDULERS["slurm-ec2"]
-    playbook = SITE_PLAYBOOK
     cluster_template: ClusterTemplate | None = CLUSTER_TEMPLATE
-    stand_in_template: ClusterTemplate | None = None
     first_boot_window: tuple[str, float] | None = (f"the cluster stack's CreationPolicy signal timeout ({SIGNAL_TIMEOUT})",
                          float(int(SIGNAL_TIMEOUT.removeprefix("PT").removesuffix("M")) * 60))
-    instance_quotas = "ec2"
-
-    def __init__(self, tenant: Tenant) -> None:
-        self.tenant = tenant
-
-    def discovery(self, outputs: Mapping[str, str]) -> dict[str, Any]:
-        return {"kind": "ec2", "tag": "fmcluster:org"}
 
     def image(self, accelerator: str) -> str:
         # The launch templates' image by the instance's accelerator (data/images.yml, ec2_images).
@@ -52,34 +41,8 @@ class SlurmEc2:
 
         return load_images().ec2_images[accelerator]
 
-    def storage_parts(self) -> StorageParts:
-        return StorageParts()
-
-    def manifest_vars(self) -> dict[str, Any]:
-        # The nodes are EC2 instances tagged with the tenant: Prometheus lists them from EC2 itself.
-        return {"prometheus_node_discovery": {"kind": "ec2", "region": self.tenant.region,
-                                              "tag": "fmcluster:org", "value": self.tenant.org}}
-
-    def before_cluster(self, s3: Any, bucket: str, out: Out) -> None:
-        return None
-
-    def validate(self, out: Out) -> int:
-        return 0
-
-    def plan(self, out: Out) -> int:
-        return 0
-
     def make_cluster(self, outputs: Mapping[str, str], out: Out) -> StepOutcome:
         return StepOutcome("ok", "made by the cluster stack (launch templates, controller instance, auto scaling groups)")
-
-    def delete_cluster(self, out: Out) -> DeleteFirst | None:
-        return None  # the cluster stack is deleted with the others
-
-    def status_lines(self) -> list[str]:
-        return []
-
-    def session_target(self, node: Node, outputs: Mapping[str, str]) -> str:
-        return node.instance_id  # an EC2 instance of the tenant's account, managed by SSM as any other
 
     def replacement_refusal(self, node: str) -> str | None:
         return None

@@ -8,7 +8,7 @@ from typing import Any
 
 from fmcluster.accounting import secret_roles
 from fmcluster.model import Tenant
-from fmcluster.stacks.cfn import Ref, Sub, join, tags, text
+from fmcluster.stacks.cfn import NO_VALUE, Fn, Ref, Sub, if_, join, tags, text
 from fmcluster.validation import ECR_REGISTRY
 
 TEMPLATE_VERSION = "2010-09-09"
@@ -73,6 +73,40 @@ def output(description_: str, value: Any, condition: str | None = None) -> dict[
     if condition:
         out = {"Condition": condition, **out}
     return out
+
+
+# --- cluster stacks -------------------------------------------------------------------------------
+# The network stack's placement group reaches a cluster stack as a parameter that may be empty (the emulator creates
+# no placement group): only where it is given do the EFA nodes launch into it.
+PLACEMENT_GROUP_PARAMETER = "PlacementGroupName"
+HAS_PLACEMENT_GROUP = "HasPlacementGroup"
+
+
+def placement_group_parameter(description_: str) -> dict[str, str]:
+    return {"Type": "String", "Default": "", "AllowedPattern": r"^[A-Za-z0-9._-]*$", "Description": description_}
+
+
+def placement_group_name() -> Fn:
+    """The placement group an EFA node launches into, or no value where the network stack gave none."""
+    return if_(HAS_PLACEMENT_GROUP, Ref(PLACEMENT_GROUP_PARAMETER), NO_VALUE)
+
+
+def cluster_template(description_: str, parameters: dict[str, Any], resources: dict[str, Any],
+                     outputs: dict[str, Any], *, placement: bool) -> dict[str, Any]:
+    """A cluster stack's template from its parts; `placement`: it takes placement_group_parameter and uses
+    placement_group_name."""
+    template: dict[str, Any] = {
+        "AWSTemplateFormatVersion": TEMPLATE_VERSION,
+        "Description": description(description_),
+        "Metadata": metadata(),
+        "Parameters": parameters,
+    }
+    if placement:
+        template["Conditions"] = {
+            HAS_PLACEMENT_GROUP: Fn("Not", [Fn("Equals", [Ref(PLACEMENT_GROUP_PARAMETER), ""])])}
+    template["Resources"] = resources
+    template["Outputs"] = outputs
+    return template
 
 
 # --- typed cross-stack parameters -----------------------------------------------------------------
