@@ -66,7 +66,8 @@ class SchedulerCapabilities:
     #: The scheduler's own service installs Slurm, munge and the shared-storage mounts (fmcluster's roles do not):
     #: one Slurm per cluster.
     service_installs_slurm: bool
-    #: The tenant section only this scheduler reads (its own settings); None: it reads none.
+    #: The tenant section only this scheduler reads (its own settings); None: it reads none. Its JSON-schema
+    #: fragment is the folder's section.schema.json, which validation.load_schema places in the tenant's schema.
     own_section: str | None
     #: Login nodes sit in the public subnet (so the private subnet need not hold their addresses).
     public_login: bool
@@ -84,6 +85,10 @@ class SchedulerCapabilities:
     #: CONTAINER_RUNTIMES. None: no container runtime fmcluster knows of, so nothing (the acceptance image) may ask for
     #: one.
     job_container_runtime: str | None = None
+    #: `module:function` of its folder that makes its settings out of its own section (defaults filled in, and the
+    #: section as written, for what is asked for only by writing it): Tenant.scheduler_settings. None: the model
+    #: keeps no settings of it.
+    section_parser: str | None = None
 
 
 #: The ways a Slurm job step runs a registry image, each with who installs it on the nodes. `slurm-oci`: Slurm's own
@@ -110,6 +115,8 @@ PROVIDERS: dict[str, ProviderCapabilities] = {
 
 #: Each scheduler's row lives in its folder (src/fmcluster/schedulers/<name>/capabilities.yml), read as data.
 SCHEDULER_ROWS = Path(__file__).resolve().parent / "schedulers"
+#: A scheduler's own section's JSON-schema fragment, in its folder (with own_section).
+SECTION_SCHEMA = "section.schema.json"
 
 
 def _scheduler_rows() -> tuple[dict[str, SchedulerCapabilities], dict[str, Path]]:
@@ -124,6 +131,15 @@ def _scheduler_rows() -> tuple[dict[str, SchedulerCapabilities], dict[str, Path]
         if capabilities.job_container_runtime is not None and capabilities.job_container_runtime not in CONTAINER_RUNTIMES:
             raise ValueError(f"{path}: job_container_runtime {capabilities.job_container_runtime!r} is none of "
                              f"{', '.join(CONTAINER_RUNTIMES)} (fmcluster.capabilities.CONTAINER_RUNTIMES)")
+        if capabilities.own_section is not None and not (path.parent / SECTION_SCHEMA).is_file():
+            raise ValueError(f"{path}: own_section {capabilities.own_section!r} needs its schema, "
+                             f"{path.parent / SECTION_SCHEMA}")
+        parser_module = (capabilities.section_parser or "").partition(":")[0]
+        if capabilities.section_parser is not None and (
+                capabilities.own_section is None or ":" not in capabilities.section_parser
+                or not (path.parent / f"{parser_module}.py").is_file()):
+            raise ValueError(f"{path}: section_parser {capabilities.section_parser!r} is not `module:function` of a "
+                             "module in this folder, for its own_section")
         if capabilities.name in rows:
             raise ValueError(f"{path}: scheduler {capabilities.name!r} has a row already")
         rows[capabilities.name] = capabilities
