@@ -89,6 +89,9 @@ class SchedulerCapabilities:
     #: section as written, for what is asked for only by writing it): Tenant.scheduler_settings. None: the model
     #: keeps no settings of it.
     section_parser: str | None = None
+    #: Where its service or its image installs and keeps its own configuration on the nodes: no shared file system
+    #: may be mounted over or inside them (validation.SYSTEM_DIRS, for every tenant: an image may carry them).
+    system_dirs: tuple[str, ...] = ()
 
 
 #: The ways a Slurm job step runs a registry image, each with who installs it on the nodes. `slurm-oci`: Slurm's own
@@ -124,6 +127,8 @@ def _scheduler_rows() -> tuple[dict[str, SchedulerCapabilities], dict[str, Path]
     folders: dict[str, Path] = {}
     for path in sorted(SCHEDULER_ROWS.glob("*/capabilities.yml")):
         row = yaml.safe_load(path.read_text(encoding="utf-8"))
+        if isinstance(row, dict) and isinstance(row.get("system_dirs"), list):
+            row["system_dirs"] = tuple(row["system_dirs"])
         try:
             capabilities = SchedulerCapabilities(**row)
         except TypeError as error:

@@ -71,12 +71,12 @@ REFUSED_CATEGORIES = {"Cc": "a control character", "Cf": "an invisible format ch
 
 # System directories a shared file system must not be mounted over (or inside): the OS, its state, root's home
 # (/root/.ssh: a shared file system there hands root's keys to whoever writes it), where the DLAMI installs the
-# accelerator stack (/opt/amazon/efa, /opt/nvidia, /opt/aws), where Slurm, ParallelCluster, SageMaker HyperPod
-# and fmcluster itself install and keep their configuration (/opt/slurm/etc, /opt/parallelcluster, /opt/ml,
-# /opt/sagemaker, /opt/fmcluster).
+# accelerator stack (/opt/amazon/efa, /opt/nvidia, /opt/aws), where Slurm and fmcluster itself install and keep
+# their configuration (/opt/slurm/etc, /opt/fmcluster), and each scheduler's own (its row's system_dirs).
 SYSTEM_DIRS = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/run", "/sbin",
                "/sys", "/usr", "/var", "/root", "/opt/amazon", "/opt/aws", "/opt/nvidia", "/opt/aws-neuronx", "/snap",
-               "/opt/slurm", "/opt/parallelcluster", "/opt/intel", "/opt/ml", "/opt/sagemaker", "/opt/fmcluster")
+               "/opt/slurm", "/opt/intel", "/opt/fmcluster",
+               *sorted({path for caps in SCHEDULERS.values() for path in caps.system_dirs}))
 SYSTEM_EXACT = ("/", "/opt", "/tmp", "/srv", "/mnt", "/media", "/lost+found")
 PATH_PATTERN = re.compile(r"(?:/[A-Za-z0-9._-]+)+")
 S3_PREFIX_PATTERN = re.compile(r"(?:[A-Za-z0-9._-]+/)*")
