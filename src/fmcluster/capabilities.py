@@ -28,7 +28,7 @@ class ProviderCapabilities:
     #: The AWS APIs are an emulator on this machine: it creates no FSx, reservations or data repository
     #: associations, and leaves out the outputs that read them (the templates are AWS's, unchanged).
     emulated_apis: bool
-    #: AWS's cluster services run here (ParallelCluster's create-cluster): a scheduler whose service makes its
+    #: AWS's cluster services run here: a scheduler whose service makes its
     #: cluster needs a stand-in where they do not.
     cluster_services: bool
     #: Nodes can reach a database endpoint outside the cluster (Slurm accounting on RDS).
@@ -61,7 +61,7 @@ class SchedulerCapabilities:
     #: The scheduler's name (`scheduler:` in tenant.yml).
     name: str
     #: fmcluster renders its cluster stack (its folder's template.py); False: the scheduler's own service makes the
-    #: cluster (ParallelCluster's create-cluster), and a stand-in takes its place where the provider lacks it.
+    #: cluster, and a stand-in takes its place where the provider lacks it.
     renders_cluster_stack: bool
     #: The scheduler's own service installs Slurm, munge and the shared-storage mounts (fmcluster's roles do not):
     #: one Slurm per cluster.

@@ -81,7 +81,7 @@ SYSTEM_EXACT = ("/", "/opt", "/tmp", "/srv", "/mnt", "/media", "/lost+found")
 PATH_PATTERN = re.compile(r"(?:/[A-Za-z0-9._-]+)+")
 S3_PREFIX_PATTERN = re.compile(r"(?:[A-Za-z0-9._-]+/)*")
 #: Prefixes of the tenant bucket holding what nodes execute or trust: the bootstrap bundle and scripts, the
-#: manifest and node reports (fmcluster/...: publish.py, stacks/templates/common.py, parallelcluster/config.py)
+#: manifest and node reports (fmcluster/...: publish.py, stacks/templates/common.py, the schedulers' custom actions)
 #: and HyperPod's lifecycle scripts. A data repository linked over any of them would let whatever is written
 #: under the Lustre path be exported over node-bootstrap.sh or on_create.sh, which every node runs as root.
 #: tests/test_tenant_validation.py checks every prefix the code publishes to lies inside one of these.
