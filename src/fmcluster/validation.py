@@ -177,12 +177,15 @@ def did_you_mean(word: object, choices: Iterable[str]) -> str:
 @lru_cache(maxsize=1)
 def load_schema() -> dict[str, Any]:
     """data/tenant.schema.json, with what the scheduler folders say filled in: `scheduler:`'s enum (the schedulers
-    fmcluster.capabilities found, one folder each), its description (each one's `summary`) and each one's own
-    section (its section.schema.json)."""
+    fmcluster.capabilities found, one folder each), its description (each one's `summary`), which of them take a
+    capacity reservation, and each one's own section (its section.schema.json)."""
     schema: dict[str, Any] = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
     scheduler = schema["properties"]["tenant"]["properties"]["scheduler"]
     scheduler["enum"] = list(SCHEDULERS)
     scheduler["description"] = "; ".join(f"`{name}`: {caps.summary}" for name, caps in SCHEDULERS.items()) + "."
+    reservation = schema["properties"]["tenant"]["properties"]["queues"]["items"]["properties"]["capacity_reservation_id"]
+    reservation["description"] += (" Schedulers that launch into one: " + ", ".join(
+        f"`{name}`" for name, caps in SCHEDULERS.items() if caps.capacity_reservations) + "; the others refuse it.")
     _add_scheduler_sections(schema)
     return schema
 
