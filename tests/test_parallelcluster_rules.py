@@ -12,6 +12,7 @@ import yaml
 
 from fmcluster import commands
 from fmcluster.exits import ExitCode
+from fmcluster.schedulers.parallelcluster.settings import settings_of
 
 ROOT = Path(__file__).resolve().parent.parent
 PCLAB = yaml.safe_load((ROOT / "inventories/pclab/group_vars/all/tenant.yml").read_text())
@@ -128,8 +129,9 @@ def test_a_valid_parallelcluster_tenant_passes_fmclusters_own_checks() -> None:
     from fmcluster.model import load_tenant
 
     tenant = load_tenant("pclab", ROOT)
-    assert tenant.parallelcluster is not None and tenant.parallelcluster.os == "ubuntu2204"
-    assert tenant.parallelcluster.accounting is not None and tenant.parallelcluster.accounting.user_name == "slurm"
+    settings = settings_of(tenant)
+    assert settings is not None and settings.os == "ubuntu2204"
+    assert settings.accounting is not None and settings.accounting.user_name == "slurm"
 
 
 def test_new_tenant_scaffolds_a_parallelcluster_tenant(tmp_path: Path) -> None:
@@ -138,7 +140,7 @@ def test_new_tenant_scaffolds_a_parallelcluster_tenant(tmp_path: Path) -> None:
 
     tenant = new_tenant("acme", {"scheduler": "parallelcluster", "instance_type": "p4d.24xlarge", "count": "2",
                                  "region": "us-east-1", "availability_zone": "us-east-1a"}, output_dir=tmp_path)
-    assert tenant.scheduler == "parallelcluster" and tenant.parallelcluster is not None
+    assert tenant.scheduler == "parallelcluster" and settings_of(tenant) is not None
     cfg = render_cluster_config(tenant)
     assert cfg.data["Scheduling"]["SlurmQueues"][0]["ComputeResources"][0]["InstanceType"] == "p4d.24xlarge"
     other = new_tenant("other", {}, output_dir=tmp_path)

@@ -143,8 +143,8 @@ def test_fmcluster_rules_mirror_parallelclusters_own_numbers() -> None:
     theirs = json.loads(run.stdout)
     assert (theirs["name_regex"], theirs["name_max"]) == (rules.NAME_REGEX.pattern, rules.NAME_MAX_LENGTH)
     assert (theirs["queues"], theirs["resources"]) == (rules.MAX_QUEUES, rules.MAX_COMPUTE_RESOURCES_PER_CLUSTER)
-    schema = json.loads((ROOT / "src/fmcluster/data/tenant.schema.json").read_text())
-    ours = schema["properties"]["tenant"]["properties"]["parallelcluster"]["properties"]["os"]["enum"]
+    section = json.loads((ROOT / "src/fmcluster/schedulers/parallelcluster/section.schema.json").read_text())
+    ours = section["properties"]["os"]["enum"]
     assert set(ours) <= set(theirs["oses"])
     assert all(f'"{d}"' in theirs["mount_dir_rule"] for d in rules.RESERVED_MOUNT_DIRS)
 

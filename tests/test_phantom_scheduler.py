@@ -1,10 +1,12 @@
 """A fourth scheduler is one folder plus one registry line (issue 41's proof): a copy of the package in which
 src/fmcluster/schedulers/slurm_ec2 is copied as `phantom` (its name written in its own files only) and the registry
 gets its line validates, plans and builds the manifest of a tenant naming `scheduler: phantom`, no other file changed.
+The phantom also brings a tenant section of its own, as ParallelCluster's `parallelcluster:` does, in its folder only:
+its schema fragment (section.schema.json, with a `$defs` entry), its row's own_section and section_parser, and the
+parser (settings.py); the section is validated (unknown keys and values refused with their key, and refused under
+another scheduler), parsed into Tenant.scheduler_settings, and listed in the schema reference.
 
 What the phantom still cannot do (the remaining gap, for the rest of issue 41):
-- it is a copy of slurm-ec2, with no section of its own: a scheduler with one still needs its schema fragment and
-  its settings written into data/tenant.schema.json and model.py (ParallelCluster's `parallelcluster:`);
 - its node files (lifecycle or custom-action scripts) would live outside its folder (cfn/, scripts/);
 - `invoke new-tenant --scheduler=phantom` is refused: cookiecutters/tenant/cookiecutter.json lists the choices;
 - only validate → plan (offline) → manifest run here: no deploy;
@@ -49,8 +51,58 @@ manifest = build_manifest(tenant, "ref", {}, provider.queue_resources, scheduler
                           provider.manifest_vars(), scheduler.discovery({}),
                           booted_image(scheduler.image, provider.node_image), [], provider.container_registry({}))
 assert manifest["discovery"]["kind"] == "ec2" and manifest["vars"]["fmcluster_capabilities"]["slurm_owner"] == "fmcluster"
+
+# Its own section: parsed by its folder's parser (the schema's default filled in), placed in the schema and its doc.
+from fmcluster.schemadoc import render_reference
+from fmcluster.validation import load_schema
+
+settings = tenant.scheduler_settings
+assert type(settings).__module__ == "fmcluster.schedulers.phantom.settings", settings
+assert (settings.flavour, settings.spares) == ("fancy", 1), settings
+schema = load_schema()
+assert "phantom" in schema["properties"]["tenant"]["properties"] and "phantom_flavour" in schema["$defs"]
+assert "| `tenant.phantom.spares` | integer | `1` |" in render_reference()
+lines = []
+assert commands.validate("bad", out=lines.append) != 0
+text = "\n".join(lines)
+assert "tenant.phantom.flavour" in text and "tenant.phantom.extra" in text and "unknown key 'extra'" in text, text
+lines = []
+assert commands.validate("other", out=lines.append) != 0
+assert "only scheduler phantom reads this section" in "\n".join(lines), lines
+assert load_tenant("plain").scheduler_settings is None
 print("PHANTOM OK")
 """
+
+#: The phantom's own section, in its folder only: the row's lines, the schema fragment and the parser.
+SECTION_ROW = "own_section: phantom\nsection_parser: settings:parse\n"
+SECTION_SCHEMA = """{
+  "type": "object",
+  "additionalProperties": false,
+  "description": "scheduler phantom only: its own settings.",
+  "properties": {
+    "flavour": {"$ref": "#/$defs/phantom_flavour"},
+    "spares": {"type": "integer", "minimum": 0, "default": 1, "description": "Spare nodes."}
+  },
+  "$defs": {
+    "phantom_flavour": {"enum": ["plain", "fancy"], "description": "How it is made."}
+  }
+}
+"""
+SETTINGS = '''from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class PhantomSettings:
+    flavour: str | None
+    spares: int
+
+
+def parse(section: dict[str, Any], written: dict[str, Any]) -> PhantomSettings:
+    return PhantomSettings(section.get("flavour"), section["spares"])
+'''
 
 
 def _phantom_tree(tmp: Path) -> Path:
@@ -61,6 +113,10 @@ def _phantom_tree(tmp: Path) -> Path:
     shutil.copytree(SRC / "schedulers" / "slurm_ec2", folder, ignore=shutil.ignore_patterns("__pycache__"))
     for path in folder.iterdir():
         path.write_text(path.read_text().replace("slurm_ec2", "phantom").replace("slurm-ec2", "phantom"))
+    row = folder / "capabilities.yml"
+    row.write_text(row.read_text().replace("own_section: null\n", SECTION_ROW))
+    (folder / "section.schema.json").write_text(SECTION_SCHEMA)
+    (folder / "settings.py").write_text(SETTINGS)
     registry = package / "schedulers" / "registry.py"
     text = registry.read_text()
     line = "from fmcluster.schedulers.slurm_ec2.scheduler import SlurmEc2\n"
@@ -73,17 +129,21 @@ def _phantom_tree(tmp: Path) -> Path:
     return tmp / "src"
 
 
-def test_a_copied_scheduler_folder_and_one_registry_line_validate_plan_and_build_a_manifest(tmp_path: Path) -> None:
+def test_a_copied_scheduler_folder_and_one_registry_line_validate_plan_and_build_a_manifest_with_its_section(tmp_path: Path) -> None:
     root = tmp_path / "root"  # the checkout's files (docs/, roles/ ...), the copied package and a tenant of its own
     src = _phantom_tree(root)
     for entry in ROOT.iterdir():
         if not entry.name.startswith(".") and entry.name not in ("inventories", "src"):
             (root / entry.name).symlink_to(entry)
-    spec = yaml.safe_load((ROOT / "inventories/demo/group_vars/all/tenant.yml").read_text())
-    spec["tenant"].update(org="acme", scheduler="phantom", provider="local")
-    path = root / "inventories" / "acme" / "group_vars" / "all" / "tenant.yml"
-    path.parent.mkdir(parents=True)
-    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    demo = yaml.safe_load((ROOT / "inventories/demo/group_vars/all/tenant.yml").read_text())["tenant"]
+    tenants = {"acme": {"scheduler": "phantom", "phantom": {"flavour": "fancy"}},
+               "bad": {"scheduler": "phantom", "phantom": {"flavour": "odd", "extra": 1}},
+               "other": {"scheduler": "slurm-ec2", "phantom": {"spares": 2}},
+               "plain": {"scheduler": "slurm-ec2"}}
+    for org, changes in tenants.items():
+        path = root / "inventories" / org / "group_vars" / "all" / "tenant.yml"
+        path.parent.mkdir(parents=True)
+        path.write_text(yaml.safe_dump({"tenant": {**demo, "org": org, "provider": "local", **changes}}, sort_keys=False))
     env = {**os.environ, "PYTHONPATH": str(src), "FMCLUSTER_ROOT": str(root), "PYTHONDONTWRITEBYTECODE": "1"}
     run = subprocess.run([sys.executable, "-c", RUN], cwd=root, env=env, capture_output=True, text=True, timeout=280)
     assert run.returncode == 0 and "PHANTOM OK" in run.stdout, run.stdout[-3000:] + run.stderr[-3000:]

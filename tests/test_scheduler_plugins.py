@@ -103,3 +103,77 @@ def test_a_schedulers_node_tags_live_in_its_folder_and_travel_in_its_discovery_e
     assert {NODE_TAGS.role_of({NODE_TAGS.role: t}) for t in NODE_TYPES.values()} == {"controller", "login", "compute"}
     with pytest.raises(ValueError, match="node_tags"):
         NodeTags.from_manifest({"role": "x", "roles": {"Head": "boss"}, "queue": "q"})
+
+
+def test_a_schedulers_own_section_is_its_folders_and_follows_scheduler_in_the_schema() -> None:
+    """data/tenant.schema.json holds no scheduler's section; load_schema places each folder's section.schema.json."""
+    import json
+
+    from fmcluster.paths import SCHEMA_PATH
+
+    owners = {caps.own_section: name for name, caps in SCHEDULERS.items() if caps.own_section}
+    assert owners, "no scheduler has a section of its own: this test checks nothing"
+    raw = json.loads(SCHEMA_PATH.read_text())["properties"]["tenant"]["properties"]
+    loaded = validation.load_schema()["properties"]["tenant"]["properties"]
+    keys = list(loaded)
+    assert keys[keys.index("scheduler") + 1:][:len(owners)] == list(owners)
+    for section, owner in owners.items():
+        assert section not in raw, f"{section} is written in data/tenant.schema.json, not only in its folder"
+        fragment = json.loads((SCHEDULER_FOLDERS[owner] / "section.schema.json").read_text())
+        fragment.pop("$defs", None)
+        assert loaded[section] == fragment
+    model = (SRC / "model.py").read_text()
+    assert not {m for m in _imported_modules(SRC / "model.py") if m.startswith("fmcluster.schedulers")}
+    assert not [section for section in owners if f'"{section}"' in model]
+
+
+def _row(tmp_path: Path, **changes: object) -> Path:
+    import yaml
+
+    folder = tmp_path / "schedulers" / "ghost"
+    folder.mkdir(parents=True)
+    row = yaml.safe_load((SRC / "schedulers" / "slurm_ec2" / "capabilities.yml").read_text())
+    (folder / "capabilities.yml").write_text(yaml.safe_dump({**row, "name": "ghost", **changes}))
+    return folder
+
+
+@pytest.mark.parametrize(("changes", "files", "refusal"), [
+    ({"own_section": "ghost"}, {}, "own_section 'ghost' needs its schema"),
+    ({"own_section": "ghost", "section_parser": "settings"}, {"section.schema.json": "{}", "settings.py": ""},
+     "section_parser 'settings' is not `module:function`"),
+    ({"own_section": "ghost", "section_parser": "absent:parse"}, {"section.schema.json": "{}"},
+     "section_parser 'absent:parse' is not `module:function`"),
+    ({"section_parser": "settings:parse"}, {"settings.py": ""}, "for its own_section"),
+])
+def test_a_row_whose_section_is_not_all_in_its_folder_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                 changes: dict[str, object], files: dict[str, str],
+                                                                 refusal: str) -> None:
+    from fmcluster import capabilities
+
+    folder = _row(tmp_path, **changes)
+    for name, text in files.items():
+        (folder / name).write_text(text)
+    monkeypatch.setattr(capabilities, "SCHEDULER_ROWS", tmp_path / "schedulers")
+    with pytest.raises(ValueError, match="ghost/capabilities.yml") as refused:
+        capabilities._scheduler_rows()
+    assert refusal in str(refused.value)
+
+
+@pytest.mark.parametrize(("section", "fragment", "refusal"), [
+    ("storage", {"type": "object"}, "the tenant has a section 'storage' already"),
+    ("ghost", {"type": "object", "$defs": {"node_role": {}}}, "$defs 'node_role' is defined already"),
+])
+def test_a_section_that_would_replace_the_cores_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          section: str, fragment: dict[str, object],
+                                                          refusal: str) -> None:
+    import dataclasses
+    import json
+
+    (tmp_path / "section.schema.json").write_text(json.dumps(fragment))
+    ghost = dataclasses.replace(SCHEDULERS["slurm-ec2"], name="ghost", own_section=section)
+    monkeypatch.setattr(validation, "SCHEDULERS", {"ghost": ghost})
+    monkeypatch.setattr(validation, "SCHEDULER_FOLDERS", {"ghost": tmp_path})
+    schema = json.loads(validation.SCHEMA_PATH.read_text())
+    with pytest.raises(ValueError, match="section.schema.json") as refused:
+        validation._add_scheduler_sections(schema)
+    assert refusal in str(refused.value)

@@ -28,7 +28,7 @@ class ProviderCapabilities:
     #: The AWS APIs are an emulator on this machine: it creates no FSx, reservations or data repository
     #: associations, and leaves out the outputs that read them (the templates are AWS's, unchanged).
     emulated_apis: bool
-    #: AWS's cluster services run here (ParallelCluster's create-cluster): a scheduler whose service makes its
+    #: AWS's cluster services run here: a scheduler whose service makes its
     #: cluster needs a stand-in where they do not.
     cluster_services: bool
     #: Nodes can reach a database endpoint outside the cluster (Slurm accounting on RDS).
@@ -61,12 +61,13 @@ class SchedulerCapabilities:
     #: The scheduler's name (`scheduler:` in tenant.yml).
     name: str
     #: fmcluster renders its cluster stack (its folder's template.py); False: the scheduler's own service makes the
-    #: cluster (ParallelCluster's create-cluster), and a stand-in takes its place where the provider lacks it.
+    #: cluster, and a stand-in takes its place where the provider lacks it.
     renders_cluster_stack: bool
     #: The scheduler's own service installs Slurm, munge and the shared-storage mounts (fmcluster's roles do not):
     #: one Slurm per cluster.
     service_installs_slurm: bool
-    #: The tenant section only this scheduler reads (its own settings); None: it reads none.
+    #: The tenant section only this scheduler reads (its own settings); None: it reads none. Its JSON-schema
+    #: fragment is the folder's section.schema.json, which validation.load_schema places in the tenant's schema.
     own_section: str | None
     #: Login nodes sit in the public subnet (so the private subnet need not hold their addresses).
     public_login: bool
@@ -84,6 +85,13 @@ class SchedulerCapabilities:
     #: CONTAINER_RUNTIMES. None: no container runtime fmcluster knows of, so nothing (the acceptance image) may ask for
     #: one.
     job_container_runtime: str | None = None
+    #: `module:function` of its folder that makes its settings out of its own section (defaults filled in, and the
+    #: section as written, for what is asked for only by writing it): Tenant.scheduler_settings. None: the model
+    #: keeps no settings of it.
+    section_parser: str | None = None
+    #: Where its service or its image installs and keeps its own configuration on the nodes: no shared file system
+    #: may be mounted over or inside them (validation.SYSTEM_DIRS, for every tenant: an image may carry them).
+    system_dirs: tuple[str, ...] = ()
 
 
 #: The ways a Slurm job step runs a registry image, each with who installs it on the nodes. `slurm-oci`: Slurm's own
@@ -110,6 +118,8 @@ PROVIDERS: dict[str, ProviderCapabilities] = {
 
 #: Each scheduler's row lives in its folder (src/fmcluster/schedulers/<name>/capabilities.yml), read as data.
 SCHEDULER_ROWS = Path(__file__).resolve().parent / "schedulers"
+#: A scheduler's own section's JSON-schema fragment, in its folder (with own_section).
+SECTION_SCHEMA = "section.schema.json"
 
 
 def _scheduler_rows() -> tuple[dict[str, SchedulerCapabilities], dict[str, Path]]:
@@ -117,6 +127,8 @@ def _scheduler_rows() -> tuple[dict[str, SchedulerCapabilities], dict[str, Path]
     folders: dict[str, Path] = {}
     for path in sorted(SCHEDULER_ROWS.glob("*/capabilities.yml")):
         row = yaml.safe_load(path.read_text(encoding="utf-8"))
+        if isinstance(row, dict) and isinstance(row.get("system_dirs"), list):
+            row["system_dirs"] = tuple(row["system_dirs"])
         try:
             capabilities = SchedulerCapabilities(**row)
         except TypeError as error:
@@ -124,6 +136,15 @@ def _scheduler_rows() -> tuple[dict[str, SchedulerCapabilities], dict[str, Path]
         if capabilities.job_container_runtime is not None and capabilities.job_container_runtime not in CONTAINER_RUNTIMES:
             raise ValueError(f"{path}: job_container_runtime {capabilities.job_container_runtime!r} is none of "
                              f"{', '.join(CONTAINER_RUNTIMES)} (fmcluster.capabilities.CONTAINER_RUNTIMES)")
+        if capabilities.own_section is not None and not (path.parent / SECTION_SCHEMA).is_file():
+            raise ValueError(f"{path}: own_section {capabilities.own_section!r} needs its schema, "
+                             f"{path.parent / SECTION_SCHEMA}")
+        parser_module = (capabilities.section_parser or "").partition(":")[0]
+        if capabilities.section_parser is not None and (
+                capabilities.own_section is None or ":" not in capabilities.section_parser
+                or not (path.parent / f"{parser_module}.py").is_file()):
+            raise ValueError(f"{path}: section_parser {capabilities.section_parser!r} is not `module:function` of a "
+                             "module in this folder, for its own_section")
         if capabilities.name in rows:
             raise ValueError(f"{path}: scheduler {capabilities.name!r} has a row already")
         rows[capabilities.name] = capabilities

@@ -1,7 +1,7 @@
 """The whole `invoke deploy` flow, one path for every provider and scheduler:
 
     validate → endpoint → capacity (reservations and quotas, fmcluster.capacity) → access (secrets, key pair) → stacks (network, storage; publish the bootstrap
-    bundle and manifest; cluster) → cluster (what the stacks do not make: ParallelCluster's) → boot → converge (wait for every node's own report) → monitoring →
+    bundle and manifest; cluster) → cluster (what the stacks do not make: a scheduler service's) → boot → converge (wait for every node's own report) → monitoring →
     shape (every declared compute node serving in Slurm, fmcluster.shape) → acceptance → summary
 
 A cluster stack whose groups carry a CreationPolicy completes only once their nodes' first boots signalled, so the

@@ -30,7 +30,7 @@ class ExitCode(IntEnum):
 
     INVALID = 2, (
         "The input was refused before anything changed: an invalid tenant spec (every problem is listed with its "
-        "fix), a value ParallelCluster's schema refuses, a capacity refusal, an unknown option value, a log that "
+        "fix), a value the scheduler's own checks refuse (its service's schema), a capacity refusal, an unknown option value, a log that "
         "cannot be read, or a node `invoke replace` does not replace. Fix the input and run again.")
 
     NOT_READY = 3, (

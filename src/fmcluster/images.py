@@ -1,7 +1,7 @@
 """The image catalog: what each image fmcluster's nodes boot ships, and what first boot adds (data/images.yml).
 
 Which image a node gets is the scheduler's choice (`Scheduler.image`: by the instance's accelerator on
-slurm-ec2, the service's own image on HyperPod and ParallelCluster); this module only reads the catalog and
+slurm-ec2, the service's own image where a service makes the cluster); this module only reads the catalog and
 says, for plan and the deploy summary, which image each node kind boots.
 """
 
@@ -120,7 +120,7 @@ class Contract:
             # ... which, where they run from an image, it runs as itself (roles/slurm_containers).
             "slurm_containers_operator": self.default_user,
         }
-        # An image without NCCL (ParallelCluster's) gets NVIDIA's packages on its GPU nodes (roles/nvidia_driver,
+        # An image without NCCL gets NVIDIA's packages on its GPU nodes (roles/nvidia_driver,
         # versions.yml nvidia.nccl_package), and nccl-tests builds against where they put it.
         variables["nvidia_driver_install_nccl"] = self.nccl_home is None
         variables["nccl_tests_nccl_home"] = self.nccl_home or versions.packaged_nccl_home()
@@ -130,7 +130,7 @@ class Contract:
         # one; without it, the unit names none.
         variables["node_health_dcgm_service"] = self.dcgm_service or ""
         # NVIDIA's dcgm-exporter runs as NVIDIA's container under the image's own container CLI; an image without one
-        # (ParallelCluster's) gets no exporter: the role says why, Prometheus scrapes no dcgm target there and plan
+        # gets no exporter: the role says why, Prometheus scrapes no dcgm target there and plan
         # lists the gap (gpu_exporter_gap). GPU health there comes from fmcluster-health's DCGM checks.
         variables["dcgm_exporter_runtime"] = "container" if self.container_runtime else DCGM_EXPORTER_ABSENT
         if self.container_runtime:

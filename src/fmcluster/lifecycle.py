@@ -13,7 +13,7 @@ reason, the check that drained the node and the action it needs (none / drain / 
                      re-converge the new membership (the old node leaves slurm.conf and Prometheus)
     hyperpod         HyperPod's Slurm path: `scontrol update nodename=N state=fail reason=Action:Replace` on the
                      controller (BatchReplaceClusterNodes is not in the pinned botocore)
-    parallelcluster  refused: ParallelCluster's clustermgtd replaces unhealthy static nodes itself
+    and refused where the scheduler's service replaces unhealthy nodes itself (its `replacement_refusal` says why)
 
 (each scheduler's `request_replacement`, in its module under fmcluster.schedulers), then the provider's `boot` (local: the terminated instance's host goes, the new instance's host boots), every
 node's report for the published commit and membership, Slurm showing the new node idle and the old one gone,
@@ -97,8 +97,8 @@ class ClusterView:
 
 def read_view(provider: Provider, controller: Node, tenant: Tenant) -> ClusterView:
     """Slurm's nodes and the triage's findings. Where fmcluster installs Slurm, the controller's health program
-    triages (it reads the nodes' reports too); where the scheduler's service owns Slurm (HyperPod, ParallelCluster
-    on AWS) no fmcluster-health runs there, so Slurm's own reasons are triaged here with the same table."""
+    triages (it reads the nodes' reports too); where the scheduler's service owns Slurm (slurm_owner
+    `scheduler`: HyperPod, and on AWS a service that makes the cluster) no fmcluster-health runs there, so Slurm's own reasons are triaged here with the same table."""
     shown = remote(provider, controller, SHOW_NODE)
     if shown.returncode != 0:
         raise LifecycleError(f"`{SHOW_NODE}` on {controller.name} failed: {(shown.stderr or shown.stdout).strip()[-300:]}")
@@ -143,7 +143,7 @@ def node_lines(nodes: Sequence[Node], view: ClusterView) -> list[NodeLine]:
     """Every live node with its Slurm state and, when unhealthy, the triage's reason, check and action; then
     Slurm nodes no live instance stands behind (a node gone without leaving slurm.conf)."""
     findings = {f.node: f for f in view.findings}
-    # Slurm may name a node otherwise than its instance's hostname (ParallelCluster's `<queue>-st-<resource>-<n>`);
+    # Slurm may name a node otherwise than its instance's hostname (a service's own naming, e.g. `<queue>-st-<resource>-<n>`);
     # its NodeAddr is the instance's address everywhere.
     by_address = {n.address: n for n in view.slurm.values() if n.address}
     matched: set[str] = set()

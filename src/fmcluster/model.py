@@ -13,7 +13,8 @@ from typing import Any, Literal
 from fmcluster.capabilities import Capabilities, capabilities, scheduler_capabilities
 from fmcluster.catalog import InstanceType, load_catalog
 from fmcluster.paths import generated_dir, inventories_dir, tenant_dir, tenant_spec_path
-from fmcluster.validation import Problem, apply_defaults, dotted, org_problem, problems_in, read_ca_cert
+from fmcluster.validation import (Problem, apply_defaults, dotted, org_problem, problems_in, read_ca_cert,
+                                  scheduler_function)
 from fmcluster.yamlpos import YamlSyntaxError, load
 
 Provider = Literal["aws", "local"]
@@ -118,7 +119,8 @@ class Acceptance:
 
 @dataclass(frozen=True)
 class SlurmAccounting:
-    """The `accounting` section: slurmdbd for fmcluster's own Slurm (ParallelCluster's is `parallelcluster.accounting`)."""
+    """The `accounting` section: slurmdbd for fmcluster's own Slurm (a scheduler that installs its own Slurm has its
+    accounting in its own section)."""
 
     enabled: bool
     database_endpoint: str | None  # host[:port] of the tenant's own MySQL/MariaDB (RDS); None: MariaDB on the controller
@@ -217,31 +219,6 @@ class Network:
 
 
 @dataclass(frozen=True)
-class Accounting:
-    """Slurm accounting (ParallelCluster's SlurmSettings/Database): the tenant's existing database (uri and
-    password_secret_arn), or, without them, the one the storage stack creates (`created`)."""
-
-    uri: str | None
-    user_name: str
-    password_secret_arn: str | None
-    database_name: str | None
-
-    @property
-    def created(self) -> bool:
-        """fmcluster creates the database (RDS in the storage stack) and its password secret."""
-        return self.uri is None
-
-
-@dataclass(frozen=True)
-class ParallelClusterSettings:
-    """The `parallelcluster` section: what a ParallelCluster 3 config needs beyond the rest of the spec."""
-
-    os: str
-    ssh_key_name: str | None
-    accounting: Accounting | None
-
-
-@dataclass(frozen=True)
 class Tenant:
     spec_path: Path
     org: str
@@ -259,7 +236,9 @@ class Tenant:
     monitoring: Monitoring
     acceptance: Acceptance
     slurm_accounting: SlurmAccounting = SlurmAccounting(True, None, "slurm")
-    parallelcluster: ParallelClusterSettings | None = None  # scheduler parallelcluster only
+    #: The scheduler's own section (capabilities.yml's own_section) as its folder's section_parser makes it; the
+    #: folder reads it back with its own type. None: the scheduler has no section of its own.
+    scheduler_settings: object | None = None
     health: Health = Health()
     qos: tuple[Qos, ...] = ()
     teams: tuple[Team, ...] = ()
@@ -306,11 +285,6 @@ def _build(spec_path: Path, raw: dict[str, Any]) -> Tenant:
     monitoring, acceptance, network = doc["monitoring"], doc["acceptance"], doc["network"]
     slurm_acct = doc["accounting"]
     is_scratch = lustre["deployment_type"].startswith("SCRATCH")
-    pcluster = doc["parallelcluster"]
-    # Asked for only when written: `accounting: {}` asks (fmcluster creates the database); the defaults fill an
-    # absent optional section with {} too, which must not.
-    raw_pcluster = raw.get("tenant", {}).get("parallelcluster")
-    accounting = pcluster.get("accounting") if isinstance(raw_pcluster, dict) and "accounting" in raw_pcluster else None
     # A team naming no QoS gets `normal` when the tenant declares one (validation refuses the rest).
     default_qos = ["normal"] if any(q["name"] == "normal" for q in doc["qos"]) else []
     return Tenant(
@@ -360,12 +334,7 @@ def _build(spec_path: Path, raw: dict[str, Any]) -> Tenant:
         ),
         slurm_accounting=SlurmAccounting(slurm_acct["enabled"], slurm_acct.get("database_endpoint"),
                                          slurm_acct["database_user"]),
-        parallelcluster=ParallelClusterSettings(
-            os=pcluster["os"],
-            ssh_key_name=pcluster.get("ssh_key_name"),
-            accounting=Accounting(accounting.get("uri"), accounting["user_name"], accounting.get("password_secret_arn"),
-                                  accounting.get("database_name")) if accounting is not None else None,
-        ) if scheduler_capabilities(doc["scheduler"]).own_section is not None else None,
+        scheduler_settings=_scheduler_settings(raw, doc),
         health=Health(auto_replace=doc["health"]["auto_replace"], return_diag_level=doc["health"]["return_diag_level"],
                       repair=Repair(**doc["health"]["repair"])),
         qos=tuple(Qos(q["name"], q["priority"], q.get("max_gpus_per_user"), q.get("max_cpus_per_user"),
@@ -377,6 +346,17 @@ def _build(spec_path: Path, raw: dict[str, Any]) -> Tenant:
         directory=_directory(spec_path, doc.get("directory")),
         containers=Containers(doc["containers"]["enabled"], tuple(doc["containers"]["registries"])),
     )
+
+
+def _scheduler_settings(raw: dict[str, Any], doc: dict[str, Any]) -> object | None:
+    own = scheduler_capabilities(doc["scheduler"])
+    section = doc.get(own.own_section) if own.own_section is not None else None
+    if own.section_parser is None or section is None:
+        return None
+    written = raw.get("tenant", {}).get(own.own_section)
+    settings: object = scheduler_function(doc["scheduler"], own.section_parser)(
+        section, written if isinstance(written, dict) else {})
+    return settings
 
 
 def _directory(spec_path: Path, given: dict[str, Any] | None) -> Directory | None:

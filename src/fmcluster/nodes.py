@@ -100,7 +100,7 @@ def sort_nodes(nodes: Iterable[Node]) -> list[Node]:
 
 
 def ec2_nodes(ec2: Any, org: str, node_tags: NodeTags = FMCLUSTER_TAGS) -> list[Node]:
-    """The tenant's live instances, from EC2's DescribeInstances (self-managed Slurm, ParallelCluster)."""
+    """The tenant's live instances, from EC2's DescribeInstances (a scheduler whose nodes carry `node_tags`)."""
     nodes = []
     paginator = ec2.get_paginator("describe_instances")
     filters = [{"Name": "tag:fmcluster:org", "Values": [org]}, {"Name": "instance-state-name", "Values": list(LIVE_STATES)}]

@@ -79,7 +79,7 @@ def measure(tenant: Tenant, nodes: Sequence[Node], cluster: dict[str, slurm_text
     """The shape of the cluster from the live instances, Slurm's nodes and the triage's findings."""
     shape = Shape({q.name: q.count for q in tenant.queues})
     found = {f.node: f for f in findings}
-    # Slurm names a node as its scheduler does (ParallelCluster: `<queue>-st-<resource>-<n>`, not the instance's
+    # Slurm names a node as its scheduler does (e.g. `<queue>-st-<resource>-<n>`, not the instance's
     # hostname); its NodeAddr is the instance's address everywhere.
     by_address = {n.address: n for n in cluster.values() if n.address}
     for node in nodes:

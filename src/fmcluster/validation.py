@@ -18,7 +18,7 @@ import re
 import stat
 import unicodedata
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path, PurePosixPath
@@ -29,7 +29,7 @@ import jsonschema
 import jsonschema.validators
 import yaml
 
-from fmcluster.capabilities import CONTAINER_RUNTIMES, PROVIDERS, SCHEDULER_FOLDERS, SCHEDULERS
+from fmcluster.capabilities import CONTAINER_RUNTIMES, PROVIDERS, SCHEDULER_FOLDERS, SCHEDULERS, SECTION_SCHEMA
 from fmcluster.catalog import InstanceType, load_catalog
 from fmcluster.escape import escaped, neutral
 from fmcluster.ldapsyntax import dn_problem, filter_problem
@@ -71,17 +71,17 @@ REFUSED_CATEGORIES = {"Cc": "a control character", "Cf": "an invisible format ch
 
 # System directories a shared file system must not be mounted over (or inside): the OS, its state, root's home
 # (/root/.ssh: a shared file system there hands root's keys to whoever writes it), where the DLAMI installs the
-# accelerator stack (/opt/amazon/efa, /opt/nvidia, /opt/aws), where Slurm, ParallelCluster, SageMaker HyperPod
-# and fmcluster itself install and keep their configuration (/opt/slurm/etc, /opt/parallelcluster, /opt/ml,
-# /opt/sagemaker, /opt/fmcluster).
+# accelerator stack (/opt/amazon/efa, /opt/nvidia, /opt/aws), where Slurm and fmcluster itself install and keep
+# their configuration (/opt/slurm/etc, /opt/fmcluster), and each scheduler's own (its row's system_dirs).
 SYSTEM_DIRS = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/run", "/sbin",
                "/sys", "/usr", "/var", "/root", "/opt/amazon", "/opt/aws", "/opt/nvidia", "/opt/aws-neuronx", "/snap",
-               "/opt/slurm", "/opt/parallelcluster", "/opt/intel", "/opt/ml", "/opt/sagemaker", "/opt/fmcluster")
+               "/opt/slurm", "/opt/intel", "/opt/fmcluster",
+               *sorted({path for caps in SCHEDULERS.values() for path in caps.system_dirs}))
 SYSTEM_EXACT = ("/", "/opt", "/tmp", "/srv", "/mnt", "/media", "/lost+found")
 PATH_PATTERN = re.compile(r"(?:/[A-Za-z0-9._-]+)+")
 S3_PREFIX_PATTERN = re.compile(r"(?:[A-Za-z0-9._-]+/)*")
 #: Prefixes of the tenant bucket holding what nodes execute or trust: the bootstrap bundle and scripts, the
-#: manifest and node reports (fmcluster/...: publish.py, stacks/templates/common.py, parallelcluster/config.py)
+#: manifest and node reports (fmcluster/...: publish.py, stacks/templates/common.py, the schedulers' custom actions)
 #: and HyperPod's lifecycle scripts. A data repository linked over any of them would let whatever is written
 #: under the Lustre path be exported over node-bootstrap.sh or on_create.sh, which every node runs as root.
 #: tests/test_tenant_validation.py checks every prefix the code publishes to lies inside one of these.
@@ -177,12 +177,46 @@ def did_you_mean(word: object, choices: Iterable[str]) -> str:
 @lru_cache(maxsize=1)
 def load_schema() -> dict[str, Any]:
     """data/tenant.schema.json, with what the scheduler folders say filled in: `scheduler:`'s enum (the schedulers
-    fmcluster.capabilities found, one folder each) and its description (each one's `summary`)."""
+    fmcluster.capabilities found, one folder each), its description (each one's `summary`), which of them take a
+    capacity reservation, and each one's own section (its section.schema.json)."""
     schema: dict[str, Any] = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
     scheduler = schema["properties"]["tenant"]["properties"]["scheduler"]
     scheduler["enum"] = list(SCHEDULERS)
     scheduler["description"] = "; ".join(f"`{name}`: {caps.summary}" for name, caps in SCHEDULERS.items()) + "."
+    reservation = schema["properties"]["tenant"]["properties"]["queues"]["items"]["properties"]["capacity_reservation_id"]
+    reservation["description"] += (" Schedulers that launch into one: " + ", ".join(
+        f"`{name}`" for name, caps in SCHEDULERS.items() if caps.capacity_reservations) + "; the others refuse it.")
+    _add_scheduler_sections(schema)
     return schema
+
+
+def _add_scheduler_sections(schema: dict[str, Any]) -> None:
+    """Each scheduler's own section (capabilities.yml's own_section, its folder's section.schema.json) becomes a
+    tenant property right after `scheduler:`, which decides whether it may be written; the fragment's `$defs` join
+    the schema's, so its `#/$defs/...` references resolve as if it were written there."""
+    tenant = schema["properties"]["tenant"]
+    defs: dict[str, Any] = schema.setdefault("$defs", {})
+    sections: dict[str, Any] = {}
+    for name, caps in SCHEDULERS.items():
+        if caps.own_section is None:
+            continue
+        path = SCHEDULER_FOLDERS[name] / SECTION_SCHEMA
+        section: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+        for key, definition in section.pop("$defs", {}).items():
+            if key in defs:
+                raise ValueError(f"{path}: $defs {key!r} is defined already (data/tenant.schema.json or another "
+                                 "scheduler's section): rename it")
+            defs[key] = definition
+        if caps.own_section in tenant["properties"] or caps.own_section in sections:
+            raise ValueError(f"{path}: the tenant has a section {caps.own_section!r} already: name scheduler "
+                             f"{name}'s own_section otherwise")
+        sections[caps.own_section] = section
+    properties: dict[str, Any] = {}
+    for key, value in tenant["properties"].items():
+        properties[key] = value
+        if key == "scheduler":
+            properties.update(sections)
+    tenant["properties"] = properties
 
 
 def _whole(value: Any) -> TypeGuard[int]:
@@ -1190,6 +1224,15 @@ def scheduler_rules(name: object) -> ModuleType | None:
     if folder is None or not (folder / "rules.py").is_file():
         return None
     return importlib.import_module(f"fmcluster.schedulers.{folder.name}.rules")
+
+
+def scheduler_function(name: str, ref: str) -> Callable[..., Any]:
+    """The function `module:function` (a capabilities.yml entry, e.g. section_parser) of scheduler `name`'s
+    folder, imported through the folder as scheduler_rules does: the model never names a scheduler's module."""
+    module, _, function = ref.partition(":")
+    found: Callable[..., Any] = getattr(
+        importlib.import_module(f"fmcluster.schedulers.{SCHEDULER_FOLDERS[name].name}.{module}"), function)
+    return found
 
 
 def _check_foreign_sections(out: _Collector, tenant: dict[str, Any], t: KeyPath) -> None:

@@ -69,7 +69,7 @@ class SlurmClient:
     def make_dir(self, path: PurePosixPath) -> None:
         """A directory the operator's jobs write their logs to, on the cluster's shared file system. Where its parent
         is root's and not writable by the operator (a fresh file system's root; nothing else makes one for the runs
-        under ParallelCluster or HyperPod, whose mounts are the service's), root makes it, owned by the operator
+        where the scheduler's service makes the mounts), root makes it, owned by the operator
         (whose sudo needs no password on the images' default user, as drain already relies on)."""
         made = self.run(["env", "LC_ALL=C", "mkdir", "-p", str(path)], check=False)  # its message in English
         if made.returncode == 0:

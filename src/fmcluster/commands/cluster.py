@@ -34,7 +34,7 @@ def require_tenant(org: str) -> Tenant:
 
 
 def validate(org: str, out: Out = print) -> int:
-    """Schema and catalog checks, every problem with its fix; then the scheduler's own (ParallelCluster's schema)."""
+    """Schema and catalog checks, every problem with its fix; then the scheduler's own (e.g. its service's schema)."""
     from fmcluster.schedulers.registry import scheduler_for
 
     try:

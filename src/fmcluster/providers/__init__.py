@@ -164,7 +164,7 @@ def operator_argv(route: Route, key: str, user: str, slurm_bin_dir: str | None =
 
     Every caller appends one command, which sshd hands to the user's shell as `-c` text: no login shell, so nothing
     of /etc/profile.d. Where the image's Slurm clients are only on a login shell's PATH (`slurm_bin_dir`, its
-    contract: ParallelCluster's /opt/slurm/bin comes from /etc/profile.d/slurm.sh), the command is preceded by
+    contract: e.g. /opt/slurm/bin from /etc/profile.d/slurm.sh), the command is preceded by
     the PATH export that profile script would have made, as ssh joins its arguments into that one text."""
     if why := route.unusable():
         raise RouteUnusable(why)

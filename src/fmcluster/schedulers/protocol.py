@@ -1,16 +1,16 @@
 """How a tenant's cluster is made and scheduled: `slurm-ec2` (self-managed Slurm on EC2 launch templates),
-`hyperpod` (SageMaker HyperPod with Slurm) or `parallelcluster` (AWS ParallelCluster 3).
+`hyperpod` (SageMaker HyperPod with Slurm) or another, one folder each (fmcluster.schedulers).
 
 A scheduler supplies what differs between them, and nothing else branches on it (the protocol is here; which
 class serves a tenant is fmcluster.schedulers.registry.scheduler_for; what other modules need to know is a
 capability, `capabilities`: fmcluster.capabilities.SCHEDULERS):
 - what it needs uploaded before the cluster is made (`before_cluster`: HyperPod's lifecycle scripts,
-  ParallelCluster's OnNodeConfigured script) and what makes the cluster beyond our stacks (`make_cluster`:
-  ParallelCluster's `pcluster create-cluster`; `delete_cluster`, `status_lines` for the other commands);
+  a service's node hook) and what makes the cluster beyond our stacks (`make_cluster`: the service's own create
+  call where the service makes the cluster; `delete_cluster`, `status_lines` for the other commands);
 - how the cluster's nodes are found in the AWS APIs (`discovery`: EC2 tags, or HyperPod's node list) and
   how Prometheus finds them (`manifest_vars`);
-- what it adds to fmcluster's storage stack (`storage_parts`: the node policies and the accounting database
-  ParallelCluster's cluster uses; nothing for the others);
+- what it adds to fmcluster's storage stack (`storage_parts`: e.g. the node policies and the accounting database
+  of a cluster its service makes; nothing for most);
 - which playbook every node converges with (`playbook`), which image its nodes boot (`image`), and checks
   of its own (`validate`, `plan`).
 Every scheduler's nodes run the same first-boot script (scripts/node-user-data.sh → node-bootstrap.sh).
@@ -43,7 +43,7 @@ class Scheduler(Protocol):
     playbook: str
     #: The cluster stack fmcluster renders for it (its folder's template.py); None: its own service makes the cluster.
     cluster_template: ClusterTemplate | None
-    #: The stack that stands in for that service where the provider does not have it (ParallelCluster offline).
+    #: The stack that stands in for that service where the provider does not have it (provider local).
     stand_in_template: ClusterTemplate | None
     #: How long a node's first boot may take before the service that made it gives up: (what, seconds), or None
     #: where the service documents none. The deploy warns when a node's measured first boot comes near it.
@@ -68,13 +68,13 @@ class Scheduler(Protocol):
         """Uploads the cluster stack needs before it is created."""
 
     def validate(self, out: Out) -> int:
-        """Checks beyond fmcluster's own (ParallelCluster: its own schema); an exit code, 0 when clean."""
+        """Checks beyond fmcluster's own (e.g. its service's own schema); an exit code, 0 when clean."""
 
     def plan(self, out: Out) -> int:
-        """What `invoke plan` shows beyond the stacks (ParallelCluster: the rendered cluster config)."""
+        """What `invoke plan` shows beyond the stacks (e.g. the cluster config its service is given)."""
 
     def make_cluster(self, outputs: Mapping[str, str], out: Out) -> StepOutcome:
-        """After the stacks: make or update what the stacks do not (ParallelCluster's cluster)."""
+        """After the stacks: make or update what the stacks do not (a cluster its service makes)."""
 
     def delete_cluster(self, out: Out) -> DeleteFirst | None:
         """For `invoke destroy`: a cluster that is not one of our stacks, deleted before them."""
@@ -87,7 +87,7 @@ class Scheduler(Protocol):
         cluster's own form where the instances are the service's (HyperPod). Raises RuntimeError when unknown."""
 
     def replacement_refusal(self, node: str) -> str | None:
-        """Why `invoke replace` leaves `node` to the cluster's own service (ParallelCluster); None: it does not."""
+        """Why `invoke replace` leaves `node` to the cluster's own service; None: it does not."""
 
     def request_replacement(self, node: Node, autoscaling: Callable[[], Any],
                             on_controller: Callable[[str], subprocess.CompletedProcess[str]]) -> tuple[str, list[str]]:

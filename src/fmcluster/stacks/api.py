@@ -199,7 +199,7 @@ def deploy_stacks(tenant: Tenant, endpoint: str | None, *, scheduler: SchedulerS
             _emulator_summary(outcome, stack, out)
         outputs[stack.key] = outcome.outputs
     if result.ok and before_cluster is not None and not any(s.key == "cluster" for s in stacks):
-        # ParallelCluster on AWS makes the cluster after our stacks: what its nodes fetch must be there first.
+        # A scheduler whose service makes the cluster does so after our stacks: what its nodes fetch must be there first.
         before_cluster({k: v for key in outputs for k, v in outputs[key].items()})
     if result.ok:
         result.outputs_file = write_stack_outputs(tenant.org, [s.name for s in stacks], result.outputs,
@@ -320,7 +320,7 @@ def destroy_stacks(tenant: Tenant, endpoint: str | None, *, scheduler: Scheduler
     """Delete cluster → storage → network after confirmation. The data bucket is kept (Retain) and named.
 
     `confirm(question) -> bool` asks the user; None means the caller already confirmed (--yes).
-    `delete_first` is a cluster that is not one of our stacks (ParallelCluster's on AWS): (what it is, a call
+    `delete_first` is a cluster that is not one of our stacks (a scheduler service's): (what it is, a call
     that deletes it and says whether it is gone), run after the confirmation and before any stack; while it
     is not gone, no stack is touched (the stacks hold its network and storage)."""
     result = StacksResult(tenant.org, tenant.provider, None)

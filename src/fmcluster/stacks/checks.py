@@ -43,7 +43,7 @@ ALLOWED_TYPES: dict[str, frozenset[str]] = {
     "storage": frozenset({
         "AWS::S3::Bucket", "AWS::S3::BucketPolicy", "AWS::EC2::SecurityGroup", "AWS::EC2::SecurityGroupIngress",
         "AWS::FSx::FileSystem", "AWS::FSx::DataRepositoryAssociation",
-        # scheduler parallelcluster only: what its nodes' fmcluster bootstrap may read and write
+        # a scheduler whose service makes the nodes (its storage_parts): what their fmcluster bootstrap may read and write
         "AWS::IAM::ManagedPolicy",
         # and the Slurm accounting database it creates when the tenant names none: its second zone's subnet,
         # subnet group and generated password

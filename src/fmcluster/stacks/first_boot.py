@@ -1,6 +1,6 @@
 """The first-boot script every node runs, whatever made it: EC2 user data (fmcluster.stacks.render.node_user_data),
-HyperPod's on_create.sh (fmcluster.schedulers.hyperpod.scheduler) and ParallelCluster's OnNodeConfigured
-(fmcluster.schedulers.parallelcluster.config), with the S3 client it needs packed inline.
+or the hook a scheduler's service runs on the nodes it makes (HyperPod's on_create.sh; each scheduler's folder
+hands its own over), with the S3 client it needs packed inline.
 
 A leaf module: the cluster templates and the schedulers both read it, and it reads only files of the checkout.
 """
@@ -16,8 +16,8 @@ from fmcluster.paths import source_root
 
 SOURCE_ROOT = source_root()
 
-#: The rest of every node's first boot: fetch node-bootstrap.sh and run it. The same file is HyperPod's
-#: lifecycle script's tail (on_create.sh runs it) and ParallelCluster's OnNodeConfigured's.
+#: The rest of every node's first boot: fetch node-bootstrap.sh and run it. The same file is the tail of what a
+#: scheduler's service runs on its nodes (HyperPod's on_create.sh runs it).
 USER_DATA_SCRIPT = SOURCE_ROOT / "scripts" / "node-user-data.sh"
 #: The first boot's S3 client (Python's standard library alone), written out by the first-boot script.
 S3_CLIENT = SOURCE_ROOT / "scripts" / "fmcluster-s3"
@@ -26,7 +26,7 @@ S3_CLIENT_PLACEHOLDER = "@FMCLUSTER_S3_CLIENT_WRITER@"
 
 def first_boot_script() -> str:
     """scripts/node-user-data.sh with the S3 client inlined: what every node runs at first boot, whatever made
-    it (EC2 user data, HyperPod's on_create.sh, ParallelCluster's OnNodeConfigured)."""
+    it (EC2 user data, or the hook of the scheduler's service such as HyperPod's on_create.sh)."""
     script = USER_DATA_SCRIPT.read_text(encoding="utf-8")
     if script.count(S3_CLIENT_PLACEHOLDER) != 1:
         raise RuntimeError(f"{USER_DATA_SCRIPT} must hold {S3_CLIENT_PLACEHOLDER} exactly once")
@@ -35,7 +35,7 @@ def first_boot_script() -> str:
 
 def s3_client_writer(path: str) -> str:
     """Shell that writes the packed S3 client to `path` (a shell word): the first-boot script's own lines, and the
-    ParallelCluster stand-in's on images that have no AWS CLI."""
+    stand-ins' on images that have no AWS CLI."""
     return ("python3 -c 'import base64, gzip, sys; sys.stdout.buffer.write(gzip.decompress(base64.b64decode("
             f"sys.stdin.read())))' \\\n  >{path}.new <<'FMCLUSTER_S3_CLIENT'\n{packed_s3_client()}\nFMCLUSTER_S3_CLIENT\n"
             f"chmod 0755 {path}.new && mv -f {path}.new {path}\n")

@@ -235,7 +235,7 @@ def user_data_text(user_data: Any) -> str:
 
 def cluster_template(tenant: Tenant, scheduler: SchedulerStacks) -> ClusterTemplate | None:
     """The cluster stack the tenant's scheduler hands over: its own, or its stand-in where the provider lacks the
-    scheduler's service (ParallelCluster on provider local); None where the service makes the cluster itself."""
+    scheduler's service (provider local); None where the service makes the cluster itself."""
     if not tenant.capabilities.stand_in:
         return scheduler.cluster_template
     if scheduler.stand_in_template is None:
@@ -265,9 +265,9 @@ def render_stacks(tenant: Tenant, scheduler: SchedulerStacks,
     """The tenant's stacks in dependency order (network → storage → cluster), rendered offline, with what the tenant's
     scheduler hands over (`scheduler`: the caller's, fmcluster.schedulers.registry.scheduler_for(tenant)).
 
-    Scheduler parallelcluster has no cluster stack of ours on AWS: ParallelCluster creates its own from the
-    cluster config fmcluster.schedulers.parallelcluster renders (network and storage stay ours); on provider local the
-    stand-in's stack takes its place."""
+    A scheduler whose service makes the cluster has no cluster stack of ours on AWS: the service makes its own from
+    what the scheduler's folder renders (network and storage stay ours); on provider local the stand-in's stack
+    takes its place."""
     cluster = cluster_template(tenant, scheduler)
     net = "network"
     network_params: dict[str, ParameterValue] = {}

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Literal
 
 #: What must go before the stacks are deleted: (what, delete it → whether it went). A scheduler whose service
-#: makes the cluster (ParallelCluster) hands one to `invoke destroy`.
+#: makes the cluster hands one to `invoke destroy`.
 DeleteFirst = tuple[str, Callable[[], bool]]
 
 Action = Literal[

@@ -3,7 +3,7 @@ instances and runs the lifecycle script on each (cfn/hyperpod-lifecycle/on_creat
 own Slurm and runs the same first-boot script as every other node; the nodes are found through SageMaker's
 ListClusterNodes.
 
-One Slurm per cluster, HyperPod's, as ParallelCluster's is on its clusters: HyperPod's AMI ships Slurm and munge
+One Slurm per cluster, HyperPod's: HyperPod's AMI ships Slurm and munge
 under /opt/slurm, its cluster agent writes slurm.conf there (nodes and partitions from the instance groups'
 SlurmConfig), its deep health checks and NodeRecovery replace failing nodes. The manifest says so
 (capability `service_installs_slurm`, so `fmcluster_capabilities.slurm_owner: scheduler` and no node is in

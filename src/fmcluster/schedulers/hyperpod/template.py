@@ -24,7 +24,7 @@ DEEP_HEALTH_CHECKS = ["InstanceStress", "InstanceConnectivity"]
 # Extra EBS volume HyperPod mounts at /opt/sagemaker on each node (containers, logs, local scratch).
 EBS_GIB = {"controller": 200, "login": 200, "compute": 500}
 # HyperPod mounts the storage stack's file systems itself (InstanceStorageConfigs FsxLustreConfig and
-# FsxOpenZfsConfig), as ParallelCluster's SharedStorage does: the scheduler that brings its own Slurm also
+# FsxOpenZfsConfig): the scheduler that brings its own Slurm also
 # brings the mounts (fmcluster's shared_storage role does not run there). The DNS names exist only on AWS
 # (the emulator creates no FSx): empty, the mount is left out.
 MOUNT_LUSTRE, MOUNT_HOME = "MountLustre", "MountHome"

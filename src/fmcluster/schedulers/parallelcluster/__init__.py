@@ -4,6 +4,8 @@ The network and storage stacks stay fmcluster's; the cluster is a ParallelCluste
 rendered from the validated tenant and those stacks' outputs, checked by ParallelCluster's own schema
 (the aws-parallelcluster package, in its own tool environment) and operated with its `pcluster` CLI.
 
+    section.schema.json                        the tenant's `parallelcluster:` section (validation.load_schema)
+    settings.parse / settings.settings_of      that section parsed (Tenant.scheduler_settings) and read back typed
     rules.check_tenant(doc, add)               fmcluster's own offline refusals (found by validation.py here)
     config.render_cluster_config(tenant, outputs) -> ClusterConfig   the config dict, its provenance, placeholders
     config.write_cluster_config(tenant, cfg) -> Path                 inventories/<org>/generated/cluster-config.yaml

@@ -39,6 +39,7 @@ from fmcluster import nccl
 from fmcluster.model import Queue, Tenant
 from fmcluster.schedulers.parallelcluster.offline_aws import answers
 from fmcluster.schedulers.parallelcluster.rendered import ClusterConfig, ConfigPath
+from fmcluster.schedulers.parallelcluster.settings import settings_of
 from fmcluster.paths import PACKAGE_DIR, generated_dir, tenant_dir, write_fresh
 from fmcluster.stacks.first_boot import first_boot_script
 
@@ -74,7 +75,7 @@ def on_node_configured_settings(*, bucket: Any, region: Any, org: str, role: str
 def operator_key_name(tenant: Tenant) -> str:
     """The key pair on the head and login nodes: the tenant's own, else the operator key the deploy imports
     (fmcluster.access), through which the deploy's monitoring and acceptance checks reach the nodes."""
-    settings = tenant.parallelcluster
+    settings = settings_of(tenant)
     return settings.ssh_key_name if settings and settings.ssh_key_name else f"fmcluster-{tenant.org}"
 
 
@@ -165,7 +166,7 @@ class _Render:
         return {"AdditionalIamPolicies": [{"Policy": policy}, {"Policy": SSM_POLICY}]}
 
     def render(self) -> ClusterConfig:
-        t, s = self.tenant, self.tenant.parallelcluster
+        t, s = self.tenant, settings_of(self.tenant)
         if s is None:
             raise ValueError(f"tenant '{t.org}' has scheduler {t.scheduler}, not parallelcluster")
         data: dict[str, Any] = {"Region": t.region}
@@ -193,7 +194,7 @@ class _Render:
         return self.cfg
 
     def head_node(self) -> dict[str, Any]:
-        t, s = self.tenant, self.tenant.parallelcluster
+        t, s = self.tenant, settings_of(self.tenant)
         assert s is not None
         h: ConfigPath = ("HeadNode",)
         self.key(h, "controller")
@@ -244,7 +245,7 @@ class _Render:
         }
 
     def scheduling(self) -> dict[str, Any]:
-        t, s = self.tenant, self.tenant.parallelcluster
+        t, s = self.tenant, settings_of(self.tenant)
         assert s is not None
         settings: dict[str, Any] = {"QueueUpdateStrategy": "DRAIN"}
         if s.accounting is not None:

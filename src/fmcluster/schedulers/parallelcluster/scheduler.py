@@ -20,6 +20,7 @@ from fmcluster.model import Tenant
 from fmcluster.nodes import Node
 from fmcluster.schedulers.parallelcluster.config import BOOTSTRAP_TIMEOUT_S
 from fmcluster.schedulers.parallelcluster.rules import DEFAULT_OS, official_image
+from fmcluster.schedulers.parallelcluster.settings import settings_of
 from fmcluster.schedulers.parallelcluster.stand_in import STAND_IN_TEMPLATE, STOOD_IN
 from fmcluster.schedulers.parallelcluster.storage_parts import storage_parts
 from fmcluster.schedulers.parallelcluster.tags import NODE_TAGS
@@ -67,7 +68,7 @@ class ParallelCluster:
 
     def image(self, accelerator: str) -> str:
         # ParallelCluster's official AMI of the configured OS (Image/Os), on every node.
-        settings = self.tenant.parallelcluster
+        settings = settings_of(self.tenant)
         return official_image(settings.os if settings else DEFAULT_OS)
 
     def storage_parts(self) -> StorageParts:
@@ -125,7 +126,8 @@ class ParallelCluster:
                                      "the rendered config passed ParallelCluster's schema", details + [STOOD_IN])
         if cfg.placeholders:
             return StepOutcome("failed", "the stacks did not give " + ", ".join(cfg.placeholders), details)
-        accounting = self.tenant.parallelcluster.accounting if self.tenant.parallelcluster else None
+        settings = settings_of(self.tenant)
+        accounting = settings.accounting if settings else None
         # A database fmcluster creates (no ARN named) has its secret made by the storage stack, in this account.
         if accounting is not None and accounting.password_secret_arn is not None:
             from fmcluster.schedulers.parallelcluster.rules import secret_account_problem

@@ -10,6 +10,7 @@ import ipaddress
 from typing import Any
 
 from fmcluster.model import Tenant
+from fmcluster.schedulers.parallelcluster.settings import settings_of
 from fmcluster.stacks.cfn import Fn, GetAtt, Ref, Sub
 from fmcluster.stacks.templates import StorageParts
 from fmcluster.stacks.templates.common import (
@@ -33,7 +34,7 @@ def storage_parts(tenant: Tenant) -> StorageParts:
         outputs["HomeVolumeId"] = output(
             "Root volume of the OpenZFS shared home; ParallelCluster mounts OpenZFS by volume id.",
             GetAtt("OpenZfsFileSystem", "RootVolumeId"))
-    settings = tenant.parallelcluster
+    settings = settings_of(tenant)
     if settings is None or settings.accounting is None or not settings.accounting.created:
         return StorageParts(resources, outputs)
     db_resources, db_outputs = accounting_database(tenant, settings.accounting.user_name)

@@ -1,7 +1,7 @@
 """Scheduler `pcs`: AWS Parallel Computing Service, managed Slurm (fmcluster.schedulers.pcs.template). PCS runs
 slurmctld (and slurmdbd) in AWS's account and launches the node groups' instances in the tenant's; the PCS agent on
 the image registers each instance and starts its Slurm daemon (slurmd on compute nodes, sackd on nodes in no queue),
-after the launch template's user data has run fmcluster's first boot. So, as on HyperPod and ParallelCluster, the
+after the launch template's user data has run fmcluster's first boot. So, as on HyperPod, the
 service owns Slurm (capability `service_installs_slurm`) and fmcluster's roles configure around it: the manifest
 gives them the image's Slurm paths. The instances are EC2 instances of the tenant's account, tagged by the launch
 templates: they are found, and scraped by Prometheus, as slurm-ec2's are.

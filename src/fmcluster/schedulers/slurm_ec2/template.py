@@ -261,9 +261,9 @@ def repair_statements(tenant: Tenant) -> list[dict[str, Any]]:
 
 def build(tenant: Tenant, user_data: UserData, role_tags: RoleTags = fmcluster_role_tags, signals: bool = True,
           summary: str = "self-managed Slurm on EC2", repair: bool = True) -> dict[str, Any]:
-    """The cluster stack. `role_tags` say what each node is (fmcluster's tags; ParallelCluster's for its
-    local stand-in), `signals` whether CloudFormation waits for each node's bootstrap to signal (a node
-    whose first boot is not ours, such as ParallelCluster's OnNodeConfigured, does not signal), `repair` whether
+    """The cluster stack. `role_tags` say what each node is (fmcluster's tags; a stand-in's, those
+    of the service it stands in for), `signals` whether CloudFormation waits for each node's bootstrap to signal (a node
+    whose first boot the stood-in service runs does not signal), `repair` whether
     the controller may replace compute nodes in their groups (not where the scheduler replaces its own)."""
     groups = node_groups(tenant)
     login_sg = tenant.network.ssh_ingress_cidr is not None

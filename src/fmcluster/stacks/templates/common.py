@@ -22,7 +22,7 @@ NODE_READ_PREFIXES = (BOOTSTRAP_PREFIX, MANIFEST_PREFIX, LIFECYCLE_PREFIX)
 #: The deploy writes templates over CloudFormation's inline limit here, CloudFormation reads them.
 TEMPLATES_PREFIX = "fmcluster/templates/"
 #: What nodes and services run as root (the bootstrap, the manifest and its index, HyperPod's lifecycle scripts,
-#: ParallelCluster's custom action under the bootstrap prefix) and the templates CloudFormation runs: the bucket
+#: a scheduler service's custom actions under the bootstrap prefix) and the templates CloudFormation runs: the bucket
 #: policy lets the deploy's principal alone write or delete there (control_prefix_statement).
 CONTROL_PREFIXES = (BOOTSTRAP_PREFIX, MANIFEST_PREFIX, LIFECYCLE_PREFIX, TEMPLATES_PREFIX)
 #: Who the deploy is: its STS caller identity's UserId up to the first ':' (a role's id, an IAM user's id, or the

@@ -63,7 +63,7 @@ _ORG = re.compile(r"[a-z][a-z0-9-]{0,30}")
 def kind_images(tenant: Tenant, scheduler: SchedulerStacks) -> dict[str, Image]:
     """Each image kind the tenant's nodes boot → the catalogued image its recipe starts from: the image the tenant's
     scheduler (handed in by the caller) boots for the kind's accelerator. A scheduler whose nodes boot an image its
-    service chooses (HyperPod, ParallelCluster) has no catalogued parent to bake on here: refused, naming it."""
+    service chooses has no catalogued parent to bake on here: refused, naming it."""
     catalog = load_images()
     accelerators = {tenant.controller.accelerator, *(q.instance.accelerator for q in tenant.queues)}
     if tenant.login is not None:
