@@ -62,7 +62,7 @@ def slurm_conf(node: Host) -> str:
         "JobAcctGatherType=jobacct_gather/none", "SelectType=select/cons_tres", "SelectTypeParameters=CR_Core",
         "SlurmctldLogFile=/var/log/slurm/slurmctld.log", "SlurmdLogFile=/var/log/slurm/slurmd.log",
         "StateSaveLocation=/var/lib/slurm/slurmctld", f"SlurmdSpoolDir={SPOOL}", "ReturnToService=2", "MpiDefault=none",
-        f"NodeName={node.hostname} NodeAddr={node.address} CPUs=1 State=UNKNOWN",
+        f"NodeName={node.hostname} NodeAddr={node.address} CPUs=2 State=UNKNOWN",
         "PartitionName=main Nodes=ALL Default=YES MaxTime=INFINITE State=UP", ""])
 
 
@@ -180,7 +180,8 @@ def test_the_operator_s_cpu_acceptance_job_runs_the_bench_from_its_image_and_pas
     """Issue 39: the CPU queues' acceptance job as roles/nccl_tests renders it with the bench image the manifest names
     (fmcluster.containers.bench_image_vars), submitted with sbatch by the operator (the image's default user, given a
     runtime root and a bundle directory by the role): the bench runs in the image (the job's environment, MASTER_ADDR
-    and Slurm's rank, reaching it), and its log parses as a clean nccl-tests log of fmcluster's bench."""
+    and each task's own rank reaching it: fmcluster-container run per task), and its log parses as a clean nccl-tests
+    log of fmcluster's bench with both ranks."""
     inventory, node, registry, reference = cluster
     code, _, out = converge_hosts(inventory, play(registry), tmp_path)
     assert code == 0, out
@@ -192,8 +193,10 @@ def test_the_operator_s_cpu_acceptance_job_runs_the_bench_from_its_image_and_pas
            "nccl_tests_cpu_container_pythonpath": BENCH_IMAGE_PYTHONPATH})
     (node.root / f"home/{OPERATOR}/cpu-all_reduce.sbatch").write_text(job)  # the host's /tmp is its own tmpfs
     log = f"/home/{OPERATOR}/cpu-all_reduce.log"
-    submitted = run(node, f"runuser -u {OPERATOR} -- sbatch --parsable --wait --nodes=1 --output={log} "
-                          f"/home/{OPERATOR}/cpu-all_reduce.sbatch -b 64K -e 256K -f 2 -n 2 -w 1 -c 1")
+    # Two ranks on the one node, as the gate's single-node run starts them.
+    submitted = run(node, f"runuser -u {OPERATOR} -- sbatch --parsable --wait --nodes=1 --ntasks-per-node=2 "
+                          f"--output={log} /home/{OPERATOR}/cpu-all_reduce.sbatch "
+                          "-b 64K -e 256K -f 2 -n 2 -w 1 -c 1")
     assert submitted.strip().isdigit(), submitted
     text = (node.root / log.lstrip("/")).read_text()
     assert f"# fmcluster acceptance job: all_reduce_perf in {reference}" in text, text
@@ -201,6 +204,7 @@ def test_the_operator_s_cpu_acceptance_job_runs_the_bench_from_its_image_and_pas
     parsed = parse_text(text)
     assert parsed.tests_version and parsed.tests_version.startswith("fmcluster-cpu-bench "), text
     assert parsed.completed and parsed.out_of_bounds == 0 and parsed.rows and not parsed.errors, text
+    assert parsed.ranks == 2 and parsed.rank_lines == 2, text  # each rank its own, inside its own container
     in_image = run(node, f"runuser -u {OPERATOR} -- sh -c 'cd && srun --container=\"$(fmcluster-container bundle "
                          f"{reference} 2>/dev/null)\" cat /proc/self/uid_map'").split()
     assert in_image == ["0", "2002", "1"], in_image

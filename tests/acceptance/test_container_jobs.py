@@ -318,7 +318,7 @@ def render_cpu(tenant: Any) -> str:
 def test_locally_the_cpu_queues_bench_runs_from_its_image_in_the_vpc_s_registry(tmp_path: Path) -> None:
     """Issue 39: where the nodes run images through fmcluster's runtime (the demo: slurm-ec2, containers enabled), the
     CPU queues' acceptance job runs the bench from the image the deploy pushes (its tag made of what it is built from),
-    as the operator, through Slurm's OCI support, with the image's own python3 and PYTHONPATH."""
+    as the operator, each task in its own rootless runc (fmcluster-container run), with the image's own python3."""
     from fmcluster.containers import BENCH_IMAGE_PYTHONPATH
     from fmcluster.providers.local.registry import BENCH_REPOSITORY, bench_tag
     from fmcluster.providers.registry import provider_for
@@ -329,10 +329,12 @@ def test_locally_the_cpu_queues_bench_runs_from_its_image_in_the_vpc_s_registry(
     script = render_cpu(tenant)
     bash_n(script, tmp_path)
     assert f"image={shlex.quote(registry.bench_image)}\n" in script
-    assert 'bundle=$(fmcluster-container bundle "$image")' in script
-    assert (f'exec srun --container="$bundle" --mpi=none --kill-on-bad-exit=1 /usr/bin/env '
-            f"PYTHONPATH={BENCH_IMAGE_PYTHONPATH} /usr/bin/python3 -m fmcluster.acceptance.bench --op all_reduce "
-            '"$@"') in script
+    assert 'fmcluster-container bundle "$image" >/dev/null' in script
+    command = " ".join(script.split("exec srun ", 1)[1].replace("\\\n", " ").split())
+    assert command == ('--mpi=none --kill-on-bad-exit=1 fmcluster-container run "$image" -- /usr/bin/env '
+                       f'PYTHONPATH={BENCH_IMAGE_PYTHONPATH} MASTER_ADDR="$MASTER_ADDR" MASTER_PORT="$MASTER_PORT" '
+                       '${FMC_BENCH_SOCKET_IFNAME:+"FMC_BENCH_SOCKET_IFNAME=$FMC_BENCH_SOCKET_IFNAME"} '
+                       '/usr/bin/python3 -m fmcluster.acceptance.bench --op all_reduce "$@"'), command
     assert "export PYTHONPATH" not in script  # nothing of the node's checkout
 
 

@@ -189,9 +189,7 @@ class LocalProvider:
         if registry.started:
             out(f"  {registry.note}")
         if bench_runs_in_container(self.tenant):
-            bench = ensure_bench_image(registry, rootfs.rootfs)
-            if bench.pushed:
-                out(f"  {bench.note}")
+            out(f"  {ensure_bench_image(registry, rootfs.rootfs).note}")
         self._directory(endpoint, out)
         self._smtp_secrets(endpoint, out)
         for instance in instances:

@@ -213,8 +213,9 @@ class BenchImage:
 
     @property
     def note(self) -> str:
-        return (f"acceptance image: fmcluster's CPU bench {self.reference}, built from the node image and pushed in "
-                f"{self.seconds:.0f}s (standing for the organization's image pushed to its ECR)")
+        how = f"built from the node image and pushed in {self.seconds:.0f}s" if self.pushed else "in the registry"
+        return (f"acceptance image: fmcluster's CPU bench {self.reference}, {how} (standing for the organization's "
+                "image pushed to its ECR); the CPU queues' acceptance jobs run from it")
 
 
 def ensure_bench_image(registry: Registry, node_rootfs: Path) -> BenchImage:
