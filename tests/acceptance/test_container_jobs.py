@@ -540,3 +540,29 @@ def test_without_fmcluster_s_runtime_the_bench_runs_from_the_nodes_own_checkout(
     if "cpu" in manifest["vars"]["nccl_tests_backends"]:
         script = render_cpu(tenant)
         assert "--container" not in script and "-m fmcluster.acceptance.bench" in script
+
+
+@pytest.mark.parametrize(("image", "host_facts"), [
+    ({"cuda": "13.0.1"}, HOST_OK),
+    ({"plugin": None}, HOST_OK),
+    ({"efa_provider": False}, HOST_OK),
+])
+def test_the_gate_reads_the_check_s_refusal_as_container_check_failed(
+        tmp_path: Path, image: dict[str, Any], host_facts: str) -> None:
+    """What the job writes when its check refuses (the launcher's header, the check's line, srun's exit) is judged
+    container_check_failed, naming the line, not "no results"."""
+    from fmcluster.acceptance.expectation import expectation_for
+    from fmcluster.acceptance.parser import parse_text
+    from fmcluster.acceptance.verdict import judge
+    from fmcluster.catalog import load_catalog
+
+    done = run_inside(tmp_path, stand_in_image(tmp_path, **image), host_facts=host_facts)
+    assert done.returncode == 1
+    log = (f"# fmcluster acceptance job: all_reduce_perf in {ecr('us-east-1')}/nccl-tests:{TAG}\n"
+           + "".join(f"0: {line}\n" for line in done.stderr.splitlines())
+           + "srun: error: n1: tasks 0-7: Exited with exit code 1\n")
+    verdict = judge(parse_text(log), expectation_for(load_catalog()["p5.48xlarge"], 2, collective="all_reduce"))
+    assert verdict.status == "fail" and [f.code for f in verdict.failures] == ["container_check_failed"]
+    # the line as the check wrote it (the parser keeps a line's first 500 characters; here the stand-in image's
+    # long paths take most of them)
+    assert done.stderr.strip().splitlines()[-1][:150] in verdict.failures[0].message

@@ -138,6 +138,11 @@ _ERROR_PATTERNS = (
     re.compile(r"^\w*(?:Error|Exception): .+"),
     re.compile(r"(?i)out of memory|oom-kill"),
     re.compile(r"^sbatch: error: .*"),
+    # CUDA's cudaErrorInsufficientDriver (35): the runtime is newer than the driver supports (nccl-tests prints it as
+    # `Test CUDA failure common.cu:N '...'`, older ones as `Cuda failure common.cu:N '...'`)
+    re.compile(r"CUDA driver version is insufficient for CUDA runtime version|cudaErrorInsufficientDriver"),
+    # the container job's own checks before nccl-tests (roles/nccl_tests/templates/nccl-tests.sbatch.j2)
+    re.compile(r"fmcluster acceptance: (?:container check failed on |no EFA device |locked memory is )"),
 )
 _KILL = re.compile(r"CANCELLED|TIME LIMIT|: Killed|Terminated|signal 9|oom-kill|(?i:out of memory)|forcing job termination")
 
