@@ -566,3 +566,23 @@ def test_the_gate_reads_the_check_s_refusal_as_container_check_failed(
     # the line as the check wrote it (the parser keeps a line's first 500 characters; here the stand-in image's
     # long paths take most of them)
     assert done.stderr.strip().splitlines()[-1][:150] in verdict.failures[0].message
+
+
+def test_a_run_from_the_image_that_fell_back_to_sockets_names_the_image_s_plugin(tmp_path: Path) -> None:
+    """The recorded P5 socket-fallback log as the container job writes it (its first line names the image): still
+    socket_fallback, now pointing at the image's plugin rather than at the node's efa role."""
+    from fmcluster.acceptance.expectation import expectation_for
+    from fmcluster.acceptance.parser import parse_text
+    from fmcluster.acceptance.verdict import judge
+    from fmcluster.catalog import load_catalog
+
+    image = f"{ecr('us-east-1')}/nccl-tests:{TAG}"
+    text = (ROOT / "tests" / "fixtures" / "nccl" / "p5_2node_socket_fallback.log").read_text()
+    exp = expectation_for(load_catalog()["p5.48xlarge"], 2, collective="all_reduce")
+    host = next(f for f in judge(parse_text(text), exp).failures if f.code == "socket_fallback")
+    log = parse_text(f"# fmcluster acceptance job: all_reduce_perf in {image}\n" + text)
+    assert log.container_image == image
+    found = next(f for f in judge(log, exp).failures if f.code == "socket_fallback")
+    assert found.message == host.message + f", running from the image {image}"
+    assert "efa role" in host.fix and "efa role" not in found.fix
+    assert "the image's aws-ofi-nccl must load" in found.fix and "NCCL_TESTS_IMAGE_LAYOUT" in found.fix

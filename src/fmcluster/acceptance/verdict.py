@@ -652,6 +652,13 @@ def _transport(log: ParsedLog, exp: Expectation) -> tuple[list[Finding], bool]:
         else:
             cause = "NCCL chose its Socket transport"
             fix = "unset NCCL_NET/NCCL_IB_DISABLE overrides and check the plugin loads (NCCL_DEBUG=INFO)"
+        if log.container_image:
+            # the image's NCCL and plugin ran, not the node's: the node's efa role cannot be the cause
+            cause += f", running from the image {log.container_image}"
+            fix = ("the image's aws-ofi-nccl must load, not the node's: build the image with the plugin where the "
+                   "gate looks (fmcluster.containers.NCCL_TESTS_IMAGE_LAYOUT) and its libfabric from an EFA installer "
+                   "no older than the host's; the job's `fmcluster acceptance: container check` line names both "
+                   "(docs/containers.md, \"Host against image\")")
         severity: Severity = "fail" if exp.transport == "efa" else "warn"
         out.append(_f("socket_fallback", severity, f"the fabric fell back to sockets on an EFA instance: {cause}",
                       fix))
