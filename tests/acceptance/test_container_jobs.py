@@ -75,12 +75,12 @@ def with_image(tmp: Path, scheduler: str, image: str | None = None) -> Any:
     return load_tenant(org, root)
 
 
-def render(tenant: Any, collective: str = "all_reduce") -> str:
+def render(tenant: Any, collective: str = "all_reduce", **overrides: Any) -> str:
     """nccl-<collective>.sbatch as the submit node's play renders it: the role's defaults under the manifest's `all`
     vars and the submit node's group vars (the login node, else the controller), the stacks' registry known."""
     manifest = manifest_for(tenant, {"ContainerRegistry": ecr(tenant.region)})
     submit = manifest["groups"]["login"] or manifest["groups"]["controller"]
-    variables = {**DEFAULTS, **manifest["vars"], **submit["vars"], "nccl_tests_collective": collective}
+    variables = {**DEFAULTS, **manifest["vars"], **submit["vars"], "nccl_tests_collective": collective, **overrides}
     env = jinja2.Environment(trim_blocks=True, undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
     env.filters["quote"] = shlex.quote
     return env.from_string(TEMPLATE.read_text()).render(**variables)
@@ -586,3 +586,21 @@ def test_a_run_from_the_image_that_fell_back_to_sockets_names_the_image_s_plugin
     assert found.message == host.message + f", running from the image {image}"
     assert "efa role" in host.fix and "efa role" not in found.fix
     assert "the image's aws-ofi-nccl must load" in found.fix and "NCCL_TESTS_IMAGE_LAYOUT" in found.fix
+
+
+def test_without_efa_only_cuda_is_compared_and_a_newer_major_still_fails(tmp_path: Path) -> None:
+    """A GPU queue without EFA (nccl_tests_container_efa false): no device, plugin or provider check, the CUDA one
+    stays."""
+    script = render(with_image(tmp_path, "parallelcluster"), nccl_tests_container_efa=False)
+    bash_n(script, tmp_path)
+    inside = script.split("inside='", 1)[1].split("'\n", 1)[0]
+    assert "uverbs" not in inside and "fi_info" not in inside and "libnccl-net" not in inside
+    root = stand_in_image(tmp_path, plugin=None, fi_info=False)
+    ok = subprocess.run(["sh", "-c", rooted(inside, root), "x", "echo", "ran"], capture_output=True, text=True,
+                        env=image_env(root, HOST_OK))
+    assert ok.returncode == 0 and ok.stdout == ("fmcluster acceptance: container check on n1: host driver 535.183.01 "
+                                                "(CUDA 12.2); image CUDA 12.2\nran\n"), ok.stderr
+    newer = subprocess.run(["sh", "-c", rooted(inside, root), "x", "echo", "ran"], capture_output=True, text=True,
+                           env=image_env(root, "n1 efa=- cuda=11.8 driver=520.61.05"))
+    assert newer.returncode == 1 and "CUDA: host driver 520.61.05 supports CUDA 11.8, the image CUDA runtime is " \
+        "12.2; rule: " in newer.stderr
