@@ -75,12 +75,12 @@ def with_image(tmp: Path, scheduler: str, image: str | None = None) -> Any:
     return load_tenant(org, root)
 
 
-def render(tenant: Any, collective: str = "all_reduce") -> str:
+def render(tenant: Any, collective: str = "all_reduce", **overrides: Any) -> str:
     """nccl-<collective>.sbatch as the submit node's play renders it: the role's defaults under the manifest's `all`
     vars and the submit node's group vars (the login node, else the controller), the stacks' registry known."""
     manifest = manifest_for(tenant, {"ContainerRegistry": ecr(tenant.region)})
     submit = manifest["groups"]["login"] or manifest["groups"]["controller"]
-    variables = {**DEFAULTS, **manifest["vars"], **submit["vars"], "nccl_tests_collective": collective}
+    variables = {**DEFAULTS, **manifest["vars"], **submit["vars"], "nccl_tests_collective": collective, **overrides}
     env = jinja2.Environment(trim_blocks=True, undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
     env.filters["quote"] = shlex.quote
     return env.from_string(TEMPLATE.read_text()).render(**variables)
@@ -91,6 +91,10 @@ def bash_n(script: str, tmp: Path) -> None:
     path.write_text(script)
     check = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
     assert check.returncode == 0, check.stderr
+
+
+#: The host step before the container step: one task per node, on the host, reading its EFA installer and driver.
+HOST_PROBE = ["--ntasks-per-node=1", "--mpi=none", "--cpu-bind=none", "sh", "-c"]
 
 
 def run_job(script: str, tmp: Path, pyxis: bool = True) -> tuple[int, list[list[str]], str]:
@@ -150,7 +154,9 @@ def test_slurm_ec2_runs_the_image_through_slurm_s_oci_support_with_fmcluster_con
     assert 'bundle=$(fmcluster-container bundle "$image")' in script and 'container=(--container="$bundle")' in script
     assert "--container-image" not in script.split("set -euo pipefail")[1]
     code, calls, output = run_job(script, tmp_path, pyxis=False)
-    assert calls == [["--container=/fsx/.fmcluster/containers/bundles/ops/sha256-abc", "--mpi=pmix", "--cpu-bind=none", "sh", "-c", calls[0][5], "fmcluster-acceptance",
+    # first each node's host values, on the host (no container flags), then the ranks in the container
+    assert calls == [HOST_PROBE + [calls[0][5]],
+                     ["--container=/fsx/.fmcluster/containers/bundles/ops/sha256-abc", "--mpi=pmix", "--cpu-bind=none", "sh", "-c", calls[1][5], "fmcluster-acceptance",
         "/opt/nccl-tests/build/all_reduce_perf", "-b", "8", "-e", "16G", "-f", "2", "-g", "1", "-c", "1", "-n", "100"]]
     assert f"# fmcluster acceptance job: all_reduce_perf in {image}" in output
     # this machine has no EFA device: the step fails inside, before nccl-tests, saying why
@@ -166,8 +172,8 @@ def test_parallelcluster_and_hyperpod_run_the_image_through_pyxis_with_the_fabri
     bash_n(script, tmp_path)
     assert "fmcluster-container" not in script
     code, calls, output = run_job(script, tmp_path, pyxis=True)
-    assert len(calls) == 1, output
-    argv = calls[0]
+    assert len(calls) == 2 and calls[0][:5] == HOST_PROBE, output
+    argv = calls[1]
     # an Enroot URI: the registry host, '#', the repository and tag (Pyxis's --container-image)
     assert argv[:2] == [f"--container-image={registry}#nccl-tests:{TAG}",
                         f"--container-mounts={tenant.storage.lustre.mount_point}:{tenant.storage.lustre.mount_point},"
@@ -202,20 +208,18 @@ def test_the_fabric_s_environment_is_set_for_inside_the_container(tmp_path: Path
 
 
 def test_inside_locked_memory_must_be_unlimited_and_with_the_fabric_there_nccl_tests_runs(tmp_path: Path) -> None:
-    """The same `sh -c`, its device check pointed at a directory holding a uverbs device. This machine's locked memory
-    is limited (and cannot be raised here): the check refuses it; with the limit it requires set to this machine's,
-    the command runs, with the image's library path."""
+    """The same `sh -c`, its device check pointed at a directory holding a uverbs device and its image paths at a
+    stand-in image that passes the host-against-image checks. This machine's locked memory is limited (and cannot be
+    raised here): the check refuses it; with the limit it requires set to this machine's, the command runs, with the
+    image's library path."""
     script = render(with_image(tmp_path, "parallelcluster"))
-    inside = script.split("inside='", 1)[1].split("'\n", 1)[0]
-    devices = tmp_path / "infiniband"
-    devices.mkdir()
-    (devices / "uverbs0").write_text("")
-    inside = inside.replace("/dev/infiniband/", f"{devices}/")
+    root = stand_in_image(tmp_path)
+    inside = rooted(script.split("inside='", 1)[1].split("'\n", 1)[0], root)
     limit = subprocess.run(["sh", "-c", "ulimit -l"], capture_output=True, text=True).stdout.strip()
 
     def run(text: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(["sh", "-c", text, "fmcluster-acceptance", "sh", "-c", 'echo "$LD_LIBRARY_PATH"'],
-                              capture_output=True, text=True)
+                              capture_output=True, text=True, env=image_env(root, HOST_OK))
 
     if limit != "unlimited":
         refused = run(inside)
@@ -225,7 +229,192 @@ def test_inside_locked_memory_must_be_unlimited_and_with_the_fabric_there_nccl_t
     assert '!= unlimited ]' in inside
     done = run(inside.replace("!= unlimited ]", f"!= {limit} ]"))
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("/opt/nccl/build/lib:/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu:")
+    assert done.stdout.splitlines()[-1].startswith(f"{root}/opt/nccl/build/lib:{root}/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu:")
+
+
+# --- the host against the image, on every rank before nccl-tests ---------------------------------------------------
+# Stand-in values: nvidia-smi's header as driver 535.183.01 prints it (seen in many public logs), `fi_info --version`
+# as libfabric's fi_info prints it, /usr/local/cuda/version.json as the CUDA toolkit writes it and the first line of
+# /opt/amazon/efa_installed_packages as efa_installer.sh writes it (write_package_file).
+SMI_HEADER = ("| NVIDIA-SMI 535.183.01             Driver Version: 535.183.01   CUDA Version: 12.2     |")
+HOST_OK = "n1 efa=1.47.0 cuda=12.2 driver=535.183.01\nn2 efa=1.47.0 cuda=12.2 driver=535.183.01"
+
+
+def stand_in_image(tmp: Path, cuda: str | None = "12.2.2", plugin: str | None = "libnccl-net-ofi.so",
+                   efa_provider: bool = True, fi_info: bool = True, unresolved: str = "") -> Path:
+    """A directory standing for the image's root (its CUDA, aws-ofi-nccl, EFA installer record, /dev/infiniband) and a
+    bin/ of stand-ins for what the check runs inside: fi_info (the efa provider found or not) and ldd."""
+    root = tmp / "image"
+    (root / "dev" / "infiniband").mkdir(parents=True)
+    (root / "dev" / "infiniband" / "uverbs0").write_text("")
+    cuda_dir = root / "usr" / "local" / "cuda"
+    (cuda_dir / "lib64").mkdir(parents=True)
+    if cuda:
+        (cuda_dir / "version.json").write_text(
+            '{\n   "cuda" : {\n      "name" : "CUDA SDK",\n      "version" : "%s"\n   },\n'
+            '   "cuda_cccl" : {\n      "name" : "CUDA C++ Core Compute Libraries",\n      "version" : "2.2.0"\n   }\n}\n'
+            % cuda)
+    lib = root / "opt" / "amazon" / "ofi-nccl" / "lib" / "x86_64-linux-gnu"
+    lib.mkdir(parents=True)
+    if plugin:
+        (lib / plugin).write_text("")
+    (root / "opt" / "amazon" / "efa_installed_packages").write_text(
+        "# EFA installer version: 1.43.2\n# Debug packages installed: yes\n# Packages installed:\nlibfabric-aws\n")
+    bin_dir = root / "bin"
+    bin_dir.mkdir()
+    if fi_info:
+        (bin_dir / "fi_info").write_text(
+            '#!/bin/sh\nif [ "$1" = --version ]; then\n  printf "fi_info: 2.1.0amzn3.0\\nlibfabric: 2.1.0amzn3.0\\n'
+            'libfabric api: 2.1\\n"; exit 0\nfi\n'
+            + ('echo "provider: efa"\n' if efa_provider else "exit 61\n"))
+    (root / "ldd.out").write_text("\tlinux-vdso.so.1 (0x00007ffd)\n" + (f"{unresolved}\n" if unresolved else ""))
+    (bin_dir / "ldd").write_text(f"#!/bin/sh\ncat {root / 'ldd.out'}\n")
+    for tool in bin_dir.iterdir():
+        tool.chmod(0o755)
+    return root
+
+
+def rooted(inside: str, root: Path) -> str:
+    """The rendered `sh -c` with the image's paths under `root` (the check reads the image where it runs)."""
+    for path in ("/dev/infiniband/", "/usr/local/cuda/", "/opt/"):
+        inside = inside.replace(path, f"{root}{path}")
+    return inside
+
+
+def image_env(root: Path, host_facts: str, node: str = "n1") -> dict[str, str]:
+    return {"PATH": f"{root}/bin:/usr/bin:/bin", "FMC_HOST_FACTS": host_facts, "SLURMD_NODENAME": node,
+            "SLURM_LOCALID": "0"}
+
+
+def run_inside(tmp: Path, root: Path, host_facts: str = HOST_OK, node: str = "n1") -> subprocess.CompletedProcess[str]:
+    """The rendered `sh -c` of the P5 tenant (EFA on every GPU queue) run against the stand-in image, its locked
+    memory check set to this machine's limit; the command after it says it ran."""
+    script = render(with_image(tmp, "parallelcluster"))
+    inside = rooted(script.split("inside='", 1)[1].split("'\n", 1)[0], root)
+    limit = subprocess.run(["sh", "-c", "ulimit -l"], capture_output=True, text=True).stdout.strip()
+    inside = inside.replace("!= unlimited ]", f"!= {limit} ]")
+    return subprocess.run(["sh", "-c", inside, "fmcluster-acceptance", "echo", "nccl-tests ran"],
+                          capture_output=True, text=True, env=image_env(root, host_facts, node))
+
+
+def test_the_host_probe_reads_the_efa_installer_and_the_cuda_the_driver_supports(tmp_path: Path) -> None:
+    """The host step's `sh -c`, run with a stand-in nvidia-smi and EFA installer record: one line per node."""
+    script = render(with_image(tmp_path, "slurm-ec2"))
+    probe = script.split("host_probe='", 1)[1].split("'\n", 1)[0]
+    assert "/opt/amazon/efa_installed_packages" in probe
+    record = tmp_path / "efa_installed_packages"
+    record.write_text("# EFA installer version: 1.47.0\n# Debug packages installed: no\n# Packages installed:\n")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text(f"#!/bin/sh\necho 'Mon Dec  7 06:00:00 2026'\necho '+---+'\necho '{SMI_HEADER}'\n")
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "SLURMD_NODENAME": "ip-10-0-1-5"}
+    done = subprocess.run(["sh", "-c", probe.replace("/opt/amazon/efa_installed_packages", str(record))],
+                          capture_output=True, text=True, env=env)
+    assert done.stdout == "ip-10-0-1-5 efa=1.47.0 cuda=12.2 driver=535.183.01\n", done.stderr
+    # a node without either: '-', which the ranks read as "cannot be read"
+    bare = subprocess.run(["sh", "-c", probe.replace("/opt/amazon/efa_installed_packages", str(tmp_path / "none"))],
+                          capture_output=True, text=True, env={"PATH": "/usr/bin:/bin", "SLURMD_NODENAME": "n9"})
+    assert bare.stdout == "n9 efa=- cuda=- driver=-\n"
+
+
+def test_a_matching_image_runs_and_names_host_and_image_values(tmp_path: Path) -> None:
+    done = run_inside(tmp_path, stand_in_image(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "fmcluster acceptance: container check on n1: host EFA installer 1.47.0, driver 535.183.01 " \
+        "(CUDA 12.2); image CUDA 12.2, EFA installer 1.43.2, libfabric 2.1.0amzn3.0, plugin " \
+        f"{tmp_path}/image/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu/libnccl-net-ofi.so\nnccl-tests ran\n"
+    assert "failed" not in done.stderr and "skipped" not in done.stderr
+
+
+def test_a_cuda_runtime_of_a_newer_major_release_than_the_driver_supports_fails_closed(tmp_path: Path) -> None:
+    done = run_inside(tmp_path, stand_in_image(tmp_path, cuda="13.0.1"))
+    assert done.returncode == 1 and "nccl-tests ran" not in done.stdout
+    line = done.stderr.strip().splitlines()[-1]
+    assert line.startswith("fmcluster acceptance: container check failed on n1: CUDA: host driver 535.183.01 supports "
+                           "CUDA 12.2, the image CUDA runtime is 13.0; rule: ")
+    assert "CUDA driver version is insufficient for CUDA runtime version" in line and "fix: " in line
+
+
+def test_a_newer_minor_release_runs_by_minor_version_compatibility_saying_so(tmp_path: Path) -> None:
+    done = run_inside(tmp_path, stand_in_image(tmp_path, cuda="12.9.1"))
+    assert done.returncode == 0 and done.stdout.endswith("nccl-tests ran\n"), done.stderr
+    assert "container check skipped on n1: CUDA: the image CUDA runtime 12.9 is newer than the host driver " \
+        "535.183.01 supports (CUDA 12.2) and runs by minor version compatibility" in done.stderr
+
+
+def test_an_older_runtime_runs_and_the_cuda_version_falls_back_to_libcudart(tmp_path: Path) -> None:
+    root = stand_in_image(tmp_path, cuda=None)
+    (root / "usr" / "local" / "cuda" / "lib64" / "libcudart.so.11.8.89").write_text("")
+    done = run_inside(tmp_path, root)
+    assert done.returncode == 0, done.stderr
+    assert "image CUDA 11.8," in done.stdout
+
+
+@pytest.mark.parametrize(("host_facts", "why"), [
+    ("n2 efa=1.47.0 cuda=12.2 driver=535.183.01", "the host nvidia-smi printed no CUDA Version (driver unknown)"),
+    ("n1 efa=- cuda=- driver=-", "the host nvidia-smi printed no CUDA Version (driver unknown)"),
+    ("", "the host nvidia-smi printed no CUDA Version"),
+])
+def test_a_host_value_that_cannot_be_read_skips_its_comparison_saying_why(
+        tmp_path: Path, host_facts: str, why: str) -> None:
+    done = run_inside(tmp_path, stand_in_image(tmp_path, cuda="13.0.1"), host_facts=host_facts)
+    assert done.returncode == 0 and done.stdout.endswith("nccl-tests ran\n"), done.stderr
+    assert f"container check skipped on n1: CUDA: {why}" in done.stderr and "13.0 is not compared" in done.stderr
+
+
+def test_an_image_cuda_that_cannot_be_read_skips_saying_why(tmp_path: Path) -> None:
+    done = run_inside(tmp_path, stand_in_image(tmp_path, cuda=None))
+    assert done.returncode == 0, done.stderr
+    assert "container check skipped on n1: CUDA: the image has no /usr/local/cuda/version.json, libcudart.so.X.Y " \
+        "or CUDA_VERSION" in done.stderr.replace(str(tmp_path / "image"), "")
+
+
+def test_an_image_without_aws_ofi_nccl_fails_closed_before_nccl_falls_back_to_sockets(tmp_path: Path) -> None:
+    done = run_inside(tmp_path, stand_in_image(tmp_path, plugin=None))
+    assert done.returncode == 1 and "nccl-tests ran" not in done.stdout
+    assert "container check failed on n1: aws-ofi-nccl: the image has no libnccl-net.so or libnccl-net-ofi.so on " \
+        in done.stderr and "(host EFA installer 1.47.0); rule: without the plugin NCCL falls back to sockets " \
+        "(NET/Socket)" in done.stderr
+
+
+def test_a_plugin_whose_libraries_do_not_resolve_fails_closed(tmp_path: Path) -> None:
+    # the symbol-version mismatch of a libfabric paired with an older rdma-core (prime-rl PR 3454)
+    missing = "/opt/amazon/efa/lib/libfabric.so.1: /lib/x86_64-linux-gnu/libefa.so.1: version `EFA_1.4' not found"
+    done = run_inside(tmp_path, stand_in_image(tmp_path, unresolved=missing))
+    assert done.returncode == 1, done.stdout
+    assert f"aws-ofi-nccl: the image plugin {tmp_path}/image/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu/" \
+        f"libnccl-net-ofi.so does not load: {missing}; rule: " in done.stderr
+
+
+def test_an_image_libfabric_that_finds_no_efa_provider_fails_closed_naming_both_installers(tmp_path: Path) -> None:
+    done = run_inside(tmp_path, stand_in_image(tmp_path, efa_provider=False))
+    assert done.returncode == 1, done.stdout
+    line = done.stderr.strip().splitlines()[-1]
+    assert line.startswith("fmcluster acceptance: container check failed on n1: EFA: the image libfabric 2.1.0amzn3.0 "
+                           "(EFA installer 1.43.2) finds no efa provider (fi_info -p efa -t FI_EP_RDM) on the host EFA "
+                           "devices (host EFA installer 1.47.0); rule: ")
+
+
+def test_an_image_without_fi_info_skips_the_provider_check_saying_why(tmp_path: Path) -> None:
+    done = run_inside(tmp_path, stand_in_image(tmp_path, fi_info=False))
+    assert done.returncode == 0, done.stderr
+    assert "container check skipped on n1: EFA: the image has no fi_info" in done.stderr
+
+
+def test_only_a_node_s_first_rank_reports_what_it_checked_every_rank_fails(tmp_path: Path) -> None:
+    root = stand_in_image(tmp_path, cuda="13.0.1")
+    script = render(with_image(tmp_path, "parallelcluster"))
+    inside = rooted(script.split("inside='", 1)[1].split("'\n", 1)[0], root)
+    limit = subprocess.run(["sh", "-c", "ulimit -l"], capture_output=True, text=True).stdout.strip()
+    env = {**image_env(root, HOST_OK), "SLURM_LOCALID": "3"}
+    done = subprocess.run(["sh", "-c", inside.replace("!= unlimited ]", f"!= {limit} ]"), "x", "true"],
+                          capture_output=True, text=True, env=env)
+    assert done.returncode == 1 and "container check failed on n1: CUDA" in done.stderr
+    ok = subprocess.run(["sh", "-c", rooted(script.split("inside='", 1)[1].split("'\n", 1)[0], root).replace(
+        "!= unlimited ]", f"!= {limit} ]").replace("13.0", "12.2"), "x", "true"], capture_output=True, text=True,
+        env={**env, "FMC_HOST_FACTS": "n1 efa=1.47.0 cuda=13.0 driver=580.65.06"})
+    assert ok.returncode == 0 and ok.stdout == "" and ok.stderr == "", ok.stderr
 
 
 # --- refused images -----------------------------------------------------------------------------------------------
@@ -353,3 +542,67 @@ def test_without_fmcluster_s_runtime_the_bench_runs_from_the_nodes_own_checkout(
     if "cpu" in manifest["vars"]["nccl_tests_backends"]:
         script = render_cpu(tenant)
         assert "--container" not in script and "-m fmcluster.acceptance.bench" in script
+
+
+@pytest.mark.parametrize(("image", "host_facts"), [
+    ({"cuda": "13.0.1"}, HOST_OK),
+    ({"plugin": None}, HOST_OK),
+    ({"efa_provider": False}, HOST_OK),
+])
+def test_the_gate_reads_the_check_s_refusal_as_container_check_failed(
+        tmp_path: Path, image: dict[str, Any], host_facts: str) -> None:
+    """What the job writes when its check refuses (the launcher's header, the check's line, srun's exit) is judged
+    container_check_failed, naming the line, not "no results"."""
+    from fmcluster.acceptance.expectation import expectation_for
+    from fmcluster.acceptance.parser import parse_text
+    from fmcluster.acceptance.verdict import judge
+    from fmcluster.catalog import load_catalog
+
+    done = run_inside(tmp_path, stand_in_image(tmp_path, **image), host_facts=host_facts)
+    assert done.returncode == 1
+    log = (f"# fmcluster acceptance job: all_reduce_perf in {ecr('us-east-1')}/nccl-tests:{TAG}\n"
+           + "".join(f"0: {line}\n" for line in done.stderr.splitlines())
+           + "srun: error: n1: tasks 0-7: Exited with exit code 1\n")
+    verdict = judge(parse_text(log), expectation_for(load_catalog()["p5.48xlarge"], 2, collective="all_reduce"))
+    assert verdict.status == "fail" and [f.code for f in verdict.failures] == ["container_check_failed"]
+    # the line as the check wrote it (the parser keeps a line's first 500 characters; here the stand-in image's
+    # long paths take most of them)
+    assert done.stderr.strip().splitlines()[-1][:150] in verdict.failures[0].message
+
+
+def test_a_run_from_the_image_that_fell_back_to_sockets_names_the_image_s_plugin(tmp_path: Path) -> None:
+    """The recorded P5 socket-fallback log as the container job writes it (its first line names the image): still
+    socket_fallback, now pointing at the image's plugin rather than at the node's efa role."""
+    from fmcluster.acceptance.expectation import expectation_for
+    from fmcluster.acceptance.parser import parse_text
+    from fmcluster.acceptance.verdict import judge
+    from fmcluster.catalog import load_catalog
+
+    image = f"{ecr('us-east-1')}/nccl-tests:{TAG}"
+    text = (ROOT / "tests" / "fixtures" / "nccl" / "p5_2node_socket_fallback.log").read_text()
+    exp = expectation_for(load_catalog()["p5.48xlarge"], 2, collective="all_reduce")
+    host = next(f for f in judge(parse_text(text), exp).failures if f.code == "socket_fallback")
+    log = parse_text(f"# fmcluster acceptance job: all_reduce_perf in {image}\n" + text)
+    assert log.container_image == image
+    found = next(f for f in judge(log, exp).failures if f.code == "socket_fallback")
+    assert found.message == host.message + f", running from the image {image}"
+    assert "efa role" in host.fix and "efa role" not in found.fix
+    assert "the image's aws-ofi-nccl must load" in found.fix and "NCCL_TESTS_IMAGE_LAYOUT" in found.fix
+
+
+def test_without_efa_only_cuda_is_compared_and_a_newer_major_still_fails(tmp_path: Path) -> None:
+    """A GPU queue without EFA (nccl_tests_container_efa false): no device, plugin or provider check, the CUDA one
+    stays."""
+    script = render(with_image(tmp_path, "parallelcluster"), nccl_tests_container_efa=False)
+    bash_n(script, tmp_path)
+    inside = script.split("inside='", 1)[1].split("'\n", 1)[0]
+    assert "uverbs" not in inside and "fi_info" not in inside and "libnccl-net" not in inside
+    root = stand_in_image(tmp_path, plugin=None, fi_info=False)
+    ok = subprocess.run(["sh", "-c", rooted(inside, root), "x", "echo", "ran"], capture_output=True, text=True,
+                        env=image_env(root, HOST_OK))
+    assert ok.returncode == 0 and ok.stdout == ("fmcluster acceptance: container check on n1: host driver 535.183.01 "
+                                                "(CUDA 12.2); image CUDA 12.2\nran\n"), ok.stderr
+    newer = subprocess.run(["sh", "-c", rooted(inside, root), "x", "echo", "ran"], capture_output=True, text=True,
+                           env=image_env(root, "n1 efa=- cuda=11.8 driver=520.61.05"))
+    assert newer.returncode == 1 and "CUDA: host driver 520.61.05 supports CUDA 11.8, the image CUDA runtime is " \
+        "12.2; rule: " in newer.stderr

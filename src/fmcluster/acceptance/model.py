@@ -241,6 +241,8 @@ class ParsedLog:
     source: str
     benchmark: str | None = None
     """Canonical binary name: `all_reduce_perf` also for `all_reduce_perf_mpi` or a path to it."""
+    container_image: str | None = None
+    """The image fmcluster's container acceptance job ran nccl-tests from (`# fmcluster acceptance job: X in IMAGE`)."""
     benchmark_printed: str | None = None
     """The name exactly as the log printed it (`# Collective test starting: all_reduce_perf_mpi`)."""
     library: str | None = None

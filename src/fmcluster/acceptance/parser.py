@@ -97,7 +97,7 @@ _NCCL_VERSION = re.compile(r"NCCL version (\S+)")
 _GLOO_VERSION = re.compile(r"^# Using (gloo \(torch [^)]+\)|fmcluster TCP ring \(Python [^)]+\))")
 _TESTS_VERSION = re.compile(r"^# nccl-tests version (\S+)")
 _BENCH_VERSION = re.compile(r"^# fmcluster cpu-bench version (\S+)")
-_TEST_START = re.compile(r"^# (?:Collective test starting|fmcluster acceptance job): (\S+)")
+_TEST_START = re.compile(r"^# (?:Collective test starting|fmcluster acceptance job): (\S+)(?: in (\S+))?")
 _HEADER_KEYS = re.compile(
     r"(nThread|nGpus|minBytes|maxBytes|step:|warmup iters:|iters:|agg iters:|validation:|graph:|unalign:)\s+(\S+)"
 )
@@ -138,6 +138,11 @@ _ERROR_PATTERNS = (
     re.compile(r"^\w*(?:Error|Exception): .+"),
     re.compile(r"(?i)out of memory|oom-kill"),
     re.compile(r"^sbatch: error: .*"),
+    # CUDA's cudaErrorInsufficientDriver (35): the runtime is newer than the driver supports (nccl-tests prints it as
+    # `Test CUDA failure common.cu:N '...'`, older ones as `Cuda failure common.cu:N '...'`)
+    re.compile(r"CUDA driver version is insufficient for CUDA runtime version|cudaErrorInsufficientDriver"),
+    # the container job's own checks before nccl-tests (roles/nccl_tests/templates/nccl-tests.sbatch.j2)
+    re.compile(r"fmcluster acceptance: (?:container check failed on |no EFA device |locked memory is )"),
 )
 _KILL = re.compile(r"CANCELLED|TIME LIMIT|: Killed|Terminated|signal 9|oom-kill|(?i:out of memory)|forcing job termination")
 
@@ -373,6 +378,7 @@ class LogParser:
         self.source = source
         self.net = _NetworkBuilder()
         self.benchmark: str | None = None
+        self.container_image: str | None = None
         self.library: str | None = None
         self.tests_version: str | None = None
         self.header: dict[str, str] = {}
@@ -528,6 +534,8 @@ class LogParser:
             self.library = m.group(1)
         elif m := _TEST_START.match(line):
             self.benchmark = m.group(1)
+            if m.group(2):
+                self.container_image = m.group(2)[:300]
         elif m := _OOB.match(line):
             self.oob = (self.oob or 0) + int(m.group(1))
         elif line.startswith("# Avg bus bandwidth") and (m := _AVG.match(line)):
@@ -612,6 +620,7 @@ class LogParser:
         return ParsedLog(
             source=self.source,
             benchmark=canonical_benchmark(self.benchmark) if self.benchmark else None,
+            container_image=self.container_image,
             benchmark_printed=self.benchmark,
             library=self.library,
             tests_version=self.tests_version,

@@ -42,6 +42,9 @@ from fmcluster.catalog import NODE_CLASS_WORDS
 
 Severity = Literal["fail", "warn"]
 Status = Literal["pass", "fail", "not_judged"]
+_CUDA_INSUFFICIENT = re.compile(r"CUDA driver version is insufficient for CUDA runtime version|"
+                                r"cudaErrorInsufficientDriver")
+_CONTAINER_CHECK = re.compile(r"fmcluster acceptance: (?:container check failed on |no EFA device |locked memory is )")
 _BAD_IFACE = re.compile(r"Unable to find address for|no socket interface found|No usable listening interface")
 GATED_BENCHMARK = "all_reduce_perf"
 PHYSICS_TOLERANCE = 0.02
@@ -99,6 +102,19 @@ CODES: dict[str, Code] = {
         when="failure lines (Test NCCL failure, srun/slurmstepd errors, tracebacks) and no table",
         severity="fail", blames_node=True,
         source="nccl-tests src/common.h error macros; Slurm srun/slurmstepd messages"),
+    "cuda_driver_insufficient": Code(
+        when="no table, and CUDA said `CUDA driver version is insufficient for CUDA runtime version` (its error 35): "
+             "the CUDA runtime (an image's, or a build's) is newer than the node's NVIDIA driver supports",
+        severity="fail", blames_node=False,
+        source="NVIDIA CUDA Compatibility (minor version and forward compatibility); CUDA Runtime API "
+               "(cudaErrorInsufficientDriver)"),
+    "container_check_failed": Code(
+        when="no table, and the container job's check before nccl-tests refused: the host against the image (CUDA "
+             "runtime and driver, aws-ofi-nccl, libfabric's efa provider) or the EFA devices and memlock inside "
+             "(`fmcluster acceptance: container check failed on NODE: ...`)",
+        severity="fail", blames_node=False,
+        source="the job script's check (roles/nccl_tests/templates/nccl-tests.sbatch.j2; its rules: NVIDIA CUDA "
+               "Compatibility, NCCL's net plugin loading, the EC2 EFA user guide's `fi_info -p efa -t FI_EP_RDM`)"),
     "plugin_init_failed": Code(
         when="no table and an aws-ofi-nccl `NET/OFI` WARN",
         severity="fail", blames_node=False,
@@ -441,6 +457,19 @@ def _completeness(log: ParsedLog) -> list[Finding]:
     kills = [e for e in log.errors if "CANCELLED" in e or "Killed" in e or "oom" in e.lower()]
     tail = (kills or list(log.errors) or [""])[0]
     if not log.rows:
+        refused = next((e for e in log.errors if _CONTAINER_CHECK.search(e)), None)
+        if refused:
+            return [_f("container_check_failed", "fail", "the container job's check refused to run nccl-tests: "
+                       f"{refused[refused.index('fmcluster acceptance: '):]}",
+                       "do what the line's fix says (its host value, image value and rule name the mismatch); "
+                       "docs/containers.md, \"Host against image\", lists the checks")]
+        insufficient = next((e for e in log.errors if _CUDA_INSUFFICIENT.search(e)), None)
+        if insufficient:
+            return [_f("cuda_driver_insufficient", "fail", "the CUDA runtime is newer than the node's NVIDIA driver "
+                       f"supports: {insufficient}",
+                       "run an image (or a build) made for the CUDA version the nodes' driver supports (nvidia-smi's "
+                       "`CUDA Version`), or upgrade the nodes' NVIDIA driver; a newer major CUDA release needs its "
+                       "driver or the cuda-compat forward-compatibility package")]
         if log.killed:
             return [_f("killed", "fail", f"the job was killed before the first result: {tail}",
                        "look at the job's time limit and at `sacct -j JOBID -o JobID,State,ExitCode`")]
@@ -623,6 +652,13 @@ def _transport(log: ParsedLog, exp: Expectation) -> tuple[list[Finding], bool]:
         else:
             cause = "NCCL chose its Socket transport"
             fix = "unset NCCL_NET/NCCL_IB_DISABLE overrides and check the plugin loads (NCCL_DEBUG=INFO)"
+        if log.container_image:
+            # the image's NCCL and plugin ran, not the node's: the node's efa role cannot be the cause
+            cause += f", running from the image {log.container_image}"
+            fix = ("the image's aws-ofi-nccl must load, not the node's: build the image with the plugin where the "
+                   "gate looks (fmcluster.containers.NCCL_TESTS_IMAGE_LAYOUT) and its libfabric from an EFA installer "
+                   "no older than the host's; the job's `fmcluster acceptance: container check` line names both "
+                   "(docs/containers.md, \"Host against image\")")
         severity: Severity = "fail" if exp.transport == "efa" else "warn"
         out.append(_f("socket_fallback", severity, f"the fabric fell back to sockets on an EFA instance: {cause}",
                       fix))
