@@ -176,3 +176,25 @@ def test_converged_in_check_mode_on_a_gpu_node_of_the_dlami_the_unit_requires_th
     execstart = next(line for line in added if line.startswith("ExecStart="))
     assert "--network host" in execstart and "--remote-hostengine-info=localhost:5555" in execstart, execstart
     assert f"{contract.role_vars()['dcgm_exporter_image']} dcgm-exporter" in execstart, execstart
+
+
+@pytest.mark.parametrize("key", WITH_HOST_ENGINE)
+def test_a_restart_after_a_crash_or_reboot_removes_the_leftover_container_first(key: str) -> None:
+    """`docker run --name X` fails while a container X exists, and --rm removes it only when dockerd sees it exit: after
+    a crash of dockerd or the host, or a SIGKILL of the client, every restart of the unit failed ("Conflict. The
+    container name ... is already in use"). Each start first removes any such container, its failure ignored."""
+    contract = load_images()[key].contract
+    passed, unit = render(contract.role_vars())
+    name = passed["supervised_service_name"]
+    assert directives(unit, "ExecStartPre") == [f"-{contract.container_runtime} rm --force {name}"], unit
+    lines = unit.splitlines()
+    assert lines.index(f"ExecStartPre=-{contract.container_runtime} rm --force {name}") < \
+        next(i for i, line in enumerate(lines) if line.startswith("ExecStart="))
+    execstart = directives(unit, "ExecStart")[0].split()
+    assert execstart[1:5] == ["run", "--rm", "--name", name], execstart
+
+
+def test_a_binary_exporter_removes_no_container() -> None:
+    contract = load_images()["dlami-base-gpu-ubuntu-24.04"].contract
+    passed, unit = render({**contract.role_vars(), "dcgm_exporter_runtime": "binary"})
+    assert passed["supervised_service_exec_start_pre"] == [] and directives(unit, "ExecStartPre") == []
