@@ -233,7 +233,8 @@ def test_eight_trn1_hyperpod_nodes_would_run_the_same_first_boot_script_through_
         r for r in load_cfn_yaml(cluster.body)["Resources"].values()
         if r["Type"] == "AWS::SageMaker::Cluster")["Properties"]["InstanceGroups"]}
     trn1 = next(g for g in groups.values() if g["InstanceType"] == "ml.trn1.32xlarge")
-    assert trn1["InstanceCount"] == 8 and trn1["LifeCycleConfig"]["OnCreate"] == "on_create.sh"
+    assert trn1["InstanceCount"] == 8
+    assert {k: v for k, v in trn1["LifeCycleConfig"].items() if k != "SourceS3Uri"} == {"OnInitComplete": "on_create.sh"}
     manifest = _manifest(deploy)
     assert manifest["discovery"]["kind"] == "hyperpod"
     assert manifest["discovery"]["groups"][trn1["InstanceGroupName"]] == "compute"

@@ -1,7 +1,7 @@
 """roles/dcgm_exporter against the image its node boots (issue 36). Where the image runs DCGM's host engine (contract
 dcgm_service: the AWS Deep Learning AMIs' nvidia-dcgm.service, DCGM 4), the exporter connects to it
 (dcgm-exporter --remote-hostengine-info, its container on the host's network so that localhost is the host's
-nv-hostengine), its unit requires and follows that service, and its image is of that engine's DCGM major; an embedded
+nv-hostengine), its unit requires and follows that service, and its image is paired with that engine's DCGM release; an embedded
 engine beside the host's contends for the same GPUs (NVIDIA/dcgm-exporter#7, #61; NVIDIA/DCGM#108). Where the image
 ships no host engine, the exporter embeds its own, as before.
 
@@ -64,12 +64,12 @@ def major(version: str) -> str:
     return version.split(".")[0]
 
 
-def tag_dcgm_major(image: str) -> str:
-    """The DCGM major of a dcgm-exporter image: its tag is <dcgm-version>-<exporter-version>-<variant> (NVIDIA,
-    "Install DCGM Exporter", Requirements and Version Compatibility)."""
+def tag_dcgm_release(image: str) -> str:
+    """The DCGM release a dcgm-exporter image is paired with: its tag is <dcgm-version>-<exporter-version>-<variant>
+    (NVIDIA, "Install DCGM Exporter", Requirements and Version Compatibility)."""
     tag = image.rsplit(":", 1)[1]
     assert re.fullmatch(r"\d+\.\d+\.\d+-\d+\.\d+\.\d+-[a-z0-9.]+", tag), image
-    return major(tag)
+    return tag.split("-")[0]
 
 
 def test_the_dlami_gpu_images_are_the_ones_running_the_exporter_beside_a_host_engine() -> None:
@@ -89,9 +89,10 @@ def test_the_exporter_connects_to_the_image_s_host_engine_and_its_unit_requires_
     assert directives(unit, "After") == ["network-online.target", contract.dcgm_service], unit
     execstart = directives(unit, "ExecStart")[0].split()
     assert execstart[0] == contract.container_runtime and "--remote-hostengine-info=localhost:5555" in execstart
-    # ... with an exporter of the host engine's DCGM major (DCGM 4 on the DLAMIs), not the DCGM-3 image of old
+    # ... with the exporter paired with the host engine's exact DCGM release (4.7.0 on the DLAMIs): before, a DCGM
+    # 4.4.2 libdcgm (4.4.2-4.7.1) talked to the DLAMIs' 4.7.0 engine
     image = execstart[execstart.index("dcgm-exporter") - 1]
-    assert contract.dcgm_version and tag_dcgm_major(image) == major(contract.dcgm_version) == "4", image
+    assert contract.dcgm_version and tag_dcgm_release(image) == contract.dcgm_version == "4.7.0", image
 
 
 def test_a_binary_exporter_connects_to_the_host_engine_too() -> None:
@@ -115,28 +116,32 @@ def test_where_the_image_ships_no_host_engine_the_exporter_embeds_its_own_as_bef
     assert passed["supervised_service_requires"] == [] and directives(unit, "Requires") == []
     assert directives(unit, "After") == ["network-online.target"]
     table = versions.load()["dcgm_exporter"]
-    assert variables["dcgm_exporter_image"] == table["images"][table["embedded_major"]]
+    assert variables["dcgm_exporter_image"] == table["images"][table["embedded"]]
 
 
-def test_the_exporter_image_is_the_image_s_dcgm_major_from_one_table_never_a_role_literal() -> None:
-    """NVIDIA pairs each exporter release with a DCGM release and says to run it with that DCGM; a DCGM-3 exporter
-    against the DLAMIs' DCGM-4 nv-hostengine is a version mismatch. The contract records the image's DCGM release
-    (its release notes' dcgm_version), versions.yml holds one image per DCGM major, and the role holds none."""
+def test_the_exporter_image_is_the_one_paired_with_the_image_s_dcgm_release_from_one_table() -> None:
+    """NVIDIA pairs each exporter release with a DCGM release and says to run it with that DCGM; a libdcgm of another
+    release against the host engine is a version mismatch (4.4.2 against the DLAMIs' 4.7.0 before; DCGM 4.7.1 and an
+    earlier release fail requests outright). The contract records the image's DCGM release (its release notes'
+    dcgm_version), versions.yml holds one image per paired DCGM release, and the role holds none."""
     table = versions.load()["dcgm_exporter"]
-    assert {tag_dcgm_major(image) for image in table["images"].values()} == set(table["images"])
-    assert table["embedded_major"] in table["images"]
+    assert {tag_dcgm_release(image) for image in table["images"].values()} == set(table["images"])
+    assert table["embedded"] in table["images"]
     for key, image in load_images().images.items():
         variables = image.contract.role_vars()
         assert variables["dcgm_exporter_hostengine_service"] == (image.contract.dcgm_service or ""), key
         if variables["dcgm_exporter_runtime"] == "container":
             version = image.contract.dcgm_version
             assert version and "dlami/latest/devguide" in image.contract.sources["dcgm_version"], key
-            assert variables["dcgm_exporter_image"] == table["images"][major(version)], key
+            assert variables["dcgm_exporter_image"] == table["images"][version], key
+            assert tag_dcgm_release(variables["dcgm_exporter_image"]) == version, key
         else:
             assert "dcgm_exporter_image" not in variables, key
     dlami = load_images()["dlami-base-gpu-ubuntu-24.04"].contract
-    assert _with(dlami, dcgm_version="3.3.9").role_vars()["dcgm_exporter_image"] == table["images"]["3"]
+    assert _with(dlami, dcgm_version="3.3.9").role_vars()["dcgm_exporter_image"] == table["images"]["3.3.9"]
     assert "dcgm_exporter_image" not in _with(dlami, dcgm_version="99.0.0").role_vars()  # no guess
+    # a DLAMI moving to DCGM 4.7.1 gets no 4.7.0 exporter (4.7.1 and an earlier libdcgm fail): a named gap instead
+    assert "dcgm_exporter_image" not in _with(dlami, dcgm_version="4.7.1").role_vars()
     assert "dcgm_exporter_image" not in _with(dlami, dcgm_version=None).role_vars()
     defaults = _yaml(ROLE / "defaults" / "main.yml")
     assert defaults["dcgm_exporter_image"] == "" and defaults["dcgm_exporter_hostengine_service"] == ""
@@ -176,3 +181,25 @@ def test_converged_in_check_mode_on_a_gpu_node_of_the_dlami_the_unit_requires_th
     execstart = next(line for line in added if line.startswith("ExecStart="))
     assert "--network host" in execstart and "--remote-hostengine-info=localhost:5555" in execstart, execstart
     assert f"{contract.role_vars()['dcgm_exporter_image']} dcgm-exporter" in execstart, execstart
+
+
+@pytest.mark.parametrize("key", WITH_HOST_ENGINE)
+def test_a_restart_after_a_crash_or_reboot_removes_the_leftover_container_first(key: str) -> None:
+    """`docker run --name X` fails while a container X exists, and --rm removes it only when dockerd sees it exit: after
+    a crash of dockerd or the host, or a SIGKILL of the client, every restart of the unit failed ("Conflict. The
+    container name ... is already in use"). Each start first removes any such container, its failure ignored."""
+    contract = load_images()[key].contract
+    passed, unit = render(contract.role_vars())
+    name = passed["supervised_service_name"]
+    assert directives(unit, "ExecStartPre") == [f"-{contract.container_runtime} rm --force {name}"], unit
+    lines = unit.splitlines()
+    assert lines.index(f"ExecStartPre=-{contract.container_runtime} rm --force {name}") < \
+        next(i for i, line in enumerate(lines) if line.startswith("ExecStart="))
+    execstart = directives(unit, "ExecStart")[0].split()
+    assert execstart[1:5] == ["run", "--rm", "--name", name], execstart
+
+
+def test_a_binary_exporter_removes_no_container() -> None:
+    contract = load_images()["dlami-base-gpu-ubuntu-24.04"].contract
+    passed, unit = render({**contract.role_vars(), "dcgm_exporter_runtime": "binary"})
+    assert passed["supervised_service_exec_start_pre"] == [] and directives(unit, "ExecStartPre") == []

@@ -66,3 +66,63 @@ def test_the_stand_in_s_slurm_conf_names_nodes_as_hyperpod_does_from_their_custo
     assert "SlurmctldHost=ip-10-1-0-10(10.1.0.10)" in conf.splitlines()
     assert "NodeName=ip-10-1-0-12 NodeAddr=10.1.0.12 " in conf
     assert "PartitionName=cpu Nodes=ip-10-1-0-12,ip-10-1-0-13 Default=YES" in conf
+
+
+SETTINGS = {"instance_group": "", "region": "us-east-2", "munge_key": "",
+            "slurm_groups": [{"name": "controller", "NodeType": "Controller"}, {"name": "login", "NodeType": "Login"},
+                             {"name": "cpu", "NodeType": "Compute", "PartitionNames": ["cpu"]}],
+            "resource_config": {"InstanceGroups": [
+                {"Name": "controller", "Instances": [{"CustomerIpAddress": "10.1.0.10"}]},
+                {"Name": "login", "Instances": [{"CustomerIpAddress": "10.1.0.11"}]},
+                {"Name": "cpu", "Instances": [{"CustomerIpAddress": "10.1.0.12"}]}]}}
+
+
+def stand_in(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, group: str, cycle: dict[str, str]) -> list[str]:
+    """hyperpod_agent.main for `group` with the AMI's installation and the system calls recorded, not made: what it
+    does, in order (the lifecycle's run included)."""
+    import json
+
+    done: list[str] = []
+    settings = {**SETTINGS, "instance_group": group, "life_cycle_config": cycle}
+    path = tmp_path / "settings.json"
+    path.write_text(json.dumps(settings))
+    monkeypatch.setattr(hyperpod_agent, "RESOURCE_CONFIG", tmp_path / "resource_config.json")
+    monkeypatch.setattr(hyperpod_agent, "install_ami_slurm", lambda s, kind: done.append(f"install {kind}"))
+    monkeypatch.setattr(hyperpod_agent, "write", lambda p, text, mode=0o644: done.append(f"write {p}: {text.strip()}"))
+    monkeypatch.setattr(hyperpod_agent, "run", lambda argv, **_: done.append(" ".join(argv)))
+    monkeypatch.setattr(hyperpod_agent.subprocess, "run", lambda argv, **_: done.append(" ".join(argv)))
+    monkeypatch.setattr(hyperpod_agent, "run_lifecycle",
+                        lambda s: done.append("lifecycle " + hyperpod_agent.hook(s["life_cycle_config"])[0]) or 0)
+    assert hyperpod_agent.main([str(path)]) == 0
+    return [step for step in done if not step.startswith(f"write {tmp_path}")]  # the resource config it is given
+
+
+ON_INIT_COMPLETE = {"SourceS3Uri": "s3://b/hyperpod/lifecycle/", "OnInitComplete": "on_create.sh"}
+
+
+def test_with_on_init_complete_the_stand_in_starts_hyperpods_slurm_before_the_script(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """OnInitComplete runs "after HyperPod configures the default software on the instance": Slurm is up when the
+    script starts (fmcluster's lifecycle only waits for it). Before, the stand-in left Slurm to the script, as
+    OnCreate does, and fmcluster's script started it itself: an order HyperPod does not follow for OnInitComplete."""
+    assert stand_in(monkeypatch, tmp_path, "controller", ON_INIT_COMPLETE) == [
+        "install Controller", "systemctl enable --now slurmctld", "lifecycle OnInitComplete"]
+    assert stand_in(monkeypatch, tmp_path, "cpu", ON_INIT_COMPLETE) == [
+        "install Compute",
+        'write /etc/systemd/system/slurmd.service.d/hyperpod-conf-server.conf: [Service]\n'
+        'Environment="SLURMD_OPTIONS=--conf-server 10.1.0.10"',
+        "systemctl daemon-reload", "systemctl enable slurmd", "systemctl restart slurmd", "lifecycle OnInitComplete"]
+    assert stand_in(monkeypatch, tmp_path, "login", ON_INIT_COMPLETE)[-2:] == [
+        "systemctl restart slurmd", "lifecycle OnInitComplete"]
+
+
+def test_with_on_create_the_stand_in_leaves_slurm_to_the_script(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    cycle = {"SourceS3Uri": "s3://b/hyperpod/lifecycle/", "OnCreate": "on_create.sh"}
+    assert stand_in(monkeypatch, tmp_path, "cpu", cycle) == ["install Compute", "lifecycle OnCreate"]
+
+
+def test_a_lifecycle_config_names_exactly_one_hook() -> None:
+    assert hyperpod_agent.hook(ON_INIT_COMPLETE) == ("OnInitComplete", "on_create.sh")
+    for cycle in ({"SourceS3Uri": "s3://b/"}, {**ON_INIT_COMPLETE, "OnCreate": "on_create.sh"}):
+        with pytest.raises(ValueError, match="OnInitComplete, OnCreate"):
+            hyperpod_agent.hook(cycle)

@@ -89,7 +89,7 @@ def test_a_hyperpod_node_finds_itself_by_its_customer_address_whichever_interfac
         tmp_path: Path) -> None:
     """A HyperPod instance holds an address on HyperPod's agent network besides its customer-VPC address (the one
     SageMaker lists); which one the route to the metadata service leaves from is not documented, so the agent looks
-    for every address of the host, as start_hyperpod_slurm.sh does, and reports the one the cluster knows."""
+    for every address of the host, as wait_for_hyperpod_slurm.sh does, and reports the one the cluster knows."""
     manifest = {"discovery": {"kind": "hyperpod", "cluster_name": "fmc-neuronlab", "groups": dict(GROUPS)}}
     me, nodes = agent_on_a_hyperpod_node(tmp_path).whoami(manifest, [AGENT_NETWORK, CUSTOMER])
     assert (me.address, me.queue, [n.address for n in nodes]) == (CUSTOMER, "trn", [CUSTOMER])

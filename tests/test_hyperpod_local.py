@@ -75,7 +75,7 @@ def test_each_node_ran_on_create_with_hyperpod_s_resource_config(deployed: subpr
         done = on_node(node["name"], "cmp /opt/ml/config/resource_config.json /etc/fmcluster/hyperpod_resource_config.json"
                                      " && cat /var/log/provision/provisioning.log")
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-        assert "OnCreate on_create.sh from s3://" in done.stdout
+        assert "OnInitComplete on_create.sh from s3://" in done.stdout
         assert f"fmcluster: HyperPod Slurm role {roles[node['role']]}, controller " in done.stdout
         config = json.loads(on_node(node["name"], "cat /opt/ml/config/resource_config.json").stdout)
         addresses = {i["CustomerIpAddress"] for g in config["InstanceGroups"] for i in g["Instances"]}

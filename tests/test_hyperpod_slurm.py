@@ -209,13 +209,13 @@ def test_the_rendered_hyperpod_template_and_lifecycle_install_no_slurm_package()
     texts = {"cluster template": cluster.body}
     texts.update({f"lifecycle {name}": body.decode() for name, body in HyperPod(tenant).lifecycle_files("b").items()})
     texts["node-bootstrap.sh (what node-user-data.sh fetches and runs)"] = (ROOT / "scripts" / "node-bootstrap.sh").read_text()
-    assert "lifecycle on_create.sh" in texts and "lifecycle start_hyperpod_slurm.sh" in texts
+    assert "lifecycle on_create.sh" in texts and "lifecycle wait_for_hyperpod_slurm.sh" in texts
     for where, text in texts.items():
         for match in INSTALL.finditer(text):
             words = [w for w in match.group(1).split() if not w.startswith("-") and "$" not in w]
             assert not [w for w in words if SLURM_PACKAGE.match(w.split("=")[0])], (where, match.group(0))
     on_create = texts["lifecycle on_create.sh"]
-    assert on_create.index('bash "$here/start_hyperpod_slurm.sh"') < on_create.index('exec bash "$here/node-user-data.sh"')
+    assert on_create.index('bash "$here/wait_for_hyperpod_slurm.sh"') < on_create.index('exec bash "$here/node-user-data.sh"')
 
 
 def test_the_install_pattern_catches_a_slurm_package_install() -> None:
@@ -261,23 +261,43 @@ def test_the_lifecycle_refuses_a_host_hyperpods_resource_config_does_not_list(tm
     assert ran.returncode == 2 and ran.stdout == "" and "10.9.9.9" in ran.stderr
 
 
-def test_the_lifecycle_uploads_the_slurm_start_beside_on_create() -> None:
+def test_every_group_runs_the_lifecycle_as_on_init_complete_after_hyperpod_started_its_slurm() -> None:
+    """The groups carry SlurmConfig and rely on HyperPod to write slurm.conf and start Slurm: that is OnInitComplete
+    ("runs after HyperPod configures the default software on the instance", CloudFormation's ClusterLifeCycleConfig);
+    OnCreate is "Customer Managed mode", where the lifecycle brings Slurm up itself. Before, every group ran OnCreate,
+    and the controller's script waited for a slurm.conf only HyperPod's default setup writes."""
+    cluster = next(s for s in render_stacks(hyperpod()) if s.key == "cluster")
+    groups = load_cfn_yaml(cluster.body)["Resources"]["Cluster"]["Properties"]["InstanceGroups"]
+    assert {g["SlurmConfig"]["NodeType"] for g in groups} == {"Controller", "Login", "Compute"}
+    for group in groups:
+        cycle = group["LifeCycleConfig"]
+        assert set(cycle) == {"SourceS3Uri", "OnInitComplete"}, group["InstanceGroupName"]
+        assert cycle["OnInitComplete"] == "on_create.sh"
     files = HyperPod(hyperpod()).lifecycle_files("b")
-    assert {"on_create.sh", "start_hyperpod_slurm.sh", "hyperpod_slurm_role.py", "node-user-data.sh",
-            "fmcluster-lifecycle.env"} <= set(files)
-    start = files["start_hyperpod_slurm.sh"].decode()
-    assert "systemctl enable --now slurmctld" in start and "--conf-server" in start
+    assert {"on_create.sh", "wait_for_hyperpod_slurm.sh", "hyperpod_slurm_role.py", "node-user-data.sh",
+            "fmcluster-lifecycle.env"} <= set(files) and "start_hyperpod_slurm.sh" not in files
 
 
-def run_start(tmp_path: Path, address: str, slurm_conf: str | None, resource_config: Path | None = None,
-              ) -> tuple[subprocess.CompletedProcess[str], list[str]]:
-    """start_hyperpod_slurm.sh run for real by bash, with `systemctl` and `hostname` stood in (they would act on
-    this machine): the stand-ins record their calls; the resource config (named by SAGEMAKER_RESOURCE_CONFIG_PATH, as
-    HyperPod names it) and slurm.conf are files shaped as HyperPod writes them."""
+def test_the_lifecycle_starts_no_slurm_daemon_it_waits_for_hyperpods() -> None:
+    wait = HyperPod(hyperpod()).lifecycle_files("b")["wait_for_hyperpod_slurm.sh"].decode()
+    commands = [line for line in wait.splitlines() if not line.lstrip().startswith("#")]
+    assert not [line for line in commands if re.search(r"systemctl\s+(enable|start|restart|mask)|--conf-server", line)]
+    assert "is-active --quiet slurmctld" in wait and "is-active --quiet slurmd" in wait
+
+
+def run_wait(tmp_path: Path, address: str, slurm_conf: str | None, resource_config: Path | None = None,
+             active: tuple[str, ...] = ()) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+    """wait_for_hyperpod_slurm.sh run for real by bash, with `systemctl` and `hostname` stood in (they would act on
+    this machine): the stand-ins record their calls, `systemctl is-active` answers for the units in `active`; the
+    resource config (named by SAGEMAKER_RESOURCE_CONFIG_PATH, as HyperPod names it) and slurm.conf are files shaped
+    as HyperPod writes them."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     calls = tmp_path / "calls"
-    (bin_dir / "systemctl").write_text(f'#!/bin/sh\necho "$*" >> {calls}\n')
+    units = " ".join(active)
+    (bin_dir / "systemctl").write_text(
+        f'#!/bin/sh\necho "$*" >> {calls}\n[ "$1" = is-active ] || exit 0\n'
+        f'for u in {units}; do [ "$u" = "$3" ] && exit 0; done\nexit 3\n')
     (bin_dir / "hostname").write_text(f"#!/bin/sh\necho {address} 172.17.0.1\n")
     for tool in bin_dir.iterdir():
         tool.chmod(0o755)
@@ -287,81 +307,78 @@ def run_start(tmp_path: Path, address: str, slurm_conf: str | None, resource_con
     if slurm_conf is not None:
         conf.write_text(slurm_conf)
     env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "SAGEMAKER_RESOURCE_CONFIG_PATH": str(resource_config or config),
-           "FMCLUSTER_HYPERPOD_SLURM_CONF": str(conf), "FMCLUSTER_HYPERPOD_SLURM_WAIT_S": "0",
-           "FMCLUSTER_SYSTEMD_UNIT_DIR": str(tmp_path / "units")}
+           "FMCLUSTER_HYPERPOD_SLURM_CONF": str(conf), "FMCLUSTER_HYPERPOD_SLURM_WAIT_S": "0"}
     lifecycle = tmp_path / "lifecycle"
     lifecycle.mkdir(exist_ok=True)
     for name, body in HyperPod(hyperpod()).lifecycle_files("b").items():
         (lifecycle / name).write_bytes(body)
-    ran = subprocess.run(["bash", str(lifecycle / "start_hyperpod_slurm.sh")], capture_output=True, text=True,
+    ran = subprocess.run(["bash", str(lifecycle / "wait_for_hyperpod_slurm.sh")], capture_output=True, text=True,
                          env=env, timeout=30)
     return ran, calls.read_text().splitlines() if calls.exists() else []
 
 
-def test_the_lifecycle_starts_hyperpods_slurmctld_on_the_controller_once_hyperpod_configured_it(tmp_path: Path) -> None:
-    ran, calls = run_start(tmp_path, "10.1.0.10", "ClusterName=fmc\nSlurmctldHost=ip-10-1-0-10(10.1.0.10)\n")
+def test_the_controller_goes_on_once_hyperpods_slurmctld_runs_with_a_slurm_conf_naming_it(tmp_path: Path) -> None:
+    ran, calls = run_wait(tmp_path, "10.1.0.10", "ClusterName=fmc\nSlurmctldHost=ip-10-1-0-10(10.1.0.10)\n",
+                          active=("slurmctld",))
     assert ran.returncode == 0, ran.stderr
-    assert calls == ["mask slurmd", "enable --now slurmctld"]
+    assert calls == ["is-active --quiet slurmctld"] and "slurmctld, with a slurm.conf naming 10.1.0.10 is up" in ran.stdout
 
 
-def test_the_lifecycle_takes_a_slurm_conf_naming_the_controller_by_its_hyperpod_node_name(tmp_path: Path) -> None:
+def test_the_controller_takes_a_slurm_conf_naming_it_by_its_hyperpod_node_name(tmp_path: Path) -> None:
     """HyperPod's slurm.conf names nodes ip-N-N-N-N after their customer address: a SlurmctldHost given by that name
-    alone names the controller too (before, only the address counted, and the controller failed after 300 s where
-    AWS's own lifecycle goes on after 60)."""
-    ran, calls = run_start(tmp_path, "10.1.0.10", "ClusterName=fmc\nSlurmctldHost=ip-10-1-0-10\n")
+    alone names the controller too."""
+    ran, _ = run_wait(tmp_path, "10.1.0.10", "ClusterName=fmc\nSlurmctldHost=ip-10-1-0-10\n", active=("slurmctld",))
     assert ran.returncode == 0, ran.stderr
-    assert calls == ["mask slurmd", "enable --now slurmctld"]
     other = tmp_path / "another-controller"
     other.mkdir()
-    ran, calls = run_start(other, "10.1.0.10", "SlurmctldHost=ip-10-1-0-100(10.1.0.100)\n")
-    assert ran.returncode == 1 and calls == [], "10.1.0.100 is another node"
+    ran, _ = run_wait(other, "10.1.0.10", "SlurmctldHost=ip-10-1-0-100(10.1.0.100)\n", active=("slurmctld",))
+    assert ran.returncode == 1, "10.1.0.100 is another node"
 
 
-def test_the_lifecycle_masks_a_daemon_whose_unit_hyperpod_s_ami_keeps_in_etc(tmp_path: Path) -> None:
-    """HyperPod's AMI has slurmd.service and slurmctld.service in /etc/systemd/system (AWS's start_slurm.sh renames
-    them there), where `systemctl mask` fails: the unit is set aside first (the local HyperPod stand-in found it)."""
-    units = tmp_path / "units"
-    units.mkdir()
-    (units / "slurmd.service").write_text("[Service]\nExecStart=/opt/slurm/sbin/slurmd -D $SLURMD_OPTIONS\n")
-    ran, calls = run_start(tmp_path, "10.1.0.10", "SlurmctldHost=ip-10-1-0-10(10.1.0.10)\n")
+def test_the_controller_fails_when_hyperpod_never_brings_slurm_up(tmp_path: Path) -> None:
+    ran, calls = run_wait(tmp_path, "10.1.0.10", None, active=("slurmctld",))
+    assert ran.returncode == 1 and "slurmctld, with a slurm.conf naming 10.1.0.10 is not up" in ran.stderr
+    other = tmp_path / "stopped"
+    other.mkdir()
+    ran, _ = run_wait(other, "10.1.0.10", "SlurmctldHost=ip-10-1-0-10(10.1.0.10)\n")
+    assert ran.returncode == 1 and "OnInitComplete" in ran.stderr
+
+
+def test_a_compute_node_goes_on_once_hyperpods_configless_slurmd_runs(tmp_path: Path) -> None:
+    ran, calls = run_wait(tmp_path, "10.1.0.13", None, active=("slurmd",))
     assert ran.returncode == 0, ran.stderr
-    assert not (units / "slurmd.service").exists() and (units / "slurmd.service.fmcluster-not-on-this-node").is_file()
-    assert calls == ["mask slurmd", "enable --now slurmctld"]
+    assert calls == ["is-active --quiet slurmd"]
+    assert not (tmp_path / "units").exists(), "no drop-in, no unit of its own"
+    down = tmp_path / "down"
+    down.mkdir()
+    ran, _ = run_wait(down, "10.1.0.13", None)
+    assert ran.returncode == 1 and "slurmd (configless, from 10.1.0.10) is not up" in ran.stderr
 
 
-def test_the_lifecycle_refuses_to_start_slurmctld_before_hyperpod_wrote_slurm_conf(tmp_path: Path) -> None:
-    ran, calls = run_start(tmp_path, "10.1.0.10", None)
-    assert ran.returncode == 1 and calls == []
-    assert "does not name the controller 10.1.0.10" in ran.stderr
-
-
-def test_the_lifecycle_starts_a_configless_slurmd_on_compute_nodes(tmp_path: Path) -> None:
-    ran, calls = run_start(tmp_path, "10.1.0.13", None)
-    assert ran.returncode == 0, ran.stderr
-    assert calls == ["mask slurmctld", "daemon-reload", "enable slurmd", "restart slurmd"]
-    drop_in = tmp_path / "units" / "slurmd.service.d" / "fmcluster-conf-server.conf"
-    assert drop_in.read_text() == '[Service]\nEnvironment="SLURMD_OPTIONS=--conf-server 10.1.0.10"\n'
+def test_a_login_node_waits_for_no_daemon(tmp_path: Path) -> None:
+    ran, calls = run_wait(tmp_path, "10.1.0.11", None)
+    assert ran.returncode == 0 and calls == [], ran.stderr
 
 
 def test_the_lifecycle_starts_nothing_on_a_host_hyperpod_does_not_list(tmp_path: Path) -> None:
-    ran, calls = run_start(tmp_path, "10.9.9.9", None)
+    ran, calls = run_wait(tmp_path, "10.9.9.9", None)
     assert ran.returncode != 0 and calls == [] and "10.9.9.9" in ran.stderr
 
 
 def test_the_lifecycle_reads_the_resource_config_hyperpod_names_in_its_environment(tmp_path: Path) -> None:
     """HyperPod names its resource config in SAGEMAKER_RESOURCE_CONFIG_PATH (AWS's on_create.sh reads it first): the
     role comes from that file, not from the default path (absent on this machine, as on a node where HyperPod put
-    it elsewhere: the script took the node for no HyperPod instance, started no Slurm and succeeded)."""
+    it elsewhere: the script took the node for no HyperPod instance, checked no Slurm and succeeded)."""
     assert not Path("/opt/ml/config/resource_config.json").exists()
-    ran, calls = run_start(tmp_path, "10.1.0.13", None)
+    ran, calls = run_wait(tmp_path, "10.1.0.13", None, active=("slurmd",))
     assert ran.returncode == 0, ran.stderr
-    assert "HyperPod Slurm role compute, controller 10.1.0.10" in ran.stdout and "enable slurmd" in calls
+    assert "HyperPod Slurm role compute, controller 10.1.0.10" in ran.stdout and calls == ["is-active --quiet slurmd"]
 
 
 def test_the_lifecycle_fails_when_the_resource_config_hyperpod_names_is_absent(tmp_path: Path) -> None:
     """AWS's on_create.sh exits 1 when SAGEMAKER_RESOURCE_CONFIG_PATH names no file: a node whose role is unknown
     must fail its lifecycle script (HyperPod then fails or replaces it), never come up without Slurm."""
-    ran, calls = run_start(tmp_path, "10.1.0.13", None, resource_config=tmp_path / "nowhere.json")
+    ran, calls = run_wait(tmp_path, "10.1.0.13", None, resource_config=tmp_path / "nowhere.json")
     assert ran.returncode == 1 and calls == []
     assert "nowhere.json" in ran.stderr and "SAGEMAKER_RESOURCE_CONFIG_PATH" in ran.stderr
 

@@ -333,7 +333,7 @@ def test_each_image_s_container_runtime_is_its_sources_and_decides_the_gpu_expor
 
 
 def test_a_gpu_image_whose_host_engine_has_no_known_dcgm_release_is_a_gap(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The exporter's image is the host engine's DCGM major (tests/test_dcgm_exporter_role.py): an image that runs the
+    """The exporter's image is the one paired with the host engine's DCGM release (tests/test_dcgm_exporter_role.py): an image that runs the
     exporter's container beside a host engine of no recorded release has no exporter image, and the walk names it."""
     import sys
 

@@ -1,6 +1,6 @@
 """Which Slurm role this HyperPod instance plays and where its controller is, from the resource config HyperPod
 writes on every instance (/opt/ml/config/resource_config.json: instance groups, each with its instances'
-CustomerIpAddress). on_create.sh starts HyperPod's own Slurm daemons with it (start_hyperpod_slurm.sh).
+CustomerIpAddress). on_create.sh waits for HyperPod's own Slurm daemon with it (wait_for_hyperpod_slurm.sh).
 
 fmcluster names HyperPod's instance groups itself (fmcluster.schedulers.hyperpod.scheduler.HyperPod.groups): "controller",
 "login", and one group per queue. Standard library only: it runs before anything is installed.

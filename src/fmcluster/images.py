@@ -88,19 +88,20 @@ class Contract:
         return (major, minor) >= SLURM_CGROUP_V2_SINCE
 
     def dcgm_exporter_image(self) -> str | None:
-        """NVIDIA's dcgm-exporter image for a GPU node booted from this image (versions.yml dcgm_exporter, by DCGM
-        major): where the image ships DCGM's host engine the exporter connects to it, so its DCGM is the host
-        engine's major (dcgm_version); where it ships none the exporter runs its own embedded engine, of the
-        table's embedded_major. None: the image's host engine has no known release, or the table no image for
-        its major (a gap the image-contract test names)."""
+        """NVIDIA's dcgm-exporter image for a GPU node booted from this image (versions.yml dcgm_exporter, by the DCGM
+        release an exporter release is paired with): where the image ships DCGM's host engine the exporter connects to
+        it, so its libdcgm is that engine's exact release (dcgm_version; NVIDIA pairs them, and libdcgm and a host
+        engine of other releases fail requests with "API version mismatch"); where it ships none the exporter runs its
+        own embedded engine, of the table's `embedded` release. None: the image's host engine has no known release, or
+        the table no image paired with it (a gap the image-contract test names)."""
         table = versions.load()["dcgm_exporter"]
         if self.dcgm_service is None:
-            major = str(table["embedded_major"])
+            release = str(table["embedded"])
         elif self.dcgm_version is None:
             return None
         else:
-            major = self.dcgm_version.split(".")[0]
-        image = table["images"].get(major)
+            release = self.dcgm_version
+        image = table["images"].get(release)
         return str(image) if image else None
 
     def role_vars(self) -> dict[str, Any]:

@@ -208,7 +208,7 @@ def my_addresses() -> list[str]:
     (resource_config.json's CustomerIpAddress, the one SageMaker lists) and one on HyperPod's agent network
     (AgentIpAddress; awsome-distributed-ai, 5.sagemaker-hyperpod/tools/devops-agent/docs/hyperpod-mental-model.md),
     and which of them the route to the metadata service leaves from is not documented (AWS's lifecycle samples
-    take the default route's, start_hyperpod_slurm.sh every address, as this does)."""
+    take the default route's, wait_for_hyperpod_slurm.sh every address, as this does)."""
     found = [my_address()]
     for _, name in socket.if_nameindex():
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:

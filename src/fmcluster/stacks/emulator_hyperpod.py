@@ -13,7 +13,8 @@ when it creates a cluster is stood in here as a *substrate*, never as an answer 
   HyperPod's agent has on the instance: the cluster's resource config (/opt/ml/config/resource_config.json), the
   group's LifeCycleConfig, its SlurmConfig and a munge key shared by the cluster. It lays out the Slurm HyperPod's
   AMI ships under /opt/slurm, writes slurm.conf on the controller group as HyperPod's agent does, then downloads
-  SourceS3Uri and runs OnCreate there, as root, as HyperPod runs a lifecycle script;
+  SourceS3Uri and runs the group's script there (OnInitComplete after starting that Slurm, as HyperPod does; OnCreate
+  with Slurm left to the script), as root, as HyperPod runs a lifecycle script;
 - SageMaker's DescribeCluster, ListClusterNodes and DescribeClusterNode answer from those instances: the node id is
   the instance id, PrivatePrimaryIp and PrivateDnsHostname are its, its status follows the instance's state.
 

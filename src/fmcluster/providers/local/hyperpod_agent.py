@@ -3,12 +3,16 @@ it into the instance's user data with its settings; docs/local-nodes.md, "HyperP
 
 HyperPod boots its AMI, which ships Slurm and munge under /opt/slurm with their systemd units; its agent writes the
 resource config (/opt/ml/config/resource_config.json), the cluster's munge key and, on the controller group,
-/opt/slurm/etc/slurm.conf (nodes and partitions from the instance groups' SlurmConfig); then it downloads the
-group's LifeCycleConfig.SourceS3Uri and runs OnCreate from there as root, logging to /var/log/provision. The local
-image is a pristine Debian 12: this program does each of those steps, the AMI's part with Debian's Slurm packages
-laid out as HyperPod's AMI lays its own (binaries reached through /opt/slurm/bin and /opt/slurm/sbin, configuration
-in /opt/slurm/etc), and then runs OnCreate exactly so. The lifecycle script and everything after it are the
-tenant's own, unchanged.
+/opt/slurm/etc/slurm.conf (nodes and partitions from the instance groups' SlurmConfig). What comes next depends on
+the group's LifeCycleConfig (CloudFormation's AWS::SageMaker::Cluster schema, ClusterLifeCycleConfig): with
+OnInitComplete ("Extended mode") HyperPod configures its default software, Slurm started on every node (slurmctld on
+the controller group, a configless slurmd elsewhere), and then runs the script, "after the AMI-based initialization
+is complete" (SageMaker API reference, ClusterLifeCycleConfig); with OnCreate ("Customer Managed mode") it runs the
+script and the script starts Slurm itself (AWS's base-config start_slurm.sh). Either way it downloads the group's
+SourceS3Uri and runs the script from there as root, logging to /var/log/provision. The local image is a pristine
+Debian 12: this program does each of those steps, the AMI's part with Debian's Slurm packages laid out as HyperPod's
+AMI lays its own (binaries reached through /opt/slurm/bin and /opt/slurm/sbin, configuration in /opt/slurm/etc),
+and then runs the script exactly so. The lifecycle script and everything after it are the tenant's own, unchanged.
 
 Standard library only (it runs before anything is installed). Usage: hyperpod_agent.py SETTINGS_JSON
 """
@@ -24,7 +28,10 @@ from typing import Any
 
 RESOURCE_CONFIG = Path("/opt/ml/config/resource_config.json")
 SLURM_PREFIX = Path("/opt/slurm")
-#: Where HyperPod stages a group's lifecycle bundle and runs OnCreate from: /tmp/<bucket>/<prefix>/ (awsome-distributed-ai,
+#: The lifecycle hooks, in the order of ClusterLifeCycleConfig (mutually exclusive): which one a group names decides
+#: whether HyperPod starts Slurm before the script (OnInitComplete) or leaves it to the script (OnCreate).
+HOOKS = ("OnInitComplete", "OnCreate")
+#: Where HyperPod stages a group's lifecycle bundle and runs its script from: /tmp/<bucket>/<prefix>/ (awsome-distributed-ai,
 #: https://github.com/awslabs/awsome-distributed-ai/blob/main/1.architectures/5.sagemaker-hyperpod/tools/devops-agent/docs/hyperpod-mental-model.md,
 #: "LCS bundle staging"): under /tmp, so gone after a reboot; a lifecycle script finds its files beside itself.
 STAGING_ROOT = Path("/tmp")
@@ -122,7 +129,7 @@ def slurm_conf(settings: dict[str, Any]) -> str:
 
 def install_ami_slurm(settings: dict[str, Any], kind: str) -> None:
     """The Slurm and munge HyperPod's AMI ships, under its layout: packages installed with their daemons kept stopped
-    (the lifecycle script starts them), the cluster's munge key, /opt/slurm/{bin,sbin,etc} and the AMI's units."""
+    (HyperPod, or an OnCreate script, starts them), the cluster's munge key, /opt/slurm/{bin,sbin,etc} and the AMI's units."""
     policy = Path("/usr/sbin/policy-rc.d")
     write(policy, "#!/bin/sh\nexit 101\n", 0o755)  # no daemon starts while the packages install
     try:
@@ -178,6 +185,32 @@ def install_ami_slurm(settings: dict[str, Any], kind: str) -> None:
         link.symlink_to(SLURM_PREFIX / "etc" / "slurm.conf")
 
 
+def hook(cycle: dict[str, Any]) -> tuple[str, str]:
+    """(the hook, the script) a group's LifeCycleConfig names."""
+    named = [(name, str(cycle[name])) for name in HOOKS if cycle.get(name)]
+    if len(named) != 1:
+        raise ValueError(f"LifeCycleConfig names {[n for n, _ in named] or 'no script'}: one of {', '.join(HOOKS)}")
+    return named[0]
+
+
+def start_ami_slurm(settings: dict[str, Any], kind: str) -> None:
+    """HyperPod's own start of its Slurm, before an OnInitComplete script: slurmctld on the controller group; elsewhere
+    a configless slurmd (--conf-server, the controller's customer address: it fetches slurm.conf from slurmctld, as
+    HyperPod's does, hyperpod-mental-model.md), login nodes too (a login node is no Slurm node here: its slurmd gets the
+    configuration and then stops, which is not an error)."""
+    if kind == "Controller":
+        run(["systemctl", "enable", "--now", "slurmctld"])
+        return
+    types = {g["name"]: str(g.get("NodeType") or "Compute") for g in settings["slurm_groups"]}
+    controller = next(i["CustomerIpAddress"] for g in settings["resource_config"]["InstanceGroups"]
+                      if types.get(g["Name"]) == "Controller" for i in g["Instances"])
+    write(Path("/etc/systemd/system/slurmd.service.d/hyperpod-conf-server.conf"),
+          f'[Service]\nEnvironment="SLURMD_OPTIONS=--conf-server {controller}"\n')
+    run(["systemctl", "daemon-reload"])
+    run(["systemctl", "enable", "slurmd"])
+    subprocess.run(["systemctl", "restart", "slurmd"], check=kind != "Login")
+
+
 def staging_dir(source_uri: str) -> Path:
     """Where HyperPod puts the bundle of LifeCycleConfig.SourceS3Uri s3://<bucket>/<prefix>/: /tmp/<bucket>/<prefix>."""
     bucket, _, prefix = source_uri.removeprefix("s3://").partition("/")
@@ -185,27 +218,28 @@ def staging_dir(source_uri: str) -> Path:
 
 
 def run_lifecycle(settings: dict[str, Any]) -> int:
-    """Download SourceS3Uri where HyperPod stages it and run OnCreate from there, as root, its output in
-    /var/log/provision."""
+    """Download SourceS3Uri where HyperPod stages it and run the group's script (OnInitComplete or OnCreate) from
+    there, as root, its output in /var/log/provision."""
     cycle = settings["life_cycle_config"]
+    name, script = hook(cycle)
     source = str(cycle["SourceS3Uri"]).rstrip("/") + "/"
     folder = staging_dir(source)
     folder.mkdir(parents=True, exist_ok=True)
     for attempt in range(1, 11):
         done = subprocess.run([S3_CLIENT, "--region", settings["region"], "sync", source, str(folder)], check=False)
-        if done.returncode == 0 and (folder / cycle["OnCreate"]).is_file():
+        if done.returncode == 0 and (folder / script).is_file():
             break
         if attempt == 10:
-            log(f"no {cycle['OnCreate']} at {source}")
+            log(f"no {script} at {source}")
             return 1
         __import__("time").sleep(attempt * 3)
     PROVISION_LOG.parent.mkdir(parents=True, exist_ok=True)
-    log(f"running {cycle['OnCreate']} from {source} in {folder} (resource config {RESOURCE_CONFIG})")
+    log(f"running {script} from {source} in {folder} (resource config {RESOURCE_CONFIG})")
     environment = {**os.environ, "SAGEMAKER_RESOURCE_CONFIG_PATH": str(RESOURCE_CONFIG)}
     with PROVISION_LOG.open("a", encoding="utf-8") as provision:
-        provision.write(f"fmcluster hyperpod stand-in: OnCreate {cycle['OnCreate']} from {source}\n")
+        provision.write(f"fmcluster hyperpod stand-in: {name} {script} from {source}\n")
         provision.flush()
-        process = subprocess.Popen(["bash", cycle["OnCreate"]], cwd=folder, env=environment,
+        process = subprocess.Popen(["bash", script], cwd=folder, env=environment,
                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         assert process.stdout is not None
         for line in process.stdout:
@@ -214,7 +248,7 @@ def run_lifecycle(settings: dict[str, Any]) -> int:
             provision.write(line)
             provision.flush()
         code = process.wait()
-        provision.write(f"fmcluster hyperpod stand-in: {cycle['OnCreate']} exited {code}\n")
+        provision.write(f"fmcluster hyperpod stand-in: {script} exited {code}\n")
     return code
 
 
@@ -227,6 +261,9 @@ def main(argv: list[str]) -> int:
     kind = node_type(settings, settings["instance_group"])
     log(f"instance group {settings['instance_group']} ({kind}): the AMI's Slurm under {SLURM_PREFIX}")
     install_ami_slurm(settings, kind)
+    if hook(settings["life_cycle_config"])[0] == "OnInitComplete":
+        log(f"starting the AMI's Slurm ({kind}) before OnInitComplete, as HyperPod does")
+        start_ami_slurm(settings, kind)
     return run_lifecycle(settings)
 
 

@@ -1,7 +1,7 @@
 """Scheduler `hyperpod`: SageMaker HyperPod with Slurm (fmcluster.schedulers.hyperpod.template). HyperPod makes the
-instances and runs the lifecycle script on each (cfn/hyperpod-lifecycle/on_create.sh), which starts HyperPod's
-own Slurm and runs the same first-boot script as every other node; the nodes are found through SageMaker's
-ListClusterNodes.
+instances, starts its own Slurm and then runs the lifecycle script on each as OnInitComplete
+(cfn/hyperpod-lifecycle/on_create.sh), which waits for that Slurm and runs the same first-boot script as every
+other node; the nodes are found through SageMaker's ListClusterNodes.
 
 One Slurm per cluster, HyperPod's: HyperPod's AMI ships Slurm and munge
 under /opt/slurm, its cluster agent writes slurm.conf there (nodes and partitions from the instance groups'

@@ -28,6 +28,18 @@ EBS_GIB = {"controller": 200, "login": 200, "compute": 500}
 # brings the mounts (fmcluster's shared_storage role does not run there). The DNS names exist only on AWS
 # (the emulator creates no FSx): empty, the mount is left out.
 MOUNT_LUSTRE, MOUNT_HOME = "MountLustre", "MountHome"
+# Which lifecycle hook runs fmcluster's script, and the script. Every group carries SlurmConfig (the API-driven Slurm
+# configuration) and relies on HyperPod to write slurm.conf and start Slurm, which is the "Extended mode" of
+# OnInitComplete: it "runs after HyperPod configures the default software on the instance" (CloudFormation's
+# AWS::SageMaker::Cluster schema, ClusterLifeCycleConfig, as cfn-lint 1.58.0 carries it), "after the AMI-based
+# initialization is complete" (https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_ClusterLifeCycleConfig.html).
+# OnCreate is "Customer Managed mode", where the lifecycle scripts bring Slurm up themselves (AWS's base-config waits for
+# slurm.conf and runs its own start_slurm.sh; its observability extension says "When using OnCreate with custom lifecycle
+# scripts, ensure your start_slurm.sh configures Prolog and Epilog in slurm.conf"); with it fmcluster's script would
+# wait for a Slurm nobody starts. AWS's CreateCluster example with SlurmConfig uses OnInitComplete on every group
+# (awslabs/awsome-distributed-ai, 1.architectures/5.sagemaker-hyperpod/Extensions/observability/README.md, MIT-0).
+# The two are mutually exclusive. The script keeps the name it had as OnCreate.
+LIFECYCLE_HOOK, LIFECYCLE_ENTRYPOINT = "OnInitComplete", "on_create.sh"
 
 
 def _given(*parameters: str) -> Fn:
@@ -127,7 +139,7 @@ def instance_groups(tenant: Tenant) -> list[dict[str, Any]]:
             "InstanceGroupName": name, "InstanceType": f"ml.{instance}", "InstanceCount": count, "ThreadsPerCore": 1,
             "ExecutionRole": GetAtt("ControllerExecutionRole" if node_type == "Controller" else "ExecutionRole", "Arn"),
             "LifeCycleConfig": {"SourceS3Uri": Sub("s3://${DataBucketName}/" + LIFECYCLE_PREFIX),
-                                "OnCreate": "on_create.sh"},
+                                LIFECYCLE_HOOK: LIFECYCLE_ENTRYPOINT},
             "SlurmConfig": slurm,
             "InstanceStorageConfigs": storage_configs(tenant, node_type),
         }
