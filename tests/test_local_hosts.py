@@ -28,6 +28,8 @@ from fmcluster.providers.local.hosts import (
 ORG = "t-hosts"
 VPC = "10.93.30.0/24"
 PRIVATE = "10.93.30.128/25"
+#: a tenant whose VPC range overlaps ORG's, which ensure_network must refuse
+OVERLAPPING_ORG = "t-hosts2"
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="namespaces, veth and mounts need root")
 
 
@@ -123,6 +125,7 @@ def not_an_instance(host: Host) -> None:
 
 @pytest.fixture(scope="module")
 def hosts(substrate: Path, specs: list[HostSpec]) -> list[Host]:
+    remove_all(OVERLAPPING_ORG)  # an earlier run killed mid-test may have left its bridge, which overlaps ours
     ensure_network(ORG, VPC, [router_address(PRIVATE)])
     made, created, removed = reconcile_hosts(ORG, specs, bridge_name(ORG), not_an_instance)
     assert (made, removed) == (created, [])
@@ -216,8 +219,25 @@ def test_a_second_reconcile_creates_and_removes_nothing_and_keeps_each_host_s_fi
 
 @root_only
 def test_a_vpc_range_overlapping_another_tenant_s_is_refused(hosts: list[Host]) -> None:
-    with pytest.raises(SubstrateError, match="overlaps 10.93.30.129/25 on fmcbr-t-hosts"):
-        ensure_network("t-hosts2", "10.93.30.128/26", ["10.93.30.129/26"])
+    try:
+        with pytest.raises(SubstrateError, match="overlaps 10.93.30.129/25 on fmcbr-t-hosts"):
+            ensure_network(OVERLAPPING_ORG, "10.93.30.128/26", ["10.93.30.129/26"])
+    finally:
+        # Were it ever made, its address would refuse this file's own network on every later run.
+        remove_all(OVERLAPPING_ORG)
+
+
+@root_only
+def test_an_address_list_that_cannot_be_read_refuses_the_network_rather_than_passing_the_overlap_check(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # iproute2 exits 1 with this line when an interface comes or goes during its netlink dump; an empty list
+    # read from it once let an overlapping tenant's bridge be made, and that leftover failed every later run.
+    fake_ip = tmp_path / "ip"
+    fake_ip.write_text("#!/bin/sh\necho 'Dump was interrupted and may be inconsistent.' >&2\nexit 1\n")
+    fake_ip.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    with pytest.raises(SubstrateError, match="failed 5 times .*Dump was interrupted.*overlaps them"):
+        ensure_network(OVERLAPPING_ORG, "10.93.30.128/26", ["10.93.30.129/26"])
 
 
 @root_only

@@ -212,10 +212,27 @@ def _address_assigned_by(dev: str) -> int:
         return -1
 
 
+#: how often the whole-machine address list is read again when the kernel interrupts its dump
+_ADDRESS_DUMP_TRIES = 5
+
+
 def _host_addresses() -> list[tuple[str, ipaddress.IPv4Interface]]:
-    proc = _run(["ip", "-j", "-4", "addr", "show"], check=False)
+    """Every IPv4 address on this machine. Raises when it cannot be read: an empty list would pass the overlap
+    check on no evidence. `ip` exits non-zero with "Dump was interrupted" when an interface comes or goes during
+    the read (another tenant's host booting), so an interrupted read is tried again."""
+    argv = ["ip", "-j", "-4", "addr", "show"]
+    proc = _run(argv, check=False)
+    for _ in range(_ADDRESS_DUMP_TRIES - 1):
+        if proc.returncode == 0 and proc.stdout.strip():
+            break
+        time.sleep(0.2)
+        proc = _run(argv, check=False)
+    if proc.returncode != 0 or not proc.stdout.strip():
+        raise SubstrateError(f"`{' '.join(argv)}` failed {_ADDRESS_DUMP_TRIES} times ({proc.returncode}): "
+                             f"{proc.stderr.strip() or 'no output'}; this machine's addresses are needed to "
+                             "refuse a VPC range that overlaps them")
     return [(link["ifname"], ipaddress.IPv4Interface(f"{a['local']}/{a['prefixlen']}"))
-            for link in json.loads(proc.stdout or "[]") for a in link.get("addr_info", [])]
+            for link in json.loads(proc.stdout) for a in link.get("addr_info", [])]
 
 
 def router_address(subnet_cidr: str) -> str:
