@@ -43,3 +43,10 @@ def test_every_dcgm_metric_used_by_rules_or_dashboards_is_enabled() -> None:
     nvlink = re.compile(r"DCGM_FI_DEV_NVLINK_$")
     used = {name for name in used if not nvlink.match(name)}
     assert used - _fields() == set()
+
+
+def test_no_field_dcgm_4_7_removed_is_listed() -> None:
+    """DCGM 4.7.0 removed the PCIe throughput fields, and an exporter given one exits at start ("DCGM field
+    \"DCGM_FI_DEV_PCIE_RX_THROUGHPUT\" (ID 201) is no longer supported", netdata/netdata#23964): the GPU nodes' DLAMIs
+    run DCGM 4.7.0 (images.yml dcgm_version), so one such line would leave every GPU node without an exporter."""
+    assert {"DCGM_FI_DEV_PCIE_RX_THROUGHPUT", "DCGM_FI_DEV_PCIE_TX_THROUGHPUT"} & _fields() == set()

@@ -5,6 +5,7 @@ and the roles take those paths and switches from the manifest, never from litera
 from __future__ import annotations
 
 import copy
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -301,11 +302,12 @@ def test_role_assumptions_name_contract_facts() -> None:
 #: What each image ships to run NVIDIA's containers with GPUs (contract: container_runtime), from its sources: the
 #: DLAMI Base GPU AMIs' release notes list docker-ce-cli, containerd and nvidia_container_toolkit_version;
 #: ParallelCluster's cookbook installs neither Docker nor the toolkit (its NVIDIA recipe: driver, CUDA, DCGM, Fabric
-#: Manager, GDRCopy); HyperPod's lifecycle scripts install Docker and the toolkit themselves (no release note of its AMI
-#: names them); the Neuron DLAMIs have no NVIDIA stack; the local image has no Docker (docs/local-nodes.md).
+#: Manager, GDRCopy); HyperPod sets up Docker before an OnInitComplete script runs, and AWS's OnInitComplete extension
+#: runs the DCGM exporter there with `docker run --gpus all` (awslabs/awsome-distributed-ai, Extensions/observability);
+#: the Neuron DLAMIs have no NVIDIA stack; the local image has no Docker (docs/local-nodes.md).
 CONTAINER_RUNTIMES = {
     "dlami-base-gpu-ubuntu-22.04": "/usr/bin/docker", "dlami-base-gpu-ubuntu-24.04": "/usr/bin/docker",
-    "neuron-dlami-ubuntu-22.04": None, "neuron-dlami-ubuntu-24.04": None, "hyperpod-default": None,
+    "neuron-dlami-ubuntu-22.04": None, "neuron-dlami-ubuntu-24.04": None, "hyperpod-default": "/usr/bin/docker",
     "parallelcluster-ubuntu2204": None, "debian-12-local": None, "pcs-sample-al2023-x86_64-slurm-25.11": None,
 }
 
@@ -330,6 +332,28 @@ def test_each_image_s_container_runtime_is_its_sources_and_decides_the_gpu_expor
     assert not gaps(["dcgm_exporter"], "dlami-base-gpu-ubuntu-24.04")
     defaults = yaml.safe_load((ROOT / "roles/dcgm_exporter/defaults/main.yml").read_text())
     assert defaults["dcgm_exporter_docker"] == ""  # the contract names the CLI, never a literal of the role
+
+
+def test_a_hyperpod_gpu_node_is_a_gap_until_its_dcgm_release_is_recorded() -> None:
+    """HyperPod's OnInitComplete nodes have Docker with NVIDIA's GPU support (AWS's own extension runs the DCGM exporter
+    there with `docker run --gpus all`), so a HyperPod GPU node runs the exporter's container beside the image's
+    nvidia-dcgm host engine; no HyperPod release note read names that engine's DCGM release, so no exporter image is
+    paired with it. The walk names the gap, plan prints it, and a Trainium node (no exporter) has none. Before, the
+    contract said HyperPod ships no container runtime and the node got no exporter, on no source."""
+    from fmcluster.images import gpu_exporter_gaps
+
+    contract = load_images()["hyperpod-default"].contract
+    assert "Extensions/observability" in contract.sources["container_runtime"]
+    assert contract.role_vars()["dcgm_exporter_runtime"] == "container" and contract.dcgm_version is None
+    found = gaps(["dcgm_exporter"], "hyperpod-default", "cuda")
+    assert len(found) == 1 and "dcgm_exporter_image is None" in found[0], found
+    assert not gaps(["dcgm_exporter"], "hyperpod-default", "neuron")
+    tenant = load_tenant("neuronlab", ROOT)
+    gpu = dataclasses.replace(tenant, queues=(dataclasses.replace(
+        tenant.queues[0], instance=load_tenant("stockmark", ROOT).queues[0].instance),))
+    lines = gpu_exporter_gaps(gpu, lambda accelerator: "hyperpod-default")
+    assert len(lines) == 1 and "GAP on" in lines[0] and "dcgm_version" in lines[0], lines
+    assert not gpu_exporter_gaps(tenant, lambda accelerator: "hyperpod-default")
 
 
 def test_a_gpu_image_whose_host_engine_has_no_known_dcgm_release_is_a_gap(monkeypatch: pytest.MonkeyPatch) -> None:

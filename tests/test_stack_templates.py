@@ -335,6 +335,15 @@ def test_every_hyperpod_group_declares_its_slurm_node_type_storage_and_recovery(
     assert groups["trn"]["ExecutionRole"] == {"Fn::GetAtt": ["ExecutionRole", "Arn"]}
 
 
+def test_hyperpod_owns_slurm_conf_with_the_managed_strategy_written_out() -> None:
+    """fmcluster never edits HyperPod's slurm.conf: the groups' SlurmConfig is its only input, which is AWS's
+    `Managed` strategy (HyperPod "fully controls the partition-node mappings", drift fails UpdateCluster). The
+    template names it rather than relying on the default (sagemaker-hyperpod-ref, Orchestrator.Slurm)."""
+    for tenant in (NEURONLAB, load_tenant("hpdemo", ROOT)):
+        cluster = resources(tenant, "cluster")["Cluster"]["Properties"]
+        assert cluster["Orchestrator"] == {"Slurm": {"SlurmConfigStrategy": "Managed"}}, tenant.org
+
+
 @pytest.mark.parametrize("name", ["controller", "login"])
 def test_a_queue_may_not_take_a_reserved_hyperpod_group_name(name: str) -> None:
     with pytest.raises(ValueError, match="must be unique"):

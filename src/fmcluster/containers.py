@@ -80,12 +80,24 @@ def manifest_vars(tenant: Tenant, given: ContainerRegistry | None) -> dict[str, 
 
 #: Where an nccl-tests image keeps nccl-tests and the libraries it runs with: the layout of awsome-distributed-training's
 #: micro-benchmarks/nccl-tests/nccl-tests.Dockerfile (nccl-tests in /opt/nccl-tests/build; NCCL in /opt/nccl/build;
-#: aws-ofi-nccl from the EFA installer in /opt/amazon/ofi-nccl/lib/<arch>-linux-gnu; libfabric, Open MPI, GDRCopy,
-#: CUDA), https://github.com/aws-samples/awsome-distributed-training/tree/main/micro-benchmarks/nccl-tests. The
-#: image's, not a node's: the nodes' own NCCL home comes from their image contract.
+#: libfabric, Open MPI, GDRCopy, CUDA), https://github.com/awslabs/awsome-distributed-ai/blob/main/micro-benchmarks/nccl-tests/nccl-tests.Dockerfile
+#: (MIT-0; the repository aws-samples/awsome-distributed-training moved there). The image's, not a node's: the nodes'
+#: own NCCL home comes from their image contract. aws-ofi-nccl has lived in three places as the recipe changed, and
+#: an image built from any of them is the recipe's, so the library path names all three (a directory an image lacks
+#: is skipped by the loader and by the job's plugin check, which takes the first plugin on the path):
+#: - /opt/amazon/ofi-nccl/lib: the EFA installer 1.48 "ships the OFI NCCL plugin at /opt/amazon/ofi-nccl/lib/ (no arch
+#:   subdir)" (the Dockerfile's comment since awslabs/awsome-distributed-ai 16da837e, #1070, May 2026, whose
+#:   LD_LIBRARY_PATH lists it first and whose build verifies /opt/amazon/ofi-nccl/lib/libnccl-net*.so);
+#: - /opt/amazon/ofi-nccl/lib/x86_64-linux-gnu: the EFA installer's plugin before 1.48, which the recipe used from
+#:   e5732423 ("Remove Install AWS-OFI-NCCL plugin", September 2025) and keeps "for back-compat with images rebuilt
+#:   against older EFA installers";
+#: - /opt/aws-ofi-nccl/install/lib: the recipe's own aws-ofi-nccl build (./configure --prefix=/opt/aws-ofi-nccl/install)
+#:   until 0877e0e3 (August 2025, aws-ofi-nccl v1.16.3), which images built then still carry.
+#: Only x86_64: fmcluster's GPU instance catalog has no Arm GPU instance.
 NCCL_TESTS_IMAGE_LAYOUT: dict[str, Any] = {
     "nccl_tests_container_bin_dir": "/opt/nccl-tests/build",
-    "nccl_tests_container_library_path": ["/opt/nccl/build/lib", "/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu",
+    "nccl_tests_container_library_path": ["/opt/nccl/build/lib", "/opt/amazon/ofi-nccl/lib",
+                                          "/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu", "/opt/aws-ofi-nccl/install/lib",
                                           "/opt/amazon/efa/lib", "/opt/amazon/openmpi/lib", "/opt/gdrcopy/lib",
                                           "/usr/local/cuda/lib64"],
 }

@@ -334,13 +334,25 @@ def image_lines(tenant: Tenant, scheduler_image: Callable[[str], str], substrate
 
 def gpu_exporter_gaps(tenant: Tenant, image_of: Callable[[str], str]) -> list[str]:
     """What differs is listed: the GPU node kinds that get no dcgm-exporter, because the image they boot (`image_of`,
-    by accelerator) ships no container runtime to run NVIDIA's exporter container (contract: container_runtime)."""
+    by accelerator) ships no container runtime to run NVIDIA's exporter container (contract: container_runtime), and
+    those whose image runs one but whose DCGM host engine has no exporter image paired with its release
+    (contract: dcgm_version; the role refuses to start an unpaired exporter there, so their converge fails)."""
     catalog = load_images()
     missing: dict[str, list[str]] = {}
+    unpaired: dict[str, list[str]] = {}
     for kind, accelerator in node_kinds(tenant):
-        if accelerator == "cuda" and catalog[image_of(accelerator)].contract.container_runtime is None:
+        if accelerator != "cuda":
+            continue
+        contract = catalog[image_of(accelerator)].contract
+        if contract.container_runtime is None:
             missing.setdefault(image_of(accelerator), []).append(kind)
+        elif contract.dcgm_exporter_image() is None:
+            unpaired.setdefault(image_of(accelerator), []).append(kind)
     return [f"  no GPU exporter on {', '.join(kinds)}: {catalog[key].name} ships no container runtime "
             "(dcgm-exporter runs as NVIDIA's container); GPU health there comes from fmcluster-health's DCGM checks "
             "and their metrics, and Prometheus scrapes no dcgm target"
-            for key, kinds in missing.items()]
+            for key, kinds in missing.items()] + [
+            f"  GAP on {', '.join(kinds)}: {catalog[key].name} runs DCGM's host engine of no recorded release "
+            "(images.yml contract dcgm_version), so no dcgm-exporter image is paired with it and the dcgm_exporter "
+            "role refuses to start there (the node's converge fails): record the release from the image's notes"
+            for key, kinds in unpaired.items()]

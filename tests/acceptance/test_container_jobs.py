@@ -202,8 +202,8 @@ def test_the_fabric_s_environment_is_set_for_inside_the_container(tmp_path: Path
     # inside: the EFA devices and unlimited locked memory checked, then the image's own NCCL and aws-ofi-nccl
     assert "/dev/infiniband/uverbs*" in inside and '"$(ulimit -l)" != unlimited' in inside
     library_path = next(line for line in inside.splitlines() if line.startswith("export LD_LIBRARY_PATH="))
-    assert library_path.split("=", 1)[1].split(":")[:2] == ["/opt/nccl/build/lib",
-                                                             "/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu"]
+    assert library_path.split("=", 1)[1].split(":")[:4] == [
+        "/opt/nccl/build/lib", *RECIPE_PLUGIN_DIRS], library_path
     assert inside.rstrip().endswith('exec "$@"')
 
 
@@ -229,7 +229,8 @@ def test_inside_locked_memory_must_be_unlimited_and_with_the_fabric_there_nccl_t
     assert '!= unlimited ]' in inside
     done = run(inside.replace("!= unlimited ]", f"!= {limit} ]"))
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines()[-1].startswith(f"{root}/opt/nccl/build/lib:{root}/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu:")
+    assert done.stdout.splitlines()[-1].startswith(
+        f"{root}/opt/nccl/build/lib:" + "".join(f"{root}{d}:" for d in RECIPE_PLUGIN_DIRS))
 
 
 # --- the host against the image, on every rank before nccl-tests ---------------------------------------------------
@@ -240,8 +241,16 @@ SMI_HEADER = ("| NVIDIA-SMI 535.183.01             Driver Version: 535.183.01   
 HOST_OK = "n1 efa=1.47.0 cuda=12.2 driver=535.183.01\nn2 efa=1.47.0 cuda=12.2 driver=535.183.01"
 
 
+#: Where awsome-distributed-training's nccl-tests.Dockerfile has put aws-ofi-nccl (fmcluster.containers,
+#: NCCL_TESTS_IMAGE_LAYOUT): the EFA installer 1.48's /opt/amazon/ofi-nccl/lib, an older installer's arch directory,
+#: and the recipe's own build until August 2025.
+RECIPE_PLUGIN_DIRS = ["/opt/amazon/ofi-nccl/lib", "/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu",
+                      "/opt/aws-ofi-nccl/install/lib"]
+
+
 def stand_in_image(tmp: Path, cuda: str | None = "12.2.2", plugin: str | None = "libnccl-net-ofi.so",
-                   efa_provider: bool = True, fi_info: bool = True, unresolved: str = "") -> Path:
+                   efa_provider: bool = True, fi_info: bool = True, unresolved: str = "",
+                   plugin_dir: str = "/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu") -> Path:
     """A directory standing for the image's root (its CUDA, aws-ofi-nccl, EFA installer record, /dev/infiniband) and a
     bin/ of stand-ins for what the check runs inside: fi_info (the efa provider found or not) and ldd."""
     root = tmp / "image"
@@ -254,10 +263,11 @@ def stand_in_image(tmp: Path, cuda: str | None = "12.2.2", plugin: str | None = 
             '{\n   "cuda" : {\n      "name" : "CUDA SDK",\n      "version" : "%s"\n   },\n'
             '   "cuda_cccl" : {\n      "name" : "CUDA C++ Core Compute Libraries",\n      "version" : "2.2.0"\n   }\n}\n'
             % cuda)
-    lib = root / "opt" / "amazon" / "ofi-nccl" / "lib" / "x86_64-linux-gnu"
+    lib = root / plugin_dir.lstrip("/")
     lib.mkdir(parents=True)
     if plugin:
         (lib / plugin).write_text("")
+    (root / "opt" / "amazon").mkdir(parents=True, exist_ok=True)
     (root / "opt" / "amazon" / "efa_installed_packages").write_text(
         "# EFA installer version: 1.43.2\n# Debug packages installed: yes\n# Packages installed:\nlibfabric-aws\n")
     bin_dir = root / "bin"
@@ -376,6 +386,22 @@ def test_an_image_without_aws_ofi_nccl_fails_closed_before_nccl_falls_back_to_so
     assert "container check failed on n1: aws-ofi-nccl: the image has no libnccl-net.so or libnccl-net-ofi.so on " \
         in done.stderr and "(host EFA installer 1.47.0); rule: without the plugin NCCL falls back to sockets " \
         "(NET/Socket)" in done.stderr
+
+
+@pytest.mark.parametrize(("plugin_dir", "plugin"), [
+    ("/opt/amazon/ofi-nccl/lib", "libnccl-net-ofi.so"),  # EFA installer 1.48+: no arch directory
+    ("/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu", "libnccl-net-ofi.so"),  # an older EFA installer's
+    ("/opt/aws-ofi-nccl/install/lib", "libnccl-net.so"),  # the recipe's own aws-ofi-nccl build until August 2025
+])
+def test_an_image_built_from_any_of_the_recipe_s_layouts_finds_its_plugin(
+        tmp_path: Path, plugin_dir: str, plugin: str) -> None:
+    """awsome-distributed-training's nccl-tests.Dockerfile has put aws-ofi-nccl in three places; the gate looked only
+    in the arch directory, so an image of the current recipe (EFA installer 1.48, /opt/amazon/ofi-nccl/lib) or of one
+    before September 2025 (/opt/aws-ofi-nccl/install/lib) failed "the image has no libnccl-net.so" with its plugin
+    there."""
+    done = run_inside(tmp_path, stand_in_image(tmp_path, plugin=plugin, plugin_dir=plugin_dir))
+    assert done.returncode == 0, done.stderr
+    assert f"plugin {tmp_path}/image{plugin_dir}/{plugin}\n" in done.stdout, done.stdout
 
 
 def test_a_plugin_whose_libraries_do_not_resolve_fails_closed(tmp_path: Path) -> None:

@@ -40,6 +40,19 @@ MOUNT_LUSTRE, MOUNT_HOME = "MountLustre", "MountHome"
 # (awslabs/awsome-distributed-ai, 1.architectures/5.sagemaker-hyperpod/Extensions/observability/README.md, MIT-0).
 # The two are mutually exclusive. The script keeps the name it had as OnCreate.
 LIFECYCLE_HOOK, LIFECYCLE_ENTRYPOINT = "OnInitComplete", "on_create.sh"
+# How HyperPod treats slurm.conf on the controller (Orchestrator.Slurm.SlurmConfigStrategy). AWS's HyperPod reference
+# (https://docs.aws.amazon.com/sagemaker/latest/dg/sagemaker-hyperpod-ref.html#sagemaker-hyperpod-ref-slurm-orchestrator):
+# `Managed` (the default when Orchestrator.Slurm is omitted) "fully controls the partition-node mappings in
+# slurm.conf" with drift detection (UpdateCluster fails when slurm.conf differs from what the API configured);
+# `Overwrite` applies the API configuration over manual changes, `Merge` keeps manual changes; SlurmConfigStrategy is
+# "Required when Orchestrator.Slurm is provided", and can be changed at any time with UpdateCluster (CloudFormation:
+# "Update requires: No interruption",
+# https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/aws-properties-sagemaker-cluster-clusterorchestratorslurmconfig.html).
+# fmcluster never edits HyperPod's slurm.conf (docs/stacks.md, "Which Slurm each scheduler runs"): the instance groups'
+# SlurmConfig is its only input, which is Managed's case ("HyperPod ... the single source of truth"). Written out rather
+# than left to the default, so that the template says which strategy it relies on and a changed default does not
+# change the cluster; a drift UpdateCluster then refuses is someone else's edit, surfaced instead of merged.
+SLURM_CONFIG_STRATEGY = "Managed"
 
 
 def _given(*parameters: str) -> Fn:
@@ -172,6 +185,7 @@ def build(tenant: Tenant) -> dict[str, Any]:
         "Cluster": {"Type": "AWS::SageMaker::Cluster", "Properties": {
             "ClusterName": cluster_name(tenant),
             "InstanceGroups": instance_groups(tenant),
+            "Orchestrator": {"Slurm": {"SlurmConfigStrategy": SLURM_CONFIG_STRATEGY}},
             # HyperPod replaces a node that fails its health checks instead of leaving it down.
             "NodeRecovery": "Automatic",
             "VpcConfig": {"SecurityGroupIds": [Ref("EfaSecurityGroupId"), Ref("NodeSecurityGroupId")],
