@@ -20,6 +20,7 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from fmcluster import baked
 from fmcluster.model import Tenant
 from fmcluster.paths import generated_dir, tenant_dir, write_fresh
 from fmcluster.stacks import aws
@@ -31,7 +32,8 @@ from fmcluster.stacks.checks import check_stacks
 from fmcluster.stacks.emulator import stop_emulator
 from fmcluster.stacks.outputs import outputs_path, remove_stack_outputs, write_stack_outputs
 from fmcluster.stacks.render import (
-    SOURCE_ROOT, ImageRef, ImageResolver, NamedImageRef, RenderedStack, load_cfn_yaml, render_stacks,
+    SOURCE_ROOT, AnyImageRef, BakedImageRef, ImageResolver, NamedImageRef, RenderedStack, load_cfn_yaml,
+    render_stacks,
 )
 from fmcluster.stacks.templates import SchedulerStacks
 from fmcluster.stacks.templates.common import TEMPLATES_PREFIX
@@ -108,17 +110,72 @@ def newest_named_image(ec2: Any, ref: NamedImageRef) -> str:
     return str(max(found, key=lambda image: str(image.get("CreationDate", "")))["ImageId"])
 
 
+def ami_available(ec2: Any, ami: str) -> bool:
+    try:
+        found = ec2.describe_images(ImageIds=[ami])["Images"]
+    except ClientError as err:  # InvalidAMIID.NotFound / .Malformed: EC2 says it has no such image
+        if str(err.response.get("Error", {}).get("Code", "")).startswith("InvalidAMIID"):
+            return False
+        raise
+    return any(image.get("State", "available") == "available" for image in found)
+
+
+def _current_digest(kind: str, pristine: str) -> str:
+    """The install set's digest of the commit the deploy publishes (what an image baked from it records)."""
+    from fmcluster.publish import pinned_commit
+
+    return baked.committed_digest(pinned_commit(), kind, pristine, SOURCE_ROOT)
+
+
+def baked_images(tenant: Tenant, stacks: list[RenderedStack], ec2: Any | None) -> tuple[dict[str, str | None],
+                                                                                       list[str], list[str]]:
+    """Each BakedImageRef parameter → the baked AMI it boots (None: the catalogued base image), the refusals (a stale
+    or vanished image: fmcluster.baked.aws_image) and the lines plan and deploy say. `ec2` None (offline): whether a
+    recorded AMI still exists is not checked, and said."""
+    chosen: dict[str, str | None] = {}
+    refusals: list[str] = []
+    lines: list[str] = []
+    for stack in stacks:
+        for name, ref in stack.parameters.items():
+            if not isinstance(ref, BakedImageRef):
+                continue
+            record = baked.read_record(baked.record_path(tenant.org, ref.kind))
+            if record is None:
+                chosen[name] = None
+                lines.append(f"{name}: no {ref.kind} image baked (`invoke image --org={tenant.org} --kind={ref.kind}` "
+                             "bakes one): the catalogued base image, first boot installs everything")
+                continue
+            available = ec2 is None or ami_available(ec2, record.layer)
+            try:
+                chosen[name] = baked.aws_image(tenant.org, ref.kind, record, _current_digest(ref.kind, ref.pristine),
+                                               available)
+            except baked.BakedImageRefused as err:
+                refusals.append(str(err))
+            else:
+                lines.append(f"{name}: the baked {ref.kind} image {record.layer} (install set {record.digest}, commit "
+                             f"{record.commit[:12]}, built {record.created})"
+                             + ("; not checked offline that it still exists" if ec2 is None else ""))
+    return chosen, refusals, lines
+
+
 def image_resolver(tenant: Tenant, cf: Any, stack: RenderedStack, endpoint: str | None, refresh: bool,
-                   notes: list[str]) -> ImageResolver:
+                   notes: list[str], baked_amis: dict[str, str | None] | None = None) -> ImageResolver:
     """Pin each AMI once: reuse the value the deployed stack holds, resolve the public SSM parameter
     only for a stack that does not hold one yet (or when `refresh` asks for it). What happened is
-    appended to `notes`; the pinned ids are also stack outputs (stack_outputs.yml)."""
+    appended to `notes`; the pinned ids are also stack outputs (stack_outputs.yml). A BakedImageRef takes the AMI
+    `baked_amis` chose for it (`baked_images`, checked before any stack is touched), else its base ref."""
     current = stack_status(cf, stack.name) or {}
     previous: dict[str, str] = {str(p["ParameterKey"]): str(p.get("ResolvedValue") or p.get("ParameterValue", ""))
                                 for p in current.get("Parameters") or []}
 
-    def resolve(name: str, ref: ImageRef | NamedImageRef) -> str:
+    def resolve(name: str, ref: AnyImageRef) -> str:
         kept = previous.get(name, "")
+        if isinstance(ref, BakedImageRef):
+            ami = (baked_amis or {}).get(name)
+            if ami is None:
+                return resolve(name, ref.base)
+            notes.append(f"{name}: the baked {ref.kind} image {ami}" + (f" (was {kept})" if kept and kept != ami else ""))
+            return ami
         if kept.startswith("ami-") and not refresh:
             notes.append(f"{name}: keeping the pinned {kept}")
             return kept
@@ -164,6 +221,11 @@ def deploy_stacks(tenant: Tenant, endpoint: str | None, *, scheduler: SchedulerS
         return result
     result.endpoint = endpoint
     emulator = endpoint is not None
+    baked_amis, refusals = _baked_gate(tenant, stacks, aws.client("ec2", tenant.region, endpoint), out)
+    if refusals:
+        result.stacks = [StackOutcome(s.key, s.name, "not-attempted") for s in stacks]
+        result.notes = refusals
+        return result
     cf = aws.client("cloudformation", tenant.region, result.endpoint)
     outputs: dict[str, dict[str, str]] = {}
     for stack in stacks:
@@ -172,7 +234,7 @@ def deploy_stacks(tenant: Tenant, endpoint: str | None, *, scheduler: SchedulerS
             continue
         notes: list[str] = []
         params, substitutes = stack.resolved_parameters(
-            outputs, image_resolver(tenant, cf, stack, result.endpoint, refresh_images, notes), capacity,
+            outputs, image_resolver(tenant, cf, stack, result.endpoint, refresh_images, notes, baked_amis), capacity,
             lambda: deployer_principal(tenant, result.endpoint))
         notes += substitutes
         for note in notes:
@@ -206,6 +268,20 @@ def deploy_stacks(tenant: Tenant, endpoint: str | None, *, scheduler: SchedulerS
                                                   result.not_created, root)
         out(f"stack outputs: {len(result.outputs)} written to {result.outputs_file}")
     return result
+
+
+def _baked_gate(tenant: Tenant, stacks: list[RenderedStack], ec2: Any | None,
+                out: Out) -> tuple[dict[str, str | None], list[str]]:
+    """Which AMI each baked-image parameter boots, said, and the refusals, before any stack is touched (a stale image
+    refused half-way through would leave the network and storage stacks updated for a cluster that is not)."""
+    if not any(isinstance(v, BakedImageRef) for stack in stacks for v in stack.parameters.values()):
+        return {}, []
+    chosen, refusals, lines = baked_images(tenant, stacks, ec2)
+    for line in lines:
+        out(f"  image: {line}")
+    for line in refusals:
+        out(f"  REFUSED: {line}")
+    return chosen, refusals
 
 
 def deployer_principal(tenant: Tenant, endpoint: str | None) -> str:
@@ -252,10 +328,13 @@ def plan_stacks(tenant: Tenant, endpoint: str | None, *, scheduler: SchedulerSta
             "least-privilege roles, tags)")
     result.endpoint = None if offline else endpoint
     cf = None if offline else aws.client("cloudformation", tenant.region, result.endpoint)
+    baked_amis, refusals = _baked_gate(tenant, stacks, None if offline else aws.client("ec2", tenant.region, endpoint),
+                                       out)
+    result.notes += refusals  # plan shows the change sets all the same; the deploy would stop here
     outputs: dict[str, dict[str, str]] = {}
     for stack in stacks:
         out(f"[{stack.key}] {stack.name}  (from {stack.source.relative_to(SOURCE_ROOT)})")
-        outcome = _plan_one(cf, stack, tenant, outputs, result.endpoint, refresh_images, out, capacity)
+        outcome = _plan_one(cf, stack, tenant, outputs, result.endpoint, refresh_images, out, capacity, baked_amis)
         result.stacks.append(outcome)
         for line in render_changes(outcome.changes, result.endpoint is not None, resource_details(stack)):
             out(line)
@@ -273,7 +352,8 @@ def plan_stacks(tenant: Tenant, endpoint: str | None, *, scheduler: SchedulerSta
 
 def _plan_one(cf: Any, stack: RenderedStack, tenant: Tenant, outputs: dict[str, dict[str, str]],
               endpoint: str | None, refresh_images: bool, out: Out,
-              capacity: dict[str, str] | None = None) -> StackOutcome:
+              capacity: dict[str, str] | None = None,
+              baked_amis: dict[str, str | None] | None = None) -> StackOutcome:
     emulator = endpoint is not None
     def offline(reason: str) -> StackOutcome:
         outcome = StackOutcome(stack.key, stack.name, "rendered",
@@ -289,7 +369,7 @@ def _plan_one(cf: Any, stack: RenderedStack, tenant: Tenant, outputs: dict[str, 
     notes: list[str] = []
     try:
         params, substitutes = stack.resolved_parameters(
-            outputs, image_resolver(tenant, cf, stack, endpoint, refresh_images, notes), capacity,
+            outputs, image_resolver(tenant, cf, stack, endpoint, refresh_images, notes, baked_amis), capacity,
             lambda: deployer_principal(tenant, endpoint))
         notes += substitutes
     except KeyError:

@@ -45,6 +45,9 @@ class ClusterTemplate:
     #: AMI parameters of images with no public SSM parameter: parameter name → (owner, image name), the newest
     #: available image of that name resolved once (fmcluster.stacks.render.NamedImageRef).
     image_names: Callable[[Tenant], dict[str, tuple[str, str]]] = field(default=_no_names)
+    #: AMI parameters (of image_parameters or image_names) a baked image replaces where the tenant has one: parameter
+    #: name → image kind (fmcluster.baked.IMAGE_KINDS), resolved by fmcluster.stacks.render.BakedImageRef.
+    baked_images: Callable[[Tenant], dict[str, str]] = field(default=_none)
     #: Capacity Block scale-in parameters: parameter name → the queue whose block end it is.
     capacity_parameters: Callable[[Tenant], dict[str, str]] = field(default=_none)
 

@@ -1,0 +1,192 @@
+"""Baked node images on AWS (issue 40): the cluster stack boots the AMI `invoke image` recorded for a node kind while it
+was baked from this commit's install set, refuses a stale or vanished one before any stack is touched, and boots the
+catalogued base image where none is recorded.
+
+The rule (fmcluster.baked.aws_image) and the resolver (fmcluster.stacks.render.BakedImageRef) are shown offline; the
+deploy is run against the emulator with the real `aws` provider's templates (only the endpoint is the emulator's,
+as in tests/test_aws_deploy_path.py): EC2's own launch templates say which AMI the nodes would boot.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import ROOT
+from scheduler_stacks import render_stacks
+from signalling import NodesSignal
+from fmcluster import baked
+from fmcluster.model import Tenant, load_tenant
+from fmcluster.publish import pinned_commit
+from fmcluster.schedulers.registry import scheduler_for
+from fmcluster.stacks import api, aws
+from fmcluster.stacks.render import SOURCE_ROOT, BakedImageRef, ImageRef
+from fmcluster.stacks.templates import image
+
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+
+def record(org: str, kind: str, digest: str, ami: str) -> baked.Record:
+    return baked.Record(org, kind, digest, "pristine", COMMIT, {}, "2026-12-07T10:00:00+00:00", 0, ami, 1800.0)
+
+
+def current(tenant: Tenant, kind: str) -> str:
+    """This commit's install-set digest of `kind`, as the image stack records it on the AMI."""
+    found = image.kind_images(tenant, scheduler_for(tenant))[kind]
+    return baked.committed_digest(pinned_commit(), kind, image.pristine(found), SOURCE_ROOT)
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("FMCLUSTER_IMAGE_CACHE", str(tmp_path / "images"))
+    return tmp_path / "images"
+
+
+def keep(rec: baked.Record) -> None:
+    path = baked.record_path(rec.tenant, rec.kind)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(rec.to_json())
+
+
+# --- the rule -----------------------------------------------------------------------------------------------------
+
+def test_a_current_recorded_image_is_booted_and_no_record_means_the_catalogued_base_image() -> None:
+    assert baked.aws_image("stockmark", "gpu", record("stockmark", "gpu", "abc123abc123", "ami-0baked"),
+                           "abc123abc123", True) == "ami-0baked"
+    assert baked.aws_image("stockmark", "gpu", None, "abc123abc123", True) is None
+
+
+def test_an_image_baked_from_another_install_set_is_refused_naming_the_tenant_the_kind_and_the_fix() -> None:
+    with pytest.raises(baked.BakedImageRefused) as refused:
+        baked.aws_image("stockmark", "gpu", record("stockmark", "gpu", "old000old000", "ami-0baked"), "new111new111",
+                        True)
+    said = str(refused.value)
+    assert "tenant 'stockmark'" in said and "gpu image ami-0baked" in said
+    assert "install set old000old000" in said and "this commit's is new111new111" in said
+    assert "`invoke image --org=stockmark --kind=gpu`" in said and "never booted" in said
+
+
+def test_a_recorded_ami_that_no_longer_exists_is_refused_too() -> None:
+    with pytest.raises(baked.BakedImageRefused, match="not an available AMI.*invoke image --org=stockmark --kind=cpu"):
+        baked.aws_image("stockmark", "cpu", record("stockmark", "cpu", "abc123abc123", "ami-0gone"), "abc123abc123",
+                        False)
+
+
+def test_the_aws_and_local_records_are_one_file_per_tenant_and_kind(cache: Path) -> None:
+    from fmcluster.providers.local import layers
+
+    assert baked.record_path("stockmark", "gpu") == cache / "baked" / "stockmark" / "gpu.json"
+    assert layers.record_path("demo", "cpu") == baked.record_path("demo", "cpu")
+
+
+# --- the resolver -------------------------------------------------------------------------------------------------
+
+def test_each_aws_slurm_ec2_ami_parameter_is_a_baked_ref_of_its_kind_over_the_catalogued_image() -> None:
+    tenant = load_tenant("stockmark")
+    cluster = render_stacks(tenant)[-1]
+    refs = {name: v for name, v in cluster.parameters.items() if isinstance(v, BakedImageRef)}
+    assert {name: ref.kind for name, ref in refs.items()} == {"CpuImageId": "cpu", "GpuImageId": "gpu"}
+    kinds = image.kind_images(tenant, scheduler_for(tenant))
+    for ref in refs.values():
+        assert isinstance(ref.base, ImageRef) and ref.base.ssm_path == kinds[ref.kind].ssm_parameter
+        # the digest the deploy compares is over the base the image stack bakes on
+        assert ref.pristine == image.pristine(kinds[ref.kind])
+
+
+def test_a_provider_that_bakes_its_own_images_has_no_baked_ami_parameter() -> None:
+    cluster = render_stacks(load_tenant("demo"))[-1]  # provider local: its hosts boot the baked layer
+    assert not [v for v in cluster.parameters.values() if isinstance(v, BakedImageRef)]
+    assert isinstance(cluster.parameters["CpuImageId"], ImageRef)
+
+
+def test_offline_the_plan_says_which_image_each_kind_boots_and_refuses_a_stale_one(cache: Path) -> None:
+    tenant = load_tenant("stockmark")
+    stacks = render_stacks(tenant)
+    chosen, refusals, lines = api.baked_images(tenant, stacks, None)
+    assert chosen == {"CpuImageId": None, "GpuImageId": None} and refusals == []
+    assert "GpuImageId: no gpu image baked (`invoke image --org=stockmark --kind=gpu` bakes one)" in lines[0] + lines[1]
+    keep(record("stockmark", "gpu", current(tenant, "gpu"), "ami-0baked"))
+    keep(record("stockmark", "cpu", "old000old000", "ami-0stale"))
+    chosen, refusals, lines = api.baked_images(tenant, stacks, None)
+    assert chosen == {"GpuImageId": "ami-0baked"}
+    assert [r for r in refusals if "its cpu image ami-0stale" in r and "--kind=cpu" in r] == refusals and refusals
+    assert any("the baked gpu image ami-0baked" in line and "not checked offline" in line for line in lines)
+
+
+# --- against the emulator -----------------------------------------------------------------------------------------
+
+@pytest.fixture
+def emulated(tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Tenant, str]]:
+    """stockmark, provider aws, its endpoint the emulator's (no DLAMI parameter there: the base image is moto's)."""
+    from fmcluster.stacks.emulator import ensure_emulator, stop_emulator
+
+    root = tmp_path / "root"
+    shutil.copytree(ROOT / "inventories" / "stockmark", root / "inventories" / "stockmark",
+                    ignore=shutil.ignore_patterns("generated", "hosts.yml"))
+    monkeypatch.setenv("FMCLUSTER_ROOT", str(root))
+    emulator = ensure_emulator("stockmark", root)
+    try:
+        yield load_tenant("stockmark"), emulator.endpoint
+    finally:
+        stop_emulator("stockmark", root)
+
+
+def baked_ami(ec2: Any, name: str) -> str:
+    """An AMI as Image Builder leaves one: made from an instance of the base image (moto has no Image Builder)."""
+    base = ec2.describe_images()["Images"][0]["ImageId"]
+    instance = ec2.run_instances(ImageId=base, MinCount=1, MaxCount=1, InstanceType="m5.large")["Instances"][0]
+    return str(ec2.create_image(InstanceId=instance["InstanceId"], Name=name)["ImageId"])
+
+
+def launch_template_images(ec2: Any) -> dict[str, str]:
+    found = {}
+    for template in ec2.describe_launch_templates()["LaunchTemplates"]:
+        version = ec2.describe_launch_template_versions(LaunchTemplateId=template["LaunchTemplateId"],
+                                                        Versions=["$Latest"])["LaunchTemplateVersions"][0]
+        found[template["LaunchTemplateName"]] = version["LaunchTemplateData"]["ImageId"]
+    return found
+
+
+def deploy(tenant: Tenant, endpoint: str, lines: list[str]) -> api.StacksResult:
+    from fmcluster.providers.local import EMULATOR_IMAGE_PARAMETER
+
+    return api.deploy_stacks(tenant, endpoint, scheduler=scheduler_for(tenant), out=lines.append,
+                             image_parameter=lambda path: EMULATOR_IMAGE_PARAMETER,
+                             while_waiting=NodesSignal(tenant.region, endpoint))
+
+
+@pytest.mark.slow  # a whole stockmark deploy on the emulator (~1 min on 2 cores)
+def test_the_launch_templates_boot_the_current_baked_ami_and_a_stale_one_stops_the_deploy_before_any_stack(
+        emulated: tuple[Tenant, str]) -> None:
+    tenant, endpoint = emulated
+    ec2 = aws.client("ec2", tenant.region, endpoint)
+    cf = aws.client("cloudformation", tenant.region, endpoint)
+    gpu = baked_ami(ec2, "fmc-stockmark-gpu")
+    # stale first: refused before the network stack, said with the tenant, kind and fix
+    keep(record("stockmark", "gpu", "old000old000", gpu))
+    lines: list[str] = []
+    result = deploy(tenant, endpoint, lines)
+    assert not result.ok and {s.action for s in result.stacks} == {"not-attempted"}
+    assert cf.describe_stacks()["Stacks"] == []
+    assert any("REFUSED: tenant 'stockmark': its gpu image" in line and "--kind=gpu" in line for line in lines)
+    # baked from this commit's install set: the GPU queue's launch template boots it, the CPU nodes the base image
+    keep(record("stockmark", "gpu", current(tenant, "gpu"), gpu))
+    lines = []
+    result = deploy(tenant, endpoint, lines)
+    assert result.ok, (result.failure, lines[-20:])
+    images = launch_template_images(ec2)
+    gpu_templates = {name: ami for name, ami in images.items() if "gpu" in name.lower()}
+    others = {ami for name, ami in images.items() if name not in gpu_templates}
+    assert gpu_templates and set(gpu_templates.values()) == {gpu}, images
+    assert others and gpu not in others, images
+    assert any(f"GpuImageId: the baked gpu image {gpu}" in line for line in lines)
+    assert any("CpuImageId: no cpu image baked" in line for line in lines)
+    # the AMI deregistered behind our back: refused, not booted
+    ec2.deregister_image(ImageId=gpu)
+    lines = []
+    assert not deploy(tenant, endpoint, lines).ok
+    assert any("not an available AMI" in line for line in lines)
