@@ -190,3 +190,76 @@ def test_the_launch_templates_boot_the_current_baked_ami_and_a_stale_one_stops_t
     lines = []
     assert not deploy(tenant, endpoint, lines).ok
     assert any("not an available AMI" in line for line in lines)
+
+
+def deploy_network_and_storage(tenant: Tenant, endpoint: str) -> None:
+    """The tenant's network and storage stacks, whose outputs the image stack takes (no cluster: no node boots)."""
+    from fmcluster.stacks.changesets import apply_stack
+
+    cf = aws.client("cloudformation", tenant.region, endpoint)
+    outputs: dict[str, dict[str, str]] = {}
+    for stack in render_stacks(tenant)[:2]:
+        params, _ = stack.resolved_parameters(outputs, None, None, lambda: api.deployer_principal(tenant, endpoint))
+        outcome = apply_stack(cf, stack, params, tenant.tags, execute=True, emulator=True, out=lambda line: None)
+        assert outcome.failure is None, outcome.failure
+        outputs[stack.key] = outcome.outputs
+
+
+@pytest.mark.slow  # the emulator, the network and storage stacks, then the image stack (~30 s on 2 cores)
+def test_invoke_image_on_aws_deploys_the_image_stack_on_the_tenant_s_stacks_and_records_only_what_was_built(
+        emulated: tuple[Tenant, str]) -> None:
+    from fmcluster.commands.image_stack import plan_image_stack
+    from fmcluster.exits import ExitCode
+    from fmcluster.providers.local import EMULATOR_IMAGE_PARAMETER
+
+    tenant, endpoint = emulated
+    cf = aws.client("cloudformation", tenant.region, endpoint)
+
+    def image(lines: list[str]) -> int:
+        return plan_image_stack(tenant, out=lines.append, endpoint=endpoint,
+                                image_parameter=lambda path: EMULATOR_IMAGE_PARAMETER)
+
+    # before the tenant's stacks: nothing to build in, said with the fix
+    lines: list[str] = []
+    assert image(lines) == ExitCode.FAILED
+    assert any("run `invoke deploy --org=stockmark` first" in line for line in lines), lines
+    assert cf.describe_stacks()["Stacks"] == []
+    # on them: the stack is created through the deploy's path (its builders' group, role and instance profile exist),
+    # and what moto cannot build (EC2 Image Builder) is said, not recorded
+    deploy_network_and_storage(tenant, endpoint)
+    lines = []
+    assert image(lines) == ExitCode.FAILED
+    [created] = cf.describe_stacks(StackName="fmc-stockmark-image")["Stacks"]
+    assert created["StackStatus"] == "CREATE_COMPLETE"
+    parameters = {p["ParameterKey"]: p["ParameterValue"] for p in created["Parameters"]}
+    assert parameters["SourceCommit"] == pinned_commit() and parameters["GpuInstallDigest"] == current(tenant, "gpu")
+    held = {r["LogicalResourceId"] for r in cf.list_stack_resources(StackName="fmc-stockmark-image")[
+        "StackResourceSummaries"]}
+    assert {"BuilderRole", "BuilderInstanceProfile", "BuilderSecurityGroup"} <= held and "GpuImage" not in held
+    said = "\n".join(lines)
+    assert "gpu: no AMI (output GpuImageId absent: the emulator has no EC2 Image Builder" in said
+    assert not baked.record_path("stockmark", "gpu").exists() and not baked.record_path("stockmark", "cpu").exists()
+
+
+@pytest.mark.slow  # the emulator (~25 s on 2 cores)
+def test_what_invoke_image_records_from_the_stack_s_outputs_is_what_the_deploy_then_boots(
+        emulated: tuple[Tenant, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The one step the emulator cannot run (Image Builder making the AMIs) stood in by the stack's answer: its
+    outputs name two AMIs EC2 holds; the records written then satisfy the deploy's staleness rule as they are."""
+    from fmcluster.commands.image_stack import plan_image_stack
+    from fmcluster.exits import ExitCode
+    from fmcluster.stacks.result import StackOutcome
+
+    tenant, endpoint = emulated
+    ec2 = aws.client("ec2", tenant.region, endpoint)
+    amis = {"CpuImageId": baked_ami(ec2, "fmc-stockmark-cpu"), "GpuImageId": baked_ami(ec2, "fmc-stockmark-gpu")}
+    monkeypatch.setattr(api, "deploy_image_stack", lambda tenant, endpoint, stack, out: StackOutcome(
+        "image", stack.name, "created", "CREATE_COMPLETE", outputs={**amis, "SourceCommit": pinned_commit()}))
+    lines: list[str] = []
+    assert plan_image_stack(tenant, out=lines.append, endpoint=endpoint) == ExitCode.OK, lines
+    gpu = baked.read_record(baked.record_path("stockmark", "gpu"))
+    assert gpu is not None and gpu.layer == amis["GpuImageId"] and gpu.commit == pinned_commit()
+    assert gpu.digest == current(tenant, "gpu") and gpu.tenant == "stockmark" and gpu.kind == "gpu"
+    assert any(f"gpu: {amis['GpuImageId']} (install set {gpu.digest}" in line for line in lines)
+    chosen, refusals, _ = api.baked_images(tenant, render_stacks(tenant), ec2)
+    assert refusals == [] and chosen == amis

@@ -243,6 +243,13 @@ def status(record: Record | None, current: str, layer_present: bool) -> Status:
                                          f"built {record.created}, {record.size_bytes / 2**20:.0f} MiB)")
 
 
+def pins() -> dict[str, Any]:
+    """The versions a record names: the node toolchain's requirements and the pinned Slurm."""
+    from fmcluster import versions
+
+    return {"node_toolchain": list(versions.node_requirements()), "slurm": versions.load().get("slurm")}
+
+
 def records_dir(org: str) -> Path:
     """Where a tenant's image records are kept (and, on the local substrate, its baked layers)."""
     return image_cache() / "baked" / org

@@ -49,7 +49,7 @@ Confirm = Callable[[str], bool]
 #: nodes' bootstrap bundle, manifest and lifecycle scripts there).
 BeforeCluster = Callable[[dict[str, str]], None]
 
-__all__ = ["deploy_stacks", "plan_stacks", "destroy_stacks", "stacks_status", "stop_emulator", "StacksResult",
+__all__ = ["deploy_image_stack", "deploy_stacks", "plan_stacks", "destroy_stacks", "stacks_status", "stop_emulator", "StacksResult",
            "write_rendered"]
 
 
@@ -282,6 +282,48 @@ def _baked_gate(tenant: Tenant, stacks: list[RenderedStack], ec2: Any | None,
     for line in refusals:
         out(f"  REFUSED: {line}")
     return chosen, refusals
+
+
+def deploy_image_stack(tenant: Tenant, endpoint: str | None, stack: RenderedStack, out: Out = print) -> StackOutcome:
+    """Create or update the tenant's image stack (`invoke image`, render.render_image_stack) through the deploy's own
+    path: security gate, parameters from the deployed network and storage stacks' outputs, the parents' AMIs pinned
+    once, a change set, and the wait (Image Builder's images are made while the stack is created: an hour or more).
+    Its outputs are each kind's AMI. Fails, naming the fix, where the tenant's stacks are not deployed yet."""
+    outcome = StackOutcome(stack.key, stack.name, "not-attempted")
+    findings = _security_gate([stack], out)
+    if findings:
+        outcome.notes = findings
+        return outcome
+    cf = aws.client("cloudformation", tenant.region, endpoint)
+    outputs = {key: stack_outputs(stack_status(cf, f"{tenant.stack_prefix}-{key}")) for key in ("network", "storage")}
+    notes: list[str] = []
+    try:
+        params, substitutes = stack.resolved_parameters(outputs, image_resolver(tenant, cf, stack, endpoint, False,
+                                                                                notes),
+                                                        deployer=lambda: deployer_principal(tenant, endpoint))
+    except KeyError as err:
+        outcome.notes.append(f"{err.args[0]}: the image stack builds in the tenant's network from its bucket's published "
+                             f"bundle; run `invoke deploy --org={tenant.org}` first")
+        return outcome
+    except (ClientError, BotoCoreError, RuntimeError) as err:  # a parent image's parameter that does not resolve
+        outcome.notes.append(f"{stack.name}: a parent image could not be resolved: {err}")
+        return outcome
+    for note in notes + substitutes:
+        out(f"  {stack.name}: {note}")
+    out(f"[{stack.key}] {stack.name}")
+    try:
+        url = large_template_url(tenant, stack, outputs["storage"], endpoint)
+        outcome = apply_stack(cf, stack, params, tenant.tags, execute=True, emulator=endpoint is not None, out=out,
+                              template_url=url)
+    except (ClientError, BotoCoreError) as err:
+        outcome = StackOutcome(stack.key, stack.name, "failed",
+                               failure=Failure(stack.name, "AWS::CloudFormation::Stack", "API_ERROR", str(err)))
+    outcome.notes += notes + substitutes
+    if outcome.failure:
+        out(f"  FAILED: {outcome.failure.render()}")
+    elif endpoint is not None:
+        _emulator_summary(outcome, stack, out)
+    return outcome
 
 
 def deployer_principal(tenant: Tenant, endpoint: str | None) -> str:

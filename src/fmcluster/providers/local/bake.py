@@ -223,7 +223,7 @@ def bake(tenant: Tenant, kind: str, out: Out = print) -> Bake:
         if copied.returncode != 0:
             raise SubstrateError(f"cannot keep the builder's layer: {copied.stderr.strip()}")
     _clean_layer(partial / "rootfs")
-    record = baked.Record(org, kind, digest, image.digest(), ref, _pins(), datetime.now(timezone.utc).isoformat(
+    record = baked.Record(org, kind, digest, image.digest(), ref, baked.pins(), datetime.now(timezone.utc).isoformat(
         timespec="seconds"), _size(partial / "rootfs"), str(target), round(time.monotonic() - started, 1))
     marker = partial / "rootfs" / baked.IMAGE_MARKER.lstrip("/")
     marker.parent.mkdir(parents=True, exist_ok=True)
@@ -270,7 +270,3 @@ def check(tenant: Tenant, kind: str, out: Out = print) -> Check:
     return Check(booted, installed, round(seconds, 1), lines)
 
 
-def _pins() -> dict[str, object]:
-    from fmcluster import versions
-
-    return {"node_toolchain": list(versions.node_requirements()), "slurm": versions.load().get("slurm")}
