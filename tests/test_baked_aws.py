@@ -239,6 +239,14 @@ def test_invoke_image_on_aws_deploys_the_image_stack_on_the_tenant_s_stacks_and_
     said = "\n".join(lines)
     assert "gpu: no AMI (output GpuImageId absent: the emulator has no EC2 Image Builder" in said
     assert not baked.record_path("stockmark", "gpu").exists() and not baked.record_path("stockmark", "cpu").exists()
+    # destroy takes the image stack first (its builders' group is in the network stack's VPC)
+    lines = []
+    result = api.destroy_stacks(tenant, endpoint, scheduler=scheduler_for(tenant), confirm=None, out=lines.append)
+    assert result.ok, (result.failure, lines)
+    assert [s.name for s in result.stacks if s.action == "deleted"] == [
+        "fmc-stockmark-image", "fmc-stockmark-storage", "fmc-stockmark-network"]
+    assert cf.describe_stacks()["Stacks"] == [] or {
+        s["StackStatus"] for s in cf.describe_stacks()["Stacks"]} == {"DELETE_COMPLETE"}
 
 
 @pytest.mark.slow  # the emulator (~25 s on 2 cores)
@@ -263,3 +271,10 @@ def test_what_invoke_image_records_from_the_stack_s_outputs_is_what_the_deploy_t
     assert any(f"gpu: {amis['GpuImageId']} (install set {gpu.digest}" in line for line in lines)
     chosen, refusals, _ = api.baked_images(tenant, render_stacks(tenant), ec2)
     assert refusals == [] and chosen == amis
+    # destroy keeps them (deleting Image Builder's image leaves its AMI) and says how to drop each
+    lines = []
+    result = api.destroy_stacks(tenant, endpoint, scheduler=scheduler_for(tenant), confirm=None, out=lines.append)
+    assert [n for n in result.notes if n.startswith("kept: the baked")] == [
+        f"kept: the baked {kind} image {amis[name]} (record {baked.record_path('stockmark', kind)}; a later deploy boots "
+        f"it while current): aws ec2 deregister-image --image-id {amis[name]} --region {tenant.region}, then delete its "
+        "snapshots, when it is no longer needed" for kind, name in (("cpu", "CpuImageId"), ("gpu", "GpuImageId"))]

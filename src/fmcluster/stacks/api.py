@@ -32,8 +32,8 @@ from fmcluster.stacks.checks import check_stacks
 from fmcluster.stacks.emulator import stop_emulator
 from fmcluster.stacks.outputs import outputs_path, remove_stack_outputs, write_stack_outputs
 from fmcluster.stacks.render import (
-    SOURCE_ROOT, AnyImageRef, BakedImageRef, ImageResolver, NamedImageRef, RenderedStack, load_cfn_yaml,
-    render_stacks,
+    IMAGE_STACK_KEY, SOURCE_ROOT, TEMPLATES_DIR, AnyImageRef, BakedImageRef, ImageResolver, NamedImageRef,
+    RenderedStack, load_cfn_yaml, render_stacks,
 )
 from fmcluster.stacks.templates import SchedulerStacks
 from fmcluster.stacks.templates.common import TEMPLATES_PREFIX
@@ -449,6 +449,11 @@ def destroy_stacks(tenant: Tenant, endpoint: str | None, *, scheduler: Scheduler
     stacks = list(reversed(render_stacks(tenant, scheduler)))
     result.endpoint = endpoint
     cf = aws.client("cloudformation", tenant.region, result.endpoint)
+    image_stack = f"{tenant.stack_prefix}-{IMAGE_STACK_KEY}"
+    if stack_status(cf, image_stack) is not None:
+        # `invoke image`'s stack: its builders' security group is in the tenant's VPC, so it goes before the network
+        # stack (it holds nothing retained; its body is not needed to delete it).
+        stacks.insert(0, RenderedStack(IMAGE_STACK_KEY, image_stack, TEMPLATES_DIR / "image.py", ""))
     existing = [(s, stack_status(cf, s.name)) for s in stacks]
     present = [(s, d) for s, d in existing if d is not None]
     retained = _retained(cf, [s for s, _ in present])
@@ -496,8 +501,25 @@ def destroy_stacks(tenant: Tenant, endpoint: str | None, *, scheduler: Scheduler
             out(f"  FAILED: {failure.render()}; fix it and run destroy again")
             return result
     result.notes += [f"kept: {line}" for line in retained]
+    for line in kept_images(tenant):
+        out(f"  kept: {line}")
+        result.notes.append(f"kept: {line}")
     remove_stack_outputs(tenant.org, root)
     return result
+
+
+def kept_images(tenant: Tenant) -> list[str]:
+    """The baked AMIs `invoke image` recorded, which destroy leaves: deleting the image stack deletes Image Builder's
+    image resources, not the AMIs they made (https://docs.aws.amazon.com/cli/latest/reference/imagebuilder/delete-image.html),
+    and a later deploy boots them while they are current. Each costs its snapshots until deregistered."""
+    lines = []
+    for kind in baked.IMAGE_KINDS:
+        record = baked.read_record(baked.record_path(tenant.org, kind))
+        if record is not None and record.layer.startswith("ami-"):
+            lines.append(f"the baked {kind} image {record.layer} (record {baked.record_path(tenant.org, kind)}; a later "
+                         f"deploy boots it while current): aws ec2 deregister-image --image-id {record.layer} --region "
+                         f"{tenant.region}, then delete its snapshots, when it is no longer needed")
+    return lines
 
 
 def _file_systems_still_there(tenant: Tenant, cf: Any, stack_name: str, endpoint: str | None) -> list[tuple[str, str]]:
