@@ -9,6 +9,7 @@ as in tests/test_aws_deploy_path.py): EC2's own launch templates say which AMI t
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +22,7 @@ from scheduler_stacks import render_stacks
 from signalling import NodesSignal
 from fmcluster import baked
 from fmcluster.model import Tenant, load_tenant
-from fmcluster.publish import pinned_commit
+from fmcluster.publish import MANIFEST_KEY, pinned_commit
 from fmcluster.schedulers.registry import scheduler_for
 from fmcluster.stacks import api, aws
 from fmcluster.stacks.render import SOURCE_ROOT, BakedImageRef, ImageRef
@@ -227,6 +228,21 @@ def test_invoke_image_on_aws_deploys_the_image_stack_on_the_tenant_s_stacks_and_
     # on them: the stack is created through the deploy's path (its builders' group, role and instance profile exist),
     # and what moto cannot build (EC2 Image Builder) is said, not recorded
     deploy_network_and_storage(tenant, endpoint)
+    # the builders fetch what the deploy published: nothing, then another commit's, is refused before any build
+    lines = []
+    assert image(lines) == ExitCode.FAILED
+    assert any("nothing is published in s3://" in line and "run `invoke deploy --org=stockmark` from commit" in line
+               for line in lines), lines
+    s3 = aws.client("s3", tenant.region, endpoint)
+    bucket = next(o["OutputValue"] for o in cf.describe_stacks(StackName="fmc-stockmark-storage")["Stacks"][0][
+        "Outputs"] if o["OutputKey"] == "DataBucketName")
+    s3.put_object(Bucket=bucket, Key=MANIFEST_KEY, Body=json.dumps({"ref": "f" * 40}).encode())
+    lines = []
+    assert image(lines) == ExitCode.FAILED
+    assert any(f"holds the bundle of commit ffffffffffff, not {pinned_commit()[:12]}" in line for line in lines), lines
+    assert [s["StackName"] for s in cf.describe_stacks()["Stacks"]] == ["fmc-stockmark-network", "fmc-stockmark-storage"]
+    # this commit's, as `invoke deploy` publishes it (the manifest names its commit)
+    s3.put_object(Bucket=bucket, Key=MANIFEST_KEY, Body=json.dumps({"ref": pinned_commit()}).encode())
     lines = []
     assert image(lines) == ExitCode.FAILED
     [created] = cf.describe_stacks(StackName="fmc-stockmark-image")["Stacks"]

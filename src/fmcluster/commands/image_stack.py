@@ -72,8 +72,11 @@ def build_images(tenant: Tenant, stack: Any, kinds: dict[str, Any], digests: dic
     from fmcluster.stacks.api import deploy_image_stack
     from fmcluster.stacks.templates import image
 
-    out(f"image: the builders fetch the bundle the last `invoke deploy --org={tenant.org}` published: it must be commit "
-        f"{ref[:12]} (the build stops otherwise); Image Builder takes an hour or more per kind")
+    refused = published_elsewhere(tenant, ref, endpoint)
+    if refused:
+        out(f"image: {refused}; nothing built, nothing recorded")
+        return ExitCode.FAILED
+    out("image: Image Builder takes an hour or more per kind; the stack's create or update waits for it")
     started = time.monotonic()
     outcome = deploy_image_stack(tenant, endpoint, stack, out)
     if outcome.failure is not None or outcome.action in ("failed", "not-attempted"):
@@ -102,6 +105,36 @@ def build_images(tenant: Tenant, stack: Any, kinds: dict[str, Any], digests: dic
             f"{name} nodes boot it from the next `invoke deploy --org={tenant.org}` while that commit's install set is "
             f"{digests[name]}")
     return ExitCode.OK if recorded == len(kinds) else ExitCode.FAILED
+
+
+def published_elsewhere(tenant: Tenant, ref: str, endpoint: str | None) -> str | None:
+    """Why the builders could not build `ref`, or None: they fetch the bundle and manifest the last deploy published
+    to the tenant's bucket, and the component stops on another commit (fmcluster.stacks.templates.image) — after an
+    instance has been started. Read before any stack is touched. No bucket yet: None (the image stack's deploy says
+    to deploy first)."""
+    import json
+
+    from botocore.exceptions import ClientError
+
+    from fmcluster.publish import MANIFEST_KEY
+    from fmcluster.stacks import aws
+    from fmcluster.stacks.changesets import stack_outputs, stack_status
+
+    cf = aws.client("cloudformation", tenant.region, endpoint)
+    bucket = stack_outputs(stack_status(cf, f"{tenant.stack_prefix}-storage")).get("DataBucketName")
+    if not bucket:
+        return None
+    fix = f"run `invoke deploy --org={tenant.org}` from commit {ref[:12]} first, then `invoke image` again"
+    try:
+        body = aws.client("s3", tenant.region, endpoint).get_object(Bucket=bucket, Key=MANIFEST_KEY)["Body"].read()
+    except ClientError as err:
+        if err.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+            return f"nothing is published in s3://{bucket}/ for the builders to fetch: {fix}"
+        raise
+    published = str(json.loads(body).get("ref", ""))
+    if published != ref:
+        return f"s3://{bucket}/ holds the bundle of commit {published[:12] or '?'}, not {ref[:12]}: {fix}"
+    return None
 
 
 def _ami_bytes(ec2: Any, ami: str) -> int:
