@@ -91,6 +91,8 @@ def test_each_aws_slurm_ec2_ami_parameter_is_a_baked_ref_of_its_kind_over_the_ca
     cluster = render_stacks(tenant)[-1]
     refs = {name: v for name, v in cluster.parameters.items() if isinstance(v, BakedImageRef)}
     assert {name: ref.kind for name, ref in refs.items()} == {"CpuImageId": "cpu", "GpuImageId": "gpu"}
+    # the controller (an m5: cpu) is created once: its AMI parameter keeps its pin once the stack holds one
+    assert {name: ref.kept for name, ref in refs.items()} == {"CpuImageId": True, "GpuImageId": False}
     kinds = image.kind_images(tenant, scheduler_for(tenant))
     for ref in refs.values():
         assert isinstance(ref.base, ImageRef) and ref.base.ssm_path == kinds[ref.kind].ssm_parameter
@@ -186,6 +188,16 @@ def test_the_launch_templates_boot_the_current_baked_ami_and_a_stale_one_stops_t
     assert others and gpu not in others, images
     assert any(f"GpuImageId: the baked gpu image {gpu}" in line for line in lines)
     assert any("CpuImageId: no cpu image baked" in line for line in lines)
+    # a cpu image baked later: the controller instance reads CpuImageId and is created once, so the pin stays
+    cluster = "fmc-stockmark-cluster"
+    pinned_cpu = next(p["ParameterValue"] for p in cf.describe_stacks(StackName=cluster)["Stacks"][0]["Parameters"]
+                      if p["ParameterKey"] == "CpuImageId")
+    keep(record("stockmark", "cpu", current(tenant, "cpu"), baked_ami(ec2, "fmc-stockmark-cpu")))
+    lines = []
+    assert deploy(tenant, endpoint, lines).ok
+    assert any(f"CpuImageId: keeps {pinned_cpu}: the controller instance reads it" in line for line in lines), lines
+    assert next(p["ParameterValue"] for p in cf.describe_stacks(StackName=cluster)["Stacks"][0]["Parameters"]
+                if p["ParameterKey"] == "CpuImageId") == pinned_cpu
     # the AMI deregistered behind our back: refused, not booted
     ec2.deregister_image(ImageId=gpu)
     lines = []

@@ -127,17 +127,24 @@ def _current_digest(kind: str, pristine: str) -> str:
     return baked.committed_digest(pinned_commit(), kind, pristine, SOURCE_ROOT)
 
 
-def baked_images(tenant: Tenant, stacks: list[RenderedStack], ec2: Any | None) -> tuple[dict[str, str | None],
-                                                                                       list[str], list[str]]:
-    """Each BakedImageRef parameter → the baked AMI it boots (None: the catalogued base image), the refusals (a stale
-    or vanished image: fmcluster.baked.aws_image) and the lines plan and deploy say. `ec2` None (offline): whether a
-    recorded AMI still exists is not checked, and said."""
+def baked_images(tenant: Tenant, stacks: list[RenderedStack], ec2: Any | None,
+                 pinned: dict[str, str] | None = None) -> tuple[dict[str, str | None], list[str], list[str]]:
+    """Each BakedImageRef parameter → the baked AMI it boots (None: the catalogued base image, or the AMI `pinned`
+    holds for a kept parameter), the refusals (a stale or vanished image: fmcluster.baked.aws_image) and the lines plan
+    and deploy say. `ec2` None (offline): whether a recorded AMI still exists is not checked, and said. `pinned`: the
+    deployed stacks' AMI parameters (a kept one keeps its AMI whatever is recorded)."""
     chosen: dict[str, str | None] = {}
     refusals: list[str] = []
     lines: list[str] = []
     for stack in stacks:
         for name, ref in stack.parameters.items():
             if not isinstance(ref, BakedImageRef):
+                continue
+            held = (pinned or {}).get(name, "")
+            if ref.kept and held.startswith("ami-"):
+                chosen[name] = None
+                lines.append(f"{name}: keeps {held}: the controller instance reads it and is created once (a new image "
+                             f"would replace it); a baked {ref.kind} image boots there from a new cluster stack")
                 continue
             record = baked.read_record(baked.record_path(tenant.org, ref.kind))
             if record is None:
@@ -221,7 +228,8 @@ def deploy_stacks(tenant: Tenant, endpoint: str | None, *, scheduler: SchedulerS
         return result
     result.endpoint = endpoint
     emulator = endpoint is not None
-    baked_amis, refusals = _baked_gate(tenant, stacks, aws.client("ec2", tenant.region, endpoint), out)
+    baked_amis, refusals = _baked_gate(tenant, stacks, aws.client("ec2", tenant.region, endpoint),
+                                       aws.client("cloudformation", tenant.region, endpoint), out, refresh_images)
     if refusals:
         result.stacks = [StackOutcome(s.key, s.name, "not-attempted") for s in stacks]
         result.notes = refusals
@@ -270,13 +278,19 @@ def deploy_stacks(tenant: Tenant, endpoint: str | None, *, scheduler: SchedulerS
     return result
 
 
-def _baked_gate(tenant: Tenant, stacks: list[RenderedStack], ec2: Any | None,
-                out: Out) -> tuple[dict[str, str | None], list[str]]:
+def _baked_gate(tenant: Tenant, stacks: list[RenderedStack], ec2: Any | None, cf: Any | None,
+                out: Out, refresh: bool = False) -> tuple[dict[str, str | None], list[str]]:
     """Which AMI each baked-image parameter boots, said, and the refusals, before any stack is touched (a stale image
-    refused half-way through would leave the network and storage stacks updated for a cluster that is not)."""
-    if not any(isinstance(v, BakedImageRef) for stack in stacks for v in stack.parameters.values()):
+    refused half-way through would leave the network and storage stacks updated for a cluster that is not). `cf`
+    (None offline): where the deployed stacks' pinned AMIs are read; `refresh` (resolve every AMI again, on purpose)
+    keeps none."""
+    with_refs = [s for s in stacks if any(isinstance(v, BakedImageRef) for v in s.parameters.values())]
+    if not with_refs:
         return {}, []
-    chosen, refusals, lines = baked_images(tenant, stacks, ec2)
+    pinned = {str(p["ParameterKey"]): str(p.get("ResolvedValue") or p.get("ParameterValue", ""))
+              for s in (with_refs if cf is not None and not refresh else []) for p in (stack_status(cf, s.name) or {}).get("Parameters")
+              or []}
+    chosen, refusals, lines = baked_images(tenant, stacks, ec2, pinned)
     for line in lines:
         out(f"  image: {line}")
     for line in refusals:
@@ -371,7 +385,7 @@ def plan_stacks(tenant: Tenant, endpoint: str | None, *, scheduler: SchedulerSta
     result.endpoint = None if offline else endpoint
     cf = None if offline else aws.client("cloudformation", tenant.region, result.endpoint)
     baked_amis, refusals = _baked_gate(tenant, stacks, None if offline else aws.client("ec2", tenant.region, endpoint),
-                                       out)
+                                       cf, out, refresh_images)
     result.notes += refusals  # plan shows the change sets all the same; the deploy would stop here
     outputs: dict[str, dict[str, str]] = {}
     for stack in stacks:

@@ -98,15 +98,18 @@ class BakedImageRef:
     """An AMI id parameter of a node kind the tenant may have baked (`invoke image`, issue 40): the AMI recorded for
     `kind` (fmcluster.baked.record_path) while it was baked from the install set of the commit being deployed; a
     stale or vanished one is refused (fmcluster.baked.aws_image), never booted; where none is recorded, `base`, the
-    catalogued image, resolved and kept as before. `pristine` is what the image stack baked on (its digest's base)."""
+    catalogued image, resolved and kept as before. `pristine` is what the image stack baked on (its digest's base).
+    `kept`: a resource created once reads it (ClusterTemplate.kept_images): once the stack holds an AMI, that stays."""
 
     kind: str
     pristine: str
     base: ImageRef | NamedImageRef
+    kept: bool = False
 
     def describe(self) -> str:
-        return (f"<the {self.kind} image `invoke image` baked, while its install set is this commit's; "
-                f"where none is recorded {self.base.describe()[1:-1]}>")
+        when = "when the stack is created (then kept: an instance created once reads it)" if self.kept else \
+            "while its install set is this commit's"
+        return f"<the {self.kind} image `invoke image` baked, {when}; where none is recorded {self.base.describe()[1:-1]}>"
 
 
 @dataclass(frozen=True)
@@ -291,7 +294,7 @@ def baked_image_refs(tenant: Tenant, scheduler: SchedulerStacks, cluster: Cluste
         if not isinstance(base, (ImageRef, NamedImageRef)):
             raise ValueError(f"{cluster.source.name}: baked image parameter {name} is not an AMI parameter")
         found = load_images()[scheduler.image(baked.KIND_ACCELERATOR[kind])]
-        refs[name] = BakedImageRef(kind, image.pristine(found), base)
+        refs[name] = BakedImageRef(kind, image.pristine(found), base, name in cluster.kept_images(tenant))
     return refs
 
 

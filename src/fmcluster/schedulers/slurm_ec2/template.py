@@ -131,6 +131,11 @@ def baked_images(tenant: Tenant) -> dict[str, str]:
     return {IMAGE_PARAMETER_NAMES[accelerator]: kind_of[accelerator] for accelerator in image_kinds(tenant)}
 
 
+def kept_images(tenant: Tenant) -> frozenset[str]:
+    """The controller instance's AMI parameter: created once and kept (a new ImageId would replace it)."""
+    return frozenset({AMI_PARAMETERS[tenant.controller.accelerator][0]})
+
+
 def capacity_parameters(tenant: Tenant) -> dict[str, str]:
     """Each Capacity Block queue's scale-in parameter → the queue."""
     return {g.scale_in_parameter: g.queue.name for g in node_groups(tenant) if g.capacity_block and g.queue is not None}
@@ -376,4 +381,5 @@ def build(tenant: Tenant, user_data: UserData, role_tags: RoleTags = fmcluster_r
 #: What the renderer builds for a slurm-ec2 tenant (fmcluster.schedulers.slurm_ec2.scheduler hands it over).
 CLUSTER_TEMPLATE = ClusterTemplate(source=Path(__file__), build=lambda tenant, user_data: build(tenant, user_data),
                                    image_parameters=image_parameters, baked_images=baked_images,
+                                   kept_images=kept_images,
                                    capacity_parameters=capacity_parameters)
