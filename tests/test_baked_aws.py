@@ -84,6 +84,18 @@ def test_the_aws_and_local_records_are_one_file_per_tenant_and_kind(cache: Path)
     assert layers.record_path("demo", "cpu") == baked.record_path("demo", "cpu")
 
 
+def test_a_record_that_cannot_be_kept_says_where_and_how_to_keep_it(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("FMCLUSTER_IMAGE_CACHE", str(tmp_path / "file" / "images"))  # under a file: no folder there
+    with pytest.raises(ValueError, match="set FMCLUSTER_IMAGE_CACHE to a folder you can write.*"
+                                         "invoke image --org=stockmark --kind=gpu.*ami-0baked exists"):
+        baked.write_record(record("stockmark", "gpu", "abc123abc123", "ami-0baked"))
+    monkeypatch.setenv("FMCLUSTER_IMAGE_CACHE", str(tmp_path / "images"))
+    path = baked.write_record(record("stockmark", "gpu", "abc123abc123", "ami-0baked"))
+    assert baked.read_record(path) == record("stockmark", "gpu", "abc123abc123", "ami-0baked")
+
+
 # --- the resolver -------------------------------------------------------------------------------------------------
 
 def test_each_aws_slurm_ec2_ami_parameter_is_a_baked_ref_of_its_kind_over_the_catalogued_image() -> None:

@@ -260,6 +260,22 @@ def record_path(org: str, kind: str) -> Path:
     return records_dir(org) / f"{kind}.json"
 
 
+def write_record(record: Record) -> Path:
+    """Keep `record` as its tenant's and kind's (record_path). ValueError naming the folder and the fix where this
+    machine cannot write there (the default is under /var/cache: an operator who is not root sets
+    FMCLUSTER_IMAGE_CACHE)."""
+    path = record_path(record.tenant, record.kind)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(record.to_json())
+    except OSError as err:
+        raise ValueError(f"cannot keep the {record.kind} image's record in {path.parent} ({err.strerror or err}): set "
+                         f"FMCLUSTER_IMAGE_CACHE to a folder you can write, then run `invoke image --org={record.tenant} "
+                         f"--kind={record.kind}` again (the image {record.layer} exists; it is simply not recorded)"
+                         ) from err
+    return path
+
+
 class BakedImageRefused(ValueError):
     """A recorded baked AMI that may not be booted (stale or gone); the message names the tenant, kind and fix."""
 

@@ -97,9 +97,11 @@ def build_images(tenant: Tenant, stack: Any, kinds: dict[str, Any], digests: dic
         record = baked.Record(tenant.org, name, digests[name], image.pristine(found), ref, baked.pins(),
                               datetime.now(timezone.utc).isoformat(timespec="seconds"), _ami_bytes(ec2, ami), ami,
                               seconds)
-        path = baked.record_path(tenant.org, name)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(record.to_json())
+        try:
+            path = baked.write_record(record)
+        except ValueError as err:
+            out(f"  {name}: {err}")
+            continue
         recorded += 1
         out(f"  {name}: {ami} (install set {digests[name]}, commit {ref[:12]}) recorded in {path}; the cluster's "
             f"{name} nodes boot it from the next `invoke deploy --org={tenant.org}` while that commit's install set is "
