@@ -255,9 +255,11 @@ def nodes_up(c: Context, org: str) -> None:
             "check": "bake nothing: boot a host from the current baked image, run a first boot's install steps, "
                      "say what they still install (exit 1 if anything)"})
 def image(c: Context, org: str, kind: str = "cpu", check: bool = False) -> None:
-    """Bake the tenant's node image (local: a layer over the pristine image) from the roles' install tasks
-    (`site.yml --tags install`) and the bootstrap's install stages; its hosts then boot it and first boot only
-    configures. An image older than the install set is said and not booted (docs/local-nodes.md)."""
+    """Bake the tenant's node image (local: a layer over the pristine image; AWS: the image stack's AMIs, every kind
+    the tenant has, recorded for the cluster stack) from the roles' install tasks (`site.yml --tags install`) and the
+    bootstrap's install stages; its nodes then boot it and first boot only configures. An image older than the
+    install set is said and not booted: locally the pristine image boots instead, on AWS the deploy refuses
+    (docs/local-nodes.md, docs/node-convergence.md)."""
     _exit(commands.image(org, kind, check))
 
 

@@ -22,7 +22,7 @@ from fmcluster.stacks.api import emulator_ignored, existing_file_systems, image_
 from fmcluster.stacks.checks import check_stack
 from fmcluster.stacks.emulator import ensure_emulator, stop_emulator
 from fmcluster.schedulers.hyperpod.lifecycle import lifecycle_environment
-from fmcluster.stacks.render import first_boot_script, ImageRef, RenderedStack, load_cfn_yaml, user_data_text
+from fmcluster.stacks.render import first_boot_script, BakedImageRef, ImageRef, RenderedStack, load_cfn_yaml, user_data_text
 from scheduler_stacks import render_stacks
 
 
@@ -200,7 +200,9 @@ def test_images_are_pinned_ami_ids_not_ssm_parameters_that_move_on_every_deploy(
     params = load_cfn_yaml(stack.body)["Parameters"]
     assert {params[name]["Type"] for name in ("GpuImageId", "CpuImageId")} == {"AWS::EC2::Image::Id"}
     # Ubuntu 24.04: its Slurm (23.11) runs with cgroup v2, Ubuntu 22.04's (21.08) does not (data/images.yml)
-    assert stack.parameters["GpuImageId"] == ImageRef(
+    # where no baked image is recorded (`invoke image`): tests/test_baked_aws.py
+    gpu = stack.parameters["GpuImageId"]
+    assert isinstance(gpu, BakedImageRef) and gpu.base == ImageRef(
         "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-24.04/latest/ami-id")
     outputs = load_cfn_yaml(stack.body)["Outputs"]
     assert outputs["GpuImageId"]["Value"] == {"Ref": "GpuImageId"}, "the pin is recorded in stack_outputs.yml"

@@ -7,8 +7,11 @@ image's digest and the install set — the content of every task carrying the `i
 the wheelhouse's requirements. An image is used only while its digest is the current install set's; otherwise
 the deploy says it is stale and boots the pristine image (`status` below).
 
-The record (JSON, one per tenant and kind) says what the image is: tenant, kind, digest, the commit it was built
-from, the versions, when, its size.
+The record (JSON, one per tenant and kind, `record_path`) says what the image is: tenant, kind, digest, the commit it
+was built from, the versions, when, its size, and where it is: the baked layer's folder on the local substrate, the AMI
+id on AWS (`invoke image` deploys the image stack, fmcluster.commands.image_stack). The two differ in what a stale
+image leads to: locally the host boots the pristine image (a boot costs nothing); on AWS the deploy refuses
+(`aws_image`): falling back would give every launch template another AMI and replace every node of that kind.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from typing import Any
 
 import yaml
 
-from fmcluster.paths import repo_root
+from fmcluster.paths import image_cache, repo_root
 
 #: The tag every task that installs software carries (playbooks/site.yml --tags install runs them alone).
 INSTALL_TAG = "install"
@@ -201,7 +204,7 @@ class Record:
     versions: dict[str, Any]
     created: str
     size_bytes: int
-    layer: str  # the baked layer's folder
+    layer: str  # where the image is: the baked layer's folder (local substrate), the AMI id (AWS)
     seconds: float  # the bake's
 
     def to_json(self) -> str:
@@ -238,6 +241,63 @@ def status(record: Record | None, current: str, layer_present: bool) -> Status:
                                               "booting the pristine image — run `invoke image` again")
     return Status(record, current, True, f"baked image {record.digest} ({record.kind}, commit {record.commit[:12]}, "
                                          f"built {record.created}, {record.size_bytes / 2**20:.0f} MiB)")
+
+
+def pins() -> dict[str, Any]:
+    """The versions a record names: the node toolchain's requirements and the pinned Slurm."""
+    from fmcluster import versions
+
+    return {"node_toolchain": list(versions.node_requirements()), "slurm": versions.load().get("slurm")}
+
+
+def records_dir(org: str) -> Path:
+    """Where a tenant's image records are kept (and, on the local substrate, its baked layers)."""
+    return image_cache() / "baked" / org
+
+
+def record_path(org: str, kind: str) -> Path:
+    """The tenant's record of its `kind` image (JSON, Record), on every provider."""
+    return records_dir(org) / f"{kind}.json"
+
+
+def write_record(record: Record) -> Path:
+    """Keep `record` as its tenant's and kind's (record_path). ValueError naming the folder and the fix where this
+    machine cannot write there (the default is under /var/cache: an operator who is not root sets
+    FMCLUSTER_IMAGE_CACHE)."""
+    path = record_path(record.tenant, record.kind)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(record.to_json())
+    except OSError as err:
+        raise ValueError(f"cannot keep the {record.kind} image's record in {path.parent} ({err.strerror or err}): set "
+                         f"FMCLUSTER_IMAGE_CACHE to a folder you can write, then run `invoke image --org={record.tenant} "
+                         f"--kind={record.kind}` again (the image {record.layer} exists; it is simply not recorded)"
+                         ) from err
+    return path
+
+
+class BakedImageRefused(ValueError):
+    """A recorded baked AMI that may not be booted (stale or gone); the message names the tenant, kind and fix."""
+
+
+def aws_image(org: str, kind: str, record: Record | None, current: str, available: bool) -> str | None:
+    """The AMI nodes of `kind` boot on AWS: the recorded baked image while its digest is `current` (the install set of
+    the commit being deployed) and the AMI is `available`; None where none is recorded (the catalogued base image).
+    Fails closed, never falling back to the base image: BakedImageRefused for a stale or missing AMI."""
+    found = status(record, current, available)
+    if found.record is None:
+        return None
+    if found.usable:
+        return found.record.layer
+    fix = f"rebuild it with `invoke image --org={org} --kind={kind}`, or remove {record_path(org, kind)} to boot the " \
+          "catalogued base image"
+    if found.record.digest != current:
+        raise BakedImageRefused(
+            f"tenant '{org}': its {kind} image {found.record.layer} was baked from install set {found.record.digest} "
+            f"(commit {found.record.commit[:12]}, {found.record.created}); this commit's is {current} (roles' install "
+            f"tasks or versions.yml changed): refused, a stale image is never booted — {fix}")
+    raise BakedImageRefused(f"tenant '{org}': its {kind} image {found.record.layer} (install set {current}) is not an "
+                            f"available AMI in this region any more: refused — {fix}")
 
 
 def read_record(path: Path) -> Record | None:

@@ -33,6 +33,12 @@ def inventories_dir(root: Path | None = None) -> Path:
     return (root or repo_root()) / "inventories"
 
 
+def image_cache() -> Path:
+    """Where node images and their records are kept on this machine: the local substrate's pristine image and baked
+    layers, and every tenant's baked-image records (fmcluster.baked.record_path), whichever provider built them."""
+    return Path(os.environ.get("FMCLUSTER_IMAGE_CACHE", "/var/cache/fmcluster/images"))
+
+
 def tenant_dir(org: str, root: Path | None = None) -> Path:
     return inventories_dir(root) / org
 

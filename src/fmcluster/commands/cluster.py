@@ -257,7 +257,8 @@ def nodes_up(org: str) -> int:
 
 
 def image(org: str, kind: str = "cpu", check: bool = False) -> int:
-    """Bake the tenant's node image of `kind` from the pristine one (issue 40; local substrate only for now); with
+    """Bake the tenant's node image of `kind` from the pristine one (issue 40: locally a layer, on AWS the image stack's
+    AMIs, every kind the tenant has); with
     `check`, boot a host from the current baked image and run a first boot's install steps on it instead: what they
     still install is what the image lacks."""
     from fmcluster.baked import installed_summary
@@ -266,7 +267,7 @@ def image(org: str, kind: str = "cpu", check: bool = False) -> int:
 
     tenant = require_tenant(org)
     if not provider_capabilities(tenant.provider).bakes_images:
-        # No substrate of its own to bake on: EC2 Image Builder's stack (rendered and planned; not deployed yet).
+        # No substrate of its own to bake on: EC2 Image Builder's stack, deployed with credentials, its AMIs recorded.
         from fmcluster.commands.image_stack import plan_image_stack
 
         return plan_image_stack(tenant)  # the stack holds every kind the tenant has

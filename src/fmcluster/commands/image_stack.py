@@ -1,23 +1,34 @@
-"""`invoke image` where the provider has no local substrate to bake on (AWS): the image stack's plan (issue 40).
+"""`invoke image` where the provider has no local substrate to bake on (AWS): the image stack (issue 40).
 
 Renders `fmc-<org>-image` (fmcluster.stacks.templates.image) for the pinned commit, writes it beside the other
-rendered stacks (inventories/<org>/generated/cfn/fmc-<org>-image.yaml) and says, per node kind, the catalogued base image, the
-builder's instance type, the install set's digest and what the stack's outputs would record. Deploying it (and
-recording each kind's AMI with its commit and digest, and the cluster stack's launch templates booting a current one)
-is not done yet: docs/node-convergence.md, "Baked images on AWS".
+rendered stacks (inventories/<org>/generated/cfn/fmc-<org>-image.yaml) and says, per node kind, the catalogued base
+image, the builder's instance type, the install set's digest and the stack's output. With AWS credentials it then
+deploys the stack through the deploy's own path (fmcluster.stacks.api.deploy_image_stack: security gate, change set,
+the wait while Image Builder builds) and records each kind's AMI with the commit and install set it was built from
+(fmcluster.baked.Record, the local substrate's record: baked.record_path). The cluster stack boots a recorded AMI
+while it is current and refuses a stale one (fmcluster.stacks.render.BakedImageRef). docs/local-nodes.md, "Baked
+images on AWS".
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
+from datetime import datetime, timezone
+from typing import Any
 
 from fmcluster.exits import ExitCode
 from fmcluster.model import Tenant
 
+Out = Callable[[str], object]
 
-def plan_image_stack(tenant: Tenant, kind: str | None = None, out: Callable[[str], object] = print) -> int:
+
+def plan_image_stack(tenant: Tenant, kind: str | None = None, out: Out = print, endpoint: str | None = None,
+                     image_parameter: Callable[[str], str] = lambda path: path) -> int:
+    """Render the image stack and, with credentials (or an `endpoint`: the emulator, whose public image parameters
+    `image_parameter` maps, as the deploy's provider does), build and record."""
     from fmcluster import baked
-    from fmcluster.publish import pinned_commit, uncommitted_changes
+    from fmcluster.publish import SOURCE_ROOT, pinned_commit, uncommitted_changes
     from fmcluster.stacks.api import write_rendered
     from fmcluster.stacks.aws import has_credentials
     from fmcluster.stacks.render import render_image_stack
@@ -33,8 +44,9 @@ def plan_image_stack(tenant: Tenant, kind: str | None = None, out: Callable[[str
         out(f"image: '{tenant.org}' has no {kind} nodes; its stack builds every kind it has: {', '.join(kinds)}")
         kind = None
     ref = pinned_commit()
-    digests = {k: baked.committed_digest(ref, k, image.pristine(found)) for k, found in kinds.items()}
-    stack = render_image_stack(tenant, scheduler_for(tenant), ref, digests)
+    # the checkout the bundle is made from, not $FMCLUSTER_ROOT (the tenants' inventories may live elsewhere)
+    digests = {k: baked.committed_digest(ref, k, image.pristine(found), SOURCE_ROOT) for k, found in kinds.items()}
+    stack = render_image_stack(tenant, scheduler_for(tenant), ref, digests, image_parameter)
     path = write_rendered(tenant, [stack]) / f"{stack.name}.yaml"
     out(f"image stack {stack.name} (EC2 Image Builder), rendered to {path} ({len(stack.body)} bytes)")
     out(f"  commit {ref}{' (the working tree has uncommitted changes: they are not in it)' if uncommitted_changes() else ''}")
@@ -46,9 +58,89 @@ def plan_image_stack(tenant: Tenant, kind: str | None = None, out: Callable[[str
     for key, value in stack.parameters.items():
         if not isinstance(value, str):
             out(f"  parameter {key}: {value.describe()}")
-    if has_credentials(tenant.region):
-        out("image: deploying the image stack is not implemented yet (issue 40): `aws cloudformation deploy` of the "
-            "rendered template with the parameters above builds the images; the cluster stack does not boot them yet")
+    if endpoint is None and not has_credentials(tenant.region):
+        out("image: planned only (no AWS credentials); nothing was built")
+        return ExitCode.OK
+    return build_images(tenant, stack, kinds, digests, ref, endpoint, out)
+
+
+def build_images(tenant: Tenant, stack: Any, kinds: dict[str, Any], digests: dict[str, str], ref: str,
+                 endpoint: str | None, out: Out) -> int:
+    """Deploy the rendered image stack, then record each kind's AMI (its output) with `ref` and its digest."""
+    from fmcluster import baked
+    from fmcluster.stacks import aws
+    from fmcluster.stacks.api import deploy_image_stack
+    from fmcluster.stacks.templates import image
+
+    refused = published_elsewhere(tenant, ref, endpoint)
+    if refused:
+        out(f"image: {refused}; nothing built, nothing recorded")
         return ExitCode.FAILED
-    out("image: planned only (no AWS credentials); nothing was built")
-    return ExitCode.OK
+    out("image: Image Builder takes an hour or more per kind; the stack's create or update waits for it")
+    started = time.monotonic()
+    outcome = deploy_image_stack(tenant, endpoint, stack, out)
+    if outcome.failure is not None or outcome.action in ("failed", "not-attempted"):
+        for note in outcome.notes:
+            out(f"  {note}")
+        out("image: nothing recorded; the cluster keeps booting what it boots")
+        return ExitCode.FAILED
+    seconds = round(time.monotonic() - started, 1)
+    ec2 = aws.client("ec2", tenant.region, endpoint)
+    recorded = 0
+    for name, found in kinds.items():
+        ami = outcome.outputs.get(image.output_name(name))
+        if not ami:
+            why = ("the emulator has no EC2 Image Builder, so nothing is built offline" if endpoint is not None
+                   else f"{stack.name} holds no image")
+            out(f"  {name}: no AMI (output {image.output_name(name)} absent: {why}); nothing recorded")
+            continue
+        record = baked.Record(tenant.org, name, digests[name], image.pristine(found), ref, baked.pins(),
+                              datetime.now(timezone.utc).isoformat(timespec="seconds"), _ami_bytes(ec2, ami), ami,
+                              seconds)
+        try:
+            path = baked.write_record(record)
+        except ValueError as err:
+            out(f"  {name}: {err}")
+            continue
+        recorded += 1
+        out(f"  {name}: {ami} (install set {digests[name]}, commit {ref[:12]}) recorded in {path}; the cluster's "
+            f"{name} nodes boot it from the next `invoke deploy --org={tenant.org}` while that commit's install set is "
+            f"{digests[name]}")
+    return ExitCode.OK if recorded == len(kinds) else ExitCode.FAILED
+
+
+def published_elsewhere(tenant: Tenant, ref: str, endpoint: str | None) -> str | None:
+    """Why the builders could not build `ref`, or None: they fetch the bundle and manifest the last deploy published
+    to the tenant's bucket, and the component stops on another commit (fmcluster.stacks.templates.image) — after an
+    instance has been started. Read before any stack is touched. No bucket yet: None (the image stack's deploy says
+    to deploy first)."""
+    import json
+
+    from botocore.exceptions import ClientError
+
+    from fmcluster.publish import MANIFEST_KEY
+    from fmcluster.stacks import aws
+    from fmcluster.stacks.changesets import stack_outputs, stack_status
+
+    cf = aws.client("cloudformation", tenant.region, endpoint)
+    bucket = stack_outputs(stack_status(cf, f"{tenant.stack_prefix}-storage")).get("DataBucketName")
+    if not bucket:
+        return None
+    fix = f"run `invoke deploy --org={tenant.org}` from commit {ref[:12]} first, then `invoke image` again"
+    try:
+        body = aws.client("s3", tenant.region, endpoint).get_object(Bucket=bucket, Key=MANIFEST_KEY)["Body"].read()
+    except ClientError as err:
+        if err.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+            return f"nothing is published in s3://{bucket}/ for the builders to fetch: {fix}"
+        raise
+    published = str(json.loads(body).get("ref", ""))
+    if published != ref:
+        return f"s3://{bucket}/ holds the bundle of commit {published[:12] or '?'}, not {ref[:12]}: {fix}"
+    return None
+
+
+def _ami_bytes(ec2: Any, ami: str) -> int:
+    """The AMI's volumes, as EC2 describes them (GiB each): what each kept image costs in snapshots at most."""
+    images = ec2.describe_images(ImageIds=[ami])["Images"]
+    return sum(int(m.get("Ebs", {}).get("VolumeSize", 0)) for i in images for m in i.get("BlockDeviceMappings") or []
+               ) * 2**30

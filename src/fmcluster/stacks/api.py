@@ -20,6 +20,7 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from fmcluster import baked
 from fmcluster.model import Tenant
 from fmcluster.paths import generated_dir, tenant_dir, write_fresh
 from fmcluster.stacks import aws
@@ -31,7 +32,8 @@ from fmcluster.stacks.checks import check_stacks
 from fmcluster.stacks.emulator import stop_emulator
 from fmcluster.stacks.outputs import outputs_path, remove_stack_outputs, write_stack_outputs
 from fmcluster.stacks.render import (
-    SOURCE_ROOT, ImageRef, ImageResolver, NamedImageRef, RenderedStack, load_cfn_yaml, render_stacks,
+    IMAGE_STACK_KEY, SOURCE_ROOT, TEMPLATES_DIR, AnyImageRef, BakedImageRef, ImageResolver, NamedImageRef,
+    RenderedStack, load_cfn_yaml, render_stacks,
 )
 from fmcluster.stacks.templates import SchedulerStacks
 from fmcluster.stacks.templates.common import TEMPLATES_PREFIX
@@ -47,7 +49,7 @@ Confirm = Callable[[str], bool]
 #: nodes' bootstrap bundle, manifest and lifecycle scripts there).
 BeforeCluster = Callable[[dict[str, str]], None]
 
-__all__ = ["deploy_stacks", "plan_stacks", "destroy_stacks", "stacks_status", "stop_emulator", "StacksResult",
+__all__ = ["deploy_image_stack", "deploy_stacks", "plan_stacks", "destroy_stacks", "stacks_status", "stop_emulator", "StacksResult",
            "write_rendered"]
 
 
@@ -108,17 +110,79 @@ def newest_named_image(ec2: Any, ref: NamedImageRef) -> str:
     return str(max(found, key=lambda image: str(image.get("CreationDate", "")))["ImageId"])
 
 
+def ami_available(ec2: Any, ami: str) -> bool:
+    try:
+        found = ec2.describe_images(ImageIds=[ami])["Images"]
+    except ClientError as err:  # InvalidAMIID.NotFound / .Malformed: EC2 says it has no such image
+        if str(err.response.get("Error", {}).get("Code", "")).startswith("InvalidAMIID"):
+            return False
+        raise
+    return any(image.get("State", "available") == "available" for image in found)
+
+
+def _current_digest(kind: str, pristine: str) -> str:
+    """The install set's digest of the commit the deploy publishes (what an image baked from it records)."""
+    from fmcluster.publish import pinned_commit
+
+    return baked.committed_digest(pinned_commit(), kind, pristine, SOURCE_ROOT)
+
+
+def baked_images(tenant: Tenant, stacks: list[RenderedStack], ec2: Any | None,
+                 pinned: dict[str, str] | None = None) -> tuple[dict[str, str | None], list[str], list[str]]:
+    """Each BakedImageRef parameter → the baked AMI it boots (None: the catalogued base image, or the AMI `pinned`
+    holds for a kept parameter), the refusals (a stale or vanished image: fmcluster.baked.aws_image) and the lines plan
+    and deploy say. `ec2` None (offline): whether a recorded AMI still exists is not checked, and said. `pinned`: the
+    deployed stacks' AMI parameters (a kept one keeps its AMI whatever is recorded)."""
+    chosen: dict[str, str | None] = {}
+    refusals: list[str] = []
+    lines: list[str] = []
+    for stack in stacks:
+        for name, ref in stack.parameters.items():
+            if not isinstance(ref, BakedImageRef):
+                continue
+            held = (pinned or {}).get(name, "")
+            if ref.kept and held.startswith("ami-"):
+                chosen[name] = None
+                lines.append(f"{name}: keeps {held}: the controller instance reads it and is created once (a new image "
+                             f"would replace it); a baked {ref.kind} image boots there from a new cluster stack")
+                continue
+            record = baked.read_record(baked.record_path(tenant.org, ref.kind))
+            if record is None:
+                chosen[name] = None
+                lines.append(f"{name}: no {ref.kind} image baked (`invoke image --org={tenant.org} --kind={ref.kind}` "
+                             "bakes one): the catalogued base image, first boot installs everything")
+                continue
+            available = ec2 is None or ami_available(ec2, record.layer)
+            try:
+                chosen[name] = baked.aws_image(tenant.org, ref.kind, record, _current_digest(ref.kind, ref.pristine),
+                                               available)
+            except baked.BakedImageRefused as err:
+                refusals.append(str(err))
+            else:
+                lines.append(f"{name}: the baked {ref.kind} image {record.layer} (install set {record.digest}, commit "
+                             f"{record.commit[:12]}, built {record.created})"
+                             + ("; not checked offline that it still exists" if ec2 is None else ""))
+    return chosen, refusals, lines
+
+
 def image_resolver(tenant: Tenant, cf: Any, stack: RenderedStack, endpoint: str | None, refresh: bool,
-                   notes: list[str]) -> ImageResolver:
+                   notes: list[str], baked_amis: dict[str, str | None] | None = None) -> ImageResolver:
     """Pin each AMI once: reuse the value the deployed stack holds, resolve the public SSM parameter
     only for a stack that does not hold one yet (or when `refresh` asks for it). What happened is
-    appended to `notes`; the pinned ids are also stack outputs (stack_outputs.yml)."""
+    appended to `notes`; the pinned ids are also stack outputs (stack_outputs.yml). A BakedImageRef takes the AMI
+    `baked_amis` chose for it (`baked_images`, checked before any stack is touched), else its base ref."""
     current = stack_status(cf, stack.name) or {}
     previous: dict[str, str] = {str(p["ParameterKey"]): str(p.get("ResolvedValue") or p.get("ParameterValue", ""))
                                 for p in current.get("Parameters") or []}
 
-    def resolve(name: str, ref: ImageRef | NamedImageRef) -> str:
+    def resolve(name: str, ref: AnyImageRef) -> str:
         kept = previous.get(name, "")
+        if isinstance(ref, BakedImageRef):
+            ami = (baked_amis or {}).get(name)
+            if ami is None:
+                return resolve(name, ref.base)
+            notes.append(f"{name}: the baked {ref.kind} image {ami}" + (f" (was {kept})" if kept and kept != ami else ""))
+            return ami
         if kept.startswith("ami-") and not refresh:
             notes.append(f"{name}: keeping the pinned {kept}")
             return kept
@@ -164,6 +228,12 @@ def deploy_stacks(tenant: Tenant, endpoint: str | None, *, scheduler: SchedulerS
         return result
     result.endpoint = endpoint
     emulator = endpoint is not None
+    baked_amis, refusals = _baked_gate(tenant, stacks, aws.client("ec2", tenant.region, endpoint),
+                                       aws.client("cloudformation", tenant.region, endpoint), out, refresh_images)
+    if refusals:
+        result.stacks = [StackOutcome(s.key, s.name, "not-attempted") for s in stacks]
+        result.notes = refusals
+        return result
     cf = aws.client("cloudformation", tenant.region, result.endpoint)
     outputs: dict[str, dict[str, str]] = {}
     for stack in stacks:
@@ -172,7 +242,7 @@ def deploy_stacks(tenant: Tenant, endpoint: str | None, *, scheduler: SchedulerS
             continue
         notes: list[str] = []
         params, substitutes = stack.resolved_parameters(
-            outputs, image_resolver(tenant, cf, stack, result.endpoint, refresh_images, notes), capacity,
+            outputs, image_resolver(tenant, cf, stack, result.endpoint, refresh_images, notes, baked_amis), capacity,
             lambda: deployer_principal(tenant, result.endpoint))
         notes += substitutes
         for note in notes:
@@ -206,6 +276,68 @@ def deploy_stacks(tenant: Tenant, endpoint: str | None, *, scheduler: SchedulerS
                                                   result.not_created, root)
         out(f"stack outputs: {len(result.outputs)} written to {result.outputs_file}")
     return result
+
+
+def _baked_gate(tenant: Tenant, stacks: list[RenderedStack], ec2: Any | None, cf: Any | None,
+                out: Out, refresh: bool = False) -> tuple[dict[str, str | None], list[str]]:
+    """Which AMI each baked-image parameter boots, said, and the refusals, before any stack is touched (a stale image
+    refused half-way through would leave the network and storage stacks updated for a cluster that is not). `cf`
+    (None offline): where the deployed stacks' pinned AMIs are read; `refresh` (resolve every AMI again, on purpose)
+    keeps none."""
+    with_refs = [s for s in stacks if any(isinstance(v, BakedImageRef) for v in s.parameters.values())]
+    if not with_refs:
+        return {}, []
+    pinned = {str(p["ParameterKey"]): str(p.get("ResolvedValue") or p.get("ParameterValue", ""))
+              for s in (with_refs if cf is not None and not refresh else []) for p in (stack_status(cf, s.name) or {}).get("Parameters")
+              or []}
+    chosen, refusals, lines = baked_images(tenant, stacks, ec2, pinned)
+    for line in lines:
+        out(f"  image: {line}")
+    for line in refusals:
+        out(f"  REFUSED: {line}")
+    return chosen, refusals
+
+
+def deploy_image_stack(tenant: Tenant, endpoint: str | None, stack: RenderedStack, out: Out = print) -> StackOutcome:
+    """Create or update the tenant's image stack (`invoke image`, render.render_image_stack) through the deploy's own
+    path: security gate, parameters from the deployed network and storage stacks' outputs, the parents' AMIs pinned
+    once, a change set, and the wait (Image Builder's images are made while the stack is created: an hour or more).
+    Its outputs are each kind's AMI. Fails, naming the fix, where the tenant's stacks are not deployed yet."""
+    outcome = StackOutcome(stack.key, stack.name, "not-attempted")
+    findings = _security_gate([stack], out)
+    if findings:
+        outcome.notes = findings
+        return outcome
+    cf = aws.client("cloudformation", tenant.region, endpoint)
+    outputs = {key: stack_outputs(stack_status(cf, f"{tenant.stack_prefix}-{key}")) for key in ("network", "storage")}
+    notes: list[str] = []
+    try:
+        params, substitutes = stack.resolved_parameters(outputs, image_resolver(tenant, cf, stack, endpoint, False,
+                                                                                notes),
+                                                        deployer=lambda: deployer_principal(tenant, endpoint))
+    except KeyError as err:
+        outcome.notes.append(f"{err.args[0]}: the image stack builds in the tenant's network from its bucket's published "
+                             f"bundle; run `invoke deploy --org={tenant.org}` first")
+        return outcome
+    except (ClientError, BotoCoreError, RuntimeError) as err:  # a parent image's parameter that does not resolve
+        outcome.notes.append(f"{stack.name}: a parent image could not be resolved: {err}")
+        return outcome
+    for note in notes + substitutes:
+        out(f"  {stack.name}: {note}")
+    out(f"[{stack.key}] {stack.name}")
+    try:
+        url = large_template_url(tenant, stack, outputs["storage"], endpoint)
+        outcome = apply_stack(cf, stack, params, tenant.tags, execute=True, emulator=endpoint is not None, out=out,
+                              template_url=url)
+    except (ClientError, BotoCoreError) as err:
+        outcome = StackOutcome(stack.key, stack.name, "failed",
+                               failure=Failure(stack.name, "AWS::CloudFormation::Stack", "API_ERROR", str(err)))
+    outcome.notes += notes + substitutes
+    if outcome.failure:
+        out(f"  FAILED: {outcome.failure.render()}")
+    elif endpoint is not None:
+        _emulator_summary(outcome, stack, out)
+    return outcome
 
 
 def deployer_principal(tenant: Tenant, endpoint: str | None) -> str:
@@ -252,10 +384,13 @@ def plan_stacks(tenant: Tenant, endpoint: str | None, *, scheduler: SchedulerSta
             "least-privilege roles, tags)")
     result.endpoint = None if offline else endpoint
     cf = None if offline else aws.client("cloudformation", tenant.region, result.endpoint)
+    baked_amis, refusals = _baked_gate(tenant, stacks, None if offline else aws.client("ec2", tenant.region, endpoint),
+                                       cf, out, refresh_images)
+    result.notes += refusals  # plan shows the change sets all the same; the deploy would stop here
     outputs: dict[str, dict[str, str]] = {}
     for stack in stacks:
         out(f"[{stack.key}] {stack.name}  (from {stack.source.relative_to(SOURCE_ROOT)})")
-        outcome = _plan_one(cf, stack, tenant, outputs, result.endpoint, refresh_images, out, capacity)
+        outcome = _plan_one(cf, stack, tenant, outputs, result.endpoint, refresh_images, out, capacity, baked_amis)
         result.stacks.append(outcome)
         for line in render_changes(outcome.changes, result.endpoint is not None, resource_details(stack)):
             out(line)
@@ -273,7 +408,8 @@ def plan_stacks(tenant: Tenant, endpoint: str | None, *, scheduler: SchedulerSta
 
 def _plan_one(cf: Any, stack: RenderedStack, tenant: Tenant, outputs: dict[str, dict[str, str]],
               endpoint: str | None, refresh_images: bool, out: Out,
-              capacity: dict[str, str] | None = None) -> StackOutcome:
+              capacity: dict[str, str] | None = None,
+              baked_amis: dict[str, str | None] | None = None) -> StackOutcome:
     emulator = endpoint is not None
     def offline(reason: str) -> StackOutcome:
         outcome = StackOutcome(stack.key, stack.name, "rendered",
@@ -289,7 +425,7 @@ def _plan_one(cf: Any, stack: RenderedStack, tenant: Tenant, outputs: dict[str, 
     notes: list[str] = []
     try:
         params, substitutes = stack.resolved_parameters(
-            outputs, image_resolver(tenant, cf, stack, endpoint, refresh_images, notes), capacity,
+            outputs, image_resolver(tenant, cf, stack, endpoint, refresh_images, notes, baked_amis), capacity,
             lambda: deployer_principal(tenant, endpoint))
         notes += substitutes
     except KeyError:
@@ -327,6 +463,11 @@ def destroy_stacks(tenant: Tenant, endpoint: str | None, *, scheduler: Scheduler
     stacks = list(reversed(render_stacks(tenant, scheduler)))
     result.endpoint = endpoint
     cf = aws.client("cloudformation", tenant.region, result.endpoint)
+    image_stack = f"{tenant.stack_prefix}-{IMAGE_STACK_KEY}"
+    if stack_status(cf, image_stack) is not None:
+        # `invoke image`'s stack: its builders' security group is in the tenant's VPC, so it goes before the network
+        # stack (it holds nothing retained; its body is not needed to delete it).
+        stacks.insert(0, RenderedStack(IMAGE_STACK_KEY, image_stack, TEMPLATES_DIR / "image.py", ""))
     existing = [(s, stack_status(cf, s.name)) for s in stacks]
     present = [(s, d) for s, d in existing if d is not None]
     retained = _retained(cf, [s for s, _ in present])
@@ -374,8 +515,25 @@ def destroy_stacks(tenant: Tenant, endpoint: str | None, *, scheduler: Scheduler
             out(f"  FAILED: {failure.render()}; fix it and run destroy again")
             return result
     result.notes += [f"kept: {line}" for line in retained]
+    for line in kept_images(tenant):
+        out(f"  kept: {line}")
+        result.notes.append(f"kept: {line}")
     remove_stack_outputs(tenant.org, root)
     return result
+
+
+def kept_images(tenant: Tenant) -> list[str]:
+    """The baked AMIs `invoke image` recorded, which destroy leaves: deleting the image stack deletes Image Builder's
+    image resources, not the AMIs they made (https://docs.aws.amazon.com/cli/latest/reference/imagebuilder/delete-image.html),
+    and a later deploy boots them while they are current. Each costs its snapshots until deregistered."""
+    lines = []
+    for kind in baked.IMAGE_KINDS:
+        record = baked.read_record(baked.record_path(tenant.org, kind))
+        if record is not None and record.layer.startswith("ami-"):
+            lines.append(f"the baked {kind} image {record.layer} (record {baked.record_path(tenant.org, kind)}; a later "
+                         f"deploy boots it while current): aws ec2 deregister-image --image-id {record.layer} --region "
+                         f"{tenant.region}, then delete its snapshots, when it is no longer needed")
+    return lines
 
 
 def _file_systems_still_there(tenant: Tenant, cf: Any, stack_name: str, endpoint: str | None) -> list[tuple[str, str]]:

@@ -54,8 +54,16 @@ ALLOWED_TYPES: dict[str, frozenset[str]] = {
         # scheduler pcs: the PCS cluster, its node groups and queues, and its controller interface's security group
         "AWS::PCS::Cluster", "AWS::PCS::ComputeNodeGroup", "AWS::PCS::Queue", "AWS::EC2::SecurityGroup",
         "AWS::EC2::SecurityGroupIngress"}),
+    # `invoke image` (fmcluster.stacks.templates.image): EC2 Image Builder's pipeline parts, its builders' group and role
+    "image": frozenset({
+        "AWS::EC2::SecurityGroup", "AWS::IAM::Role", "AWS::IAM::InstanceProfile", "AWS::ImageBuilder::Component",
+        "AWS::ImageBuilder::ImageRecipe", "AWS::ImageBuilder::InfrastructureConfiguration",
+        "AWS::ImageBuilder::DistributionConfiguration", "AWS::ImageBuilder::Image"}),
 }
-ALLOWED_ROLES = frozenset({"NodeRole", "ControllerRole", "ExecutionRole", "ControllerExecutionRole"})
+ALLOWED_ROLES = frozenset({"NodeRole", "ControllerRole", "ExecutionRole", "ControllerExecutionRole", "BuilderRole"})
+#: Managed policies one role alone may hold: Image Builder's instance policy (its builders report to Image Builder
+#: with it: https://docs.aws.amazon.com/imagebuilder/latest/userguide/image-builder-setting-up.html), no node's role.
+ROLE_MANAGED_POLICIES = {"BuilderRole": frozenset({"EC2InstanceProfileForImageBuilder"})}
 ALLOWED_MANAGED_POLICIES = frozenset({"AmazonSSMManagedInstanceCore", "CloudWatchAgentServerPolicy",
                                       "AmazonSageMakerClusterInstanceRolePolicy"})
 ALLOWED_SERVICE_PRINCIPALS = frozenset({"ec2.${AWS::URLSuffix}", "ec2.amazonaws.com", "sagemaker.amazonaws.com"})
@@ -260,7 +268,8 @@ def _check_role(stack: str, name: str, res: dict[str, Any]) -> list[Finding]:
                 findings.append(Finding(stack, name, problem, fix))
     for arn in props.get("ManagedPolicyArns", []):
         text = _as_text(arn)
-        if not any(text.endswith(f":iam::aws:policy/{p}") for p in ALLOWED_MANAGED_POLICIES):
+        allowed = ALLOWED_MANAGED_POLICIES | ROLE_MANAGED_POLICIES.get(name, frozenset())
+        if not any(text.endswith(f":iam::aws:policy/{p}") for p in allowed):
             findings.append(Finding(stack, name, f"managed policy {text} is not one fmcluster uses",
                                     f"use least-privilege inline statements; allowed: {', '.join(sorted(ALLOWED_MANAGED_POLICIES))}"))
     return findings

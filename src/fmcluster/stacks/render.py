@@ -25,6 +25,8 @@ from typing import Any
 
 import yaml
 
+from fmcluster import baked
+from fmcluster.images import load_images
 from fmcluster.model import Tenant
 from fmcluster.paths import PACKAGE_DIR
 from fmcluster.stacks import cfn
@@ -38,7 +40,7 @@ from fmcluster.stacks.templates.common import (
     logical_name,
 )
 
-__all__ = ["BOOT_VARIABLES", "BOOTSTRAP_PREFIX", "CapacityRef", "DeployerRef", "EMULATOR_AMI_PARAMETER", "ImageRef", "NamedImageRef",
+__all__ = ["BOOT_VARIABLES", "BOOTSTRAP_PREFIX", "BakedImageRef", "CapacityRef", "DeployerRef", "EMULATOR_AMI_PARAMETER", "ImageRef", "NamedImageRef",
            "LIFECYCLE_PREFIX", "MANIFEST_PREFIX", "NODE_READ_PREFIXES", "OutputRef", "REPORT_PREFIX", "RenderedStack",
            "S3_CLIENT", "S3_CLIENT_PLACEHOLDER", "STACK_KEYS", "USER_DATA_SCRIPT", "boot_environment",
            "load_cfn_yaml", "logical_name", "first_boot_script", "node_user_data",
@@ -92,6 +94,25 @@ class NamedImageRef:
 
 
 @dataclass(frozen=True)
+class BakedImageRef:
+    """An AMI id parameter of a node kind the tenant may have baked (`invoke image`, issue 40): the AMI recorded for
+    `kind` (fmcluster.baked.record_path) while it was baked from the install set of the commit being deployed; a
+    stale or vanished one is refused (fmcluster.baked.aws_image), never booted; where none is recorded, `base`, the
+    catalogued image, resolved and kept as before. `pristine` is what the image stack baked on (its digest's base).
+    `kept`: a resource created once reads it (ClusterTemplate.kept_images): once the stack holds an AMI, that stays."""
+
+    kind: str
+    pristine: str
+    base: ImageRef | NamedImageRef
+    kept: bool = False
+
+    def describe(self) -> str:
+        when = "when the stack is created (then kept: an instance created once reads it)" if self.kept else \
+            "while its install set is this commit's"
+        return f"<the {self.kind} image `invoke image` baked, {when}; where none is recorded {self.base.describe()[1:-1]}>"
+
+
+@dataclass(frozen=True)
 class CapacityRef:
     """When a Capacity Block queue is scaled in: known only from EC2, by the capacity pre-flight
     (fmcluster.capacity.Preflight.scale_in), which the deploy runs before the stacks."""
@@ -111,8 +132,9 @@ class DeployerRef:
         return "<the deploy's principal: STS GetCallerIdentity's UserId up to ':', read when the stack is deployed>"
 
 
-ParameterValue = str | OutputRef | ImageRef | NamedImageRef | CapacityRef | DeployerRef
-ImageResolver = Callable[[str, "ImageRef | NamedImageRef"], str]  # (parameter name, ref) -> AMI id
+ParameterValue = str | OutputRef | ImageRef | NamedImageRef | BakedImageRef | CapacityRef | DeployerRef
+AnyImageRef = ImageRef | NamedImageRef | BakedImageRef
+ImageResolver = Callable[[str, AnyImageRef], str]  # (parameter name, ref) -> AMI id
 
 
 @dataclass(frozen=True)
@@ -152,7 +174,7 @@ class RenderedStack:
                 if deployer is None:
                     raise KeyError(f"{self.name}: parameter {key} needs {value.describe()}")
                 resolved[key] = deployer()
-            elif isinstance(value, (ImageRef, NamedImageRef)):
+            elif isinstance(value, (ImageRef, NamedImageRef, BakedImageRef)):
                 if resolve_image is None:
                     raise KeyError(f"{self.name}: parameter {key} needs {value.describe()}")
                 resolved[key] = resolve_image(key, value)
@@ -260,6 +282,22 @@ def subnet_cidrs(vpc_cidr: str) -> dict[str, str]:
     return {"public": public, "private": private}
 
 
+def baked_image_refs(tenant: Tenant, scheduler: SchedulerStacks, cluster: ClusterTemplate,
+                     params: dict[str, ParameterValue]) -> dict[str, ParameterValue]:
+    """The cluster's AMI parameters a baked image may fill (ClusterTemplate.baked_images), each its BakedImageRef over
+    the ref it had. None on a provider that bakes its own (the local substrate boots its layers, not an AMI)."""
+    if tenant.capabilities.provider.bakes_images:
+        return {}
+    refs: dict[str, ParameterValue] = {}
+    for name, kind in cluster.baked_images(tenant).items():
+        base = params[name]
+        if not isinstance(base, (ImageRef, NamedImageRef)):
+            raise ValueError(f"{cluster.source.name}: baked image parameter {name} is not an AMI parameter")
+        found = load_images()[scheduler.image(baked.KIND_ACCELERATOR[kind])]
+        refs[name] = BakedImageRef(kind, image.pristine(found), base, name in cluster.kept_images(tenant))
+    return refs
+
+
 def render_stacks(tenant: Tenant, scheduler: SchedulerStacks,
                   image_parameter: Callable[[str], str] = lambda path: path) -> list[RenderedStack]:
     """The tenant's stacks in dependency order (network → storage → cluster), rendered offline, with what the tenant's
@@ -298,6 +336,7 @@ def render_stacks(tenant: Tenant, scheduler: SchedulerStacks,
             cluster_params[name] = ImageRef(image_parameter(path))
         for name, (owner, pattern) in cluster.image_names(tenant).items():
             cluster_params[name] = NamedImageRef(owner, pattern)
+        cluster_params |= baked_image_refs(tenant, scheduler, cluster, cluster_params)
         for name, queue in cluster.capacity_parameters(tenant).items():
             cluster_params[name] = CapacityRef(queue)
     sources = {"network": TEMPLATES_DIR / "network.py", "storage": TEMPLATES_DIR / "storage.py",

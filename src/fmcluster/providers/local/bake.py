@@ -32,7 +32,7 @@ from fmcluster import baked
 from fmcluster.manifest import assemble_inventory, inventory_yaml
 from fmcluster.model import Tenant
 from fmcluster.nodes import Node
-from fmcluster.providers.local.layers import baked_root, install_digest, kind_of, layer_dir, lowerdir, record_path
+from fmcluster.providers.local.layers import baked_root, install_digest, kind_of, layer_dir, lowerdir
 from fmcluster.providers.local import image
 from fmcluster.providers.local.hosts import (
     Host, HostSpec, SubstrateError, _ensure_substrate_dirs, _stop_init, bridge_name, ensure_host, ensure_network,
@@ -223,7 +223,7 @@ def bake(tenant: Tenant, kind: str, out: Out = print) -> Bake:
         if copied.returncode != 0:
             raise SubstrateError(f"cannot keep the builder's layer: {copied.stderr.strip()}")
     _clean_layer(partial / "rootfs")
-    record = baked.Record(org, kind, digest, image.digest(), ref, _pins(), datetime.now(timezone.utc).isoformat(
+    record = baked.Record(org, kind, digest, image.digest(), ref, baked.pins(), datetime.now(timezone.utc).isoformat(
         timespec="seconds"), _size(partial / "rootfs"), str(target), round(time.monotonic() - started, 1))
     marker = partial / "rootfs" / baked.IMAGE_MARKER.lstrip("/")
     marker.parent.mkdir(parents=True, exist_ok=True)
@@ -234,7 +234,7 @@ def bake(tenant: Tenant, kind: str, out: Out = print) -> Bake:
     for old in baked_root(org).glob(f"{kind}-*"):  # one image per tenant and kind is kept
         if old != target:
             shutil.rmtree(old, ignore_errors=True)
-    record_path(org, kind).write_text(record.to_json())
+    baked.write_record(record)
     lines.append(f"baked layer {target} ({record.size_bytes / 2**20:.0f} MiB) in {record.seconds:.0f}s")
     return Bake(record, lines)
 
@@ -270,7 +270,3 @@ def check(tenant: Tenant, kind: str, out: Out = print) -> Check:
     return Check(booted, installed, round(seconds, 1), lines)
 
 
-def _pins() -> dict[str, object]:
-    from fmcluster import versions
-
-    return {"node_toolchain": list(versions.node_requirements()), "slurm": versions.load().get("slurm")}

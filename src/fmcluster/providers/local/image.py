@@ -20,7 +20,6 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
-import os
 import shutil
 import subprocess
 import time
@@ -28,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from fmcluster.paths import image_cache
 from fmcluster.providers.local.hosts import SubstrateError
 
 Out = Callable[[str], object]
@@ -68,7 +68,7 @@ class Image:
 
 
 def cache_root() -> Path:
-    return Path(os.environ.get("FMCLUSTER_IMAGE_CACHE", "/var/cache/fmcluster/images"))
+    return image_cache()
 
 
 def digest() -> str:

@@ -22,12 +22,12 @@ KIND_ACCELERATOR = baked.KIND_ACCELERATOR
 
 
 def baked_root(org: str) -> Path:
-    return image.cache_root() / "baked" / org
+    return baked.records_dir(org)
 
 
 def record_path(org: str, kind: str) -> Path:
     """The tenant's record of its `kind` image (JSON, fmcluster.baked.Record)."""
-    return baked_root(org) / f"{kind}.json"
+    return baked.record_path(org, kind)
 
 
 def layer_dir(org: str, kind: str, digest: str) -> Path:

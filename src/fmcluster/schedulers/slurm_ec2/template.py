@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fmcluster import baked
 from fmcluster.catalog import InstanceType
 from fmcluster.images import load_images
 from fmcluster.model import Queue, Tenant
@@ -122,6 +123,17 @@ def image_kinds(tenant: Tenant) -> list[str]:
 def image_parameters(tenant: Tenant) -> dict[str, str]:
     """The AMI parameter of each kind of image the tenant's nodes boot → its public SSM parameter."""
     return dict(AMI_PARAMETERS[kind] for kind in image_kinds(tenant))
+
+
+def baked_images(tenant: Tenant) -> dict[str, str]:
+    """Each AMI parameter → the image kind `invoke image` bakes for its nodes (fmcluster.baked.KIND_ACCELERATOR)."""
+    kind_of = {accelerator: kind for kind, accelerator in baked.KIND_ACCELERATOR.items()}
+    return {IMAGE_PARAMETER_NAMES[accelerator]: kind_of[accelerator] for accelerator in image_kinds(tenant)}
+
+
+def kept_images(tenant: Tenant) -> frozenset[str]:
+    """The controller instance's AMI parameter: created once and kept (a new ImageId would replace it)."""
+    return frozenset({AMI_PARAMETERS[tenant.controller.accelerator][0]})
 
 
 def capacity_parameters(tenant: Tenant) -> dict[str, str]:
@@ -368,4 +380,6 @@ def build(tenant: Tenant, user_data: UserData, role_tags: RoleTags = fmcluster_r
 
 #: What the renderer builds for a slurm-ec2 tenant (fmcluster.schedulers.slurm_ec2.scheduler hands it over).
 CLUSTER_TEMPLATE = ClusterTemplate(source=Path(__file__), build=lambda tenant, user_data: build(tenant, user_data),
-                                   image_parameters=image_parameters, capacity_parameters=capacity_parameters)
+                                   image_parameters=image_parameters, baked_images=baked_images,
+                                   kept_images=kept_images,
+                                   capacity_parameters=capacity_parameters)

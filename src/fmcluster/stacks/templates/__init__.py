@@ -45,6 +45,12 @@ class ClusterTemplate:
     #: AMI parameters of images with no public SSM parameter: parameter name → (owner, image name), the newest
     #: available image of that name resolved once (fmcluster.stacks.render.NamedImageRef).
     image_names: Callable[[Tenant], dict[str, tuple[str, str]]] = field(default=_no_names)
+    #: AMI parameters (of image_parameters or image_names) a baked image replaces where the tenant has one: parameter
+    #: name → image kind (fmcluster.baked.IMAGE_KINDS), resolved by fmcluster.stacks.render.BakedImageRef.
+    baked_images: Callable[[Tenant], dict[str, str]] = field(default=_none)
+    #: Of those, the ones a resource created once reads (slurm-ec2's controller instance: a new ImageId replaces it):
+    #: once the stack holds an AMI for one, a baked image does not change it.
+    kept_images: Callable[[Tenant], frozenset[str]] = field(default=lambda tenant: frozenset())
     #: Capacity Block scale-in parameters: parameter name → the queue whose block end it is.
     capacity_parameters: Callable[[Tenant], dict[str, str]] = field(default=_none)
 
