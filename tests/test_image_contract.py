@@ -241,6 +241,33 @@ def test_a_contract_missing_the_plugin_directory_of_its_efa_installer_is_refused
         parse_catalog(raw)
 
 
+@pytest.mark.parametrize(("layout", "found"), [
+    ({"lib": ["libnccl-net.so", "libnccl-net-ofi.so"]}, "lib"),  # the installer 1.48's flat directory
+    ({"lib/x86_64-linux-gnu": ["libnccl-net.so"]}, "lib/x86_64-linux-gnu"),  # an older installer's, NCCL's name only
+    ({"lib": ["libnccl-net-ofi.so"]}, "lib"),  # the plugin's own name only
+])
+def test_the_nccl_role_points_at_the_directory_that_holds_the_plugin_in_either_layout(
+        tmp_path: Path, layout: dict[str, list[str]], found: str) -> None:
+    """The nccl role looks in the contract's directories, in order, for the file NCCL loads (libnccl-net.so) or the
+    plugin's own name (libnccl-net-ofi.so); a value's {ofi_nccl_lib_dir} (nccl_profiles.yml's tuner path) names the
+    directory it found. Before, it looked for libnccl-net-ofi.so alone, and in a layout with libnccl-net.so only it
+    said the plugin was missing and pointed the tuner at the first directory listed."""
+    from role_helpers import converge_role
+
+    root = tmp_path / "opt/amazon/ofi-nccl"
+    for folder, names in layout.items():
+        (root / folder).mkdir(parents=True)
+        for name in names:
+            (root / folder / name).write_bytes(b"")
+    variables = {"nccl_plugin_dirs": [str(root / "lib"), str(root / "lib/x86_64-linux-gnu")],
+                 "nccl_environment": {"NCCL_TUNER_PLUGIN": "{ofi_nccl_lib_dir}/libnccl-ofi-tuner.so"},
+                 "nccl_profile_path": str(tmp_path / "profile.sh"), "nccl_task_prolog_path": str(tmp_path / "prolog.sh")}
+    rc, _, output = converge_role("nccl", tmp_path, variables)
+    assert rc == 0, output
+    assert f"export NCCL_TUNER_PLUGIN={root / found}/libnccl-ofi-tuner.so" in (tmp_path / "profile.sh").read_text()
+    assert f"Plugin present at {root / found}/" in " ".join(output.split()).replace("\\n", " ")
+
+
 def test_an_image_with_an_efa_installer_on_an_os_of_no_known_layout_is_refused() -> None:
     raw = yaml.safe_load(IMAGES_PATH.read_text())
     raw["images"]["parallelcluster-ubuntu2204"]["os"] = "Rocky Linux 9"
