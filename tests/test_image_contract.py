@@ -14,7 +14,18 @@ import yaml
 
 from conftest import ROOT
 from fmcluster import versions
-from fmcluster.images import IMAGES_PATH, Contract, ImageCatalogError, booted_image, load_images, parse_catalog
+from fmcluster.images import (
+    IMAGES_PATH,
+    OFI_NCCL_ARCH_DIR,
+    OFI_NCCL_FLAT_DIR,
+    OFI_NCCL_LAYOUTS,
+    OFI_NCCL_LIB64_DIR,
+    Contract,
+    ImageCatalogError,
+    booted_image,
+    load_images,
+    parse_catalog,
+)
 from fmcluster.model import load_tenant
 from fmcluster.providers.registry import provider_for
 from fmcluster.schedulers.registry import scheduler_for
@@ -158,8 +169,9 @@ def test_slurm_ec2_boots_images_whose_slurm_runs_with_cgroups_under_systemd() ->
         assert contract.role_vars()["slurm_use_cgroup"] is True
 
 
-#: What a role would otherwise hard-code and the contract owns: NCCL's home, DCGM's host engine unit, the reboot command.
-CONTRACT_LITERALS = ("/opt/nccl/build", "nvidia-dcgm", "/sbin/reboot")
+#: What a role would otherwise hard-code and the contract owns: NCCL's home, the aws-ofi-nccl directories, DCGM's host
+#: engine unit, the reboot command.
+CONTRACT_LITERALS = ("/opt/nccl/build", "/opt/amazon/ofi-nccl/lib", "nvidia-dcgm", "/sbin/reboot")
 
 
 def test_the_roles_keep_no_literal_of_what_the_contract_owns() -> None:
@@ -178,6 +190,89 @@ def test_the_roles_keep_no_literal_of_what_the_contract_owns() -> None:
         text = path.read_text()
         found = [literal for literal in CONTRACT_LITERALS if literal in text]
         assert not found, f"{path.relative_to(ROOT)} names {found}: take it from the image contract (role_vars)"
+
+
+@pytest.mark.parametrize(("os_name", "release", "expected"), [
+    ("Ubuntu 22.04", "1.43.2", {OFI_NCCL_ARCH_DIR}),
+    ("Ubuntu 22.04", "1.44.0", {OFI_NCCL_ARCH_DIR, OFI_NCCL_FLAT_DIR}),  # the sources disagree from here ...
+    ("Ubuntu 24.04", "1.47.0", {OFI_NCCL_ARCH_DIR, OFI_NCCL_FLAT_DIR}),
+    ("Ubuntu 22.04", "1.48.0", {OFI_NCCL_FLAT_DIR}),  # ... to here: awsome-distributed-training 16da837e
+    ("Ubuntu 24.04", "1.49.0", {OFI_NCCL_FLAT_DIR}),
+    ("Ubuntu 22.04", None, {OFI_NCCL_ARCH_DIR, OFI_NCCL_FLAT_DIR}),  # not recorded: either
+    ("Amazon Linux 2023", "1.43.2", {OFI_NCCL_ARCH_DIR}),
+    ("Amazon Linux 2023", "1.47.0", {OFI_NCCL_LIB64_DIR}),
+])
+def test_the_aws_ofi_nccl_directory_follows_the_efa_installer_release(os_name: str, release: str | None,
+                                                                      expected: set[str]) -> None:
+    layout = next(rule for family, rule in OFI_NCCL_LAYOUTS.items() if os_name.startswith(family))
+    assert layout.dirs(release) == expected
+
+
+def test_every_image_lists_where_its_efa_installer_puts_aws_ofi_nccl() -> None:
+    """An image's nodes run its own EFA installer and, where fmcluster keeps the stack at the pins, versions.yml's:
+    the contract lists the plugin's directory for each (the installer 1.48 has no x86_64-linux-gnu directory), and
+    the nccl and nccl_tests roles (and nccl_profiles.yml's tuner path, {ofi_nccl_lib_dir}) look only there."""
+    pin = str(versions.load()["efa_installer"]["version"])
+    for key, image in load_images().images.items():
+        assert image.missing_ofi_nccl_dirs() == [], key
+        variables = image.contract.role_vars()
+        assert variables["nccl_plugin_dirs"] == variables["nccl_tests_ofi_nccl_lib_dirs"] \
+            == list(image.contract.ofi_nccl_lib_dirs), key
+        if image.contract.accelerator_stack == "upgradable":
+            assert pin in image.efa_installer_releases(), key
+    assert OFI_NCCL_FLAT_DIR in load_images()["hyperpod-default"].contract.ofi_nccl_lib_dirs  # EFA "below 1.49"
+    assert load_images()["pcs-sample-al2023-x86_64-slurm-25.11"].contract.ofi_nccl_lib_dirs[0] == OFI_NCCL_LIB64_DIR
+
+
+@pytest.mark.parametrize(("image", "release", "dirs", "missing"), [
+    ("hyperpod-default", None, [OFI_NCCL_ARCH_DIR], OFI_NCCL_FLAT_DIR),  # main's HyperPod contract
+    ("hyperpod-default", "1.48.0", [OFI_NCCL_ARCH_DIR], OFI_NCCL_FLAT_DIR),
+    ("hyperpod-default", "1.43.2", [OFI_NCCL_FLAT_DIR], OFI_NCCL_ARCH_DIR),
+    # an upgradable image is raised to the pinned installer (1.49), whatever it shipped
+    ("dlami-base-gpu-ubuntu-24.04", "1.43.2", [OFI_NCCL_ARCH_DIR], OFI_NCCL_FLAT_DIR),
+    ("pcs-sample-al2023-x86_64-slurm-25.11", "1.47.0", [OFI_NCCL_FLAT_DIR], OFI_NCCL_LIB64_DIR),  # main's PCS contract
+])
+def test_a_contract_missing_the_plugin_directory_of_its_efa_installer_is_refused(image: str, release: str | None,
+                                                                                 dirs: list[str], missing: str) -> None:
+    raw = yaml.safe_load(IMAGES_PATH.read_text())
+    raw["images"][image]["ships"]["efa_installer"]["version"] = release
+    raw["images"][image]["contract"]["ofi_nccl_lib_dirs"]["value"] = dirs
+    with pytest.raises(ImageCatalogError, match=rf"images\.{image}\.contract\.ofi_nccl_lib_dirs: lacks {missing}"):
+        parse_catalog(raw)
+
+
+@pytest.mark.parametrize(("layout", "found"), [
+    ({"lib": ["libnccl-net.so", "libnccl-net-ofi.so"]}, "lib"),  # the installer 1.48's flat directory
+    ({"lib/x86_64-linux-gnu": ["libnccl-net.so"]}, "lib/x86_64-linux-gnu"),  # an older installer's, NCCL's name only
+    ({"lib": ["libnccl-net-ofi.so"]}, "lib"),  # the plugin's own name only
+])
+def test_the_nccl_role_points_at_the_directory_that_holds_the_plugin_in_either_layout(
+        tmp_path: Path, layout: dict[str, list[str]], found: str) -> None:
+    """The nccl role looks in the contract's directories, in order, for the file NCCL loads (libnccl-net.so) or the
+    plugin's own name (libnccl-net-ofi.so); a value's {ofi_nccl_lib_dir} (nccl_profiles.yml's tuner path) names the
+    directory it found. Before, it looked for libnccl-net-ofi.so alone, and in a layout with libnccl-net.so only it
+    said the plugin was missing and pointed the tuner at the first directory listed."""
+    from role_helpers import converge_role
+
+    root = tmp_path / "opt/amazon/ofi-nccl"
+    for folder, names in layout.items():
+        (root / folder).mkdir(parents=True)
+        for name in names:
+            (root / folder / name).write_bytes(b"")
+    variables = {"nccl_plugin_dirs": [str(root / "lib"), str(root / "lib/x86_64-linux-gnu")],
+                 "nccl_environment": {"NCCL_TUNER_PLUGIN": "{ofi_nccl_lib_dir}/libnccl-ofi-tuner.so"},
+                 "nccl_profile_path": str(tmp_path / "profile.sh"), "nccl_task_prolog_path": str(tmp_path / "prolog.sh")}
+    rc, _, output = converge_role("nccl", tmp_path, variables)
+    assert rc == 0, output
+    assert f"export NCCL_TUNER_PLUGIN={root / found}/libnccl-ofi-tuner.so" in (tmp_path / "profile.sh").read_text()
+    assert f"Plugin present at {root / found}/" in " ".join(output.split()).replace("\\n", " ")
+
+
+def test_an_image_with_an_efa_installer_on_an_os_of_no_known_layout_is_refused() -> None:
+    raw = yaml.safe_load(IMAGES_PATH.read_text())
+    raw["images"]["parallelcluster-ubuntu2204"]["os"] = "Rocky Linux 9"
+    with pytest.raises(ImageCatalogError, match=r"parallelcluster-ubuntu2204\.contract\.ofi_nccl_lib_dirs: lacks \?"):
+        parse_catalog(raw)
 
 
 def test_the_boot_diagnostic_follows_the_image_s_dcgm_host_engine_only_where_it_ships_one() -> None:

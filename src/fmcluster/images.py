@@ -153,6 +153,57 @@ class Contract:
         return variables
 
 
+#: Where the EFA installer puts the aws-ofi-nccl plugin, by the image's distribution and the installer's release. The
+#: public sources disagree on the release that moved it off Debian's multiarch directory on Ubuntu: AWS's Deep Learning
+#: Containers check lib/ (libnccl-net-ofi.so) from 1.44.0 and lib/<arch>-linux-gnu/ (libnccl-net.so) before
+#: (https://github.com/aws/deep-learning-containers/blob/main/scripts/docker/common/install_efa.sh, commit 70722f35,
+#: November 2025), while awsome-distributed-training's nccl-tests image found its plugin under lib/x86_64-linux-gnu/
+#: with the installer 1.47.0 and under lib/ with 1.48.0 ("EFA 1.48 ships the OFI NCCL plugin at /opt/amazon/ofi-nccl/lib/
+#: directly (no x86_64-linux-gnu subdir)",
+#: https://github.com/awslabs/awsome-distributed-ai/commit/16da837e33e1ce3a226b690b480602527af1cb14). No EFA changelog
+#: entry read here names the move, so a release between the two claims may use either directory and an image whose
+#: release is not recorded either one: its contract must list both (a directory the image lacks is skipped by the
+#: roles). On Amazon Linux 2023 the same Deep Learning Containers put it under lib64/ from 1.44.0 and under
+#: lib/<arch>-linux-gnu/ before (https://github.com/aws/deep-learning-containers/blob/main/scripts/docker/common/
+#: install_efa_amzn2023.sh). x86_64 only: the catalog has no Arm GPU image.
+OFI_NCCL_ARCH_DIR = "/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu"
+OFI_NCCL_FLAT_DIR = "/opt/amazon/ofi-nccl/lib"
+OFI_NCCL_LIB64_DIR = "/opt/amazon/ofi-nccl/lib64"
+
+
+@dataclass(frozen=True)
+class OfiNcclLayout:
+    """An OS family's aws-ofi-nccl directory before and after the EFA installer moved it; `moved` the earliest and
+    latest installer release a public source names for the move (equal where the sources agree)."""
+
+    before: str
+    after: str
+    moved: tuple[tuple[int, ...], tuple[int, ...]]
+
+    def dirs(self, efa_installer: str | None) -> set[str]:
+        """The directories an image with this EFA installer release (None: not recorded) may keep the plugin in."""
+        if efa_installer is None:
+            return {self.before, self.after}
+        release = _release(efa_installer)
+        if release < self.moved[0]:
+            return {self.before}
+        if release >= self.moved[1]:
+            return {self.after}
+        return {self.before, self.after}
+
+
+#: By the first word(s) of images.yml's `os`.
+OFI_NCCL_LAYOUTS: dict[str, OfiNcclLayout] = {
+    "Ubuntu": OfiNcclLayout(OFI_NCCL_ARCH_DIR, OFI_NCCL_FLAT_DIR, ((1, 44), (1, 48))),
+    "Debian": OfiNcclLayout(OFI_NCCL_ARCH_DIR, OFI_NCCL_FLAT_DIR, ((1, 44), (1, 48))),
+    "Amazon Linux 2023": OfiNcclLayout(OFI_NCCL_ARCH_DIR, OFI_NCCL_LIB64_DIR, ((1, 44), (1, 44))),
+}
+
+
+def _release(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split(".") if part.isdigit())
+
+
 @dataclass(frozen=True)
 class Image:
     key: str
@@ -163,6 +214,28 @@ class Image:
     ships: dict[str, Component]
     first_boot_adds: str
     contract: Contract
+
+    def efa_installer_releases(self) -> list[str | None]:
+        """The EFA installer releases a node booted from this image may run (None: one not recorded): the image's own,
+        and, where fmcluster keeps the stack at or above the pins (accelerator_stack upgradable), versions.yml's."""
+        efa = self.ships["efa_installer"]
+        releases: list[str | None] = [efa.version] if efa.present else []
+        if self.contract.accelerator_stack == "upgradable":
+            releases.append(str(versions.load()["efa_installer"]["version"]))
+        return releases
+
+    def missing_ofi_nccl_dirs(self) -> list[str]:
+        """The aws-ofi-nccl directories the EFA installer releases this image's nodes may run put the plugin in and the
+        contract's ofi_nccl_lib_dirs lacks (OFI_NCCL_LAYOUTS); an image with an EFA installer on an OS no layout is
+        known for lacks them all (`?`), so it cannot pass unread."""
+        releases = self.efa_installer_releases()
+        if not releases:
+            return []
+        layout = next((rule for family, rule in OFI_NCCL_LAYOUTS.items() if self.os.startswith(family)), None)
+        if layout is None:
+            return ["?"]
+        wanted = set().union(*(layout.dirs(release) for release in releases))
+        return sorted(wanted - set(self.contract.ofi_nccl_lib_dirs))
 
     def shipped(self) -> str:
         """`python 3.10, aws_cli 2, nvidia_driver` — what the image has, versions where the catalog names one."""
@@ -287,6 +360,14 @@ def parse_catalog(raw: Any) -> ImageCatalog:
         if key not in images or images[key].source != "ssm":
             raise _fail(f"ec2_images.{accelerator}", f"{key!r} is not an image with an SSM parameter",
                         "name an image of source ssm (launch templates resolve its parameter)")
+    for key, image in images.items():
+        missing = image.missing_ofi_nccl_dirs()
+        if missing:
+            releases = ", ".join(release or "not recorded" for release in image.efa_installer_releases())
+            raise _fail(f"images.{key}.contract.ofi_nccl_lib_dirs",
+                        f"lacks {', '.join(missing)}, where the EFA installer ({releases}) may put aws-ofi-nccl on "
+                        f"{image.os}", "list it (fmcluster.images.OFI_NCCL_LAYOUTS, with its sources), or record the "
+                        "image's EFA installer release under ships.efa_installer.version")
     return ImageCatalog(images, {str(k): str(v) for k, v in ec2.items()})
 
 

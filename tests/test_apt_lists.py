@@ -1,0 +1,43 @@
+"""Every node's package lists are fresh before anything installs a package (issue 36): HyperPod's and
+ParallelCluster's images carry git and python3-venv, so the first boot's bootstrap never runs `apt-get update` there
+and an AMI's lists are as old as the image, or absent. roles/common's package_manager.yml refreshes them, first of
+everything the site playbook does, on every node whose package manager is apt."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from conftest import ROOT
+
+TASKS = ROOT / "roles/common/tasks/package_manager.yml"
+
+
+def task(name: str) -> dict[str, Any]:
+    tasks: list[dict[str, Any]] = yaml.safe_load(TASKS.read_text())
+    return next(t for t in tasks if t["name"] == name)
+
+
+def test_the_site_playbook_refreshes_the_lists_before_any_other_play() -> None:
+    site = yaml.safe_load((ROOT / "playbooks/site.yml").read_text())
+    assert site[0]["ansible.builtin.import_playbook"] == "baseline.yml"
+    baseline = yaml.safe_load((ROOT / "playbooks/baseline.yml").read_text())
+    assert baseline[0]["hosts"] == "controller:login:compute"
+    first = baseline[0]["tasks"][0]["ansible.builtin.include_role"]
+    assert first == {"name": "common", "tasks_from": "package_manager.yml"}
+
+
+def test_the_lists_are_refreshed_wherever_dpkg_and_apt_are_whatever_the_image_or_common_quiet_apt() -> None:
+    """Only dpkg and apt decide: no image, scheduler or quiet-apt switch may leave a node with stale lists (before,
+    dpkg was looked for only with common_quiet_apt, so turning it off skipped the refresh too)."""
+    refresh = task("Refresh package lists the image ships stale or empty")
+    assert refresh["ansible.builtin.apt"] == {"update_cache": True,
+                                             "cache_valid_time": "{{ common_apt_lists_max_age_s }}"}
+    assert refresh["when"] == ("common_dpkg.stat.exists | default(false) and "
+                               "ansible_facts.pkg_mgr | default('') == 'apt'")
+    assert "install" in refresh["tags"]
+    look = task("Look for dpkg")
+    assert look["ansible.builtin.stat"] == {"path": "/var/lib/dpkg"} and "when" not in look
+    defaults = yaml.safe_load((ROOT / "roles/common/defaults/main.yml").read_text())
+    assert 0 < defaults["common_apt_lists_max_age_s"] <= 3600
