@@ -22,6 +22,7 @@ from fmcluster.images import load_images
 from fmcluster.model import load_tenant
 from fmcluster.schedulers.pcs.image import IMAGE, SLURM_VERSION
 from fmcluster.schedulers.pcs.scheduler import SLURM_BIN_DIR
+from fmcluster.schedulers.pcs.template import MIME_HEAD, MIME_TAIL
 from fmcluster.schedulers.registry import scheduler_for
 from fmcluster.stacks.checks import check_stacks
 from fmcluster.stacks.render import load_cfn_yaml, user_data_text
@@ -124,15 +125,17 @@ def test_every_launch_template_requires_imdsv2_and_runs_fmcluster_s_first_boot_a
     assert "export FMCLUSTER_QUEUE=gpu\n" in user_data_text(gpu["UserData"])
 
 
-def test_cfn_lint_and_fmcluster_s_security_checks_accept_the_pcs_tenant_s_stacks(tmp_path: Path) -> None:
-    stacks = render_stacks(PCSLAB)
+@pytest.mark.parametrize("org", ["pcslab", "pcsdemo"])  # PCS's stack on AWS; locally its stand-in's
+def test_cfn_lint_and_fmcluster_s_security_checks_accept_the_pcs_tenant_s_stacks(tmp_path: Path, org: str) -> None:
+    tenant = load_tenant(org, ROOT)
+    stacks = render_stacks(tenant)
     assert not check_stacks(stacks)
     files = []
     for stack in stacks:
         path = tmp_path / f"{stack.key}.yaml"
         path.write_text(stack.body)
         files.append(str(path))
-    run = subprocess.run([venv_tool("cfn-lint"), "--regions", PCSLAB.region, "--include-checks", "I", "--", *files],
+    run = subprocess.run([venv_tool("cfn-lint"), "--regions", tenant.region, "--include-checks", "I", "--", *files],
                          capture_output=True, text=True)
     assert run.returncode == 0, run.stdout + run.stderr
 
@@ -230,3 +233,69 @@ def test_the_node_image_is_resolved_once_by_name_and_owner_when_the_cluster_stac
         monkeypatch.setattr(api, "stack_status", lambda cf, name, current=current: current)
         notes: list[str] = []
         assert api.image_resolver(PCSLAB, None, stack, None, False, notes)("PcsImageId", ref) == expected, notes
+
+
+# --- provider local: the stand-in for the PCS service ----------------------------------------------
+
+PCSDEMO = load_tenant("pcsdemo", ROOT)
+
+
+def test_pcsdemo_is_stood_in_locally_with_fmcluster_s_slurm_at_its_own_paths() -> None:
+    """No PCS offline: the stand-in's stack takes the cluster stack's place, fmcluster's roles install Slurm, and the
+    manifest gives the roles none of PCS's Slurm paths; on AWS the same tenant is PCS's."""
+    import dataclasses
+
+    from fmcluster.schedulers.pcs.stand_in import STAND_IN_TEMPLATE, STOOD_IN
+    from fmcluster.stacks.render import cluster_template as chosen
+
+    scheduler = scheduler_for(PCSDEMO)
+    assert (PCSDEMO.capabilities.stand_in, PCSDEMO.capabilities.slurm_owner) == (True, "fmcluster")
+    assert chosen(PCSDEMO, scheduler) is STAND_IN_TEMPLATE
+    on_aws = dataclasses.replace(PCSDEMO, provider="aws")
+    assert chosen(on_aws, scheduler_for(on_aws)) is scheduler_for(on_aws).cluster_template
+    assert not {"slurm_conf_dir", "fmcluster_slurm_bin_dir", "node_health_commands"} & set(scheduler.manifest_vars())
+    assert scheduler.manifest_vars()["prometheus_node_discovery"]["tag"] == "fmcluster:org"
+    outcome = scheduler.make_cluster({}, print)
+    assert outcome.status == "ok" and STOOD_IN in outcome.details and "stood in locally" in STOOD_IN
+    assert scheduler.status_lines() == [f"PCS: local stand-in (its stack is listed above). {STOOD_IN}"]
+
+
+def test_the_stand_in_s_instances_carry_pcs_s_launch_template_tags_and_run_the_same_first_boot() -> None:
+    """Each stand-in node is tagged as PCS's launch template tags it (what discovery reads) and its user data is the
+    shell part of PCS's MIME user data, naming no signal resource; no group waits for signals, none is repaired by
+    fmcluster's controller."""
+    stacks = render_stacks(PCSDEMO)
+    assert [s.key for s in stacks] == ["network", "storage", "cluster"]
+    resources = load_cfn_yaml(stacks[2].body)["Resources"]
+    on_aws = load_cfn_yaml(next(s for s in render_stacks(PCSLAB) if s.key == "cluster").body)["Resources"]
+    assert not of_type(resources, "AWS::PCS::Cluster") and not of_type(resources, "AWS::PCS::ComputeNodeGroup")
+    expected = {"ControllerLaunchTemplate": ("controller", None), "LoginLaunchTemplate": ("login", None),
+                "QueueCpuLaunchTemplate": ("compute", "cpu")}
+    pcs_user_data = user_data_text(on_aws["QueueCpuLaunchTemplate"]["Properties"]["LaunchTemplateData"]["UserData"])
+    for logical, (role, queue) in expected.items():
+        data = resources[logical]["Properties"]["LaunchTemplateData"]
+        (instance_tags,) = [t["Tags"] for t in data["TagSpecifications"] if t["ResourceType"] == "instance"]
+        tags = {t["Key"]: t["Value"] for t in instance_tags}
+        assert tags["fmcluster:org"] == "pcsdemo" and tags["fmcluster:role"] == role
+        assert tags.get("fmcluster:queue") == queue
+        assert not [key for key in tags if key.startswith("aws:")], "AWS's own tags cannot be set by a template"
+        script = user_data_text(data["UserData"])
+        assert "export FMCLUSTER_SIGNAL_RESOURCE=''\n" in script
+        if role == "compute":
+            # The whole user data is the shell part of PCS's (pcslab's queue cpu: another org, the same queue).
+            assert pcs_user_data.startswith(MIME_HEAD) and pcs_user_data.endswith(MIME_TAIL)
+            shell_part = pcs_user_data.removeprefix(MIME_HEAD).removesuffix(MIME_TAIL)
+            assert script.replace("pcsdemo", "ORG") == shell_part.replace("pcslab", "ORG")
+    for group in ("LoginGroup", "QueueCpuGroup"):
+        assert "CreationPolicy" not in resources[group], "no PCS node signals its stack"
+    statements = resources["ControllerRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
+    assert not [s for s in statements if s.get("Sid", "").startswith("Repair")], "PCS replaces its own nodes"
+    assert not check_stacks(stacks)
+
+
+def test_validate_and_plan_run_offline_for_pcsdemo_and_say_what_is_stood_in(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    lines: list[str] = []
+    assert commands.validate("pcsdemo", out=lines.append) == 0, lines
+    assert commands.plan("pcsdemo") == 0
+    assert "PCS: local stand-in" in capsys.readouterr().out

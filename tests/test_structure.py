@@ -166,7 +166,7 @@ def test_every_scheduler_hands_over_the_cluster_stack_its_capabilities_promise()
         for made in (template, getattr(cls, "stand_in_template")):
             if made is not None:
                 assert made.source.is_file(), (name, made.source)
-        if not SCHEDULERS[name].renders_cluster_stack:
+        if not SCHEDULERS[name].renders_cluster_stack or SCHEDULERS[name].service_resources_stood_in:
             # Offline, a service-made cluster needs its stand-in (capabilities.Capabilities.stand_in).
             assert getattr(cls, "stand_in_template") is not None, name
 
@@ -196,6 +196,7 @@ def test_a_scheduler_is_one_folder_and_one_registry_line() -> None:
     ("aws", "slurm-ec2", False, "fmcluster"),
     ("local", "hyperpod", False, "scheduler"),  # HyperPod's own Slurm, on either provider
     ("aws", "pcs", False, "scheduler"),  # PCS's Slurm, started by its agent on the node image
+    ("local", "pcs", True, "fmcluster"),  # no PCS offline: its stand-in, with fmcluster's Slurm
 ])
 def test_a_service_made_cluster_is_stood_in_where_the_provider_has_no_cluster_services(
         provider: str, scheduler: str, stand_in: bool, slurm_owner: str) -> None:

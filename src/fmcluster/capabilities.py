@@ -92,6 +92,11 @@ class SchedulerCapabilities:
     #: Where its service or its image installs and keeps its own configuration on the nodes: no shared file system
     #: may be mounted over or inside them (validation.SYSTEM_DIRS, for every tenant: an image may carry them).
     system_dirs: tuple[str, ...] = ()
+    #: The cluster stack fmcluster renders holds resources of an AWS cluster service that launches and registers the
+    #: nodes (PCS's AWS::PCS::*), which no emulator answers: where the provider has no cluster services, the
+    #: scheduler's stand-in stack takes its place, as for a service that makes its whole cluster
+    #: (renders_cluster_stack false). False where the emulator answers the service's resources (HyperPod's).
+    service_resources_stood_in: bool = False
 
 
 #: The ways a Slurm job step runs a registry image, each with who installs it on the nodes. `slurm-oci`: Slurm's own
@@ -188,8 +193,10 @@ class Capabilities:
 
     @property
     def stand_in(self) -> bool:
-        """The scheduler's service makes the cluster, but it does not run on this provider: a stand-in does."""
-        return not self.scheduler.renders_cluster_stack and not self.provider.cluster_services
+        """The scheduler's service makes the cluster (or launches its nodes from our stack), but it does not run on
+        this provider: a stand-in does."""
+        service_made = not self.scheduler.renders_cluster_stack or self.scheduler.service_resources_stood_in
+        return service_made and not self.provider.cluster_services
 
     @property
     def slurm_owner(self) -> SlurmOwner:

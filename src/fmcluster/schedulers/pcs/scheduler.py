@@ -5,6 +5,9 @@ after the launch template's user data has run fmcluster's first boot. So, as on 
 service owns Slurm (capability `service_installs_slurm`) and fmcluster's roles configure around it: the manifest
 gives them the image's Slurm paths. The instances are EC2 instances of the tenant's account, tagged by the launch
 templates: they are found, and scraped by Prometheus, as slurm-ec2's are.
+
+On provider local no PCS exists: its part is stood in by a substrate (fmcluster.schedulers.pcs.stand_in, whose stack
+takes the cluster stack's place) and fmcluster's roles install Slurm there, at their own paths.
 """
 
 from __future__ import annotations
@@ -15,7 +18,9 @@ from typing import Any
 
 from fmcluster.capabilities import SCHEDULERS, SchedulerCapabilities
 from fmcluster.nodes import Node
+from fmcluster.model import Tenant
 from fmcluster.schedulers.pcs.image import IMAGE, SLURM_VERSION
+from fmcluster.schedulers.pcs.stand_in import STAND_IN_TEMPLATE, STOOD_IN
 from fmcluster.schedulers.pcs.template import CLUSTER_TEMPLATE
 from fmcluster.schedulers.protocol import Out, TenantEc2Cluster
 from fmcluster.stacks.templates import ClusterTemplate
@@ -37,13 +42,21 @@ class Pcs(TenantEc2Cluster):
     name = "pcs"
     capabilities: SchedulerCapabilities = SCHEDULERS["pcs"]
     cluster_template: ClusterTemplate | None = CLUSTER_TEMPLATE
+    #: Where the provider has no PCS (capability service_resources_stood_in), the stand-in's stack takes its place.
+    stand_in_template: ClusterTemplate | None = STAND_IN_TEMPLATE
     # PCS documents no time limit for a node's user data.
     first_boot_window: tuple[str, float] | None = None
+
+    def __init__(self, tenant: Tenant) -> None:
+        super().__init__(tenant)
+        self.stand_in = tenant.capabilities.stand_in
 
     def image(self, accelerator: str) -> str:
         return IMAGE
 
     def manifest_vars(self) -> dict[str, Any]:
+        if self.stand_in:
+            return super().manifest_vars()  # fmcluster's Slurm (slurm_owner fmcluster), at its own paths
         return {
             **super().manifest_vars(),
             # PCS's Slurm, for the roles that configure around it (capability service_installs_slurm).
@@ -53,12 +66,20 @@ class Pcs(TenantEc2Cluster):
         }
 
     def plan(self, out: Out) -> int:
+        if self.stand_in:
+            out(f"  PCS: local stand-in (the cluster stack is src/fmcluster/schedulers/pcs/stand_in.py's). {STOOD_IN}")
+            return 0
         out(f"  PCS: Slurm {SLURM_VERSION}; every node group boots {IMAGE} (parameter PcsImageId, resolved by name when "
             "the cluster stack is created); its first boot cannot run there yet: src/fmcluster/schedulers/pcs/README.md")
         return 0
 
     def make_cluster(self, outputs: Mapping[str, str], out: Out) -> StepOutcome:
+        if self.stand_in:
+            return StepOutcome("ok", "local stand-in for AWS PCS (the cluster stack above)", [STOOD_IN])
         return StepOutcome("ok", "made by the cluster stack (AWS::PCS::Cluster, compute node groups, queues)")
+
+    def status_lines(self) -> list[str]:
+        return [f"PCS: local stand-in (its stack is listed above). {STOOD_IN}"] if self.stand_in else []
 
     def replacement_refusal(self, node: str) -> str | None:
         return REPLACEMENT_REFUSAL

@@ -132,13 +132,17 @@ def _launch_template(tenant: Tenant, group: NodeGroup, user_data: UserData) -> d
         data["Placement"] = {"GroupName": placement_group_name()}
     data["UserData"] = mime_user_data(user_data(org=tenant.org, role=group.role,
                                                 queue=group.queue.name if group.queue else "", signal_resource=""))
-    role_tags = {"fmcluster:role": group.role, **({"fmcluster:queue": group.queue.name} if group.queue else {})}
-    data["TagSpecifications"] = [{"ResourceType": kind, "Tags": resource_tags(tenant, group.name, role_tags)}
-                                 for kind in ("instance", "volume")]
+    tags = resource_tags(tenant, group.name, role_tags(group.role, group.queue))
+    data["TagSpecifications"] = [{"ResourceType": kind, "Tags": tags} for kind in ("instance", "volume")]
     return {"Type": "AWS::EC2::LaunchTemplate", "Properties": {
         "LaunchTemplateName": text("${AWS::StackName}-{name}", name=group.name),
         "LaunchTemplateData": data,
         "TagSpecifications": [{"ResourceType": "launch-template", "Tags": resource_tags(tenant, group.name)}]}}
+
+
+def role_tags(role: str, queue: Queue | None) -> dict[str, str]:
+    """What a node is, in the tags its launch template gives it (discovery reads them: fmcluster.nodes)."""
+    return {"fmcluster:role": role, **({"fmcluster:queue": queue.name} if queue else {})}
 
 
 def _tag_map(tenant: Tenant, name: str) -> dict[str, str]:
