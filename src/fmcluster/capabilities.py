@@ -39,8 +39,8 @@ class ProviderCapabilities:
     #: Slurm's job credential lifetime (AuthInfo cred_expire), also how long a requeued job waits to start again.
     credential_lifetime_s: int = 120
     #: Seconds a node may take from `scontrol reboot` to slurmd registering again, before a GPU node's boot
-    #: diagnostic (Slurm's ResumeTimeout adds that; past it Slurm marks the node DOWN, scontrol(1)). AWS: 1,800,
-    #: ParallelCluster's own ResumeTimeout (its ComputeNodeBootstrapTimeout default) for a GPU instance's boot.
+    #: diagnostic (Slurm's ResumeTimeout adds that; past it Slurm marks the node DOWN, scontrol(1)). AWS: 1,800, the
+    #: ResumeTimeout AWS's Slurm cluster tool gives a GPU instance's boot (its ComputeNodeBootstrapTimeout default).
     reboot_timeout_s: int = 1800
     #: Outbound port 25 is blocked (EC2's default, AWS knowledge center "ec2-port-25-throttle") and nothing on the
     #: controller relays mail: an email receiver needs monitoring.smtp, a relay on a submission port.
