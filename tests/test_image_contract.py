@@ -15,7 +15,6 @@ import yaml
 from conftest import ROOT
 from fmcluster import versions
 from fmcluster.images import (
-    IMAGES_PATH,
     OFI_NCCL_ARCH_DIR,
     OFI_NCCL_FLAT_DIR,
     OFI_NCCL_LAYOUTS,
@@ -25,6 +24,7 @@ from fmcluster.images import (
     booted_image,
     load_images,
     parse_catalog,
+    raw_catalog,
 )
 from fmcluster.model import load_tenant
 from fmcluster.providers.registry import provider_for
@@ -234,7 +234,7 @@ def test_every_image_lists_where_its_efa_installer_puts_aws_ofi_nccl() -> None:
 ])
 def test_a_contract_missing_the_plugin_directory_of_its_efa_installer_is_refused(image: str, release: str | None,
                                                                                  dirs: list[str], missing: str) -> None:
-    raw = yaml.safe_load(IMAGES_PATH.read_text())
+    raw = raw_catalog()
     raw["images"][image]["ships"]["efa_installer"]["version"] = release
     raw["images"][image]["contract"]["ofi_nccl_lib_dirs"]["value"] = dirs
     with pytest.raises(ImageCatalogError, match=rf"images\.{image}\.contract\.ofi_nccl_lib_dirs: lacks {missing}"):
@@ -269,7 +269,7 @@ def test_the_nccl_role_points_at_the_directory_that_holds_the_plugin_in_either_l
 
 
 def test_an_image_with_an_efa_installer_on_an_os_of_no_known_layout_is_refused() -> None:
-    raw = yaml.safe_load(IMAGES_PATH.read_text())
+    raw = raw_catalog()
     raw["images"]["parallelcluster-ubuntu2204"]["os"] = "Rocky Linux 9"
     with pytest.raises(ImageCatalogError, match=r"parallelcluster-ubuntu2204\.contract\.ofi_nccl_lib_dirs: lacks \?"):
         parse_catalog(raw)
@@ -290,7 +290,7 @@ def test_the_boot_diagnostic_follows_the_image_s_dcgm_host_engine_only_where_it_
     # a GPU node booted from an image without DCGM is a gap; a Trainium node needs none
     assert gaps(["node_health"], "debian-12-local") and not gaps(["node_health"], "dlami-base-gpu-ubuntu-24.04")
     assert not gaps(["node_health"], "neuron-dlami-ubuntu-24.04", "neuron")
-    unnamed = yaml.safe_load(IMAGES_PATH.read_text())
+    unnamed = raw_catalog()
     unnamed["images"]["hyperpod-default"]["contract"]["dcgm_service"]["value"] = "nvidia-dcgm"  # a unit, with .service
     with pytest.raises(ImageCatalogError, match=r"hyperpod-default\.contract\.dcgm_service\.value"):
         parse_catalog(unnamed)
@@ -370,7 +370,7 @@ def test_parallelcluster_s_head_node_lets_fmcluster_s_imds_accounts_through_its_
 def test_every_contract_fact_has_a_source_and_bad_facts_are_refused_by_name() -> None:
     for image in load_images().images.values():
         assert set(image.contract.sources) == {f for f in Contract.__dataclass_fields__ if f != "sources"}, image.key
-    raw = yaml.safe_load(IMAGES_PATH.read_text())
+    raw = raw_catalog()
     broken = copy.deepcopy(raw)
     broken["images"]["dlami-base-gpu-ubuntu-24.04"]["contract"]["nccl_home"]["value"] = "usr/local/cuda"
     with pytest.raises(ImageCatalogError, match=r"images\.dlami-base-gpu-ubuntu-24\.04\.contract\.nccl_home\.value"):
@@ -456,7 +456,7 @@ def test_a_gpu_image_whose_host_engine_has_no_known_dcgm_release_is_a_gap(monkey
     exporter's container beside a host engine of no recorded release has no exporter image, and the walk names it."""
     import sys
 
-    raw = yaml.safe_load(IMAGES_PATH.read_text())
+    raw = raw_catalog()
     raw["images"]["dlami-base-gpu-ubuntu-24.04"]["contract"]["dcgm_version"]["value"] = None
     catalog = parse_catalog(raw)
     assert not gaps(["dcgm_exporter"], "dlami-base-gpu-ubuntu-24.04")
@@ -472,7 +472,7 @@ def test_a_gpu_image_whose_host_engine_has_no_known_dcgm_release_is_a_gap(monkey
 @pytest.mark.parametrize(("path", "value"), [("/usr/bin/docker", True), (None, True), ("docker", False),
                                              ("/usr/bin/", False), ("/usr/bin/docker run", False), (True, False)])
 def test_a_container_runtime_is_an_absolute_path_or_null(path: Any, value: bool) -> None:
-    raw = yaml.safe_load(IMAGES_PATH.read_text())
+    raw = raw_catalog()
     raw["images"]["hyperpod-default"]["contract"]["container_runtime"]["value"] = path
     if value:
         assert parse_catalog(raw)["hyperpod-default"].contract.container_runtime == path

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
 from conftest import ROOT
-from fmcluster.images import ACCELERATORS, COMPONENTS, IMAGES_PATH, ImageCatalogError, image_lines, load_images, parse_catalog
+from fmcluster.images import (ACCELERATORS, COMPONENTS, IMAGES_PATH, ImageCatalogError, image_lines, load_images, parse_catalog,
+                              raw_catalog)
 from fmcluster.model import load_tenant
 from fmcluster.providers.registry import provider_for
 from fmcluster.schedulers.registry import scheduler_for
@@ -21,8 +23,7 @@ ORGS = sorted(p.name for p in (ROOT / "inventories").iterdir() if (p / "group_va
 
 
 def raw() -> dict[str, Any]:
-    loaded: dict[str, Any] = yaml.safe_load(IMAGES_PATH.read_text())
-    return loaded
+    return raw_catalog()
 
 
 #: Images fmcluster's first boot cannot run on yet (it installs with apt and runs ansible-core 2.17, which needs Python
@@ -94,6 +95,36 @@ def test_a_broken_catalog_is_refused_naming_the_key_and_the_fix(edit: Any, messa
         parse_catalog(document)
     assert message in str(refused.value) and "images.yml" in str(refused.value)
 
+
+
+def test_a_scheduler_folder_adds_its_own_entries_to_a_core_data_file_and_one_entry_has_one_place(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 41: what belongs to one scheduler lives in its folder, as a file named like the core data file and holding
+    some of its sections (ParallelCluster's official AMI: schedulers/parallelcluster/images.yml); the loader adds a
+    mapping's entries and a list's items. An entry held twice, or a section the core file lacks, is refused naming
+    both places."""
+    from fmcluster import capabilities
+
+    assert "parallelcluster-ubuntu2204" not in yaml.safe_load(IMAGES_PATH.read_text())["images"]
+    assert load_images()["parallelcluster-ubuntu2204"].contract.slurm_installed_by == "service"
+    own, other = tmp_path / "own", tmp_path / "other"
+    own.mkdir()
+    other.mkdir()
+    (own / "images.yml").write_text("images:\n  own-image: {name: x}\nnames: [b]\n")
+    monkeypatch.setattr(capabilities, "SCHEDULER_FOLDERS", {"own": own, "other": other})
+    core = {"images": {"core-image": {}}, "names": ["a"], "ec2_images": {"cuda": "core-image"}}
+    merged = capabilities.scheduler_data("images.yml", core)
+    assert merged == {"images": {"core-image": {}, "own-image": {"name": "x"}}, "names": ["a", "b"],
+                      "ec2_images": {"cuda": "core-image"}}
+    assert core["images"] == {"core-image": {}} and core["names"] == ["a"]  # the core's own document is not changed
+    for text, message in [("images:\n  own-image: {}\n", rf"images\.own-image is in {own}/images\.yml already"),
+                          ("images:\n  core-image: {}\n", r"images\.core-image is in data/images\.yml already"),
+                          ("names: [a]\n", r"names\.a is in data/images\.yml already"),
+                          ("flavours: {a: 1}\n", r"section 'flavours' is not a mapping or list section"),
+                          ("names: {a: 1}\n", r"section 'names' is not a mapping or list section")]:
+        (other / "images.yml").write_text(text)
+        with pytest.raises(ValueError, match=message):
+            capabilities.scheduler_data("images.yml", core)
 
 def test_the_local_image_is_the_catalogued_stock_image_and_holds_nothing_of_fmcluster_s() -> None:
     from fmcluster.providers.local import image

@@ -65,7 +65,7 @@ REFUSED: list[tuple[str, Change, str, list[str]]] = [
      ["'alinux2023' is not allowed", "ubuntu2204"]),
     ("os-without-an-image-contract", lambda t: t["parallelcluster"].update(os="ubuntu2404"), "tenant.parallelcluster.os",
      ["no contract for ParallelCluster's 'ubuntu2404' AMI", "use ubuntu2204", "parallelcluster-ubuntu2404",
-      "src/fmcluster/data/images.yml"]),
+      "src/fmcluster/schedulers/parallelcluster/images.yml"]),
     ("ssh-key-name-with-newline", lambda t: t["parallelcluster"].update(ssh_key_name="key\nName: x"),
      "tenant.parallelcluster.ssh_key_name", ["contains a control character"]),
     ("accounting-secret-not-secretsmanager", accounting(password_secret_arn="arn:aws:ssm:us-east-1:123456789012:parameter/x"),

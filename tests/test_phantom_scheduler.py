@@ -1,10 +1,12 @@
 """A fourth scheduler is one folder plus one registry line (issue 41's proof): a copy of the package in which
 src/fmcluster/schedulers/slurm_ec2 is copied as `phantom` (its name written in its own files only) and the registry
 gets its line validates, plans and builds the manifest of a tenant naming `scheduler: phantom`, no other file changed.
-The phantom also brings a tenant section of its own, as ParallelCluster's `parallelcluster:` does, in its folder only:
-its schema fragment (section.schema.json, with a `$defs` entry), its row's own_section and section_parser, and the
-parser (settings.py); the section is validated (unknown keys and values refused with their key, and refused under
-another scheduler), parsed into Tenant.scheduler_settings, and listed in the schema reference.
+The phantom also brings its own entries of core data files (an image in its images.yml, an account in its
+reserved_accounts.yml, read through capabilities.scheduler_data) and a tenant section of its own, as ParallelCluster's
+`parallelcluster:` does, in its folder only: its schema fragment (section.schema.json, with a `$defs` entry), its
+row's own_section and section_parser, and the parser (settings.py); the section is validated (unknown keys and values
+refused with their key, and refused under another scheduler), parsed into Tenant.scheduler_settings, and listed in
+the schema reference.
 
 What the phantom still cannot do (the remaining gap, for the rest of issue 41):
 - its node files (lifecycle or custom-action scripts) would live outside its folder (cfn/, scripts/);
@@ -70,6 +72,13 @@ lines = []
 assert commands.validate("other", out=lines.append) != 0
 assert "only scheduler phantom reads this section" in "\n".join(lines), lines
 assert load_tenant("plain").scheduler_settings is None
+
+# Its own entries of core data files, in its folder only (capabilities.scheduler_data): an image and an account.
+from fmcluster.images import load_images
+from fmcluster.validation import reserved_accounts
+
+assert load_images()["phantom-ubuntu2204"].contract.default_user == "ubuntu"
+assert reserved_accounts()[0]["phantom-admin"] == "gpu_and_aws_images"
 print("PHANTOM OK")
 """
 
@@ -117,6 +126,11 @@ def _phantom_tree(tmp: Path) -> Path:
     row.write_text(row.read_text().replace("own_section: null\n", SECTION_ROW))
     (folder / "section.schema.json").write_text(SECTION_SCHEMA)
     (folder / "settings.py").write_text(SETTINGS)
+    images = yaml.safe_load((SRC / "schedulers" / "parallelcluster" / "images.yml").read_text())["images"]
+    image = {"phantom-ubuntu2204": images["parallelcluster-ubuntu2204"]}
+    (folder / "images.yml").write_text(yaml.safe_dump({"images": image}))
+    accounts = {"gpu_and_aws_images": {"phantom-admin": "its cookbook"}}
+    (folder / "reserved_accounts.yml").write_text(yaml.safe_dump(accounts))
     registry = package / "schedulers" / "registry.py"
     text = registry.read_text()
     line = "from fmcluster.schedulers.slurm_ec2.scheduler import SlurmEc2\n"

@@ -39,8 +39,8 @@ class ProviderCapabilities:
     #: Slurm's job credential lifetime (AuthInfo cred_expire), also how long a requeued job waits to start again.
     credential_lifetime_s: int = 120
     #: Seconds a node may take from `scontrol reboot` to slurmd registering again, before a GPU node's boot
-    #: diagnostic (Slurm's ResumeTimeout adds that; past it Slurm marks the node DOWN, scontrol(1)). AWS: 1,800,
-    #: ParallelCluster's own ResumeTimeout (its ComputeNodeBootstrapTimeout default) for a GPU instance's boot.
+    #: diagnostic (Slurm's ResumeTimeout adds that; past it Slurm marks the node DOWN, scontrol(1)). AWS: 1,800, the
+    #: ResumeTimeout AWS's Slurm cluster tool gives a GPU instance's boot (its ComputeNodeBootstrapTimeout default).
     reboot_timeout_s: int = 1800
     #: Outbound port 25 is blocked (EC2's default, AWS knowledge center "ec2-port-25-throttle") and nothing on the
     #: controller relays mail: an email receiver needs monitoring.smtp, a relay on a submission port.
@@ -162,6 +162,43 @@ SCHEDULERS: dict[str, SchedulerCapabilities]
 #: hands them as files or modules (its validation rules: fmcluster.validation.scheduler_rules) without importing it.
 SCHEDULER_FOLDERS: dict[str, Path]
 SCHEDULERS, SCHEDULER_FOLDERS = _scheduler_rows()
+
+def scheduler_data(filename: str, core: dict[str, Any]) -> dict[str, Any]:
+    """A core data file (src/fmcluster/data/<filename>, read as `core`) with each scheduler folder's own part of it
+    added: what belongs to one scheduler (its image's catalogue entry, the accounts its image makes) lives in its
+    folder as a file of the same name, holding some of the core file's sections. A section that is a mapping gains
+    the folder's entries, one that is a list its items; a section the core file lacks, or an entry someone has
+    already, is refused with both files named. The folders are read in SCHEDULER_FOLDERS' order."""
+    merged = {key: (dict(value) if isinstance(value, dict) else list(value) if isinstance(value, list) else value)
+              for key, value in core.items()}
+    owner: dict[tuple[str, str], str] = {}
+    for folder in SCHEDULER_FOLDERS.values():
+        path = folder / filename
+        if not path.is_file():
+            continue
+        part = yaml.safe_load(path.read_text(encoding="utf-8"))
+        if not isinstance(part, dict):
+            raise ValueError(f"{path}: not a mapping of sections of data/{filename}")
+        for section, entries in part.items():
+            here = merged.get(section)
+            if isinstance(here, dict) and isinstance(entries, dict):
+                names = [str(name) for name in entries]
+            elif isinstance(here, list) and isinstance(entries, list):
+                names = [str(name) for name in entries]
+            else:
+                raise ValueError(f"{path}: section {section!r} is not a mapping or list section of data/{filename} "
+                                 "(a scheduler's folder adds entries to the core file's sections, of the same kind)")
+            for name in names:
+                taken = owner.get((section, name)) or (f"data/{filename}" if name in map(str, here) else None)
+                if taken:
+                    raise ValueError(f"{path}: {section}.{name} is in {taken} already (one place per entry)")
+                owner[(section, name)] = str(path)
+            if isinstance(here, dict):
+                here.update(entries)
+            else:
+                here.extend(entries)
+    return merged
+
 
 SlurmOwner = Literal["fmcluster", "scheduler"]
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 import yaml
 
 from fmcluster import versions
+from fmcluster.capabilities import scheduler_data
 from fmcluster.paths import DATA_DIR, PACKAGE_DIR
 
 if TYPE_CHECKING:
@@ -249,7 +250,8 @@ class ImageCatalog:
 
     def __getitem__(self, key: str) -> Image:
         if key not in self.images:
-            raise ImageCatalogError(f"{IMAGES_PATH}: no image '{key}' under images (known: {', '.join(self.images)})")
+            raise ImageCatalogError(f"{IMAGES_PATH}: no image '{key}' under images, here or in a scheduler folder's "
+                                    f"images.yml (known: {', '.join(self.images)})")
         return self.images[key]
 
     def ec2_image(self, accelerator: str) -> Image:
@@ -371,9 +373,15 @@ def parse_catalog(raw: Any) -> ImageCatalog:
     return ImageCatalog(images, {str(k): str(v) for k, v in ec2.items()})
 
 
+def raw_catalog(path: Path = IMAGES_PATH) -> dict[str, Any]:
+    """images.yml as written, with the images each scheduler's folder catalogues in its own images.yml (the one its
+    service boots) added under `images` (fmcluster.capabilities.scheduler_data)."""
+    return scheduler_data(IMAGES_PATH.name, yaml.safe_load(path.read_text(encoding="utf-8")))
+
+
 @lru_cache(maxsize=1)
 def load_images(path: Path = IMAGES_PATH) -> ImageCatalog:
-    return parse_catalog(yaml.safe_load(path.read_text(encoding="utf-8")))
+    return parse_catalog(raw_catalog(path))
 
 
 def node_kinds(tenant: Tenant) -> list[tuple[str, str]]:

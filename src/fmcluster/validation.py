@@ -29,7 +29,14 @@ import jsonschema
 import jsonschema.validators
 import yaml
 
-from fmcluster.capabilities import CONTAINER_RUNTIMES, PROVIDERS, SCHEDULER_FOLDERS, SCHEDULERS, SECTION_SCHEMA
+from fmcluster.capabilities import (
+    CONTAINER_RUNTIMES,
+    PROVIDERS,
+    SCHEDULER_FOLDERS,
+    SCHEDULERS,
+    SECTION_SCHEMA,
+    scheduler_data,
+)
 from fmcluster.catalog import InstanceType, load_catalog
 from fmcluster.escape import escaped, neutral
 from fmcluster.ldapsyntax import dn_problem, filter_problem
@@ -1264,26 +1271,26 @@ def _check_accounting(out: _Collector, tenant: dict[str, Any], t: KeyPath) -> No
 @lru_cache(maxsize=1)
 def reserved_accounts() -> tuple[dict[str, str], dict[int, str]]:
     """(name → where the system already has it, id → the daemon that has it) from data/reserved_accounts.yml."""
-    data = _reserved_data()
+    data = reserved_data()
     names = {name: source for source, listed in data.items() if source not in _ID_SECTIONS for name in listed}
     return names, {uid: name for name, uid in data["fixed_ids"].items()}
 
 
 @lru_cache(maxsize=1)
-def _reserved_data() -> dict[str, Any]:
-    data: dict[str, Any] = yaml.safe_load(RESERVED_ACCOUNTS_PATH.read_text(encoding="utf-8"))
-    return data
+def reserved_data() -> dict[str, Any]:
+    """data/reserved_accounts.yml, with the names each scheduler's folder adds (its reserved_accounts.yml)."""
+    return scheduler_data(RESERVED_ACCOUNTS_PATH.name, yaml.safe_load(RESERVED_ACCOUNTS_PATH.read_text(encoding="utf-8")))
 
 
 def image_ids() -> dict[int, str]:
     """id → whose it is on the images (the default user's 1000), from data/reserved_accounts.yml."""
-    return {int(uid): str(whose) for uid, whose in _reserved_data()["image_ids"].items()}
+    return {int(uid): str(whose) for uid, whose in reserved_data()["image_ids"].items()}
 
 
 def reserved_source(name: str) -> str:
     """Where a reserved name comes from, as a message says it."""
     section = reserved_accounts()[0][name]
-    listed = _reserved_data()[section]
+    listed = reserved_data()[section]
     detail = f" ({listed[name]})" if isinstance(listed, dict) else ""
     return _RESERVED_SOURCES[section] + detail
 
@@ -1320,7 +1327,7 @@ def _check_people(out: _Collector, tenant: dict[str, Any], t: KeyPath) -> None:
         if name in reserved:
             out.add(path, f"'{name}' is reserved: it is {reserved_source(name)}",
                     f"choose another {what} name, e.g. '{name}1' or a person's login (the list: "
-                    "src/fmcluster/data/reserved_accounts.yml)")
+                    "src/fmcluster/data/reserved_accounts.yml and the schedulers' own)")
         elif name in seen:
             out.add(path, f"{what} name {show(name)} is used twice (also {section}[{seen[name]}])",
                     f"give every {what} its own name")

@@ -33,7 +33,7 @@ from fmcluster.escape import neutral
 from fmcluster.model import load_tenant
 from fmcluster.scaffold import NewTenantInvalid, new_tenant
 from fmcluster.sshkeys import ed25519_problem
-from fmcluster.validation import CLUSTER_PORTS, image_ids, reserved_accounts
+from fmcluster.validation import CLUSTER_PORTS, image_ids, reserved_accounts, reserved_data
 from hostile_helpers import ROOT, assert_refused, spec_text, validate, write_tenant
 from test_hostile_cli import ORG_TASKS, TASKS, _snapshot
 
@@ -94,7 +94,7 @@ IMAGE_ACCOUNTS = sorted(name for name, section in reserved_accounts()[0].items()
 
 
 def test_the_issue_s_image_accounts_are_reserved_with_a_source() -> None:
-    data = yaml.safe_load((ROOT / "src/fmcluster/data/reserved_accounts.yml").read_text())
+    data = reserved_data()
     assert {"nvidia-persistenced", "ec2-instance-connect", "pcluster-admin", "ubuntu"} <= set(IMAGE_ACCOUNTS)
     assert all(isinstance(source, str) and len(source) > 20 for source in data["gpu_and_aws_images"].values())
     assert image_ids() == {1000: data["image_ids"][1000]}
@@ -102,7 +102,7 @@ def test_the_issue_s_image_accounts_are_reserved_with_a_source() -> None:
 
 @pytest.mark.parametrize("name", IMAGE_ACCOUNTS)
 def test_an_image_account_as_a_user_name_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str) -> None:
-    source = yaml.safe_load((ROOT / "src/fmcluster/data/reserved_accounts.yml").read_text())["gpu_and_aws_images"][name]
+    source = reserved_data()["gpu_and_aws_images"][name]
     refused(tmp_path, monkeypatch, spec_text(people(users=[user(name=name)])), f"{U}[0].name",
             f"'{name}' is reserved: it is an account the GPU and AWS images already have ({source})",
             "fix: choose another user name")

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 INSTALL_DIR = "/opt/fmcluster/health"
 #: /proc/self/mountinfo's file system type of each kind of shared storage (fmcluster.publish.shared_storage).
 FSTYPES = {"lustre": "lustre", "nfs": "nfs4"}
-#: Slurm's SlurmdTimeout where the health interval is long (its own default, and ParallelCluster's order of size).
+#: Slurm's SlurmdTimeout where the health interval is long: its own default (slurm.conf(5), SlurmdTimeout: 300 s).
 SLURMD_TIMEOUT_S = 300
 
 

@@ -15,7 +15,8 @@ from fmcluster.providers import (BootResult, NoEndpoint, Out, Route, controller_
                                  operator_key_path, route_to)
 from fmcluster.stacks import aws
 
-#: Share of an instance's nominal memory given to Slurm (RealMemory), as ParallelCluster does (95 %).
+#: Share of an instance's nominal memory given to Slurm (RealMemory): 95 %, leaving the OS its room (AWS's Slurm
+#: cluster tool schedules 95 % of the memory EC2 advertises by default, its SchedulableMemory).
 MEMORY_SHARE = 0.95
 #: What a Session Manager route needs on the operator's machine: the AWS CLI and the plugin it hands the session to.
 SESSION_NEEDS = ("aws", "session-manager-plugin")

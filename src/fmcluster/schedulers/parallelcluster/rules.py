@@ -63,7 +63,7 @@ DEFAULT_OS = "ubuntu2204"
 
 
 def official_image(os_name: str) -> str:
-    """ParallelCluster's official AMI of an OS, as the image catalog names it (src/fmcluster/data/images.yml)."""
+    """ParallelCluster's official AMI of an OS, as the image catalog names it (this folder's images.yml)."""
     return f"parallelcluster-{os_name}"
 
 
@@ -146,7 +146,8 @@ def _check_image(tenant: dict[str, Any], add: Add) -> None:
         add(("tenant", "parallelcluster", "os"),
             f"the image catalog has no contract for ParallelCluster's {escaped(os_name)} AMI, so what fmcluster's roles "
             "assume of its nodes is unchecked and the deploy's manifest cannot be built",
-            f"use {' or '.join(known)}, or add image {official_image(neutral(os_name))} to src/fmcluster/data/images.yml "
+            f"use {' or '.join(known)}, or add image {official_image(neutral(os_name))} to "
+            "src/fmcluster/schedulers/parallelcluster/images.yml "
             "(each fact with its public source; tests/test_image_contract.py checks the roles against it)")
 
 

@@ -1,8 +1,8 @@
 """Provider local, scheduler pcs: what stands in for AWS Parallel Computing Service.
 
 No PCS runs offline: no emulator answers `AWS::PCS::Cluster`, `ComputeNodeGroup` or `Queue`, and PCS's controller
-(slurmctld, slurmdbd) runs in AWS's account. So the *substrate* is stood in, never its answers, as for
-ParallelCluster (fmcluster.schedulers.parallelcluster.stand_in): the cluster stack is fmcluster's slurm-ec2 stack
+(slurmctld, slurmdbd) runs in AWS's account. So the *substrate* is stood in, never its answers, as for a scheduler
+whose service makes the whole cluster (its folder's stand_in.py): the cluster stack is fmcluster's slurm-ec2 stack
 (the controller instance, one auto scaling group for the login nodes and one per queue, as PCS's node groups are
 one per queue plus the login fleet), whose instances carry the tags PCS's launch templates give them
 (`fmcluster:org`, `fmcluster:role`, `fmcluster:queue`, which discovery reads), and whose user data is the one shell

@@ -41,9 +41,9 @@ def build(tenant: Tenant) -> dict[str, Any]:
         "InternetGatewayAttachment": {"Type": "AWS::EC2::VPCGatewayAttachment", "Properties": {
             "VpcId": Ref("Vpc"), "InternetGatewayId": Ref("InternetGateway")}},
         # Its default route is the internet gateway, so an instance here reaches anything (AWS APIs, the NAT-less
-        # way out) only with a public address: ParallelCluster's login nodes get none unless the subnet maps one
-        # (their launch template does not ask), and would boot unable to fetch their bootstrap. Admission stays
-        # with the security groups (SSH from network.ssh_ingress_cidr only).
+        # way out) only with a public address: a node whose launch template asks for none (a scheduler's service may
+        # launch its login nodes so) gets none unless the subnet maps one, and would boot unable to fetch its
+        # bootstrap. Admission stays with the security groups (SSH from network.ssh_ingress_cidr only).
         "PublicSubnet": {"Type": "AWS::EC2::Subnet", "Properties": {
             "VpcId": Ref("Vpc"), "AvailabilityZone": az, "CidrBlock": public_cidr, "MapPublicIpOnLaunch": True,
             "Tags": tagged("public")}},
