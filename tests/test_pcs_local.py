@@ -6,8 +6,8 @@ Checked here: every node converges and what is stood in is said (deploy summary,
 found by the tags PCS's launch templates give; compute nodes run configless slurmd as PCS's do, and a job runs
 across both; `invoke destroy --yes` leaves nothing behind.
 
-In the standins-extra tier, which `invoke test` (and so .ci/run) leaves out: its one deploy (555 s beside a
-loaded machine, about 250 s alone) would take CI past its 30 minutes on 2 cores; `invoke test --tier=standins-extra`
+In the standins-extra tier, which `invoke test` (and so .ci/run) leaves out: its one deploy (the module: 594 s
+beside a loaded CI run, 218 s alone) would take CI past its 30 minutes on 2 cores; `invoke test --tier=standins-extra`
 runs it, alone (as the ParallelCluster and HyperPod stand-ins' are). One tenant (org
 `pcse2e`, VPC 10.72.0.0/16, a range no other test uses).
 """
