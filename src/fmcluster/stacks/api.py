@@ -165,15 +165,20 @@ def baked_images(tenant: Tenant, stacks: list[RenderedStack], ec2: Any | None,
     return chosen, refusals, lines
 
 
+def deployed_parameters(cf: Any, stack_name: str) -> dict[str, str]:
+    """The deployed stack's parameters as it resolved them (an SSM parameter's AMI id, not its path); {} if none."""
+    current = stack_status(cf, stack_name) or {}
+    return {str(p["ParameterKey"]): str(p.get("ResolvedValue") or p.get("ParameterValue", ""))
+            for p in current.get("Parameters") or []}
+
+
 def image_resolver(tenant: Tenant, cf: Any, stack: RenderedStack, endpoint: str | None, refresh: bool,
                    notes: list[str], baked_amis: dict[str, str | None] | None = None) -> ImageResolver:
     """Pin each AMI once: reuse the value the deployed stack holds, resolve the public SSM parameter
     only for a stack that does not hold one yet (or when `refresh` asks for it). What happened is
     appended to `notes`; the pinned ids are also stack outputs (stack_outputs.yml). A BakedImageRef takes the AMI
     `baked_amis` chose for it (`baked_images`, checked before any stack is touched), else its base ref."""
-    current = stack_status(cf, stack.name) or {}
-    previous: dict[str, str] = {str(p["ParameterKey"]): str(p.get("ResolvedValue") or p.get("ParameterValue", ""))
-                                for p in current.get("Parameters") or []}
+    previous = deployed_parameters(cf, stack.name)
 
     def resolve(name: str, ref: AnyImageRef) -> str:
         kept = previous.get(name, "")
@@ -228,13 +233,13 @@ def deploy_stacks(tenant: Tenant, endpoint: str | None, *, scheduler: SchedulerS
         return result
     result.endpoint = endpoint
     emulator = endpoint is not None
-    baked_amis, refusals = _baked_gate(tenant, stacks, aws.client("ec2", tenant.region, endpoint),
-                                       aws.client("cloudformation", tenant.region, endpoint), out, refresh_images)
+    cf = aws.client("cloudformation", tenant.region, result.endpoint)
+    baked_amis, refusals = _baked_gate(tenant, stacks, aws.client("ec2", tenant.region, endpoint), cf, out,
+                                       refresh_images)
     if refusals:
         result.stacks = [StackOutcome(s.key, s.name, "not-attempted") for s in stacks]
         result.notes = refusals
         return result
-    cf = aws.client("cloudformation", tenant.region, result.endpoint)
     outputs: dict[str, dict[str, str]] = {}
     for stack in stacks:
         if not result.ok:
@@ -287,9 +292,8 @@ def _baked_gate(tenant: Tenant, stacks: list[RenderedStack], ec2: Any | None, cf
     with_refs = [s for s in stacks if any(isinstance(v, BakedImageRef) for v in s.parameters.values())]
     if not with_refs:
         return {}, []
-    pinned = {str(p["ParameterKey"]): str(p.get("ResolvedValue") or p.get("ParameterValue", ""))
-              for s in (with_refs if cf is not None and not refresh else []) for p in (stack_status(cf, s.name) or {}).get("Parameters")
-              or []}
+    pinned = {name: value for s in (with_refs if cf is not None and not refresh else [])
+              for name, value in deployed_parameters(cf, s.name).items()}
     chosen, refusals, lines = baked_images(tenant, stacks, ec2, pinned)
     for line in lines:
         out(f"  image: {line}")
