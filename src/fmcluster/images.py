@@ -18,6 +18,7 @@ import yaml
 
 from fmcluster import versions
 from fmcluster.capabilities import scheduler_data
+from fmcluster.nccl import parse_version
 from fmcluster.paths import DATA_DIR, PACKAGE_DIR
 
 if TYPE_CHECKING:
@@ -185,7 +186,7 @@ class OfiNcclLayout:
         """The directories an image with this EFA installer release (None: not recorded) may keep the plugin in."""
         if efa_installer is None:
             return {self.before, self.after}
-        release = _release(efa_installer)
+        release = parse_version(efa_installer)
         if release < self.moved[0]:
             return {self.before}
         if release >= self.moved[1]:
@@ -199,10 +200,6 @@ OFI_NCCL_LAYOUTS: dict[str, OfiNcclLayout] = {
     "Debian": OfiNcclLayout(OFI_NCCL_ARCH_DIR, OFI_NCCL_FLAT_DIR, ((1, 44), (1, 48))),
     "Amazon Linux 2023": OfiNcclLayout(OFI_NCCL_ARCH_DIR, OFI_NCCL_LIB64_DIR, ((1, 44), (1, 44))),
 }
-
-
-def _release(version: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in version.split(".") if part.isdigit())
 
 
 @dataclass(frozen=True)
