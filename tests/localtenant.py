@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import shlex
 import shutil
 import subprocess
 from collections.abc import Iterator, Sequence
@@ -87,6 +88,25 @@ def invoke_org(org: str, *args: str, timeout: float = 1200) -> subprocess.Comple
 
     return subprocess.run([venv_tool("invoke"), *args, f"--org={org}"], cwd=ROOT, capture_output=True, text=True,
                           stdin=subprocess.DEVNULL, timeout=timeout)
+
+
+def on_node_as_root(org: str, name: str, command: str) -> subprocess.CompletedProcess[str]:
+    """`command` on node `name` as root: the operator's ssh (a Session Manager session's stand-in), then sudo."""
+    return invoke_org(org, "slurm", f"--cmd=sudo -n bash -c {shlex.quote(command)}", f"--node={name}", timeout=300)
+
+
+def running_instance_tags(org: str) -> list[dict[str, str]]:
+    """The tags of the tenant's running instances, as the emulator's EC2 answers them (fmcluster:org = `org`)."""
+    from fmcluster.model import load_tenant
+    from fmcluster.providers.registry import provider_for
+    from fmcluster.stacks import aws
+
+    tenant = load_tenant(org)
+    ec2 = aws.client("ec2", tenant.region, provider_for(tenant).endpoint(False, print))
+    tags = [{t["Key"]: t["Value"] for t in i.get("Tags", [])}
+            for r in ec2.describe_instances()["Reservations"] for i in r["Instances"]
+            if i["State"]["Name"] == "running"]
+    return [t for t in tags if t.get("fmcluster:org") == org]
 
 
 def substrate_leftovers(org: str) -> list[str]:

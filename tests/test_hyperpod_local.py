@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
 import subprocess
 from collections.abc import Iterator
 
 import pytest
 
-from localtenant import deploy_copy, invoke_org, substrate_leftovers
+from localtenant import deploy_copy, invoke_org, on_node_as_root, substrate_leftovers
 
 pytestmark = [pytest.mark.e2e, pytest.mark.standin]
 ORG = "hpe2e"
@@ -34,8 +33,7 @@ def invoke(*args: str, timeout: float = 1200) -> subprocess.CompletedProcess[str
 
 
 def on_node(name: str, command: str) -> subprocess.CompletedProcess[str]:
-    """`command` on node `name` as root: the operator's ssh (a Session Manager session's stand-in), then sudo."""
-    return invoke("slurm", f"--cmd=sudo -n bash -c {shlex.quote(command)}", f"--node={name}", timeout=300)
+    return on_node_as_root(ORG, name, command)
 
 
 def as_operator(name: str, command: str) -> subprocess.CompletedProcess[str]:

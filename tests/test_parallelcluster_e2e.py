@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from conftest import ROOT
-from localtenant import deploy_copy, invoke_org, substrate_leftovers
+from localtenant import deploy_copy, invoke_org, running_instance_tags, substrate_leftovers
 
 pytestmark = [pytest.mark.e2e, pytest.mark.standin]
 ORG = "pce2e"
@@ -57,16 +57,7 @@ def test_the_deploy_converges_the_stand_in_cluster_and_passes_acceptance(
 
 
 def test_nodes_are_found_by_parallelcluster_s_own_tags(deployed: subprocess.CompletedProcess[str]) -> None:
-    from fmcluster.model import load_tenant
-    from fmcluster.providers.registry import provider_for
-    from fmcluster.stacks import aws
-
-    tenant = load_tenant(ORG)
-    ec2 = aws.client("ec2", tenant.region, provider_for(tenant).endpoint(False, print))
-    tags = [{t["Key"]: t["Value"] for t in i.get("Tags", [])}
-            for r in ec2.describe_instances()["Reservations"] for i in r["Instances"]
-            if i["State"]["Name"] == "running"]
-    ours = [t for t in tags if t.get("fmcluster:org") == ORG]
+    ours = running_instance_tags(ORG)
     assert sorted(t.get("parallelcluster:node-type", "") for t in ours) == ["Compute", "Compute", "HeadNode",
                                                                            "LoginNode"]
     assert not [t for t in ours if "fmcluster:role" in t], "the stand-in tags its instances as ParallelCluster does"

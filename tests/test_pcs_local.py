@@ -15,14 +15,13 @@ runs it, alone (as the ParallelCluster and HyperPod stand-ins' are). One tenant 
 from __future__ import annotations
 
 import re
-import shlex
 import subprocess
 import time
 from collections.abc import Iterator
 
 import pytest
 
-from localtenant import deploy_copy, invoke_org, substrate_leftovers
+from localtenant import deploy_copy, invoke_org, on_node_as_root, running_instance_tags, substrate_leftovers
 
 pytestmark = [pytest.mark.e2e, pytest.mark.standin, pytest.mark.extra_standin]
 ORG = "pcse2e"
@@ -34,8 +33,7 @@ def invoke(*args: str, timeout: float = 1200) -> subprocess.CompletedProcess[str
 
 
 def on_node(name: str, command: str) -> subprocess.CompletedProcess[str]:
-    """`command` on node `name` as root: the operator's ssh (a Session Manager session's stand-in), then sudo."""
-    return invoke("slurm", f"--cmd=sudo -n bash -c {shlex.quote(command)}", f"--node={name}", timeout=300)
+    return on_node_as_root(ORG, name, command)
 
 
 def nodes() -> list[dict[str, str]]:
@@ -65,16 +63,7 @@ def test_the_deploy_converges_the_stand_in_cluster_and_passes_acceptance(
 
 
 def test_nodes_are_found_by_the_tags_pcs_s_launch_templates_give(deployed: subprocess.CompletedProcess[str]) -> None:
-    from fmcluster.model import load_tenant
-    from fmcluster.providers.registry import provider_for
-    from fmcluster.stacks import aws
-
-    tenant = load_tenant(ORG)
-    ec2 = aws.client("ec2", tenant.region, provider_for(tenant).endpoint(False, print))
-    tags = [{t["Key"]: t["Value"] for t in i.get("Tags", [])}
-            for r in ec2.describe_instances()["Reservations"] for i in r["Instances"]
-            if i["State"]["Name"] == "running"]
-    ours = [t for t in tags if t.get("fmcluster:org") == ORG]
+    ours = running_instance_tags(ORG)
     assert sorted((t["fmcluster:role"], t.get("fmcluster:queue", "")) for t in ours) == [
         ("compute", "cpu"), ("compute", "cpu"), ("controller", ""), ("login", "")]
     assert sorted(n["role"] for n in nodes()) == ["compute", "compute", "controller", "login"]
