@@ -1,8 +1,7 @@
 """Every version fmcluster pins (src/fmcluster/data/versions.yml), and the role variables they become.
 
-The deploy puts `role_vars()` into the manifest, so a node's roles install exactly these versions whatever their
-own defaults say; tests/test_versions.py keeps the defaults equal anyway (a role converged on its own, by
-Molecule, installs the same thing).
+The deploy puts `role_vars()` into the manifest; a role converged on its own (Molecule, a role test) reads the same
+file from its defaults (`<role>_pins`, tests/test_versions.py), so the roles hold no copy of a pin.
 """
 
 from __future__ import annotations
