@@ -31,15 +31,22 @@ NODE_SECRETS_DIR = "/etc/fmcluster/secrets"
 #: Secret names under fmcluster/<org>/ in AWS Secrets Manager (the deploy creates them), and the roles whose
 #: nodes read each (their IAM roles allow exactly that: the munge key everywhere, the rest on the controller).
 SECRET_ROLES = {"munge-key": ("controller", "login", "compute"), "grafana-admin-password": ("controller",)}
+SECRET_NAMES = tuple(SECRET_ROLES)
 #: The deploy's index of what it published for the nodes (object key → SHA-256), in the manifest's prefix; nodes trust
 #: it only when its SHA-256 is the value of the SSM parameter index_parameter(org), which the deploy alone writes
 #: (fmcluster.publish; docs/stacks.md, "What a node runs").
 INDEX_KEY = "fmcluster/manifest/index.json"
 
 
+#: The SSM parameter holding the SHA-256 of the tenant's index (INDEX_KEY): the deploy writes it, nodes read it
+#: (and their IAM policy names it: fmcluster.stacks.templates.common fills the same template with the org).
+INDEX_PARAMETER = "/fmcluster/{org}/bootstrap-index-sha256"
+#: Where the tenant's secrets are named in Secrets Manager: what its nodes may read and the deploy lists.
+SECRET_PREFIX = "fmcluster/{org}/"
+
+
 def index_parameter(org: str) -> str:
-    """The SSM parameter holding the SHA-256 of the tenant's index (INDEX_KEY): the deploy writes it, nodes read it."""
-    return f"/fmcluster/{org}/bootstrap-index-sha256"
+    return INDEX_PARAMETER.format(org=org)
 
 
 class DigestMismatch(RuntimeError):
@@ -59,11 +66,12 @@ def trusted_objects(index: bytes, trusted_sha256: str, parameter: str) -> dict[s
     check_digest(INDEX_KEY, trusted_sha256, index, f" (SSM parameter {parameter})")
     objects = json.loads(index).get("objects", {})
     return {str(k): str(v) for k, v in objects.items()} if isinstance(objects, dict) else {}
-SECRET_NAMES = tuple(SECRET_ROLES)
+def secret_prefix(org: str) -> str:
+    return SECRET_PREFIX.format(org=org)
 
 
 def secret_id(org: str, name: str) -> str:
-    return f"fmcluster/{org}/{name}"
+    return secret_prefix(org) + name
 
 
 def digest(document: Any) -> str:

@@ -26,7 +26,8 @@ from typing import Any
 from fmcluster import accelerators, accounting, containers, images, monitoring, nccl, users, versions
 from fmcluster.containers import ContainerRegistry
 from fmcluster.health import inventory as health
-from fmcluster.manifest import FORMAT, INDEX_KEY, NODE_SECRETS_DIR, SECRET_NAMES, index_parameter, secret_id
+from fmcluster.manifest import (FORMAT, INDEX_KEY, NODE_SECRETS_DIR, SECRET_NAMES, index_parameter, secret_id,
+                                secret_prefix)
 from fmcluster.model import Tenant
 from fmcluster.paths import PACKAGE_DIR
 
@@ -81,7 +82,7 @@ def ensure_secrets(tenant: Tenant, secretsmanager: Any, out: Out = print) -> lis
     created = []
     existing = set()
     paginator = secretsmanager.get_paginator("list_secrets")
-    for page in paginator.paginate(Filters=[{"Key": "name", "Values": [f"fmcluster/{tenant.org}/"]}]):
+    for page in paginator.paginate(Filters=[{"Key": "name", "Values": [secret_prefix(tenant.org)]}]):
         existing |= {s["Name"] for s in page["SecretList"]}
     for name in SECRET_NAMES:
         sid = secret_id(tenant.org, name)
@@ -129,7 +130,7 @@ def missing_tenant_secrets(tenant: Tenant, secretsmanager: Any) -> list[str]:
         refusals.append(f"{spec}: {key}: {why}; the nodes read it at converge and would fail there. Fix: create it "
                         f"(aws secretsmanager create-secret --region {tenant.region} --name {sid} --secret-string "
                         f"file://VALUE_FILE) and run the deploy again, or set {key} to a secret that exists under "
-                        f"fmcluster/{tenant.org}/")
+                        f"{secret_prefix(tenant.org)}")
     return refusals
 
 

@@ -52,11 +52,6 @@ SSM_POLICY = "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"
 HEAD_ROOT_GIB = 200
 
 
-def secret_prefix(org: str) -> str:
-    """Secrets Manager names the tenant's nodes may read: fmcluster/<org>/..."""
-    return f"fmcluster/{org}/"
-
-
 def custom_action_script() -> bytes:
     """What ParallelCluster downloads and runs as OnNodeConfigured: the argument check, then the same first
     boot as every other fmcluster node."""

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fmcluster.escape import escaped, neutral
+from fmcluster.manifest import SECRET_NAMES, secret_prefix
 
 KeyPath = tuple[str | int, ...]
 Add = Callable[[KeyPath, str, str], None]
@@ -43,8 +44,6 @@ RESERVED_MOUNT_DIRS = (
 EPHEMERAL_DIR = "/scratch"
 #: Every region fmcluster knows (fmcluster.validation.KNOWN_REGIONS) is in the commercial partition.
 SECRET_PARTITION = "aws"
-#: The secrets fmcluster itself creates under fmcluster/<org>/ (fmcluster.manifest.SECRET_NAMES).
-MANAGED_SECRETS = ("munge-key", "grafana-admin-password")
 #: AWS tag values (ParallelCluster puts `programme` and `org` on every resource as tags; at most 256).
 TAG_VALUE = re.compile(r"^[\w .:/=+\-@]{0,256}$")
 #: Instance types of the catalog that EC2 sells as Capacity Blocks for ML (EC2 user guide, "Capacity
@@ -167,11 +166,11 @@ def _check_secret_arn(tenant: dict[str, Any], arn: Any, add: Add) -> None:
         add(k, f"the secret is in {neutral(parts[3])}, the cluster in {neutral(region)}",
             f"store the database password as a secret in {region} and name its ARN here")
     if isinstance(org, str):
-        own = f"fmcluster/{org}/"
+        own = secret_prefix(org)
         if not name.startswith(own):
             add(k, f"the secret {escaped(name, 80)} is not under the tenant's own prefix {own!r}: the head node would "
                 "be granted read access to it", f"store the database password as {own}slurmdbd-password and name its ARN")
-        elif re.sub(r"-[A-Za-z0-9]{6}$", "", name.removeprefix(own)) in MANAGED_SECRETS:
+        elif re.sub(r"-[A-Za-z0-9]{6}$", "", name.removeprefix(own)) in SECRET_NAMES:
             add(k, f"{escaped(name, 80)} is a secret fmcluster manages for the nodes, not a database password",
                 f"store the database password as {own}slurmdbd-password and name its ARN")
 

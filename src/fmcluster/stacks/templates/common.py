@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from fmcluster.accounting import secret_roles
+from fmcluster.manifest import INDEX_PARAMETER, SECRET_PREFIX
 from fmcluster.model import Tenant
 from fmcluster.stacks.cfn import NO_VALUE, Fn, Ref, Sub, if_, join, tags, text
 from fmcluster.validation import ECR_REGISTRY
@@ -183,7 +184,7 @@ def report_key(user_id: str, instance_id: str, suffix: str = ".json") -> str:
 
 def secret_arns(org: str, names: Sequence[str]) -> list[Any]:
     """The ARNs of the named secrets of the org. Secrets Manager appends '-' and six random characters."""
-    return [text("arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:fmcluster/{org}/"
+    return [text("arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:" + SECRET_PREFIX
                  + name + "-??????", org=org) for name in names]
 
 
@@ -195,8 +196,7 @@ def secrets_of(tenant: Tenant, roles: Sequence[str]) -> list[str]:
 def index_parameter_arn(org: str) -> Any:
     """The SSM parameter naming the SHA-256 of the deploy's index (fmcluster.manifest.index_parameter): nodes read
     it, only the deploy writes it."""
-    return text("arn:${AWS::Partition}:ssm:${AWS::Region}:${AWS::AccountId}:parameter/fmcluster/{org}/"
-                "bootstrap-index-sha256", org=org)
+    return text("arn:${AWS::Partition}:ssm:${AWS::Region}:${AWS::AccountId}:parameter" + INDEX_PARAMETER, org=org)
 
 
 def trusted_index_statement(org: str) -> dict[str, Any]:
