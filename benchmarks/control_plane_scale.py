@@ -315,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [int(s) for s in args.sizes.split(",")]
     if any(s < 3 for s in sizes):
         parser.error("each size needs a controller, a login node and at least one compute node: ≥ 3")
-    from fmcluster.stacks.emulator import ensure_emulator, stop_emulator
+    from fmcluster.providers.local.emulator import ensure_emulator, stop_emulator
 
     for var, value in (("AWS_ACCESS_KEY_ID", "emulator"), ("AWS_SECRET_ACCESS_KEY", "emulator")):
         os.environ[var] = value

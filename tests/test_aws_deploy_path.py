@@ -67,7 +67,7 @@ class EmulatedAws:
 def deployed(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Any, list[str]]]:
     from fmcluster.deploy import Deploy
     from fmcluster.model import load_tenant
-    from fmcluster.stacks.emulator import ensure_emulator, stop_emulator
+    from fmcluster.providers.local.emulator import ensure_emulator, stop_emulator
 
     org: str = request.param
     root = tmp_path / "root"
@@ -290,7 +290,7 @@ def test_a_node_whose_first_boot_fails_rolls_the_cluster_stack_back_and_the_depl
 
     from fmcluster.deploy import Deploy
     from fmcluster.stacks import aws
-    from fmcluster.stacks.emulator import ensure_emulator, stop_emulator
+    from fmcluster.providers.local.emulator import ensure_emulator, stop_emulator
 
     org = "demo"
     root = tmp_path / "root"

@@ -137,7 +137,7 @@ def test_offline_the_plan_says_which_image_each_kind_boots_and_refuses_a_stale_o
 @pytest.fixture
 def emulated(tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Tenant, str]]:
     """stockmark, provider aws, its endpoint the emulator's (no DLAMI parameter there: the base image is moto's)."""
-    from fmcluster.stacks.emulator import ensure_emulator, stop_emulator
+    from fmcluster.providers.local.emulator import ensure_emulator, stop_emulator
 
     root = tmp_path / "root"
     shutil.copytree(ROOT / "inventories" / "stockmark", root / "inventories" / "stockmark",

@@ -25,8 +25,8 @@ from fmcluster.exits import ExitCode
 from fmcluster.capacity import END_MARGIN, preflight, quota_of
 from fmcluster.model import load_tenant
 from fmcluster.stacks import aws
-from fmcluster.stacks.emulator import ensure_emulator, stop_emulator
-from fmcluster.stacks.emulator_server import EMULATOR_EC2_QUOTA
+from fmcluster.providers.local.emulator import ensure_emulator, stop_emulator
+from fmcluster.providers.local.emulator_server import EMULATOR_EC2_QUOTA
 
 pytestmark = pytest.mark.slow  # one emulator (a moto server process) for the module, ~1 s per scenario
 ORG, NAMED = "stockmark", "cr-0123456789abcdef0"  # slurm-ec2, 16 × p5.48xlarge in ap-northeast-1a

@@ -14,7 +14,7 @@
 A refusal names the tenant file, line and key, and the fix (`validation.Problem`); the deploy stops before its
 first change and plan before its change sets. Fail closed: an answer that cannot be read is a refusal too.
 On provider `local` (and in tests) the calls go to the AWS emulator, where moto has neither capacity
-reservations nor EC2 quotas: fmcluster's emulator stands them in (fmcluster.stacks.emulator_server, fix 9),
+reservations nor EC2 quotas: fmcluster's emulator stands them in (fmcluster.providers.local.emulator_server, fix 9),
 and the pre-flight's lines say so.
 """
 
@@ -245,7 +245,7 @@ def preflight(tenant: Tenant, client: Callable[[str], Any], *, stand_in: bool = 
                                   "which this pre-flight does not read; the service refuses a launch beyond them")
     if stand_in:
         check.result.lines.append("answered by the AWS emulator: moto has no capacity reservations or EC2 Service "
-                                  "Quotas, so fmcluster's emulator stands them in (fmcluster.stacks.emulator_server)")
+                                  "Quotas, so fmcluster's emulator stands them in (fmcluster.providers.local.emulator_server)")
     return check.result
 
 

@@ -4,10 +4,9 @@
     plan_stacks(tenant) -> StacksResult       change sets shown, never executed (offline without credentials)
     destroy_stacks(tenant, confirm=...) -> StacksResult
     stacks_status(tenant) -> StacksResult
-    stop_emulator(org) -> bool                (fmcluster.stacks.emulator; provider local)
 
-Importing this module has no side effects; only calling these functions talks to AWS or starts the
-emulator. `out` receives every progress line (default: print). `scheduler` is the tenant's (what the renderer asks
+Importing this module has no side effects; only calling these functions talks to the AWS APIs (the provider
+brings its endpoint up and hands it in, with how those APIs answer: fmcluster.capabilities.ApiCapabilities). `out` receives every progress line (default: print). `scheduler` is the tenant's (what the renderer asks
 of it: fmcluster.stacks.templates.SchedulerStacks), handed in by the caller: nothing here looks it up.
 """
 
@@ -29,7 +28,6 @@ from fmcluster.stacks.changesets import (
     outputs_left_out,
 )
 from fmcluster.stacks.checks import check_stacks
-from fmcluster.stacks.emulator import stop_emulator
 from fmcluster.stacks.outputs import outputs_path, remove_stack_outputs, write_stack_outputs
 from fmcluster.stacks.render import (
     IMAGE_STACK_KEY, SOURCE_ROOT, TEMPLATES_DIR, AnyImageRef, BakedImageRef, ImageResolver, NamedImageRef,
@@ -49,7 +47,7 @@ Confirm = Callable[[str], bool]
 #: nodes' bootstrap bundle, manifest and lifecycle scripts there).
 BeforeCluster = Callable[[dict[str, str]], None]
 
-__all__ = ["deploy_image_stack", "deploy_stacks", "plan_stacks", "destroy_stacks", "stacks_status", "stop_emulator", "StacksResult",
+__all__ = ["deploy_image_stack", "deploy_stacks", "plan_stacks", "destroy_stacks", "stacks_status", "StacksResult",
            "write_rendered"]
 
 

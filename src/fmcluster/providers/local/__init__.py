@@ -1,6 +1,6 @@
 """Provider `local`: this machine stands in for an AWS account — as a substrate, never as an API answer.
 
-- The AWS APIs are the tenant's emulator (moto's server mode, fmcluster.stacks.emulator), listening on the
+- The AWS APIs are the tenant's emulator (moto's server mode, fmcluster.providers.local.emulator), listening on the
   tenant VPC's router address so the hosts reach it as instances reach AWS's endpoints.
 - The VPC's subnets are one bridge holding each subnet's router address (`.1`).
 - Each instance the emulator reports for the tenant (whatever created it: the cluster stack's controller
@@ -97,7 +97,7 @@ class LocalProvider:
         return router_address(self.subnets["private"]).split("/")[0]
 
     def endpoint(self, start: bool, out: Out) -> str | None:
-        from fmcluster.stacks.emulator import ensure_emulator, running_emulator
+        from fmcluster.providers.local.emulator import ensure_emulator, running_emulator
 
         if not start:
             running = running_emulator(self.tenant.org)
@@ -486,7 +486,7 @@ class LocalProvider:
 
     def teardown(self, out: Out) -> None:
         from fmcluster.providers.local.hypervisor import stop_hypervisor
-        from fmcluster.stacks.emulator import stop_emulator
+        from fmcluster.providers.local.emulator import stop_emulator
 
         if stop_hypervisor(self.tenant.org):  # first: it would boot what the rest of the teardown removes
             out(f"  stopped the hypervisor stand-in of '{self.tenant.org}'")

@@ -79,7 +79,7 @@ class Daemon:
                 raise SystemExit(0)
 
     def run(self) -> int:
-        from fmcluster.stacks.emulator import running_emulator
+        from fmcluster.providers.local.emulator import running_emulator
 
         signal.signal(signal.SIGTERM, self.on_term)
         self.log(f"started for '{self.org}' on {self.endpoint}, every {self.interval_s:g}s")
