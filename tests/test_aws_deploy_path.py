@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -34,17 +35,20 @@ USER_DATA_SCRIPT = first_boot_script()
 
 
 class EmulatedAws:
-    """The aws provider with the emulator as its endpoint. EC2 boots the instances and each node's first boot
-    signals its group (CreationPolicy): no node runs here, so `nodes` (tests/signalling.py) sends those signals
-    when the deploy boots while the cluster stack waits."""
+    """The aws provider with the emulator as its endpoint, and so the emulator's APIs (its capabilities: AWS's, but
+    for how the APIs answer). EC2 boots the instances and each node's first boot signals its group (CreationPolicy):
+    no node runs here, so `nodes` (tests/signalling.py) sends those signals when the deploy boots while the cluster
+    stack waits."""
 
     def __init__(self, tenant: Any, endpoint: str, nodes: NodesSignal | None = None) -> None:
+        from fmcluster.capabilities import EMULATOR_APIS
         from fmcluster.providers.aws import AwsProvider
 
         self._real = AwsProvider(tenant)
         self._endpoint = endpoint
         self.nodes = nodes or NodesSignal(tenant.region, endpoint)
         self.name, self.boot_timeout_s = "aws", self._real.boot_timeout_s
+        self.capabilities = replace(self._real.capabilities, apis=EMULATOR_APIS)
 
     def endpoint(self, start: bool, out: Any) -> str:
         return self._endpoint
