@@ -39,7 +39,7 @@ import tracemalloc
 import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -48,6 +48,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests")]
 os.environ.setdefault("FMCLUSTER_ROOT", str(ROOT))
 
+from fmcluster.capabilities import EMULATOR_APIS  # noqa: E402
 from fmcluster.manifest import assemble_inventory, digest, inventory_yaml, membership_digest  # noqa: E402
 from fmcluster.nodes import Node, discover  # noqa: E402
 
@@ -251,6 +252,7 @@ def run_size(n: int, endpoint: str, work: Path, counter: CallCounter) -> dict[st
     standin = mock.Mock(wraps=real_provider)
     standin.client_argv = lambda _node: argv
     standin.endpoint = lambda _start, _out: endpoint
+    standin.capabilities = replace(real_provider.capabilities, apis=EMULATOR_APIS)  # its endpoint is the emulator
     real_status = stacks_api.stacks_status
 
     def stacks_status(*args: Any, **kwargs: Any) -> Any:
@@ -264,8 +266,8 @@ def run_size(n: int, endpoint: str, work: Path, counter: CallCounter) -> dict[st
 
     patched_client = aws.client
 
-    def counted_client(service: str, region: str, endpoint_url: str | None) -> Any:
-        return counter.attach(patched_client(service, region, endpoint_url))
+    def counted_client(service: str, region: str, endpoint_url: str | None, apis: Any = None) -> Any:
+        return counter.attach(patched_client(service, region, endpoint_url, apis))
 
     with mock.patch("fmcluster.providers.registry.provider_for", lambda _tenant: standin), \
             mock.patch("fmcluster.stacks.api.stacks_status", stacks_status), \
@@ -315,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [int(s) for s in args.sizes.split(",")]
     if any(s < 3 for s in sizes):
         parser.error("each size needs a controller, a login node and at least one compute node: ≥ 3")
-    from fmcluster.stacks.emulator import ensure_emulator, stop_emulator
+    from fmcluster.providers.local.emulator import ensure_emulator, stop_emulator
 
     for var, value in (("AWS_ACCESS_KEY_ID", "emulator"), ("AWS_SECRET_ACCESS_KEY", "emulator")):
         os.environ[var] = value

@@ -28,7 +28,7 @@ def main(org: str = "demo") -> None:
         from fmcluster.providers.registry import provider_for
         from fmcluster.schedulers.registry import scheduler_for
         from fmcluster.stacks.api import deploy_stacks
-        from fmcluster.stacks.emulator import ensure_emulator, stop_emulator
+        from fmcluster.providers.local.emulator import ensure_emulator, stop_emulator
         from signalling import NodesSignal
 
         tenant = load_tenant(org)

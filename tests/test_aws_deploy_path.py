@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -34,17 +35,20 @@ USER_DATA_SCRIPT = first_boot_script()
 
 
 class EmulatedAws:
-    """The aws provider with the emulator as its endpoint. EC2 boots the instances and each node's first boot
-    signals its group (CreationPolicy): no node runs here, so `nodes` (tests/signalling.py) sends those signals
-    when the deploy boots while the cluster stack waits."""
+    """The aws provider with the emulator as its endpoint, and so the emulator's APIs (its capabilities: AWS's, but
+    for how the APIs answer). EC2 boots the instances and each node's first boot signals its group (CreationPolicy):
+    no node runs here, so `nodes` (tests/signalling.py) sends those signals when the deploy boots while the cluster
+    stack waits."""
 
     def __init__(self, tenant: Any, endpoint: str, nodes: NodesSignal | None = None) -> None:
+        from fmcluster.capabilities import EMULATOR_APIS
         from fmcluster.providers.aws import AwsProvider
 
         self._real = AwsProvider(tenant)
         self._endpoint = endpoint
         self.nodes = nodes or NodesSignal(tenant.region, endpoint)
         self.name, self.boot_timeout_s = "aws", self._real.boot_timeout_s
+        self.capabilities = replace(self._real.capabilities, apis=EMULATOR_APIS)
 
     def endpoint(self, start: bool, out: Any) -> str:
         return self._endpoint
@@ -67,7 +71,7 @@ class EmulatedAws:
 def deployed(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Any, list[str]]]:
     from fmcluster.deploy import Deploy
     from fmcluster.model import load_tenant
-    from fmcluster.stacks.emulator import ensure_emulator, stop_emulator
+    from fmcluster.providers.local.emulator import ensure_emulator, stop_emulator
 
     org: str = request.param
     root = tmp_path / "root"
@@ -290,7 +294,7 @@ def test_a_node_whose_first_boot_fails_rolls_the_cluster_stack_back_and_the_depl
 
     from fmcluster.deploy import Deploy
     from fmcluster.stacks import aws
-    from fmcluster.stacks.emulator import ensure_emulator, stop_emulator
+    from fmcluster.providers.local.emulator import ensure_emulator, stop_emulator
 
     org = "demo"
     root = tmp_path / "root"

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -21,6 +23,7 @@ from conftest import ROOT
 from scheduler_stacks import render_stacks
 from signalling import NodesSignal
 from fmcluster import baked
+from fmcluster.capabilities import EMULATOR_APIS
 from fmcluster.model import Tenant, load_tenant
 from fmcluster.publish import MANIFEST_KEY, pinned_commit
 from fmcluster.schedulers.registry import scheduler_for
@@ -137,7 +140,7 @@ def test_offline_the_plan_says_which_image_each_kind_boots_and_refuses_a_stale_o
 @pytest.fixture
 def emulated(tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Tenant, str]]:
     """stockmark, provider aws, its endpoint the emulator's (no DLAMI parameter there: the base image is moto's)."""
-    from fmcluster.stacks.emulator import ensure_emulator, stop_emulator
+    from fmcluster.providers.local.emulator import ensure_emulator, stop_emulator
 
     root = tmp_path / "root"
     shutil.copytree(ROOT / "inventories" / "stockmark", root / "inventories" / "stockmark",
@@ -148,6 +151,14 @@ def emulated(tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch) -> It
         yield load_tenant("stockmark"), emulator.endpoint
     finally:
         stop_emulator("stockmark", root)
+
+
+def emulated_aws(endpoint: str, image_parameter: Callable[[str], str] = lambda path: path) -> Any:
+    """The aws provider as `invoke image` meets it, its endpoint the emulator's (and so its APIs the emulator's)."""
+    from fmcluster.capabilities import PROVIDERS
+
+    return SimpleNamespace(endpoint=lambda start, out: endpoint, image_parameter=image_parameter,
+                           capabilities=replace(PROVIDERS["aws"], apis=EMULATOR_APIS))
 
 
 def baked_ami(ec2: Any, name: str) -> str:
@@ -169,7 +180,7 @@ def launch_template_images(ec2: Any) -> dict[str, str]:
 def deploy(tenant: Tenant, endpoint: str, lines: list[str]) -> api.StacksResult:
     from fmcluster.providers.local import EMULATOR_IMAGE_PARAMETER
 
-    return api.deploy_stacks(tenant, endpoint, scheduler=scheduler_for(tenant), out=lines.append,
+    return api.deploy_stacks(tenant, endpoint, scheduler=scheduler_for(tenant), apis=EMULATOR_APIS, out=lines.append,
                              image_parameter=lambda path: EMULATOR_IMAGE_PARAMETER,
                              while_waiting=NodesSignal(tenant.region, endpoint))
 
@@ -225,7 +236,7 @@ def deploy_network_and_storage(tenant: Tenant, endpoint: str) -> None:
     outputs: dict[str, dict[str, str]] = {}
     for stack in render_stacks(tenant)[:2]:
         params, _ = stack.resolved_parameters(outputs, None, None, lambda: api.deployer_principal(tenant, endpoint))
-        outcome = apply_stack(cf, stack, params, tenant.tags, execute=True, emulator=True, out=lambda line: None)
+        outcome = apply_stack(cf, stack, params, tenant.tags, execute=True, apis=EMULATOR_APIS, out=lambda line: None)
         assert outcome.failure is None, outcome.failure
         outputs[stack.key] = outcome.outputs
 
@@ -241,8 +252,8 @@ def test_invoke_image_on_aws_deploys_the_image_stack_on_the_tenant_s_stacks_and_
     cf = aws.client("cloudformation", tenant.region, endpoint)
 
     def image(lines: list[str]) -> int:
-        return plan_image_stack(tenant, out=lines.append, endpoint=endpoint,
-                                image_parameter=lambda path: EMULATOR_IMAGE_PARAMETER)
+        return plan_image_stack(tenant, out=lines.append,
+                                provider=emulated_aws(endpoint, lambda path: EMULATOR_IMAGE_PARAMETER))
 
     # before the tenant's stacks: nothing to build in, said with the fix
     lines: list[str] = []
@@ -281,7 +292,8 @@ def test_invoke_image_on_aws_deploys_the_image_stack_on_the_tenant_s_stacks_and_
     assert not baked.record_path("stockmark", "gpu").exists() and not baked.record_path("stockmark", "cpu").exists()
     # destroy takes the image stack first (its builders' group is in the network stack's VPC)
     lines = []
-    result = api.destroy_stacks(tenant, endpoint, scheduler=scheduler_for(tenant), confirm=None, out=lines.append)
+    result = api.destroy_stacks(tenant, endpoint, scheduler=scheduler_for(tenant), apis=EMULATOR_APIS, confirm=None,
+                                out=lines.append)
     assert result.ok, (result.failure, lines)
     assert [s.name for s in result.stacks if s.action == "deleted"] == [
         "fmc-stockmark-image", "fmc-stockmark-storage", "fmc-stockmark-network"]
@@ -301,10 +313,10 @@ def test_what_invoke_image_records_from_the_stack_s_outputs_is_what_the_deploy_t
     tenant, endpoint = emulated
     ec2 = aws.client("ec2", tenant.region, endpoint)
     amis = {"CpuImageId": baked_ami(ec2, "fmc-stockmark-cpu"), "GpuImageId": baked_ami(ec2, "fmc-stockmark-gpu")}
-    monkeypatch.setattr(api, "deploy_image_stack", lambda tenant, endpoint, stack, out: StackOutcome(
+    monkeypatch.setattr(api, "deploy_image_stack", lambda tenant, endpoint, stack, out, apis: StackOutcome(
         "image", stack.name, "created", "CREATE_COMPLETE", outputs={**amis, "SourceCommit": pinned_commit()}))
     lines: list[str] = []
-    assert plan_image_stack(tenant, out=lines.append, endpoint=endpoint) == ExitCode.OK, lines
+    assert plan_image_stack(tenant, out=lines.append, provider=emulated_aws(endpoint)) == ExitCode.OK, lines
     gpu = baked.read_record(baked.record_path("stockmark", "gpu"))
     assert gpu is not None and gpu.layer == amis["GpuImageId"] and gpu.commit == pinned_commit()
     assert gpu.digest == current(tenant, "gpu") and gpu.tenant == "stockmark" and gpu.kind == "gpu"
@@ -313,7 +325,8 @@ def test_what_invoke_image_records_from_the_stack_s_outputs_is_what_the_deploy_t
     assert refusals == [] and chosen == amis
     # destroy keeps them (deleting Image Builder's image leaves its AMI) and says how to drop each
     lines = []
-    result = api.destroy_stacks(tenant, endpoint, scheduler=scheduler_for(tenant), confirm=None, out=lines.append)
+    result = api.destroy_stacks(tenant, endpoint, scheduler=scheduler_for(tenant), apis=EMULATOR_APIS, confirm=None,
+                                out=lines.append)
     assert [n for n in result.notes if n.startswith("kept: the baked")] == [
         f"kept: the baked {kind} image {amis[name]} (record {baked.record_path('stockmark', kind)}; a later deploy boots "
         f"it while current): aws ec2 deregister-image --image-id {amis[name]} --region {tenant.region}, then delete its "

@@ -22,11 +22,12 @@ from capacity_helpers import point_tenant_at, reserve
 from conftest import ROOT
 from fmcluster import commands
 from fmcluster.exits import ExitCode
+from fmcluster.capabilities import EMULATOR_APIS
 from fmcluster.capacity import END_MARGIN, preflight, quota_of
 from fmcluster.model import load_tenant
 from fmcluster.stacks import aws
-from fmcluster.stacks.emulator import ensure_emulator, stop_emulator
-from fmcluster.stacks.emulator_server import EMULATOR_EC2_QUOTA
+from fmcluster.providers.local.emulator import ensure_emulator, stop_emulator
+from fmcluster.providers.local.emulator_server import EMULATOR_EC2_QUOTA
 
 pytestmark = pytest.mark.slow  # one emulator (a moto server process) for the module, ~1 s per scenario
 ORG, NAMED = "stockmark", "cr-0123456789abcdef0"  # slurm-ec2, 16 × p5.48xlarge in ap-northeast-1a
@@ -125,7 +126,7 @@ def test_an_expired_capacity_block_is_refused_before_any_change(
 
 def test_an_on_demand_reservation_named_as_a_capacity_block_is_refused(emulated: Emulated) -> None:
     tenant = emulated.tenant_naming(reserve(emulated.client("ec2"), "p5.48xlarge", "ap-northeast-1a", 16), block=True)
-    result = preflight(tenant, emulated.client, stand_in=True)
+    result = preflight(tenant, emulated.client, stand_in=EMULATOR_APIS.capacity_stand_in)
     assert [p.key for p in result.refusals] == ["tenant.queues[0].capacity_reservation_type"]
     assert "set capacity_reservation_type: default" in result.refusals[0].fix
 
@@ -133,13 +134,13 @@ def test_an_on_demand_reservation_named_as_a_capacity_block_is_refused(emulated:
 def test_a_capacity_block_ending_within_the_margin_is_refused(emulated: Emulated) -> None:
     rid = reserve(emulated.client("ec2"), "p5.48xlarge", "ap-northeast-1a", 16, "capacity-block",
                   datetime.now(timezone.utc) - timedelta(hours=23, minutes=30), 24)
-    result = preflight(emulated.tenant_naming(rid, block=True), emulated.client, stand_in=True)
+    result = preflight(emulated.tenant_naming(rid, block=True), emulated.client, stand_in=EMULATOR_APIS.capacity_stand_in)
     (refusal,) = result.refusals
     assert refusal.key == "tenant.queues[0].capacity_reservation_id" and f"less than {END_MARGIN}" in refusal.message
 
 
 def test_an_unknown_reservation_is_refused_with_the_command_that_lists_them(emulated: Emulated) -> None:
-    result = preflight(emulated.tenant_naming("cr-0badbadbadbadbad0"), emulated.client, stand_in=True)
+    result = preflight(emulated.tenant_naming("cr-0badbadbadbadbad0"), emulated.client, stand_in=EMULATOR_APIS.capacity_stand_in)
     (refusal,) = result.refusals
     assert "no capacity reservation cr-0badbadbadbadbad0 in ap-northeast-1" in refusal.message
     assert "aws ec2 describe-capacity-reservations --region ap-northeast-1" in refusal.fix
@@ -147,7 +148,7 @@ def test_an_unknown_reservation_is_refused_with_the_command_that_lists_them(emul
 
 def test_a_matching_reservation_and_quota_pass_and_the_stand_in_is_said(emulated: Emulated) -> None:
     tenant = emulated.tenant_naming(reserve(emulated.client("ec2"), "p5.48xlarge", "ap-northeast-1a", 16))
-    result = preflight(tenant, emulated.client, stand_in=True)
+    result = preflight(tenant, emulated.client, stand_in=EMULATOR_APIS.capacity_stand_in)
     assert result.ok, [p.render() for p in result.refusals]
     text = "\n".join(result.lines)
     assert "queue gpu: an On-Demand Capacity Reservation cr-" in text and "16 × p5.48xlarge in ap-northeast-1a" in text
@@ -161,7 +162,7 @@ def test_a_quota_below_what_the_nodes_outside_reservations_need_is_refused(emula
     quotas = emulated.client("service-quotas")
     quotas.request_service_quota_increase(ServiceCode="ec2", QuotaCode=code, DesiredValue=32)
     try:
-        result = preflight(tenant, emulated.client, stand_in=True)
+        result = preflight(tenant, emulated.client, stand_in=EMULATOR_APIS.capacity_stand_in)
     finally:
         quotas.request_service_quota_increase(ServiceCode="ec2", QuotaCode=code, DesiredValue=EMULATOR_EC2_QUOTA)
     (refusal,) = result.refusals
@@ -181,6 +182,6 @@ def test_quota_codes_follow_the_instance_family() -> None:
 def test_an_active_capacity_block_yields_its_scale_in_time_one_margin_before_its_end(emulated: Emulated) -> None:
     started = datetime.now(timezone.utc).replace(microsecond=0) - timedelta(hours=1)
     rid = reserve(emulated.client("ec2"), "p5.48xlarge", "ap-northeast-1a", 16, "capacity-block", started, 48)
-    result = preflight(emulated.tenant_naming(rid, block=True), emulated.client, stand_in=True)
+    result = preflight(emulated.tenant_naming(rid, block=True), emulated.client, stand_in=EMULATOR_APIS.capacity_stand_in)
     assert result.ok, [p.render() for p in result.refusals]
     assert result.scale_in == {"gpu": (started + timedelta(hours=48) - END_MARGIN).strftime("%Y-%m-%dT%H:%M:%SZ")}

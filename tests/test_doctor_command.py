@@ -113,7 +113,7 @@ def test_the_node_script_quotes_the_node_name_and_its_sections_are_read_back() -
 
 def test_an_undeployed_local_tenant_is_a_finding_not_a_pass() -> None:
     """demo is not deployed in the fast tier: no emulator runs for it."""
-    from fmcluster.stacks.emulator import running_emulator
+    from fmcluster.providers.local.emulator import running_emulator
 
     if running_emulator("demo") is not None:
         pytest.skip("demo is deployed on this machine right now")

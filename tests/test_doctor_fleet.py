@@ -55,7 +55,7 @@ def test_the_fleet_lists_every_tenant_and_fakes_nothing(tmp_path: Path, no_aws: 
 
 def test_a_deployed_tenant_shows_nodes_alerts_findings_and_degraded(tmp_path: Path, no_aws: None,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    from fmcluster.stacks import emulator
+    from fmcluster.providers.local import emulator
 
     root = fleet_root(tmp_path, "demo")
     monkeypatch.setattr(emulator, "running_emulator", lambda org, root=None: object())  # "its emulator runs"

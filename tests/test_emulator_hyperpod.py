@@ -1,4 +1,4 @@
-"""The AWS emulator's HyperPod stand-in (fmcluster.stacks.emulator_hyperpod, emulator_server fix 10), against a real
+"""The AWS emulator's HyperPod stand-in (fmcluster.providers.local.emulator_hyperpod, emulator_server fix 10), against a real
 emulator server process: a stack's AWS::SageMaker::Cluster is made, each instance group's instances are launched into
 the cluster's subnet with its execution role and the HyperPod agent stand-in as user data, and SageMaker's
 DescribeCluster / ListClusterNodes / DescribeClusterNode answer from those instances, so fmcluster's own HyperPod
@@ -18,8 +18,8 @@ import pytest
 
 from fmcluster.nodes import hyperpod_nodes
 from fmcluster.stacks import aws
-from fmcluster.stacks.emulator import ensure_emulator, stop_emulator
-from fmcluster.stacks.emulator_hyperpod import CLUSTER_TAG, SETTINGS_PATH, resource_config
+from fmcluster.providers.local.emulator import ensure_emulator, stop_emulator
+from fmcluster.providers.local.emulator_hyperpod import CLUSTER_TAG, SETTINGS_PATH, resource_config
 
 pytestmark = pytest.mark.slow  # a real emulator server (started once for the module)
 REGION = "ap-northeast-1"

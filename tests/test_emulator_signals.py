@@ -1,4 +1,4 @@
-"""CloudFormation's signals on the AWS emulator (fmcluster.stacks.emulator_server, fix 8), against a real emulator
+"""CloudFormation's signals on the AWS emulator (fmcluster.providers.local.emulator_server, fix 8), against a real emulator
 server process: a resource created with a CreationPolicy ResourceSignal waits for its signals, a FAILURE or the
 Timeout fails it and rolls the stack back, with CloudFormation's own status reasons.
 
@@ -19,9 +19,9 @@ import pytest
 from botocore.exceptions import ClientError
 
 from fmcluster.stacks import aws
-from fmcluster.stacks.emulator import ensure_emulator, stop_emulator
+from fmcluster.providers.local.emulator import ensure_emulator, stop_emulator
 from fmcluster.stacks.cfn import signal_timeout_s
-from fmcluster.stacks.emulator_server import required_successes
+from fmcluster.providers.local.emulator_server import required_successes
 
 REGION = "ap-northeast-1"
 ORG = "t-signals"

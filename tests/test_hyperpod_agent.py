@@ -12,7 +12,11 @@ from pathlib import Path
 import pytest
 
 from fmcluster.providers.local import hyperpod_agent
-from fmcluster.stacks.emulator_hyperpod import RESOURCE_CONFIG_INSTANCE_KEYS, resource_config
+from fmcluster.providers.local.emulator_hyperpod import AGENT, RESOURCE_CONFIG_INSTANCE_KEYS, resource_config
+
+
+def test_the_emulator_writes_this_agent_onto_each_instance() -> None:
+    assert AGENT == Path(hyperpod_agent.__file__).resolve() and AGENT.is_file()
 
 
 def test_hyperpod_stages_the_bundle_under_tmp_by_bucket_and_prefix() -> None:

@@ -1,6 +1,6 @@
 """Scheduler hyperpod rehearsed on the local substrate: `invoke deploy` of a copy of the bundled `hpdemo` tenant
 creates neuronlab's kind of cluster stack (an AWS::SageMaker::Cluster with a controller, a login and a compute group),
-which the emulator's HyperPod stand-in makes (fmcluster.stacks.emulator_hyperpod). Each instance runs the lifecycle
+which the emulator's HyperPod stand-in makes (fmcluster.providers.local.emulator_hyperpod). Each instance runs the lifecycle
 script as HyperPod runs it: on_create.sh from the uploaded lifecycle scripts, with HyperPod's resource config, which
 starts the Slurm HyperPod's AMI has under /opt/slurm and then the same first boot as every node. Checked here: every
 node converges; on_create.sh ran on each with the resource config; HyperPod's Slurm (under /opt/slurm, configless

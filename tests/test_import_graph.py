@@ -228,3 +228,13 @@ def test_type_checking_imports_do_not_count(tmp_path: Path) -> None:
 @pytest.mark.parametrize("module", ["fmcluster.lifecycle", "fmcluster.stacks.render", "fmcluster.doctor.detect"])
 def test_the_graph_sees_the_real_modules(module: str) -> None:
     assert module in import_graph()
+
+
+def test_the_stacks_import_no_provider() -> None:
+    """fmcluster.stacks sits below the providers: what a provider's substrate is (the local AWS emulator lives in
+    fmcluster.providers.local) reaches the stacks as values their callers hand in, an endpoint and how its APIs
+    answer (fmcluster.capabilities.ApiCapabilities), never as an import."""
+    graph = import_graph()
+    upward = sorted(f"{module} -> {target}" for module, targets in graph.items() if module.startswith("fmcluster.stacks")
+                    for target in targets if target.startswith("fmcluster.providers"))
+    assert not upward, "hand the provider's part in from above instead:\n" + "\n".join(upward)

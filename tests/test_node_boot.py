@@ -9,7 +9,7 @@
 
 The scripts hard-code the node's paths (/etc/fmcluster, /var/lib/fmcluster, /usr/local/sbin), so they run in
 a throw-away local host (fmcluster.providers.local.hosts: own address, hostname and filesystem) against a real
-AWS emulator (moto's server, fmcluster.stacks.emulator) listening on the host's VPC router address, with the
+AWS emulator (moto's server, fmcluster.providers.local.emulator) listening on the host's VPC router address, with the
 real AWS CLI of the toolchain — as a node of provider local runs them.
 """
 
@@ -39,7 +39,7 @@ from fmcluster.providers.local.hosts import (
 from fmcluster.publish import bootstrap_files, ensure_secrets, index_document, pinned_commit, publish, trust_index
 from fmcluster.schedulers.hyperpod.scheduler import LIFECYCLE_ENV, HyperPod
 from fmcluster.stacks import aws
-from fmcluster.stacks.emulator import ensure_emulator, stop_emulator
+from fmcluster.providers.local.emulator import ensure_emulator, stop_emulator
 from fmcluster.stacks.render import first_boot_script, load_cfn_yaml
 from scheduler_stacks import render_stacks
 from localtenant import make_root, manifest_for

@@ -24,7 +24,7 @@ from fmcluster.reports import (
     ReportReader, failed_node_reports, failure_details, node_status, read_log, read_report, statuses, wait_for_reports,
 )
 from fmcluster.stacks import aws
-from fmcluster.stacks.emulator import ensure_emulator, stop_emulator
+from fmcluster.providers.local.emulator import ensure_emulator, stop_emulator
 from localtenant import make_root
 
 REF, OLD = "a" * 40, "b" * 40

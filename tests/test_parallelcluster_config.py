@@ -277,7 +277,7 @@ def test_pclab_stacks_rehearse_on_the_emulator_and_their_outputs_fill_the_config
     On local the stand-in's cluster stack follows (fmcluster.schedulers.parallelcluster.stand_in)."""
     from fmcluster.providers.local import EMULATOR_IMAGE_PARAMETER
     from scheduler_stacks import deploy_stacks, destroy_stacks
-    from fmcluster.stacks.emulator import ensure_emulator, stop_emulator
+    from fmcluster.providers.local.emulator import ensure_emulator, stop_emulator
 
     shutil.copytree(ROOT / "inventories" / "pclab", tmp_path / "inventories" / "pclab",
                     ignore=shutil.ignore_patterns("generated"))

@@ -227,7 +227,7 @@ def test_the_node_image_is_resolved_once_by_name_and_owner_when_the_cluster_stac
     with pytest.raises(RuntimeError, match="no available image named .*aws-pcs-sample_ami.* of owner 'amazon'"):
         api.newest_named_image(FakeEc2([]), ref)
     # Pinned as the SSM-resolved images are: a stack that holds an AMI keeps it; a new one resolves it.
-    monkeypatch.setattr(api.aws, "client", lambda service, region, endpoint: ec2)
+    monkeypatch.setattr(api.aws, "client", lambda service, region, endpoint, apis=None: ec2)
     for current, expected in (({"Parameters": [{"ParameterKey": "PcsImageId", "ParameterValue": "ami-0000000000000keep"}]},
                                "ami-0000000000000keep"), (None, "ami-0000000000000new2")):
         monkeypatch.setattr(api, "stack_status", lambda cf, name, current=current: current)

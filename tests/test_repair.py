@@ -296,7 +296,7 @@ def fleet_of(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_aws: None) -> d
     from fmcluster.doctor.report import Diagnosis
     from fmcluster.nodes import Node
     from fmcluster.providers import registry
-    from fmcluster.stacks import emulator
+    from fmcluster.providers.local import emulator
 
     root = tmp_path / "root"
     for org in ("demo", "hpdemo", "stockmark"):

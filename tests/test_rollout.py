@@ -25,7 +25,7 @@ from conftest import ROOT
 from fmcluster.model import load_tenant
 from fmcluster.providers.registry import provider_for
 from fmcluster.stacks import aws
-from fmcluster.stacks.emulator import ensure_emulator, stop_emulator
+from fmcluster.providers.local.emulator import ensure_emulator, stop_emulator
 from fmcluster.stacks.render import RenderedStack, load_cfn_yaml
 import scheduler_stacks
 from scheduler_stacks import render_stacks

@@ -20,7 +20,7 @@ from fmcluster.model import Tenant, load_tenant
 from fmcluster.stacks import aws, cfn
 from fmcluster.stacks.api import emulator_ignored, existing_file_systems, image_resolver
 from fmcluster.stacks.checks import check_stack
-from fmcluster.stacks.emulator import ensure_emulator, stop_emulator
+from fmcluster.providers.local.emulator import ensure_emulator, stop_emulator
 from fmcluster.schedulers.hyperpod.lifecycle import lifecycle_environment
 from fmcluster.stacks.render import first_boot_script, BakedImageRef, ImageRef, RenderedStack, load_cfn_yaml, user_data_text
 from scheduler_stacks import render_stacks

@@ -30,7 +30,7 @@ from fmcluster.stacks.api import write_rendered
 from scheduler_stacks import destroy_stacks, plan_stacks, stacks_status
 import scheduler_stacks
 from fmcluster.stacks.checks import check_stack
-from fmcluster.stacks.emulator import ensure_emulator, read_state, stop_emulator
+from fmcluster.providers.local.emulator import ensure_emulator, read_state, stop_emulator
 from fmcluster.stacks.outputs import outputs_path
 from fmcluster.stacks.render import RenderedStack, load_cfn_yaml
 from scheduler_stacks import render_stacks

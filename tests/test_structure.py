@@ -112,7 +112,7 @@ def test_the_python_check_finds_a_name_comparison(source: str, comparison: str) 
 
 
 @pytest.mark.parametrize("source", [
-    'if tenant.capabilities.provider.emulated_apis: pass',
+    'if tenant.capabilities.provider.apis.emulated: pass',
     'interval = PROVIDERS[name].health_interval_s',
     'if kind == "ec2": pass',
     'if slurm_accounting_database == "local_db": pass',
@@ -209,3 +209,100 @@ def test_an_unknown_provider_or_scheduler_has_no_capabilities_and_says_which_exi
         capabilities("gcp", "slurm-ec2")
     with pytest.raises(UnknownName, match=r"scheduler 'k8s'.*known: hyperpod, parallelcluster, pcs, slurm-ec2"):
         capabilities("aws", "k8s")
+
+
+# --- "is this the emulator" is a capability, never a look at the endpoint -------------------------------------------
+#: A value that says where the AWS APIs answer: a name or attribute `endpoint`.
+def _is_endpoint(node: ast.expr) -> bool:
+    return (isinstance(node, ast.Name) and node.id == "endpoint") or (
+        isinstance(node, ast.Attribute) and node.attr == "endpoint")
+
+
+def _tests_an_endpoint(test: ast.expr) -> bool:
+    """Whether a condition asks whether an endpoint is set (`endpoint is None`, `not self.endpoint`, `endpoint and
+    …`): how the APIs answer is the provider's capability (ApiCapabilities), handed in beside the endpoint."""
+    if _is_endpoint(test):
+        return True
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return _tests_an_endpoint(test.operand)
+    if isinstance(test, ast.BoolOp):
+        return any(_tests_an_endpoint(value) for value in test.values)
+    if isinstance(test, ast.Compare) and all(isinstance(op, (ast.Is, ast.IsNot)) for op in test.ops):
+        operands = [test.left, *test.comparators]
+        return any(_is_endpoint(o) for o in operands) and any(
+            isinstance(o, ast.Constant) and o.value is None for o in operands)
+    return False
+
+
+def endpoint_switches(source: str, filename: str) -> list[tuple[int, str]]:
+    """(line, source text) of every condition in `source` that branches on whether an endpoint is set, and of every
+    `endpoint is (not) None` anywhere (a flag made of it, an argument computed from it)."""
+    found: dict[int, str] = {}  # by line: a condition, not again the comparison inside it (ast.walk goes outside in)
+    for node in ast.walk(ast.parse(source, filename)):
+        if isinstance(node, (ast.If, ast.IfExp, ast.While, ast.Assert)) and _tests_an_endpoint(node.test):
+            text = ast.get_source_segment(source, node.test) or ""
+        elif isinstance(node, ast.Compare) and _tests_an_endpoint(node):
+            text = ast.get_source_segment(source, node) or ""
+        else:
+            continue
+        if (filename, text) not in PASSES_AN_ENDPOINT_ON:
+            found.setdefault(node.lineno, text)
+    return sorted(found.items())
+
+
+#: Conditions on an endpoint that hand the URL on as data, deciding nothing about how the APIs behave: (file,
+#: condition) → why.
+PASSES_AN_ENDPOINT_ON = {
+    ("src/fmcluster/stacks/aws.py", "endpoint"):
+        "an endpoint URL of our own takes fixed credentials with it: boto3's chain holds them for AWS's endpoints only",
+    ("src/fmcluster/manifest.py", "endpoint"):
+        "Prometheus's EC2 discovery is handed the endpoint URL the nodes use, where there is one",
+    ("src/fmcluster/node/agent.py", "endpoint"):
+        "the node routes toward the host of its AWS endpoint URL, or toward the instance metadata address",
+}
+
+
+def test_nothing_in_fmcluster_asks_whether_an_endpoint_is_set_to_decide_how_the_apis_behave() -> None:
+    """Retries, polls, what an emulator leaves out or stands in are the provider's (fmcluster.capabilities.
+    ApiCapabilities, `Provider.capabilities.apis`), handed in with the endpoint (issue 41)."""
+    src = ROOT / "src" / "fmcluster"
+    found = [f"{path.relative_to(ROOT)}:{line}: {text}" for path in sorted(src.rglob("*.py"))
+             for line, text in endpoint_switches(path.read_text(encoding="utf-8"), str(path.relative_to(ROOT)))]
+    assert not found, ("read the provider's capabilities.apis (fmcluster.capabilities.ApiCapabilities), not whether an "
+                       "endpoint is set:\n" + "\n".join(found))
+
+
+@pytest.mark.parametrize(("source", "switch"), [
+    ("emulator = endpoint is not None", "endpoint is not None"),
+    ('why = "x" if endpoint is not None else "y"', "endpoint is not None"),
+    ("if self.endpoint is None and not ok: pass", "self.endpoint is None and not ok"),
+    ("poll = 0.2 if result.endpoint else 5.0", "result.endpoint"),
+    ("apply(emulator=endpoint is not None)", "endpoint is not None"),
+    ("if not endpoint: pass", "not endpoint"),
+])
+def test_the_endpoint_check_finds_a_switch(source: str, switch: str) -> None:
+    assert endpoint_switches(source, "example.py") == [(1, switch)]
+
+
+@pytest.mark.parametrize("source", [
+    "client = aws.client(service, region, endpoint, apis)",
+    "if apis.emulated: pass",
+    "poll_s = apis.stack_poll_s",
+    "if emulator is None or emulator.endpoint != self.endpoint: pass",
+    "where = self.endpoint or 'AWS'",
+])
+def test_the_endpoint_check_lets_a_capability_or_a_url_through(source: str) -> None:
+    assert endpoint_switches(source, "example.py") == []
+
+
+def test_every_aws_client_fmcluster_makes_is_handed_its_provider_s_apis() -> None:
+    """`aws.client(service, region, endpoint, apis)`: without `apis` botocore's own retries apply, which only tests
+    and scripts may take."""
+    missing = []
+    for path in sorted((ROOT / "src" / "fmcluster").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "client"
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id == "aws"
+                    and len(node.args) < 4 and not any(k.arg == "apis" for k in node.keywords)):
+                missing.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not missing, "hand the provider's capabilities.apis to aws.client:\n" + "\n".join(missing)

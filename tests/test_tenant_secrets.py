@@ -93,12 +93,14 @@ def test_plan_shows_a_missing_secret_and_refuses_where_it_reaches_aws(secretsman
         monkeypatch.setenv(name, "x")
     tenant = load_tenant("stockmark", ROOT)
     lines: list[str] = []
-    assert secrets_preflight(tenant, None, None, lines.append) == ExitCode.INVALID
+    assert secrets_preflight(tenant, None, None, tenant.capabilities.provider.apis, lines.append) == ExitCode.INVALID
     assert lines[0] == "[secrets] the tenant's own secrets the nodes read (Secrets Manager)"
     assert "monitoring.smtp.username_secret: secret fmcluster/stockmark/smtp-username does not exist" in lines[1]
     assert lines[-1] == "2 secret(s) missing; nothing was planned or changed."
     # Offline, plan says the deploy checks them; a tenant naming none is not asked about.
     offline: list[str] = []
-    assert secrets_preflight(tenant, None, NoEndpoint("no credentials", True), offline.append) == ExitCode.OK
+    assert secrets_preflight(tenant, None, NoEndpoint("no credentials", True), tenant.capabilities.provider.apis,
+                             offline.append) == ExitCode.OK
     assert offline == ["[secrets] not checked: no credentials; `invoke deploy` checks them before any change"]
-    assert secrets_preflight(load_tenant("demo", ROOT), None, None, offline.append) == ExitCode.OK
+    demo = load_tenant("demo", ROOT)
+    assert secrets_preflight(demo, None, None, demo.capabilities.provider.apis, offline.append) == ExitCode.OK

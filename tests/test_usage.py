@@ -226,7 +226,7 @@ def test_fleet_shows_a_deployed_org_s_usage_this_month(tmp_path: Path, cluster: 
     import shutil
 
     from fmcluster.doctor.report import Diagnosis
-    from fmcluster.stacks import emulator
+    from fmcluster.providers.local import emulator
 
     shutil.copytree(ROOT / "inventories" / "demo" / "group_vars", tmp_path / "inventories" / "demo" / "group_vars")
     monkeypatch.setattr(emulator, "running_emulator", lambda org, root=None: object())

@@ -20,14 +20,51 @@ import yaml
 
 
 @dataclass(frozen=True)
+class ApiCapabilities:
+    """How the AWS APIs a provider's substrate answers behave: what the boto3 clients (fmcluster.stacks.aws), the
+    stacks operations (fmcluster.stacks.api), the capacity pre-flight and `invoke image` adapt to. The provider
+    hands it in beside its endpoint (`Provider.capabilities.apis`); nothing guesses it from whether an endpoint is
+    set."""
+
+    #: The APIs are an emulator on this machine: it creates no FSx, placement groups or data repository
+    #: associations (fmcluster.stacks.result.EMULATOR_SKIPPED_TYPES), and leaves out the outputs that read them (the
+    #: templates are AWS's, unchanged); plan marks those resources, deploy and status list what each stack lacks.
+    emulated: bool
+    #: How often a call is retried after its first try (throttling, transient errors, a dropped connection): botocore's
+    #: `max_attempts` in its standard retry mode, so 8 is up to 9 tries.
+    retries: int
+    #: Seconds between two reads of a change set or a stack's events while waiting on it, and how long one stack
+    #: operation may take (a stack waiting for its nodes' signals waits their Timeout besides: stacks.changesets).
+    stack_poll_s: float
+    stack_timeout_s: float
+    #: What answers the capacity pre-flight in place of the account's reservations and Service Quotas, said under
+    #: its lines (fmcluster.capacity); "" where the account itself answers.
+    capacity_stand_in: str = ""
+    #: Why no EC2 Image Builder image is built here, said for each kind the image stack holds no AMI of
+    #: (`invoke image` on the image stack); "" where Image Builder builds them.
+    image_builder_missing: str = ""
+
+
+#: AWS's own APIs: botocore's standard retries with room for throttling, CloudFormation polled every 5 s for up to
+#: 3 hours (a stack of file systems, or Image Builder's images, takes an hour or more).
+AWS_APIS = ApiCapabilities(emulated=False, retries=8, stack_poll_s=5.0, stack_timeout_s=3 * 3600.0)
+#: The tenant's emulator on this machine (fmcluster.providers.local.emulator): it answers at once or not at all,
+#: so two retries, a tight poll and a short wait; what it stands in or lacks is said.
+EMULATOR_APIS = ApiCapabilities(
+    emulated=True, retries=2, stack_poll_s=0.2, stack_timeout_s=120.0,
+    capacity_stand_in=("answered by the AWS emulator: moto has no capacity reservations or EC2 Service Quotas, so "
+                       "fmcluster's emulator stands them in (fmcluster.providers.local.emulator_server)"),
+    image_builder_missing="the emulator has no EC2 Image Builder, so nothing is built offline")
+
+
+@dataclass(frozen=True)
 class ProviderCapabilities:
     """What the substrate a provider runs the cluster on has, and what it lacks."""
 
     #: The nodes have the instance catalog's hardware (GPUs, EFA interfaces): a missing device is a fault.
     real_accelerators: bool
-    #: The AWS APIs are an emulator on this machine: it creates no FSx, reservations or data repository
-    #: associations, and leaves out the outputs that read them (the templates are AWS's, unchanged).
-    emulated_apis: bool
+    #: How the AWS APIs the tenant deploys through behave (AWS's own, or an emulator's).
+    apis: ApiCapabilities
     #: AWS's cluster services run here: a scheduler whose service makes its
     #: cluster needs a stand-in where they do not.
     cluster_services: bool
@@ -110,11 +147,11 @@ CONTAINER_RUNTIMES: dict[str, str] = {
 
 
 PROVIDERS: dict[str, ProviderCapabilities] = {
-    "aws": ProviderCapabilities(real_accelerators=True, emulated_apis=False, cluster_services=True,
+    "aws": ProviderCapabilities(real_accelerators=True, apis=AWS_APIS, cluster_services=True,
                                 external_database=True, health_interval_s=300, metrics_interval_s=30,
                                 smtp_port_25_blocked=True),
     # Namespace hosts on this machine: no GPUs or EFA, the emulator in place of AWS, short intervals to rehearse.
-    "local": ProviderCapabilities(real_accelerators=False, emulated_apis=True, cluster_services=False,
+    "local": ProviderCapabilities(real_accelerators=False, apis=EMULATOR_APIS, cluster_services=False,
                                   external_database=False, health_interval_s=30, metrics_interval_s=15,
                                   # A requeued job waits 30 s, not Slurm's 120: rehearsed within the tests' time.
                                   credential_lifetime_s=30, reboot_timeout_s=300, bakes_images=True,

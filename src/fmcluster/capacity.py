@@ -14,7 +14,7 @@
 A refusal names the tenant file, line and key, and the fix (`validation.Problem`); the deploy stops before its
 first change and plan before its change sets. Fail closed: an answer that cannot be read is a refusal too.
 On provider `local` (and in tests) the calls go to the AWS emulator, where moto has neither capacity
-reservations nor EC2 quotas: fmcluster's emulator stands them in (fmcluster.stacks.emulator_server, fix 9),
+reservations nor EC2 quotas: fmcluster's emulator stands them in (fmcluster.providers.local.emulator_server, fix 9),
 and the pre-flight's lines say so.
 """
 
@@ -215,10 +215,11 @@ def own_instances_in(ec2: Any, org: str) -> dict[str, int]:
     return counts
 
 
-def preflight(tenant: Tenant, client: Callable[[str], Any], *, stand_in: bool = False,
+def preflight(tenant: Tenant, client: Callable[[str], Any], *, stand_in: str = "",
               now: datetime | None = None, instance_quotas: str | None = None) -> Preflight:
     """Check the tenant's reservations and quotas. `client(service)` gives a boto3 client (AWS or the emulator);
-    `stand_in`: the answers come from the emulator's stand-ins, which the lines then say; `instance_quotas`: the
+    `stand_in`: what answers in place of the account (the provider's `apis.capacity_stand_in`; "" the account
+    itself), said under the lines; `instance_quotas`: the
     service whose quotas the nodes count against (the scheduler's `instance_quotas`; default its own)."""
     if instance_quotas is None:
         from fmcluster.schedulers.registry import scheduler_for
@@ -244,8 +245,7 @@ def preflight(tenant: Tenant, client: Callable[[str], Any], *, stand_in: bool = 
         check.result.lines.append(f"quotas: the nodes count against {instance_quotas}'s own quotas (per instance type), "
                                   "which this pre-flight does not read; the service refuses a launch beyond them")
     if stand_in:
-        check.result.lines.append("answered by the AWS emulator: moto has no capacity reservations or EC2 Service "
-                                  "Quotas, so fmcluster's emulator stands them in (fmcluster.stacks.emulator_server)")
+        check.result.lines.append(stand_in)
     return check.result
 
 

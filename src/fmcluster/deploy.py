@@ -76,7 +76,8 @@ class Deploy:
 
         key = (service, self.endpoint)  # the endpoint is known only once the emulator (or AWS) is chosen
         if key not in self._clients:
-            self._clients[key] = aws.client(service, self.tenant.region, self.endpoint)
+            self._clients[key] = aws.client(service, self.tenant.region, self.endpoint,
+                                            self.provider.capabilities.apis)
         return self._clients[key]
 
     # --- steps --------------------------------------------------------------------------------------------
@@ -93,7 +94,7 @@ class Deploy:
         from fmcluster.capacity import preflight
         from fmcluster.paths import repo_root
 
-        result = preflight(self.tenant, self.client, stand_in=self.endpoint is not None)
+        result = preflight(self.tenant, self.client, stand_in=self.provider.capabilities.apis.capacity_stand_in)
         self.scale_in = result.scale_in
         if not result.ok:
             return StepOutcome("failed", f"{len(result.refusals)} capacity problem(s); nothing was created or changed",
@@ -125,7 +126,8 @@ class Deploy:
         from fmcluster.stacks.api import deploy_stacks
 
         gate = self.replace_gate()
-        result = deploy_stacks(self.tenant, self.endpoint, scheduler=self.scheduler, before_cluster=self.publish,
+        result = deploy_stacks(self.tenant, self.endpoint, scheduler=self.scheduler,
+                               apis=self.provider.capabilities.apis, before_cluster=self.publish,
                                image_parameter=self.provider.image_parameter, out=self.out, capacity=self.scale_in,
                                before_execute=gate, while_waiting=self.boot_while_waiting)
         if not result.ok:

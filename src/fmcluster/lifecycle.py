@@ -246,7 +246,7 @@ class Replacer:
     def client(self, service: str) -> Any:
         from fmcluster.stacks import aws
 
-        return aws.client(service, self.tenant.region, self.endpoint)
+        return aws.client(service, self.tenant.region, self.endpoint, self.provider.capabilities.apis)
 
     def live_nodes(self) -> list[Node]:
         from fmcluster.nodes import discover

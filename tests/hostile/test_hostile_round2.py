@@ -629,7 +629,7 @@ def test_plan_of_a_local_tenant_starts_no_emulator_and_fleet_says_not_deployed(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], no_aws: None) -> None:
     from fmcluster.commands.diagnose import fleet
     from fmcluster.providers.registry import provider_for
-    from fmcluster.stacks import emulator
+    from fmcluster.providers.local import emulator
 
     def refuse(*_a: Any, **_k: Any) -> Any:
         raise AssertionError("plan started something")

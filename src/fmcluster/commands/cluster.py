@@ -18,6 +18,7 @@ from fmcluster.paths import repo_root
 from fmcluster.providers import NoEndpoint as NoEndpointType
 
 if TYPE_CHECKING:
+    from fmcluster.capabilities import ApiCapabilities
     from fmcluster.lifecycle import Replacer
     from fmcluster.nodes import Node
 
@@ -75,15 +76,16 @@ def plan(org: str, show_templates: bool = False) -> int:
     # A plan changes nothing: it reads a running endpoint when there is one and never starts one (a local
     # tenant's emulator needs root and would outlive the plan); otherwise it renders offline.
     endpoint, unreachable = _endpoint(tenant, start=provider.plan_starts_endpoint)
-    code, scale_in = capacity_preflight(tenant, endpoint, unreachable)
+    apis = provider.capabilities.apis
+    code, scale_in = capacity_preflight(tenant, endpoint, unreachable, apis)
     if code != ExitCode.OK:
         return code
-    if (code := secrets_preflight(tenant, endpoint, unreachable)) != ExitCode.OK:
+    if (code := secrets_preflight(tenant, endpoint, unreachable, apis)) != ExitCode.OK:
         return code
     try:
         note = (f"{unreachable}. Above is what the stacks would hold; plan started nothing."
                 if unreachable is not None and unreachable.nothing_deployed else None)
-        result = plan_stacks(tenant, endpoint, scheduler=scheduler_for(tenant), offline=unreachable is not None,
+        result = plan_stacks(tenant, endpoint, scheduler=scheduler_for(tenant), apis=apis, offline=unreachable is not None,
                              show_templates=show_templates, image_parameter=provider.image_parameter,
                              offline_note=note, capacity=scale_in)
     except UnsafePath as err:
@@ -97,7 +99,7 @@ def plan(org: str, show_templates: bool = False) -> int:
 
 
 def capacity_preflight(tenant: Tenant, endpoint: str | None, unreachable: NoEndpointType | None,
-                       out: Out = print) -> tuple[int, dict[str, str]]:
+                       apis: ApiCapabilities, out: Out = print) -> tuple[int, dict[str, str]]:
     """The capacity pre-flight (fmcluster.capacity) as `invoke plan` shows it: (0, the scale-in times of Capacity
     Block queues), or (2, {}) after every refusal."""
     from fmcluster.capacity import preflight, render
@@ -107,8 +109,8 @@ def capacity_preflight(tenant: Tenant, endpoint: str | None, unreachable: NoEndp
         out(f"[capacity] not checked: {unreachable}; `invoke deploy` checks the reservations and quotas before "
             "any change")
         return ExitCode.OK, {}
-    result = preflight(tenant, lambda service: aws.client(service, tenant.region, endpoint),
-                       stand_in=endpoint is not None)
+    result = preflight(tenant, lambda service: aws.client(service, tenant.region, endpoint, apis),
+                       stand_in=apis.capacity_stand_in)
     out("[capacity] reservations and On-Demand quotas (EC2, Service Quotas)")
     render(result, out)
     if not result.ok:
@@ -118,7 +120,7 @@ def capacity_preflight(tenant: Tenant, endpoint: str | None, unreachable: NoEndp
 
 
 def secrets_preflight(tenant: Tenant, endpoint: str | None, unreachable: NoEndpointType | None,
-                      out: Out = print) -> int:
+                      apis: ApiCapabilities, out: Out = print) -> int:
     """The secrets the tenant names for its nodes and makes itself (fmcluster.publish.missing_tenant_secrets), as
     `invoke plan` shows them where it reaches the AWS APIs; the deploy checks them again before changing anything."""
     from fmcluster.publish import missing_tenant_secrets, tenant_named_secrets
@@ -129,7 +131,7 @@ def secrets_preflight(tenant: Tenant, endpoint: str | None, unreachable: NoEndpo
     if unreachable is not None:
         out(f"[secrets] not checked: {unreachable}; `invoke deploy` checks them before any change")
         return ExitCode.OK
-    missing = missing_tenant_secrets(tenant, aws.client("secretsmanager", tenant.region, endpoint))
+    missing = missing_tenant_secrets(tenant, aws.client("secretsmanager", tenant.region, endpoint, apis))
     out("[secrets] the tenant's own secrets the nodes read (Secrets Manager)")
     for line in missing:
         out(f"  {line}")
@@ -148,26 +150,27 @@ def stacks(org: str) -> int:
     from fmcluster.stacks.api import deploy_stacks
     from fmcluster.commands.stack_helpers import summarize
 
+    from fmcluster.providers.registry import provider_for
+
     tenant = require_tenant(org)
+    provider = provider_for(tenant)
     endpoint, unreachable = _endpoint(tenant, start=True)
     if unreachable is not None:
         print(unreachable)
         return ExitCode.FAILED
-    code, scale_in = capacity_preflight(tenant, endpoint, None)
+    apis = provider.capabilities.apis
+    code, scale_in = capacity_preflight(tenant, endpoint, None, apis)
     if code != ExitCode.OK:
         return code
-    from fmcluster.providers.registry import provider_for
-
     from fmcluster.stacks import aws
     from fmcluster.stacks.rollout import ReplaceGate, deployed_template, no_controller
 
     # `invoke stacks` reaches no node: an update that would replace instances is refused (the deploy drains first).
     gate = ReplaceGate(False, lambda roll: [], no_controller,
-                       deployed=deployed_template(aws.client("cloudformation", tenant.region, endpoint)))
-    provider = provider_for(tenant)
+                       deployed=deployed_template(aws.client("cloudformation", tenant.region, endpoint, apis)))
     # A cluster stack waits for its nodes' signals: its instances boot meanwhile (EC2 on AWS, hosts locally). Nothing
     # is published here, so a first create fails at the nodes' first boot, as it would on AWS (`invoke deploy` publishes).
-    result = deploy_stacks(tenant, endpoint, scheduler=scheduler_for(tenant),
+    result = deploy_stacks(tenant, endpoint, scheduler=scheduler_for(tenant), apis=apis,
                            image_parameter=provider.image_parameter, capacity=scale_in, before_execute=gate,
                            while_waiting=lambda: provider.boot(endpoint, print))
     summarize(result)
@@ -195,7 +198,8 @@ def destroy(org: str, yes: bool = False) -> int:
         return ExitCode.FAILED
     ok = True
     if unreachable is None:
-        result = destroy_stacks(tenant, endpoint, scheduler=scheduler_for(tenant), confirm=None if yes else confirm,
+        result = destroy_stacks(tenant, endpoint, scheduler=scheduler_for(tenant), apis=provider.capabilities.apis,
+                                confirm=None if yes else confirm,
                                 delete_first=scheduler_for(tenant).delete_cluster(print))
         if "cancelled" in result.notes:
             return ExitCode.CANCELLED
@@ -213,6 +217,7 @@ def status(org: str) -> int:
     from fmcluster.inventory import read_manifest
     from fmcluster.manifest import digest
     from fmcluster.nodes import discover
+    from fmcluster.providers.registry import provider_for
     from fmcluster.reports import statuses
     from fmcluster.schedulers.registry import scheduler_for
     from fmcluster.stacks import aws
@@ -223,14 +228,15 @@ def status(org: str) -> int:
     if unreachable is not None:
         print(f"status: {unreachable}")
         return ExitCode.NOT_READY
-    result = stacks_status(tenant, endpoint, scheduler=scheduler_for(tenant))
+    apis = provider_for(tenant).capabilities.apis
+    result = stacks_status(tenant, endpoint, scheduler=scheduler_for(tenant), apis=apis)
     for line in scheduler_for(tenant).status_lines():
         print(line)
     manifest = read_manifest(org)
     bucket = result.outputs.get("DataBucketName")
     if manifest and bucket:
         def client(service: str) -> object:
-            return aws.client(service, tenant.region, endpoint)
+            return aws.client(service, tenant.region, endpoint, apis)
 
         nodes = discover(manifest.get("discovery", {}), client, tenant.org)
         found = statuses(client("s3"), bucket, nodes, str(manifest.get("ref", "")), digest(manifest))

@@ -15,22 +15,27 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fmcluster.exits import ExitCode
 from fmcluster.model import Tenant
 
+if TYPE_CHECKING:
+    from fmcluster.capabilities import ApiCapabilities
+    from fmcluster.providers import Provider
+
 Out = Callable[[str], object]
 
 
-def plan_image_stack(tenant: Tenant, kind: str | None = None, out: Out = print, endpoint: str | None = None,
-                     image_parameter: Callable[[str], str] = lambda path: path) -> int:
-    """Render the image stack and, with credentials (or an `endpoint`: the emulator, whose public image parameters
-    `image_parameter` maps, as the deploy's provider does), build and record."""
+def plan_image_stack(tenant: Tenant, kind: str | None = None, out: Out = print,
+                     provider: Provider | None = None) -> int:
+    """Render the image stack and, where `provider` (default: the tenant's) reaches its AWS APIs (on AWS: with
+    credentials), build and record, through its endpoint, its image parameters and its APIs' capabilities."""
     from fmcluster import baked
+    from fmcluster.providers import NoEndpoint
+    from fmcluster.providers.registry import provider_for
     from fmcluster.publish import SOURCE_ROOT, pinned_commit, uncommitted_changes
     from fmcluster.stacks.api import write_rendered
-    from fmcluster.stacks.aws import has_credentials
     from fmcluster.stacks.render import render_image_stack
     from fmcluster.schedulers.registry import scheduler_for
     from fmcluster.stacks.templates import image
@@ -46,7 +51,8 @@ def plan_image_stack(tenant: Tenant, kind: str | None = None, out: Out = print, 
     ref = pinned_commit()
     # the checkout the bundle is made from, not $FMCLUSTER_ROOT (the tenants' inventories may live elsewhere)
     digests = {k: baked.committed_digest(ref, k, image.pristine(found), SOURCE_ROOT) for k, found in kinds.items()}
-    stack = render_image_stack(tenant, scheduler_for(tenant), ref, digests, image_parameter)
+    provider = provider or provider_for(tenant)
+    stack = render_image_stack(tenant, scheduler_for(tenant), ref, digests, provider.image_parameter)
     path = write_rendered(tenant, [stack]) / f"{stack.name}.yaml"
     out(f"image stack {stack.name} (EC2 Image Builder), rendered to {path} ({len(stack.body)} bytes)")
     out(f"  commit {ref}{' (the working tree has uncommitted changes: they are not in it)' if uncommitted_changes() else ''}")
@@ -58,40 +64,41 @@ def plan_image_stack(tenant: Tenant, kind: str | None = None, out: Out = print, 
     for key, value in stack.parameters.items():
         if not isinstance(value, str):
             out(f"  parameter {key}: {value.describe()}")
-    if endpoint is None and not has_credentials(tenant.region):
-        out("image: planned only (no AWS credentials); nothing was built")
+    try:
+        endpoint = provider.endpoint(False, out)
+    except NoEndpoint as err:
+        out(f"image: planned only ({err}); nothing was built")
         return ExitCode.OK
-    return build_images(tenant, stack, kinds, digests, ref, endpoint, out)
+    return build_images(tenant, stack, kinds, digests, ref, endpoint, provider.capabilities.apis, out)
 
 
 def build_images(tenant: Tenant, stack: Any, kinds: dict[str, Any], digests: dict[str, str], ref: str,
-                 endpoint: str | None, out: Out) -> int:
+                 endpoint: str | None, apis: ApiCapabilities, out: Out) -> int:
     """Deploy the rendered image stack, then record each kind's AMI (its output) with `ref` and its digest."""
     from fmcluster import baked
     from fmcluster.stacks import aws
     from fmcluster.stacks.api import deploy_image_stack
     from fmcluster.stacks.templates import image
 
-    refused = published_elsewhere(tenant, ref, endpoint)
+    refused = published_elsewhere(tenant, ref, endpoint, apis)
     if refused:
         out(f"image: {refused}; nothing built, nothing recorded")
         return ExitCode.FAILED
     out("image: Image Builder takes an hour or more per kind; the stack's create or update waits for it")
     started = time.monotonic()
-    outcome = deploy_image_stack(tenant, endpoint, stack, out)
+    outcome = deploy_image_stack(tenant, endpoint, stack, out, apis)
     if outcome.failure is not None or outcome.action in ("failed", "not-attempted"):
         for note in outcome.notes:
             out(f"  {note}")
         out("image: nothing recorded; the cluster keeps booting what it boots")
         return ExitCode.FAILED
     seconds = round(time.monotonic() - started, 1)
-    ec2 = aws.client("ec2", tenant.region, endpoint)
+    ec2 = aws.client("ec2", tenant.region, endpoint, apis)
     recorded = 0
     for name, found in kinds.items():
         ami = outcome.outputs.get(image.output_name(name))
         if not ami:
-            why = ("the emulator has no EC2 Image Builder, so nothing is built offline" if endpoint is not None
-                   else f"{stack.name} holds no image")
+            why = apis.image_builder_missing or f"{stack.name} holds no image"
             out(f"  {name}: no AMI (output {image.output_name(name)} absent: {why}); nothing recorded")
             continue
         record = baked.Record(tenant.org, name, digests[name], image.pristine(found), ref, baked.pins(),
@@ -109,7 +116,7 @@ def build_images(tenant: Tenant, stack: Any, kinds: dict[str, Any], digests: dic
     return ExitCode.OK if recorded == len(kinds) else ExitCode.FAILED
 
 
-def published_elsewhere(tenant: Tenant, ref: str, endpoint: str | None) -> str | None:
+def published_elsewhere(tenant: Tenant, ref: str, endpoint: str | None, apis: ApiCapabilities) -> str | None:
     """Why the builders could not build `ref`, or None: they fetch the bundle and manifest the last deploy published
     to the tenant's bucket, and the component stops on another commit (fmcluster.stacks.templates.image) — after an
     instance has been started. Read before any stack is touched. No bucket yet: None (the image stack's deploy says
@@ -122,13 +129,13 @@ def published_elsewhere(tenant: Tenant, ref: str, endpoint: str | None) -> str |
     from fmcluster.stacks import aws
     from fmcluster.stacks.changesets import stack_outputs, stack_status
 
-    cf = aws.client("cloudformation", tenant.region, endpoint)
+    cf = aws.client("cloudformation", tenant.region, endpoint, apis)
     bucket = stack_outputs(stack_status(cf, f"{tenant.stack_prefix}-storage")).get("DataBucketName")
     if not bucket:
         return None
     fix = f"run `invoke deploy --org={tenant.org}` from commit {ref[:12]} first, then `invoke image` again"
     try:
-        body = aws.client("s3", tenant.region, endpoint).get_object(Bucket=bucket, Key=MANIFEST_KEY)["Body"].read()
+        body = aws.client("s3", tenant.region, endpoint, apis).get_object(Bucket=bucket, Key=MANIFEST_KEY)["Body"].read()
     except ClientError as err:
         if err.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
             return f"nothing is published in s3://{bucket}/ for the builders to fetch: {fix}"

@@ -148,8 +148,8 @@ def row(org: str, diagnose: Diagnose, root: Path | None = None, usage_of: UsageO
     r = Row(org, tenant.provider, tenant.scheduler, expected=sum(q.count for q in tenant.queues))
     r.acceptance, r.ratio = last_acceptance(org, root)
     off = repair_off(tenant)
-    if tenant.capabilities.provider.emulated_apis:  # deployed only while its emulator runs
-        from fmcluster.stacks.emulator import running_emulator
+    if tenant.capabilities.provider.apis.emulated:  # deployed only while its emulator runs
+        from fmcluster.providers.local.emulator import running_emulator
 
         if running_emulator(org, root) is None:
             r.stack, r.state = "not deployed", "not deployed"

@@ -24,6 +24,7 @@ from fmcluster.model import Tenant
 from fmcluster.nodes import Node, as_root
 
 if TYPE_CHECKING:
+    from fmcluster.capabilities import ApiCapabilities
     from fmcluster.providers import Provider
 
 Out = Callable[[str], object]
@@ -127,19 +128,19 @@ def _ask(argv: Sequence[str], command: str, timeout: float = 60.0) -> tuple[str 
     return done.stdout, ""
 
 
-def stack_facts(tenant: Tenant, endpoint: str | None, got: Gathered) -> None:
+def stack_facts(tenant: Tenant, endpoint: str | None, apis: ApiCapabilities, got: Gathered) -> None:
     from fmcluster.schedulers.registry import scheduler_for
     from fmcluster.stacks.api import stacks_status
 
     try:
-        result = stacks_status(tenant, endpoint, scheduler=scheduler_for(tenant), out=lambda _line: None)
+        result = stacks_status(tenant, endpoint, scheduler=scheduler_for(tenant), apis=apis, out=lambda _line: None)
     except Exception as err:  # noqa: BLE001 - any API error is evidence that could not be read
         got.evidence.add_fact("unreachable", "CloudFormation", f"{type(err).__name__}: {err}")
         return
     for stack in result.stacks:
         got.evidence.add_fact("stack_status", stack.name, str(stack.status or "absent"))
         for lid, rtype in stack.not_created:
-            if tenant.capabilities.provider.emulated_apis:
+            if apis.emulated:
                 got.notes.append(f"the AWS emulator did not create {lid} ({rtype}) in {stack.name}: "
                                  "its entries apply on AWS only")
             else:
@@ -202,11 +203,12 @@ def gather(tenant: Tenant, node_filter: str = "", out: Out = print) -> Gathered:
         ev.add_fact("unreachable", "AWS APIs", str(err))
         return got
     out(f"doctor: reading the stacks of {tenant.org}")
-    stack_facts(tenant, endpoint, got)
-    if not tenant.capabilities.provider.emulated_apis:  # the emulator has no reservations or associations
+    apis = provider.capabilities.apis
+    stack_facts(tenant, endpoint, apis, got)
+    if not apis.emulated:  # the emulator has no reservations or associations
         from fmcluster.stacks import aws
 
-        aws_facts(tenant, lambda service: aws.client(service, tenant.region, endpoint), got)
+        aws_facts(tenant, lambda service: aws.client(service, tenant.region, endpoint, apis), got)
 
     nodes = read_nodes(tenant.org)
     if not nodes:

@@ -5,7 +5,9 @@ calls, the same secrets, bundle and manifest, the same node bootstrap, reports a
 only supplies what differs in the *substrate* (the protocol is here; which class serves a tenant is
 fmcluster.providers.registry.provider_for):
 
-- `endpoint`: where the AWS APIs answer (AWS itself: None; local: the tenant's emulator, started on demand);
+- `endpoint`: where the AWS APIs answer (AWS itself: None; local: the tenant's emulator, started on demand), and
+  `capabilities.apis` how they answer (retries, polls, what an emulator leaves out), which the callers hand on with
+  the endpoint: nothing asks whether an endpoint is set;
 - `boot`: what makes the cluster's instances run their user data (EC2 itself; local: one namespace host per
   instance the emulator reports, which then runs that instance's decoded user data);
 - `queue_resources`: what Slurm may schedule on a node of an instance type;

@@ -92,7 +92,7 @@ class AwsProvider:
         return self.contract().default_user
 
     def console_output(self, endpoint: str | None, node: Node) -> str:
-        ec2 = aws.client("ec2", self.tenant.region, endpoint)
+        ec2 = aws.client("ec2", self.tenant.region, endpoint, self.capabilities.apis)
         output = ec2.get_console_output(InstanceId=node.instance_id, Latest=True).get("Output", "")
         return "\n".join(str(output).splitlines()[-30:])
 

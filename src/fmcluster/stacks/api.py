@@ -4,11 +4,12 @@
     plan_stacks(tenant) -> StacksResult       change sets shown, never executed (offline without credentials)
     destroy_stacks(tenant, confirm=...) -> StacksResult
     stacks_status(tenant) -> StacksResult
-    stop_emulator(org) -> bool                (fmcluster.stacks.emulator; provider local)
 
-Importing this module has no side effects; only calling these functions talks to AWS or starts the
-emulator. `out` receives every progress line (default: print). `scheduler` is the tenant's (what the renderer asks
-of it: fmcluster.stacks.templates.SchedulerStacks), handed in by the caller: nothing here looks it up.
+Importing this module has no side effects; only calling these functions talks to the AWS APIs. `out` receives every
+progress line (default: print). `scheduler` is the tenant's (what the renderer asks of it:
+fmcluster.stacks.templates.SchedulerStacks), handed in by the caller: nothing here looks it up. So are `endpoint`,
+where the AWS APIs answer (None: AWS's own), and `apis`, how they answer (fmcluster.capabilities.ApiCapabilities:
+retries, polls, what an emulator leaves out), both the provider's; `apis` left out is the tenant's provider's.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from fmcluster import baked
+from fmcluster.capabilities import ApiCapabilities
 from fmcluster.model import Tenant
 from fmcluster.paths import generated_dir, tenant_dir, write_fresh
 from fmcluster.stacks import aws
@@ -29,7 +31,6 @@ from fmcluster.stacks.changesets import (
     outputs_left_out,
 )
 from fmcluster.stacks.checks import check_stacks
-from fmcluster.stacks.emulator import stop_emulator
 from fmcluster.stacks.outputs import outputs_path, remove_stack_outputs, write_stack_outputs
 from fmcluster.stacks.render import (
     IMAGE_STACK_KEY, SOURCE_ROOT, TEMPLATES_DIR, AnyImageRef, BakedImageRef, ImageResolver, NamedImageRef,
@@ -49,7 +50,7 @@ Confirm = Callable[[str], bool]
 #: nodes' bootstrap bundle, manifest and lifecycle scripts there).
 BeforeCluster = Callable[[dict[str, str]], None]
 
-__all__ = ["deploy_image_stack", "deploy_stacks", "plan_stacks", "destroy_stacks", "stacks_status", "stop_emulator", "StacksResult",
+__all__ = ["deploy_image_stack", "deploy_stacks", "plan_stacks", "destroy_stacks", "stacks_status", "StacksResult",
            "write_rendered"]
 
 
@@ -173,7 +174,8 @@ def deployed_parameters(cf: Any, stack_name: str) -> dict[str, str]:
 
 
 def image_resolver(tenant: Tenant, cf: Any, stack: RenderedStack, endpoint: str | None, refresh: bool,
-                   notes: list[str], baked_amis: dict[str, str | None] | None = None) -> ImageResolver:
+                   notes: list[str], baked_amis: dict[str, str | None] | None = None,
+                   apis: ApiCapabilities | None = None) -> ImageResolver:
     """Pin each AMI once: reuse the value the deployed stack holds, resolve the public SSM parameter
     only for a stack that does not hold one yet (or when `refresh` asks for it). What happened is
     appended to `notes`; the pinned ids are also stack outputs (stack_outputs.yml). A BakedImageRef takes the AMI
@@ -192,10 +194,10 @@ def image_resolver(tenant: Tenant, cf: Any, stack: RenderedStack, endpoint: str 
             notes.append(f"{name}: keeping the pinned {kept}")
             return kept
         if isinstance(ref, NamedImageRef):
-            ami, source = newest_named_image(aws.client("ec2", tenant.region, endpoint), ref), \
+            ami, source = newest_named_image(aws.client("ec2", tenant.region, endpoint, apis), ref), \
                 f"the newest image named {ref.name} of {ref.owner}"
         else:
-            ssm = aws.client("ssm", tenant.region, endpoint)
+            ssm = aws.client("ssm", tenant.region, endpoint, apis)
             ami, source = str(ssm.get_parameter(Name=ref.ssm_path)["Parameter"]["Value"]), ref.ssm_path
         was = f" (was {kept})" if kept and kept != ami else ""
         notes.append(f"{name}: pinned {ami}, resolved from {source}{was}")
@@ -205,7 +207,7 @@ def image_resolver(tenant: Tenant, cf: Any, stack: RenderedStack, endpoint: str 
 
 
 def deploy_stacks(tenant: Tenant, endpoint: str | None, *, scheduler: SchedulerStacks,
-                  before_cluster: BeforeCluster | None = None,
+                  apis: ApiCapabilities | None = None, before_cluster: BeforeCluster | None = None,
                   image_parameter: Callable[[str], str] = lambda path: path, out: Out = print,
                   root: Path | None = None, refresh_images: bool = False,
                   capacity: dict[str, str] | None = None,
@@ -213,7 +215,8 @@ def deploy_stacks(tenant: Tenant, endpoint: str | None, *, scheduler: SchedulerS
                   while_waiting: WhileWaiting | None = None) -> StacksResult:
     """Create or update the tenant's stacks in order and write generated/stack_outputs.yml.
 
-    `endpoint` is where the AWS APIs answer (None: AWS itself; the tenant's emulator on provider local);
+    `endpoint` is where the AWS APIs answer (None: AWS itself; the tenant's emulator on provider local), `apis` how
+    they answer (the provider's: how often a stack is polled and for how long, what an emulator leaves out);
     `before_cluster(outputs so far)` runs right before the cluster stack, or after the last stack where the
     cluster is not ours (the deploy publishes what the nodes fetch at first boot there); `image_parameter` maps each public image parameter to the endpoint's.
     Unchanged stacks are skipped; the first failure stops the run (later stacks: not-attempted) and
@@ -232,9 +235,9 @@ def deploy_stacks(tenant: Tenant, endpoint: str | None, *, scheduler: SchedulerS
         result.notes = findings
         return result
     result.endpoint = endpoint
-    emulator = endpoint is not None
-    cf = aws.client("cloudformation", tenant.region, result.endpoint)
-    baked_amis, refusals = _baked_gate(tenant, stacks, aws.client("ec2", tenant.region, endpoint), cf, out,
+    apis = apis or tenant.capabilities.provider.apis
+    cf = aws.client("cloudformation", tenant.region, endpoint, apis)
+    baked_amis, refusals = _baked_gate(tenant, stacks, aws.client("ec2", tenant.region, endpoint, apis), cf, out,
                                        refresh_images)
     if refusals:
         result.stacks = [StackOutcome(s.key, s.name, "not-attempted") for s in stacks]
@@ -247,8 +250,8 @@ def deploy_stacks(tenant: Tenant, endpoint: str | None, *, scheduler: SchedulerS
             continue
         notes: list[str] = []
         params, substitutes = stack.resolved_parameters(
-            outputs, image_resolver(tenant, cf, stack, result.endpoint, refresh_images, notes, baked_amis), capacity,
-            lambda: deployer_principal(tenant, result.endpoint))
+            outputs, image_resolver(tenant, cf, stack, endpoint, refresh_images, notes, baked_amis, apis), capacity,
+            lambda: deployer_principal(tenant, endpoint, apis))
         notes += substitutes
         for note in notes:
             out(f"  {stack.name}: {note}")
@@ -256,8 +259,8 @@ def deploy_stacks(tenant: Tenant, endpoint: str | None, *, scheduler: SchedulerS
             before_cluster({k: v for key in outputs for k, v in outputs[key].items()})
         out(f"[{stack.key}] {stack.name}")
         try:
-            url = large_template_url(tenant, stack, outputs.get("storage", {}), result.endpoint)
-            outcome = apply_stack(cf, stack, params, tenant.tags, execute=True, emulator=emulator, out=out,
+            url = large_template_url(tenant, stack, outputs.get("storage", {}), endpoint, apis)
+            outcome = apply_stack(cf, stack, params, tenant.tags, execute=True, apis=apis, out=out,
                                   template_url=url, before_execute=before_execute, while_waiting=while_waiting)
         except (ClientError, BotoCoreError) as err:
             outcome = StackOutcome(stack.key, stack.name, "failed",
@@ -270,7 +273,7 @@ def deploy_stacks(tenant: Tenant, endpoint: str | None, *, scheduler: SchedulerS
                 "(a rolled-back create is deleted and created again)")
             continue
         out(f"  {stack.name}: {outcome.action}" + (f" ({outcome.status})" if outcome.status else ""))
-        if emulator:
+        if apis.emulated:
             _emulator_summary(outcome, stack, out)
         outputs[stack.key] = outcome.outputs
     if result.ok and before_cluster is not None and not any(s.key == "cluster" for s in stacks):
@@ -302,7 +305,8 @@ def _baked_gate(tenant: Tenant, stacks: list[RenderedStack], ec2: Any | None, cf
     return chosen, refusals
 
 
-def deploy_image_stack(tenant: Tenant, endpoint: str | None, stack: RenderedStack, out: Out = print) -> StackOutcome:
+def deploy_image_stack(tenant: Tenant, endpoint: str | None, stack: RenderedStack, out: Out = print,
+                       apis: ApiCapabilities | None = None) -> StackOutcome:
     """Create or update the tenant's image stack (`invoke image`, render.render_image_stack) through the deploy's own
     path: security gate, parameters from the deployed network and storage stacks' outputs, the parents' AMIs pinned
     once, a change set, and the wait (Image Builder's images are made while the stack is created: an hour or more).
@@ -312,13 +316,14 @@ def deploy_image_stack(tenant: Tenant, endpoint: str | None, stack: RenderedStac
     if findings:
         outcome.notes = findings
         return outcome
-    cf = aws.client("cloudformation", tenant.region, endpoint)
+    apis = apis or tenant.capabilities.provider.apis
+    cf = aws.client("cloudformation", tenant.region, endpoint, apis)
     outputs = {key: stack_outputs(stack_status(cf, f"{tenant.stack_prefix}-{key}")) for key in ("network", "storage")}
     notes: list[str] = []
     try:
         params, substitutes = stack.resolved_parameters(outputs, image_resolver(tenant, cf, stack, endpoint, False,
-                                                                                notes),
-                                                        deployer=lambda: deployer_principal(tenant, endpoint))
+                                                                                notes, apis=apis),
+                                                        deployer=lambda: deployer_principal(tenant, endpoint, apis))
     except KeyError as err:
         outcome.notes.append(f"{err.args[0]}: the image stack builds in the tenant's network from its bucket's published "
                              f"bundle; run `invoke deploy --org={tenant.org}` first")
@@ -330,24 +335,23 @@ def deploy_image_stack(tenant: Tenant, endpoint: str | None, stack: RenderedStac
         out(f"  {stack.name}: {note}")
     out(f"[{stack.key}] {stack.name}")
     try:
-        url = large_template_url(tenant, stack, outputs["storage"], endpoint)
-        outcome = apply_stack(cf, stack, params, tenant.tags, execute=True, emulator=endpoint is not None, out=out,
-                              template_url=url)
+        url = large_template_url(tenant, stack, outputs["storage"], endpoint, apis)
+        outcome = apply_stack(cf, stack, params, tenant.tags, execute=True, apis=apis, out=out, template_url=url)
     except (ClientError, BotoCoreError) as err:
         outcome = StackOutcome(stack.key, stack.name, "failed",
                                failure=Failure(stack.name, "AWS::CloudFormation::Stack", "API_ERROR", str(err)))
     outcome.notes += notes + substitutes
     if outcome.failure:
         out(f"  FAILED: {outcome.failure.render()}")
-    elif endpoint is not None:
+    elif apis.emulated:
         _emulator_summary(outcome, stack, out)
     return outcome
 
 
-def deployer_principal(tenant: Tenant, endpoint: str | None) -> str:
+def deployer_principal(tenant: Tenant, endpoint: str | None, apis: ApiCapabilities | None = None) -> str:
     """Who runs this deploy, as the bucket policy's aws:userid condition names it: the STS caller identity's UserId up
     to its first ':' (a role's id, whatever session; an IAM user's id; the account id for the root user)."""
-    user_id = str(aws.client("sts", tenant.region, endpoint).get_caller_identity()["UserId"])
+    user_id = str(aws.client("sts", tenant.region, endpoint, apis).get_caller_identity()["UserId"])
     return user_id.split(":", 1)[0]
 
 
@@ -356,7 +360,7 @@ def deployer_principal(tenant: Tenant, endpoint: str | None) -> str:
 
 
 def large_template_url(tenant: Tenant, stack: RenderedStack, storage_outputs: dict[str, str],
-                       endpoint: str | None) -> str | None:
+                       endpoint: str | None, apis: ApiCapabilities | None = None) -> str | None:
     """A template over CloudFormation's inline limit, uploaded to the tenant's bucket: its S3 URL (None when it fits
     inline, or when there is no bucket yet: apply_stack then refuses it naming the limit)."""
     from fmcluster.stacks.changesets import MAX_TEMPLATE_BODY
@@ -365,12 +369,12 @@ def large_template_url(tenant: Tenant, stack: RenderedStack, storage_outputs: di
     if len(stack.body.encode()) <= MAX_TEMPLATE_BODY or not bucket:
         return None
     key = f"{TEMPLATES_PREFIX}{stack.name}.yaml"
-    aws.client("s3", tenant.region, endpoint).put_object(Bucket=bucket, Key=key, Body=stack.body.encode())
+    aws.client("s3", tenant.region, endpoint, apis).put_object(Bucket=bucket, Key=key, Body=stack.body.encode())
     return f"https://{bucket}.s3.{tenant.region}.amazonaws.com/{key}"
 
 
 def plan_stacks(tenant: Tenant, endpoint: str | None, *, scheduler: SchedulerStacks, offline: bool = False,
-                image_parameter: Callable[[str], str] = lambda path: path, out: Out = print,
+                apis: ApiCapabilities | None = None, image_parameter: Callable[[str], str] = lambda path: path, out: Out = print,
                 root: Path | None = None, show_templates: bool = False, refresh_images: bool = False,
                 offline_note: str | None = None, capacity: dict[str, str] | None = None) -> StacksResult:
     """Render everything, run the checks, and show each stack's change set without executing it.
@@ -387,16 +391,18 @@ def plan_stacks(tenant: Tenant, endpoint: str | None, *, scheduler: SchedulerSta
             "ingress, bucket private/encrypted/retained, file systems retained, IMDSv2, encrypted volumes, "
             "least-privilege roles, tags)")
     result.endpoint = None if offline else endpoint
-    cf = None if offline else aws.client("cloudformation", tenant.region, result.endpoint)
-    baked_amis, refusals = _baked_gate(tenant, stacks, None if offline else aws.client("ec2", tenant.region, endpoint),
+    apis = apis or tenant.capabilities.provider.apis
+    cf = None if offline else aws.client("cloudformation", tenant.region, endpoint, apis)
+    baked_amis, refusals = _baked_gate(tenant, stacks,
+                                       None if offline else aws.client("ec2", tenant.region, endpoint, apis),
                                        cf, out, refresh_images)
     result.notes += refusals  # plan shows the change sets all the same; the deploy would stop here
     outputs: dict[str, dict[str, str]] = {}
     for stack in stacks:
         out(f"[{stack.key}] {stack.name}  (from {stack.source.relative_to(SOURCE_ROOT)})")
-        outcome = _plan_one(cf, stack, tenant, outputs, result.endpoint, refresh_images, out, capacity, baked_amis)
+        outcome = _plan_one(cf, stack, tenant, outputs, endpoint, apis, refresh_images, out, capacity, baked_amis)
         result.stacks.append(outcome)
-        for line in render_changes(outcome.changes, result.endpoint is not None, resource_details(stack)):
+        for line in render_changes(outcome.changes, apis.emulated, resource_details(stack)):
             out(line)
         for note in outcome.notes:
             out(f"    note: {note}")
@@ -411,10 +417,9 @@ def plan_stacks(tenant: Tenant, endpoint: str | None, *, scheduler: SchedulerSta
 
 
 def _plan_one(cf: Any, stack: RenderedStack, tenant: Tenant, outputs: dict[str, dict[str, str]],
-              endpoint: str | None, refresh_images: bool, out: Out,
+              endpoint: str | None, apis: ApiCapabilities, refresh_images: bool, out: Out,
               capacity: dict[str, str] | None = None,
               baked_amis: dict[str, str | None] | None = None) -> StackOutcome:
-    emulator = endpoint is not None
     def offline(reason: str) -> StackOutcome:
         outcome = StackOutcome(stack.key, stack.name, "rendered",
                                changes=[ResourceChange("Add", lid, rt) for lid, rt in stack.resource_types().items()])
@@ -429,16 +434,16 @@ def _plan_one(cf: Any, stack: RenderedStack, tenant: Tenant, outputs: dict[str, 
     notes: list[str] = []
     try:
         params, substitutes = stack.resolved_parameters(
-            outputs, image_resolver(tenant, cf, stack, endpoint, refresh_images, notes, baked_amis), capacity,
-            lambda: deployer_principal(tenant, endpoint))
+            outputs, image_resolver(tenant, cf, stack, endpoint, refresh_images, notes, baked_amis, apis), capacity,
+            lambda: deployer_principal(tenant, endpoint, apis))
         notes += substitutes
     except KeyError:
         outcome = offline(f"change set: needs the outputs of stacks that do not exist yet; {stack.name} would be created")
         outcome.action = "would-create"
         return outcome
     # The same upload as the deploy's: a template over the inline limit goes through the tenant's bucket.
-    url = large_template_url(tenant, stack, outputs.get("storage", {}), endpoint)
-    outcome = apply_stack(cf, stack, params, tenant.tags, execute=False, emulator=emulator, out=out, template_url=url)
+    url = large_template_url(tenant, stack, outputs.get("storage", {}), endpoint, apis)
+    outcome = apply_stack(cf, stack, params, tenant.tags, execute=False, apis=apis, out=out, template_url=url)
     outcome.notes = notes + outcome.notes
     current = stack_status(cf, stack.name)
     outputs[stack.key] = stack_outputs(current)
@@ -448,14 +453,14 @@ def _plan_one(cf: Any, stack: RenderedStack, tenant: Tenant, outputs: dict[str, 
         out(f"  change set failed: {outcome.failure.render()}")
     else:
         out(f"  {outcome.action.replace('-', ' ')}: {len(outcome.changes)} resource change(s)")
-        if emulator:
+        if apis.emulated:
             skipped = [c for c in outcome.changes if c.action == "Add" and c.resource_type in EMULATOR_SKIPPED_TYPES]
             outcome.not_created = [(c.logical_id, c.resource_type) for c in skipped]
     return outcome
 
 
 def destroy_stacks(tenant: Tenant, endpoint: str | None, *, scheduler: SchedulerStacks,
-                   confirm: Confirm | None = None, out: Out = print,
+                   apis: ApiCapabilities | None = None, confirm: Confirm | None = None, out: Out = print,
                    root: Path | None = None, delete_first: DeleteFirst | None = None) -> StacksResult:
     """Delete cluster → storage → network after confirmation. The data bucket is kept (Retain) and named.
 
@@ -466,7 +471,8 @@ def destroy_stacks(tenant: Tenant, endpoint: str | None, *, scheduler: Scheduler
     result = StacksResult(tenant.org, tenant.provider, None)
     stacks = list(reversed(render_stacks(tenant, scheduler)))
     result.endpoint = endpoint
-    cf = aws.client("cloudformation", tenant.region, result.endpoint)
+    apis = apis or tenant.capabilities.provider.apis
+    cf = aws.client("cloudformation", tenant.region, endpoint, apis)
     image_stack = f"{tenant.stack_prefix}-{IMAGE_STACK_KEY}"
     if stack_status(cf, image_stack) is not None:
         # `invoke image`'s stack: its builders' security group is in the tenant's VPC, so it goes before the network
@@ -490,12 +496,11 @@ def destroy_stacks(tenant: Tenant, endpoint: str | None, *, scheduler: Scheduler
         result.notes.append(f"{delete_first[0]} was not deleted: no stack was touched")
         result.stacks += [StackOutcome(s.key, s.name, "not-attempted") for s, _ in existing]
         return result
-    poll_s, timeout_s = (0.2, 120.0) if result.endpoint else (5.0, 3 * 3600.0)
     for stack, desc in existing:
         if desc is None:
             result.stacks.append(StackOutcome(stack.key, stack.name, "absent"))
             continue
-        blocking = _file_systems_still_there(tenant, cf, stack.name, result.endpoint)
+        blocking = _file_systems_still_there(tenant, cf, stack.name, endpoint, apis)
         if blocking:
             # The file systems are retained (DeletionPolicy) and hold interfaces in the storage
             # stack's security group and the network stack's subnet: deleting either stack now would
@@ -512,7 +517,7 @@ def destroy_stacks(tenant: Tenant, endpoint: str | None, *, scheduler: Scheduler
                 + ", ".join(fs for _, fs in blocking))))
             return result
         out(f"[{stack.key}] deleting {stack.name}")
-        status, failure = delete_stack(cf, stack.name, out, poll_s, timeout_s)
+        status, failure = delete_stack(cf, stack.name, out, apis.stack_poll_s, apis.stack_timeout_s)
         result.stacks.append(StackOutcome(stack.key, stack.name, "failed" if failure else "deleted", status,
                                           failure=failure))
         if failure:
@@ -540,14 +545,15 @@ def kept_images(tenant: Tenant) -> list[str]:
     return lines
 
 
-def _file_systems_still_there(tenant: Tenant, cf: Any, stack_name: str, endpoint: str | None) -> list[tuple[str, str]]:
+def _file_systems_still_there(tenant: Tenant, cf: Any, stack_name: str, endpoint: str | None,
+                              apis: ApiCapabilities) -> list[tuple[str, str]]:
     """(logical id, file system id) of the stack's FSx file systems that still exist."""
     summaries = cf.list_stack_resources(StackName=stack_name)["StackResourceSummaries"]
     ids = [(s["LogicalResourceId"], s.get("PhysicalResourceId", "")) for s in summaries
            if s.get("ResourceType") == "AWS::FSx::FileSystem" and s.get("PhysicalResourceId")]
     if not ids:
         return []
-    existing = existing_file_systems(aws.client("fsx", tenant.region, endpoint), [fs for _, fs in ids])
+    existing = existing_file_systems(aws.client("fsx", tenant.region, endpoint, apis), [fs for _, fs in ids])
     return [(lid, fs) for lid, fs in ids if fs in existing]
 
 
@@ -586,13 +592,14 @@ def _retained(cf: Any, stacks: list[RenderedStack]) -> list[str]:
     return lines
 
 
-def stacks_status(tenant: Tenant, endpoint: str | None, *, scheduler: SchedulerStacks, out: Out = print,
-                  root: Path | None = None) -> StacksResult:
+def stacks_status(tenant: Tenant, endpoint: str | None, *, scheduler: SchedulerStacks,
+                  apis: ApiCapabilities | None = None, out: Out = print, root: Path | None = None) -> StacksResult:
     """Each stack's status, outputs and (on the emulator) what it did not create. Starts nothing."""
     result = StacksResult(tenant.org, tenant.provider, None)
     stacks = render_stacks(tenant, scheduler)
     result.endpoint = endpoint
-    cf = aws.client("cloudformation", tenant.region, result.endpoint)
+    apis = apis or tenant.capabilities.provider.apis
+    cf = aws.client("cloudformation", tenant.region, endpoint, apis)
     for stack in stacks:
         desc = stack_status(cf, stack.name)
         if desc is None:
@@ -600,7 +607,7 @@ def stacks_status(tenant: Tenant, endpoint: str | None, *, scheduler: SchedulerS
             result.stacks.append(StackOutcome(stack.key, stack.name, "absent"))
             continue
         outcome = StackOutcome(stack.key, stack.name, "unchanged", desc["StackStatus"], outputs=stack_outputs(desc))
-        if result.endpoint:
+        if apis.emulated:
             outcome.not_created = not_created(cf, stack)
         when = desc.get("LastUpdatedTime") or desc.get("CreationTime")
         out(f"{stack.name}: {desc['StackStatus']} (since {when:%Y-%m-%d %H:%M:%S %Z}), {len(outcome.outputs)} outputs")

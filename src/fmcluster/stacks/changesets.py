@@ -22,6 +22,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from fmcluster.capabilities import ApiCapabilities
 from fmcluster.stacks.references import referenced
 from fmcluster.stacks.render import RenderedStack, load_cfn_yaml
 from fmcluster.stacks.result import EMULATOR_SKIPPED_TYPES, Failure, ResourceChange, StackOutcome
@@ -274,12 +275,13 @@ BeforeExecute = Callable[[RenderedStack, list[ResourceChange]], "Failure | None"
 
 
 def apply_stack(cf: Any, stack: RenderedStack, parameters: dict[str, str], tags: dict[str, str], *,
-                execute: bool, emulator: bool, out: Out, template_url: str | None = None,
+                execute: bool, apis: ApiCapabilities, out: Out, template_url: str | None = None,
                 before_execute: BeforeExecute | None = None, while_waiting: WhileWaiting | None = None) -> StackOutcome:
     """Create/update one stack through a change set; with execute=False only show the change set.
+    `apis`: how the APIs answer (the provider's): the poll and the wait, and whether to list what an emulator left out.
     `before_execute`: asked with an update's changes before they are executed (the replacement gate).
     `while_waiting`: called while the stack waits for its nodes' signals (wait_for_stack)."""
-    poll_s, timeout_s = (0.2, 120.0) if emulator else (5.0, 3 * 3600.0)
+    poll_s, timeout_s = apis.stack_poll_s, apis.stack_timeout_s
     signal_s = signal_wait_s(stack)
     if signal_s:  # its nodes boot and signal meanwhile: CloudFormation's own Timeout ends the wait
         timeout_s = max(timeout_s, signal_s + SIGNAL_MARGIN_S)
@@ -340,7 +342,7 @@ def apply_stack(cf: Any, stack: RenderedStack, parameters: dict[str, str], tags:
             outcome.action = "unchanged" if execute else "no-changes"
             outcome.status = current["StackStatus"] if current else ""
             outcome.outputs = stack_outputs(current)
-            if emulator and current:
+            if apis.emulated and current:
                 outcome.not_created = not_created(cf, stack)
             return outcome
         outcome.failure = Failure(stack.name, "AWS::CloudFormation::ChangeSet", "FAILED", reason)
@@ -374,6 +376,6 @@ def apply_stack(cf: Any, stack: RenderedStack, parameters: dict[str, str], tags:
         return outcome
     outcome.action = "created" if change_set_type == "CREATE" else "updated"
     outcome.outputs = stack_outputs(stack_status(cf, stack.name))
-    if emulator:
+    if apis.emulated:
         outcome.not_created = not_created(cf, stack)
     return outcome

@@ -18,7 +18,7 @@ Action = Literal[
 ]
 
 # Resource types moto 5.1's CloudFormation silently skips (measured; see docs/stacks.md; AWS::SageMaker::Cluster
-# is made by the emulator's HyperPod stand-in, fmcluster.stacks.emulator_hyperpod). Used to
+# is made by the emulator's HyperPod stand-in, fmcluster.providers.local.emulator_hyperpod). Used to
 # predict, in `plan`, what the emulator will not create; deploy reports what it really did not create.
 EMULATOR_SKIPPED_TYPES = frozenset({
     "AWS::EC2::SecurityGroupEgress",

@@ -1,6 +1,6 @@
 """Provider `local`: this machine stands in for an AWS account — as a substrate, never as an API answer.
 
-- The AWS APIs are the tenant's emulator (moto's server mode, fmcluster.stacks.emulator), listening on the
+- The AWS APIs are the tenant's emulator (moto's server mode, fmcluster.providers.local.emulator), listening on the
   tenant VPC's router address so the hosts reach it as instances reach AWS's endpoints.
 - The VPC's subnets are one bridge holding each subnet's router address (`.1`).
 - Each instance the emulator reports for the tenant (whatever created it: the cluster stack's controller
@@ -97,7 +97,7 @@ class LocalProvider:
         return router_address(self.subnets["private"]).split("/")[0]
 
     def endpoint(self, start: bool, out: Out) -> str | None:
-        from fmcluster.stacks.emulator import ensure_emulator, running_emulator
+        from fmcluster.providers.local.emulator import ensure_emulator, running_emulator
 
         if not start:
             running = running_emulator(self.tenant.org)
@@ -170,7 +170,7 @@ class LocalProvider:
 
     def boot_locked(self, endpoint: str | None, out: Out, keep_down: Collection[str] = ()) -> BootResult:
         """`boot` for a caller holding the tenant's boot lock; `keep_down`: instance ids given no host (halted)."""
-        ec2 = aws.client("ec2", self.tenant.region, endpoint)
+        ec2 = aws.client("ec2", self.tenant.region, endpoint, self.capabilities.apis)
         instances = [i for i in self._instances(ec2) if i["InstanceId"] not in keep_down]
         prefixes = {s["SubnetId"]: ipaddress.IPv4Network(s["CidrBlock"]).prefixlen
                     for s in ec2.describe_subnets()["Subnets"]}
@@ -258,7 +258,7 @@ class LocalProvider:
         """The stand-in directory's bind password in the emulator's Secrets Manager (kept equal to the directory's)."""
         spec = self.tenant.directory
         if spec is not None and spec.bind_password_secret is not None:
-            secrets = aws.client("secretsmanager", self.tenant.region, endpoint)
+            secrets = aws.client("secretsmanager", self.tenant.region, endpoint, self.capabilities.apis)
             name, value = secret_id(self.tenant.org, spec.bind_password_secret), directory.bind_password(self.tenant.org)
             try:
                 current = secrets.get_secret_value(SecretId=name)["SecretString"]
@@ -278,7 +278,7 @@ class LocalProvider:
         names = [n for n in (smtp.username_secret, smtp.password_secret) if n] if smtp else []
         if not names:
             return
-        secrets = aws.client("secretsmanager", self.tenant.region, endpoint)
+        secrets = aws.client("secretsmanager", self.tenant.region, endpoint, self.capabilities.apis)
         for name in names:
             sid = secret_id(self.tenant.org, name)
             try:
@@ -295,7 +295,7 @@ class LocalProvider:
         source. Everything else — its ssh host keys, the key pair in the default user's authorized_keys, its
         hostname, its user data — cloud-init does at boot from the metadata service, as on EC2."""
         def client(service: str) -> Any:
-            return aws.client(service, self.tenant.region, endpoint)
+            return aws.client(service, self.tenant.region, endpoint, self.capabilities.apis)
 
         stacks = [f"{self.tenant.stack_prefix}-{kind}" for kind in ("cluster", "storage", "network")]
         template = instance_role.launch_template_data(instance, client, stacks)  # profile and MetadataOptions
@@ -486,7 +486,7 @@ class LocalProvider:
 
     def teardown(self, out: Out) -> None:
         from fmcluster.providers.local.hypervisor import stop_hypervisor
-        from fmcluster.stacks.emulator import stop_emulator
+        from fmcluster.providers.local.emulator import stop_emulator
 
         if stop_hypervisor(self.tenant.org):  # first: it would boot what the rest of the teardown removes
             out(f"  stopped the hypervisor stand-in of '{self.tenant.org}'")

@@ -131,7 +131,7 @@ def _size(folder: Path) -> int:
 def _builder(tenant: Tenant, kind: str, key: str, lower: str, out: Out) -> Iterator[Host]:
     """A host booted from `lower` on the tenant's substrate for the bake (or its check); it goes after, and so does
     what this started for itself (bridge, package source) where the tenant has nothing deployed."""
-    from fmcluster.stacks.emulator import running_emulator
+    from fmcluster.providers.local.emulator import running_emulator
     from fmcluster.stacks.render import subnet_cidrs
 
     require_root()

@@ -1,4 +1,4 @@
-"""Local stand-in for what SageMaker HyperPod does on one of its instances (fmcluster.stacks.emulator_hyperpod writes
+"""Local stand-in for what SageMaker HyperPod does on one of its instances (fmcluster.providers.local.emulator_hyperpod writes
 it into the instance's user data with its settings; docs/local-nodes.md, "HyperPod stand-in").
 
 HyperPod boots its AMI, which ships Slurm and munge under /opt/slurm with their systemd units; its agent writes the

@@ -40,7 +40,8 @@ class Daemon:
             from fmcluster.model import load_tenant
             from fmcluster.stacks import aws
 
-            self._ec2 = aws.client("ec2", load_tenant(self.org).region, self.endpoint)
+            tenant = load_tenant(self.org)
+            self._ec2 = aws.client("ec2", tenant.region, self.endpoint, tenant.capabilities.provider.apis)
         found: list[dict[str, Any]] = []
         for page in self._ec2.get_paginator("describe_instances").paginate(
                 Filters=[{"Name": "tag:fmcluster:org", "Values": [self.org]}]):
@@ -79,7 +80,7 @@ class Daemon:
                 raise SystemExit(0)
 
     def run(self) -> int:
-        from fmcluster.stacks.emulator import running_emulator
+        from fmcluster.providers.local.emulator import running_emulator
 
         signal.signal(signal.SIGTERM, self.on_term)
         self.log(f"started for '{self.org}' on {self.endpoint}, every {self.interval_s:g}s")

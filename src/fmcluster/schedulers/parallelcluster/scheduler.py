@@ -133,7 +133,8 @@ class ParallelCluster:
             from fmcluster.schedulers.parallelcluster.rules import secret_account_problem
             from fmcluster.stacks import aws
 
-            account = str(aws.client("sts", self.tenant.region, None).get_caller_identity()["Account"])
+            sts = aws.client("sts", self.tenant.region, None, self.tenant.capabilities.provider.apis)
+            account = str(sts.get_caller_identity()["Account"])
             if (problem := secret_account_problem(accounting.password_secret_arn, account)) is not None:
                 return StepOutcome("failed", problem, details)
         try:

@@ -26,7 +26,7 @@ from fmcluster.paths import PACKAGE_DIR, generated_dir, real_dir, tenant_dir, wr
 
 STATE_FILE = "emulator.json"
 LOG_FILE = "emulator.log"
-MODULE = "fmcluster.stacks.emulator_server"
+MODULE = "fmcluster.providers.local.emulator_server"
 START_TIMEOUT_S = 30.0
 
 

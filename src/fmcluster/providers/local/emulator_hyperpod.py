@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 #: The HyperPod agent stand-in each instance runs (standard library only: it runs before anything is installed).
-AGENT = Path(__file__).resolve().parent.parent / "providers" / "local" / "hyperpod_agent.py"
+AGENT = Path(__file__).resolve().parent / "hyperpod_agent.py"
 #: Where the agent and its settings are written on the instance.
 AGENT_PATH = "/var/lib/fmcluster-hyperpod/agent.py"
 SETTINGS_PATH = "/var/lib/fmcluster-hyperpod/settings.json"
@@ -76,7 +76,7 @@ def agent_user_data(settings: dict[str, Any], agent_source: str) -> str:
     body = json.dumps(settings, indent=1, sort_keys=True)
     return "\n".join([
         "#!/bin/bash",
-        "# fmcluster local stand-in for SageMaker HyperPod's agent (fmcluster.stacks.emulator_hyperpod): what HyperPod",
+        "# fmcluster local stand-in for SageMaker HyperPod's agent (fmcluster.providers.local.emulator_hyperpod): what HyperPod",
         "# does on its instance before and while it runs the lifecycle script.",
         "set -euo pipefail",
         "install -d -m 0700 /var/lib/fmcluster-hyperpod",

@@ -1,6 +1,6 @@
 """The local AWS emulator: moto's server, with two fidelity fixes to its CloudFormation change sets.
 
-Run as `python -m fmcluster.stacks.emulator_server --port N` (fmcluster.stacks.emulator starts it).
+Run as `python -m fmcluster.providers.local.emulator_server --port N` (fmcluster.providers.local.emulator starts it).
 It is moto 5.1 unchanged except for what CloudFormation's and EC2's contracts need and moto lacks:
 
 1. Executing a change set did not compute the stack's outputs (only create_stack/update_stack did):
@@ -56,10 +56,10 @@ It is moto 5.1 unchanged except for what CloudFormation's and EC2's contracts ne
 10. AWS::SageMaker::Cluster (HyperPod), which moto's CloudFormation skips, is made: its instance groups' instances
    are launched into its VPC and run a stand-in of HyperPod's agent, which runs the groups' lifecycle scripts; SageMaker's
    DescribeCluster, ListClusterNodes and DescribeClusterNode answer from those instances
-   (fmcluster.stacks.emulator_hyperpod says what is stood in and what differs).
+   (fmcluster.providers.local.emulator_hyperpod says what is stood in and what differs).
 
 Resource types moto does not implement are still silently skipped here, as in moto: fmcluster
-detects and reports them itself (fmcluster.stacks.deploy), it never pretends they exist.
+detects and reports them itself (fmcluster.stacks.api), it never pretends they exist.
 """
 
 from __future__ import annotations
@@ -790,7 +790,7 @@ def main(argv: list[str] | None = None) -> None:
     install_scaling_fixes()
     install_signal_waits()
     install_capacity_stand_ins()
-    from fmcluster.stacks.emulator_hyperpod import install_hyperpod_stand_in
+    from fmcluster.providers.local.emulator_hyperpod import install_hyperpod_stand_in
 
     install_hyperpod_stand_in()
     from moto.server import main as moto_main
