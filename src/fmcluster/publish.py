@@ -162,15 +162,10 @@ def build_manifest(tenant: Tenant, ref: str, stack_outputs: Mapping[str, str],
     storage = shared_storage(tenant, stack_outputs)
     variables: dict[str, Any] = {
         "fmcluster_org": tenant.org,
-        "fmcluster_provider": tenant.provider,
-        "fmcluster_scheduler": tenant.scheduler,
-        "fmcluster_region": tenant.region,
-        "fmcluster_secrets_dir": NODE_SECRETS_DIR,
         "operator_access_keys": list(operator_keys),
         "slurm_cluster_name": tenant.org.replace("-", "_"),
         "munge_key_src": f"{NODE_SECRETS_DIR}/munge-key",
-        "fmcluster_shared_storage": storage,
-        "shared_storage_filesystems": storage,  # the shared_storage role's own name for the same list
+        "shared_storage_filesystems": storage,
         # Every shared file system is expected mounted on every node (FSx on AWS, the substrate's directory locally).
         "node_exporter_expected_mounts": [{"mountpoint": fs["mount_point"], "fstype": fs["type"]} for fs in storage],
         **versions.role_vars(),
