@@ -24,7 +24,9 @@ from fmcluster.schedulers.registry import scheduler_for
 from localtenant import manifest_for, nodes_for
 
 ROOT = Path(__file__).resolve().parent.parent
-BUNDLED = sorted(p.name for p in (ROOT / "inventories").iterdir() if (p / "group_vars/all/tenant.yml").is_file())
+#: Every tenant spec in the repository (inventories/*, and the Molecule scenarios' own): org → the root it is under.
+BUNDLED = {spec.parents[2].name: spec.parents[4] for pattern in ("inventories", "molecule/*/inventories")
+           for spec in sorted(ROOT.glob(f"{pattern}/*/group_vars/all/tenant.yml"))}
 
 #: Manifest keys no role declares, each with the files that read it (the test checks each names the key).
 READERS: dict[str, tuple[str, ...]] = {
@@ -86,7 +88,7 @@ def test_a_scheduler_that_overrides_a_core_variable_fails_the_manifest() -> None
 
 @pytest.mark.parametrize("org", BUNDLED)
 def test_every_manifest_key_is_declared_by_a_role_or_has_a_named_reader(org: str) -> None:
-    manifest = manifest_for(load_tenant(org))  # merge_vars refuses a key produced twice
+    manifest = manifest_for(load_tenant(org, BUNDLED[org]))  # merge_vars refuses a key produced twice
     declared = declared_by_roles()
     keys = {key: "vars" for key in manifest["vars"]}
     keys |= {key: where for where, values in group_vars(manifest) for key in values}
@@ -98,7 +100,7 @@ def test_every_manifest_key_is_declared_by_a_role_or_has_a_named_reader(org: str
 
 @pytest.mark.parametrize("org", BUNDLED)
 def test_a_manifest_key_is_given_once_across_the_inventory_s_levels(org: str) -> None:
-    tenant = load_tenant(org)
+    tenant = load_tenant(org, BUNDLED[org])
     manifest = manifest_for(tenant)
     inventory = assemble_inventory(manifest, nodes_for(tenant))
     # what the inventory derives from the membership does not replace a manifest variable
@@ -115,6 +117,6 @@ def test_each_named_reader_reads_its_key_and_no_role_declares_it() -> None:
         assert key not in declared, f"{key} is declared by a role now: drop it from READERS"
         for reader in readers:
             assert key in (ROOT / reader).read_text(), f"{reader} does not read {key}: fix READERS"
-    produced = {key for org in BUNDLED for m in [manifest_for(load_tenant(org))]
+    produced = {key for org, root in BUNDLED.items() for m in [manifest_for(load_tenant(org, root))]
                 for key in [*m["vars"], *(k for _, values in group_vars(m) for k in values)]}
     assert set(READERS) <= produced, f"READERS names keys no bundled manifest has: {set(READERS) - produced}"
