@@ -185,8 +185,7 @@ def test_the_hyperpod_manifest_hands_the_roles_hyperpods_slurm() -> None:
     owner = (variables.get("fmcluster_capabilities") or {}).get("slurm_owner", variables.get("fmcluster_slurm_from"))
     assert owner in ("hyperpod", "scheduler"), owner
     assert variables["slurm_conf_dir"] == SLURM_CONF_DIR == "/opt/slurm/etc"
-    assert variables["fmcluster_slurm_bin_dir"] == SLURM_BIN_DIR == "/opt/slurm/bin"
-    assert variables["node_health_commands"]["scontrol"] == ["/opt/slurm/bin/scontrol"]
+    assert variables["node_health_commands"]["scontrol"] == [f"{SLURM_BIN_DIR}/scontrol"] == ["/opt/slurm/bin/scontrol"]
     # The health program's slurm.conf on the controller is HyperPod's; compute nodes read slurmd's configless cache.
     t = templar({**role_defaults("node_health"), **variables, "node_health_node_name": "ip-10-1-0-5"})
     assert t.template(trusted(role_defaults("node_health")["node_health_slurm_conf"])) == "/var/spool/slurmd/conf-cache/slurm.conf"

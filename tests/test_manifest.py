@@ -90,8 +90,7 @@ def test_all_vars_hold_the_manifest_s_role_variables_and_the_membership(demo: Te
     manifest = manifest_for(demo)
     nodes = nodes_for(demo)
     all_vars = assemble_inventory(manifest, nodes)["all"]["vars"]
-    assert (all_vars["fmcluster_org"], all_vars["fmcluster_provider"], all_vars["fmcluster_scheduler"]) == (
-        "demo", "local", "slurm-ec2")
+    assert all_vars["fmcluster_org"] == "demo"
     assert all_vars["fmcluster_manifest_digest"] == digest(manifest)
     assert all_vars["fmcluster_nodes"] == [n.as_dict() for n in nodes]
     assert all_vars["common_hosts"] == [{"name": n.name, "address": n.address} for n in nodes]
@@ -301,14 +300,14 @@ def test_the_manifest_names_the_secrets_and_where_nodes_keep_them_never_their_va
     assert manifest["secrets"] == {
         "munge-key": {"id": "fmcluster/demo/munge-key", "roles": ["controller", "login", "compute"]},
         "grafana-admin-password": {"id": "fmcluster/demo/grafana-admin-password", "roles": ["controller"]}}
-    assert manifest["vars"]["fmcluster_secrets_dir"] == "/etc/fmcluster/secrets"
+    assert manifest["vars"]["munge_key_src"] == "/etc/fmcluster/secrets/munge-key"
     assert (manifest["ref"], manifest["org"], manifest["format"]) == (REF, "demo", 1)
     assert not [k for k in json.dumps(manifest).split('"') if "munge_key" in k and k != "munge_key_src"]
 
 
 def test_without_fsx_outputs_the_shared_storage_has_no_source_and_is_expected_mounted(demo: Tenant) -> None:
     manifest = manifest_for(demo)
-    assert manifest["vars"]["fmcluster_shared_storage"] == [{
+    assert manifest["vars"]["shared_storage_filesystems"] == [{
         "name": "lustre", "type": "lustre", "mount_point": "/fsx", "source": "", "unit": "fsx.mount",
         "options": "defaults,noatime,flock,_netdev,x-systemd.automount,x-systemd.requires=network.service"}]
     assert manifest["vars"]["node_exporter_expected_mounts"] == [{"mountpoint": "/fsx", "fstype": "lustre"}]
@@ -317,7 +316,7 @@ def test_without_fsx_outputs_the_shared_storage_has_no_source_and_is_expected_mo
 def test_the_storage_stack_s_outputs_become_lustre_and_nfs_mount_sources(stockmark: Tenant) -> None:
     outputs = {"LustreDnsName": "fs-0a1.fsx.ap-northeast-1.amazonaws.com", "LustreMountName": "abcd1234",
                "HomeDnsName": "fs-0b2.fsx.ap-northeast-1.amazonaws.com"}
-    storage = {fs["name"]: fs for fs in manifest_for(stockmark, outputs)["vars"]["fmcluster_shared_storage"]}
+    storage = {fs["name"]: fs for fs in manifest_for(stockmark, outputs)["vars"]["shared_storage_filesystems"]}
     assert storage["lustre"]["source"] == "fs-0a1.fsx.ap-northeast-1.amazonaws.com@tcp:/abcd1234"
     assert (storage["home"]["type"], storage["home"]["source"], storage["home"]["unit"]) == (
         "nfs", "fs-0b2.fsx.ap-northeast-1.amazonaws.com:/fsx", "home.mount")
@@ -391,7 +390,7 @@ def test_hostile_values_stay_values_in_the_written_inventory(tmp_path: Path) -> 
     root = make_root(tmp_path, "t-hostile", "10.93.25.0/24")
     tenant = load_tenant("t-hostile", root)
     manifest = manifest_for(tenant, {"LustreMountName": "x\n- ]: {{ lookup('pipe','id') }}"})
-    manifest["vars"]["fmcluster_shared_storage"][0]["mount_point"] = "/fsx: {x: 1}\n  - ]{{ lookup('pipe','id') }}"
+    manifest["vars"]["shared_storage_filesystems"][0]["mount_point"] = "/fsx: {x: 1}\n  - ]{{ lookup('pipe','id') }}"
     path = write_inventory(tenant, manifest, nodes_for(tenant), root=root)
     assert load_inventory_yaml(path.read_text()) == assemble_inventory(manifest, nodes_for(tenant))
     write_manifest("t-hostile", manifest, root)
@@ -403,9 +402,9 @@ def test_a_value_that_looks_like_a_template_reaches_the_roles_as_written(tmp_pat
     root = make_root(tmp_path, "t-hostile", "10.93.25.0/24")
     tenant = load_tenant("t-hostile", root)
     manifest = manifest_for(tenant)
-    manifest["vars"]["fmcluster_lustre_mount_point"] = "/fsx{{ 6 * 7 }}"
+    manifest["vars"]["slurm_cluster_name"] = "/fsx{{ 6 * 7 }}"
     path = write_inventory(tenant, manifest, nodes_for(tenant), root=root)
     shown = subprocess.run([venv_tool("ansible"), "-i", str(path), "ip-10-93-25-138", "-c", "local", "-m",
-                            "ansible.builtin.debug", "-a", "var=fmcluster_lustre_mount_point"],
+                            "ansible.builtin.debug", "-a", "var=slurm_cluster_name"],
                            capture_output=True, text=True, check=True).stdout
     assert "/fsx{{ 6 * 7 }}" in shown

@@ -253,7 +253,7 @@ def test_pcsdemo_is_stood_in_locally_with_fmcluster_s_slurm_at_its_own_paths() -
     assert chosen(PCSDEMO, scheduler) is STAND_IN_TEMPLATE
     on_aws = dataclasses.replace(PCSDEMO, provider="aws")
     assert chosen(on_aws, scheduler_for(on_aws)) is scheduler_for(on_aws).cluster_template
-    assert not {"slurm_conf_dir", "fmcluster_slurm_bin_dir", "node_health_commands"} & set(scheduler.manifest_vars())
+    assert not {"slurm_conf_dir", "node_health_commands"} & set(scheduler.manifest_vars())
     assert scheduler.manifest_vars()["prometheus_node_discovery"]["tag"] == "fmcluster:org"
     outcome = scheduler.make_cluster({}, print)
     assert outcome.status == "ok" and STOOD_IN in outcome.details and "stood in locally" in STOOD_IN

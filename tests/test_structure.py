@@ -64,7 +64,7 @@ def python_files() -> list[Path]:
 
 
 #: A Jinja comparison (==, !=, in, is) next to a variable that holds a provider or scheduler name, or any read of
-#: the manifest's names (fmcluster_provider, fmcluster_scheduler) or of the old scheduler switch.
+#: the names the manifest once carried (fmcluster_provider, fmcluster_scheduler) or of the old scheduler switch.
 _NAME_VAR = r"\b(?:fmcluster_provider|fmcluster_scheduler|\w*_slurm_from|\w+_provider|\w+_scheduler)\b"
 _COMPARE = re.compile(rf"{_NAME_VAR}[^\n]*?(?:==|!=|\bnot in\b|\bin\b|\bis\b)|(?:==|!=)\s*{_NAME_VAR}")
 _READS_NAME = re.compile(r"\b(?:fmcluster_provider|fmcluster_scheduler|fmcluster_slurm_from)\b")

@@ -278,7 +278,7 @@ class Capabilities:
         return "scheduler" if self.scheduler.service_installs_slurm and not self.stand_in else "fmcluster"
 
     def manifest_vars(self) -> dict[str, Any]:
-        """`fmcluster_capabilities`, what roles read (never fmcluster_provider or fmcluster_scheduler)."""
+        """`fmcluster_capabilities`, what roles read (never a provider or scheduler name)."""
         return {"fmcluster_capabilities": {"real_accelerators": self.provider.real_accelerators,
                                            "slurm_owner": self.slurm_owner}}
 

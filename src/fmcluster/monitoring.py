@@ -49,7 +49,6 @@ def inventory_vars(tenant: Tenant, image_of: Callable[[str], str] | None = None)
             {"name": r.name, "type": r.type, "target": r.target} for r in monitoring.alert_receivers
         ],
         **smtp_vars(tenant),
-        "fmcluster_lustre_mount_point": tenant.storage.lustre.mount_point,
         "prometheus_scrape_jobs": scrape_jobs(tenant, image_of),
         "prometheus_external_labels": {"cluster": tenant.org},
         "prometheus_alertmanager_targets": ([f"{ALERTMANAGER_ADDRESS}:{ALERTMANAGER_PORT}"]

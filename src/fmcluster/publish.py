@@ -149,7 +149,9 @@ def build_manifest(tenant: Tenant, ref: str, stack_outputs: Mapping[str, str],
     queues = {
         q.name: {"instance_type": q.instance.name, "instance": q.instance.as_vars(), "default": q.name == tenant.default_queue.name,
                  "resources": queue_resources(q.instance),
-                 "vars": {**accelerators.queue_vars(q.instance.name, cluster_types), **image_vars(image_of(q.instance.accelerator))}}
+                 "vars": merge_vars(
+                     ("fmcluster.accelerators.queue_vars", accelerators.queue_vars(q.instance.name, cluster_types)),
+                     ("fmcluster.publish.image_vars", image_vars(image_of(q.instance.accelerator))))}
         for q in tenant.queues
     }
     login = tenant.login
@@ -161,31 +163,30 @@ def build_manifest(tenant: Tenant, ref: str, stack_outputs: Mapping[str, str],
         "queues": queues,
     }
     storage = shared_storage(tenant, stack_outputs)
-    variables: dict[str, Any] = {
-        "fmcluster_org": tenant.org,
-        "fmcluster_provider": tenant.provider,
-        "fmcluster_scheduler": tenant.scheduler,
-        "fmcluster_region": tenant.region,
-        "fmcluster_secrets_dir": NODE_SECRETS_DIR,
-        "operator_access_keys": list(operator_keys),
-        "slurm_cluster_name": tenant.org.replace("-", "_"),
-        "munge_key_src": f"{NODE_SECRETS_DIR}/munge-key",
-        "fmcluster_shared_storage": storage,
-        "shared_storage_filesystems": storage,  # the shared_storage role's own name for the same list
-        # Every shared file system is expected mounted on every node (FSx on AWS, the substrate's directory locally).
-        "node_exporter_expected_mounts": [{"mountpoint": fs["mount_point"], "fstype": fs["type"]} for fs in storage],
-        **versions.role_vars(),
-        **acceptance_vars(tenant, image_of),
-        **monitoring.inventory_vars(tenant, image_of),
-        **nccl.cluster_vars(cluster_types),
-        **accounting.manifest_vars(tenant),
-        **users.manifest_vars(tenant),
-        **containers.manifest_vars(tenant, container_registry),
-        **health.manifest_vars(tenant, storage),
-        **tenant.capabilities.manifest_vars(),
-        **scheduler_vars,
-        **provider_vars,
-    }
+    variables = merge_vars(
+        ("fmcluster.publish.build_manifest", {
+            "fmcluster_org": tenant.org,
+            "operator_access_keys": list(operator_keys),
+            "slurm_cluster_name": tenant.org.replace("-", "_"),
+            "munge_key_src": f"{NODE_SECRETS_DIR}/munge-key",
+            "shared_storage_filesystems": storage,
+            # Every shared file system is expected mounted on every node (FSx on AWS, the substrate's directory
+            # locally).
+            "node_exporter_expected_mounts": [{"mountpoint": fs["mount_point"], "fstype": fs["type"]}
+                                              for fs in storage],
+        }),
+        ("fmcluster.versions.role_vars", versions.role_vars()),
+        ("fmcluster.publish.acceptance_vars", acceptance_vars(tenant, image_of)),
+        ("fmcluster.monitoring.inventory_vars", monitoring.inventory_vars(tenant, image_of)),
+        ("fmcluster.nccl.cluster_vars", nccl.cluster_vars(cluster_types)),
+        ("fmcluster.accounting.manifest_vars", accounting.manifest_vars(tenant)),
+        ("fmcluster.users.manifest_vars", users.manifest_vars(tenant)),
+        ("fmcluster.containers.manifest_vars", containers.manifest_vars(tenant, container_registry)),
+        ("fmcluster.health.inventory.manifest_vars", health.manifest_vars(tenant, storage)),
+        ("the tenant's capabilities (fmcluster.capabilities)", tenant.capabilities.manifest_vars()),
+        (f"scheduler {tenant.scheduler}'s manifest_vars", scheduler_vars),
+        (f"provider {tenant.provider}'s manifest_vars", provider_vars),
+    )
     return {
         "format": FORMAT,
         "org": tenant.org,
@@ -202,9 +203,27 @@ def build_manifest(tenant: Tenant, ref: str, stack_outputs: Mapping[str, str],
     }
 
 
+def merge_vars(*producers: tuple[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """The variables of (producer's name, its variables) pairs, each key from exactly one producer.
+
+    The manifest's contract (tests/test_manifest_contract.py): a key two producers give would leave the roles
+    whichever came last, silently, so it is refused, naming the key and both producers, even when they agree."""
+    merged: dict[str, Any] = {}
+    producer_of: dict[str, str] = {}
+    for producer, part in producers:
+        for key, value in part.items():
+            if key in producer_of:
+                raise ValueError(f"manifest variable {key!r} is produced by both {producer_of[key]} and {producer}: "
+                                 "each key has one producer; drop it from one of them")
+            merged[key], producer_of[key] = value, producer
+    return merged
+
+
 def image_vars(image_key: str) -> dict[str, Any]:
     """A node kind's group vars from the image it boots: its key and what its contract decides for the roles."""
-    return {"fmcluster_image": image_key, **images.load_images()[image_key].contract.role_vars()}
+    contract = images.load_images()[image_key].contract
+    return merge_vars(("fmcluster.publish.image_vars", {"fmcluster_image": image_key}),
+                      (f"image {image_key}'s contract (data/images.yml)", contract.role_vars()))
 
 
 def acceptance_vars(tenant: Tenant, image_of: Callable[[str], str]) -> dict[str, Any]:

@@ -25,7 +25,7 @@ def mounts(storage: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
 
 
 def manifest_vars(tenant: Tenant, storage: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Role variables for the manifest's `vars`; `storage` is the manifest's fmcluster_shared_storage."""
+    """Role variables for the manifest's `vars`; `storage` is the manifest's shared_storage_filesystems."""
     # Seconds between health runs (Slurm's HealthCheckInterval, and the controller's pass): the provider's.
     provider = tenant.capabilities.provider
     interval = provider.health_interval_s

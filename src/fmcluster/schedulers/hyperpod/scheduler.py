@@ -90,7 +90,6 @@ class HyperPod:
             # HyperPod's Slurm, for the roles that configure around it.
             "slurm_conf_dir": SLURM_CONF_DIR,
             "slurm_spool_dir": SLURMD_SPOOL_DIR,
-            "fmcluster_slurm_bin_dir": SLURM_BIN_DIR,
             "node_health_commands": {name: [f"{SLURM_BIN_DIR}/{name}"] for name in SLURM_COMMANDS},
         }
 

@@ -61,7 +61,6 @@ class Pcs(TenantEc2Cluster):
             **super().manifest_vars(),
             # PCS's Slurm, for the roles that configure around it (capability service_installs_slurm).
             "slurm_conf_dir": SLURM_CONF_DIR,
-            "fmcluster_slurm_bin_dir": SLURM_BIN_DIR,
             "node_health_commands": {name: [f"{SLURM_BIN_DIR}/{name}"] for name in SLURM_COMMANDS},
         }
 
