@@ -235,9 +235,36 @@ class Image:
         wanted = set().union(*(layout.dirs(release) for release in releases))
         return sorted(wanted - set(self.contract.ofi_nccl_lib_dirs))
 
+    def first_boot_gap(self) -> str | None:
+        """Why fmcluster's first boot cannot run on a node booted from this image, or None. It runs the image's own
+        python3 (the S3 client, then the node toolchain built from a wheelhouse made for versions.yml's
+        node_toolchain_targets, with no index) and installs what the image lacks with apt (node-bootstrap.sh, the
+        roles' package tasks)."""
+        python = self.ships["python"]
+        pythons = toolchain_pythons()
+        if not python.present:
+            return "it ships no python3, which the first boot's S3 client and the node toolchain run on"
+        if python.version not in pythons:
+            return (f"its Python {python.version or '(release not recorded)'} is none the node toolchain is built "
+                    f"for ({', '.join(pythons)}: versions.yml node_toolchain_targets, the newest ansible-core that "
+                    "installs on all of them)")
+        if not self.os.startswith(APT_OS_FAMILIES):
+            return f"its OS {self.os} has no apt, which node-bootstrap.sh and the roles install packages with"
+        return None
+
     def shipped(self) -> str:
         """`python 3.10, aws_cli 2, nvidia_driver` — what the image has, versions where the catalog names one."""
         return ", ".join(name + (f" {c.version}" if c.version else "") for name, c in self.ships.items() if c.present)
+
+
+def toolchain_pythons() -> list[str]:
+    """The Pythons the node toolchain's wheelhouse is built for (versions.yml node_toolchain_targets)."""
+    return [str(target["python"]) for target in versions.load()["node_toolchain_targets"]]
+
+
+#: The first words of images.yml's `os` whose package manager is apt, the only one node-bootstrap.sh and the roles
+#: use (roles/common, roles/nvidia_driver's Debian-family assert).
+APT_OS_FAMILIES = ("Ubuntu", "Debian")
 
 
 @dataclass(frozen=True)
@@ -416,6 +443,26 @@ def image_lines(tenant: Tenant, scheduler_image: Callable[[str], str], substrate
         lines.append(f"  here every node boots {local.name} instead; first boot adds: {local.first_boot_adds}")
     lines += gpu_exporter_gaps(tenant, booted_image(scheduler_image, substrate_image))
     return lines
+
+
+def first_boot_refusals(tenant: Tenant, image_of: Callable[[str], str]) -> list[str]:
+    """Why the tenant's nodes could not converge, by the image they boot (`image_of`, by accelerator: booted_image):
+    one line per image whose first boot cannot run (Image.first_boot_gap), naming its node kinds. Plan says it and
+    exits 2; the deploy refuses before it changes anything, rather than create a cluster whose every node of that
+    kind fails its first boot."""
+    catalog = load_images()
+    kinds_of: dict[str, list[str]] = {}
+    for kind, accelerator in node_kinds(tenant):
+        kinds_of.setdefault(image_of(accelerator), []).append(kind)
+    refusals = []
+    for key, kinds in kinds_of.items():
+        gap = catalog[key].first_boot_gap()
+        if gap is not None:
+            refusals.append(f"tenant '{tenant.org}': {', '.join(kinds)} boot {catalog[key].name} ({key}), and "
+                            f"fmcluster's first boot cannot run there: {gap}. Fix: boot an image the first boot runs on "
+                            f"(src/fmcluster/data/images.yml), or make it run on this one (its entry's "
+                            "first_boot_adds says what is missing)")
+    return refusals
 
 
 def gpu_exporter_gaps(tenant: Tenant, image_of: Callable[[str], str]) -> list[str]:
