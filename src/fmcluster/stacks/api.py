@@ -385,7 +385,7 @@ def plan_stacks(tenant: Tenant, endpoint: str | None, *, scheduler: SchedulerSta
     if not result.notes:
         out("  security check: clean (only the resource types fmcluster creates, EFA group self-only, no open "
             "ingress, bucket private/encrypted/retained, file systems retained, IMDSv2, encrypted volumes, "
-            "least-privilege roles, tags)")
+            "least-privilege roles, tags, user data within EC2's 16 KB)")
     result.endpoint = None if offline else endpoint
     cf = None if offline else aws.client("cloudformation", tenant.region, result.endpoint)
     baked_amis, refusals = _baked_gate(tenant, stacks, None if offline else aws.client("ec2", tenant.region, endpoint),
