@@ -449,6 +449,13 @@ def test_a_hyperpod_gpu_node_is_a_gap_until_its_dcgm_release_is_recorded() -> No
     lines = gpu_exporter_gaps(gpu, lambda accelerator: "hyperpod-default")
     assert len(lines) == 1 and "GAP on" in lines[0] and "dcgm_version" in lines[0], lines
     assert not gpu_exporter_gaps(tenant, lambda accelerator: "hyperpod-default")
+    # What plan and the deploy refuse before anything is created: that node's converge would fail.
+    from fmcluster.images import first_boot_refusals
+
+    refused = first_boot_refusals(gpu, lambda accelerator: "hyperpod-default")
+    assert len(refused) == 1 and refused[0].startswith(f"tenant '{gpu.org}': queue {gpu.queues[0].name} boot ")
+    assert "dcgm_version" in refused[0] and "converge would fail" in refused[0], refused
+    assert not first_boot_refusals(tenant, lambda accelerator: "hyperpod-default")
 
 
 def test_a_gpu_image_whose_host_engine_has_no_known_dcgm_release_is_a_gap(monkeypatch: pytest.MonkeyPatch) -> None:

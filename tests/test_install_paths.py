@@ -134,6 +134,34 @@ def test_neuron_install_path_in_check_mode_uses_the_mirror_and_writes_nothing(tm
     assert "/mirror/neuron/GPG-PUB-KEY-AMAZON-AWS-NEURON.PUB" in _Mirror.requested
 
 
+def test_the_neuron_dlami_s_own_entry_of_the_neuron_repository_is_used_never_listed_twice(
+        tmp_path: Path, mirror: tuple[str, Path], node: Path) -> None:
+    """The Neuron DLAMI lists the Neuron repository itself (neuron.list, its key in apt's trusted keys): a second entry
+    of ours with a Signed-By makes apt refuse every source list, and with it every apt task of the converge. The role
+    uses the image's entry, fetches no key, writes no second entry and removes one of ours left from before."""
+    url, _ = mirror
+    apt = tmp_path / "apt"
+    (apt / "sources.list.d").mkdir(parents=True)
+    (apt / "keyrings").mkdir()
+    image_entry = apt / "sources.list.d" / "neuron.list"
+    image_entry.write_text(f"deb {url}/neuron jammy main\n", encoding="ascii")
+    ours = apt / "sources.list.d" / "fmcluster-neuron.sources"
+    ours.write_text(f"Types: deb\nURIs: {url}/neuron\nSuites: jammy\nComponents: main\n"
+                    f"Signed-By: {apt}/keyrings/fmcluster-neuron.asc\n", encoding="ascii")
+    rc, run = run_role(tmp_path, "neuron", {
+        "accel_detect_root": str(node), "neuron_expected_devices": 1, "neuron_source": "s3", "neuron_mirror_url": url,
+        "neuron_profile_path": str(tmp_path / "neuron.sh"), "neuron_apt_dir": str(apt),
+    }, "--check", "--diff")
+    assert rc == 0, [r.get("msg") for _, r in results(run) if r.get("failed")]
+    by_name = dict(results(run))
+    said = by_name["neuron : Say that the image lists the Neuron repository itself"]["msg"]
+    assert str(image_entry) in said and str(ours) not in said, said
+    assert by_name["neuron : Remove an entry of ours for the repository the image lists itself"]["changed"]
+    assert by_name["neuron : Add the Neuron apt repository (s3)"].get("skipped")
+    assert "/mirror/neuron/GPG-PUB-KEY-AMAZON-AWS-NEURON.PUB" not in _Mirror.requested  # the image's key, not ours
+    assert ours.exists() and image_entry.exists()  # --check wrote and removed nothing
+
+
 def test_nccl_for_an_image_without_it_comes_from_nvidia_s_repository_beside_a_service_owned_driver(
         tmp_path: Path, mirror: tuple[str, Path], node: Path) -> None:
     """ParallelCluster's AMI: its driver is checked, never reinstalled, but NCCL (which it lacks) is added from the

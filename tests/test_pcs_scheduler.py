@@ -18,6 +18,7 @@ import yaml
 
 from conftest import ROOT, venv_tool
 from fmcluster import commands
+from fmcluster.exits import ExitCode
 from fmcluster.images import load_images
 from fmcluster.model import load_tenant
 from fmcluster.schedulers.pcs.image import IMAGE, SLURM_VERSION
@@ -140,10 +141,32 @@ def test_cfn_lint_and_fmcluster_s_security_checks_accept_the_pcs_tenant_s_stacks
     assert run.returncode == 0, run.stdout + run.stderr
 
 
-def test_validate_and_plan_run_offline_for_pcslab() -> None:
+def test_validate_and_plan_run_offline_for_pcslab_and_plan_says_the_deploy_refuses_it(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """pcslab validates and plans (every stack rendered), but PCS's image (Amazon Linux 2023, Python 3.9) is one
+    fmcluster's first boot cannot run on: plan says so and exits 2, as the deploy refuses it before any change."""
     lines: list[str] = []
     assert commands.validate("pcslab", out=lines.append) == 0, lines
-    assert commands.plan("pcslab") == 0
+    capsys.readouterr()
+    assert commands.plan("pcslab") == ExitCode.INVALID
+    shown = capsys.readouterr().out
+    assert "rendered 3 templates" in shown
+    assert "REFUSED: tenant 'pcslab': controller, login, queue gpu, queue cpu boot" in shown and "Python 3.9" in shown
+
+
+def test_the_deploy_refuses_pcslab_before_it_creates_anything_and_its_local_stand_in_not_at_all() -> None:
+    """Deploying pcslab on AWS would create a PCS cluster whose every node fails its first boot (no apt, Python 3.9:
+    node-bootstrap.sh's packages and toolchain stages): the deploy's first step refuses, naming the image and why,
+    before the endpoint, the secrets, the key pair or any stack. pcsdemo's nodes boot the local image: no refusal."""
+    from fmcluster.deploy import Deploy
+
+    lines: list[str] = []
+    deploy = Deploy(PCSLAB, out=lines.append)
+    assert [name for name, _ in deploy.steps()][0] == "validate"
+    outcome = deploy.validate()
+    assert outcome.status == "failed" and "nothing was created or changed" in outcome.summary, outcome
+    assert len(outcome.details) == 1 and IMAGE in outcome.details[0] and "Python 3.9" in outcome.details[0]
+    assert Deploy(load_tenant("pcsdemo", ROOT), out=lines.append).validate().status == "ok"
 
 
 Change = Callable[[dict[str, Any]], None]

@@ -565,3 +565,24 @@ def test_the_stacks_layer_is_handed_its_scheduler_and_imports_no_registry_nor_sc
     upward = {module: sorted(t for t in targets if t.startswith("fmcluster.schedulers"))
               for module, targets in import_graph().items() if module.startswith("fmcluster.stacks")}
     assert {module: found for module, found in upward.items() if found} == {}
+
+
+def test_every_launch_template_s_user_data_fits_ec2_s_16_kb_with_its_references_at_their_longest() -> None:
+    """EC2 refuses user data over 16 KB raw (instancedata-add-user-data.html), and each launch template carries the
+    whole first-boot script with the packed S3 client: measured for every bundled AWS tenant's launch templates
+    (slurm-ec2's plain script, PCS's MIME document), bucket, region and stack name at their longest; and the gate
+    names a launch template whose user data could pass the limit."""
+    from fmcluster.stacks.checks import USER_DATA_MAX_BYTES, user_data_max_bytes
+
+    measured = {}
+    for org in ("stockmark", "pcslab"):
+        for name, res in resources(load_tenant(org, ROOT), "cluster").items():
+            if res["Type"] == "AWS::EC2::LaunchTemplate":
+                measured[f"{org}/{name}"] = user_data_max_bytes(res["Properties"]["LaunchTemplateData"]["UserData"])
+    assert measured and all(size <= USER_DATA_MAX_BYTES for size in measured.values()), measured
+    stack = next(s for s in render_stacks(load_tenant("stockmark", ROOT)) if s.key == "cluster")
+    template = load_cfn_yaml(stack.body)
+    data = template["Resources"]["LoginLaunchTemplate"]["Properties"]["LaunchTemplateData"]
+    data["UserData"]["Fn::Base64"]["Fn::Join"][1].append("#" * USER_DATA_MAX_BYTES)
+    grown = dataclasses.replace(stack, body=cfn.dump(template))
+    assert [f.resource for f in check_stack(grown) if "user data" in f.problem] == ["LoginLaunchTemplate"]

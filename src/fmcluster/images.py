@@ -235,9 +235,36 @@ class Image:
         wanted = set().union(*(layout.dirs(release) for release in releases))
         return sorted(wanted - set(self.contract.ofi_nccl_lib_dirs))
 
+    def first_boot_gap(self) -> str | None:
+        """Why fmcluster's first boot cannot run on a node booted from this image, or None. It runs the image's own
+        python3 (the S3 client, then the node toolchain built from a wheelhouse made for versions.yml's
+        node_toolchain_targets, with no index) and installs what the image lacks with apt (node-bootstrap.sh, the
+        roles' package tasks)."""
+        python = self.ships["python"]
+        pythons = toolchain_pythons()
+        if not python.present:
+            return "it ships no python3, which the first boot's S3 client and the node toolchain run on"
+        if python.version not in pythons:
+            return (f"its Python {python.version or '(release not recorded)'} is none the node toolchain is built "
+                    f"for ({', '.join(pythons)}: versions.yml node_toolchain_targets, the newest ansible-core that "
+                    "installs on all of them)")
+        if not self.os.startswith(APT_OS_FAMILIES):
+            return f"its OS {self.os} has no apt, which node-bootstrap.sh and the roles install packages with"
+        return None
+
     def shipped(self) -> str:
         """`python 3.10, aws_cli 2, nvidia_driver` — what the image has, versions where the catalog names one."""
         return ", ".join(name + (f" {c.version}" if c.version else "") for name, c in self.ships.items() if c.present)
+
+
+def toolchain_pythons() -> list[str]:
+    """The Pythons the node toolchain's wheelhouse is built for (versions.yml node_toolchain_targets)."""
+    return [str(target["python"]) for target in versions.load()["node_toolchain_targets"]]
+
+
+#: The first words of images.yml's `os` whose package manager is apt, the only one node-bootstrap.sh and the roles
+#: use (roles/common, roles/nvidia_driver's Debian-family assert).
+APT_OS_FAMILIES = ("Ubuntu", "Debian")
 
 
 @dataclass(frozen=True)
@@ -418,11 +445,52 @@ def image_lines(tenant: Tenant, scheduler_image: Callable[[str], str], substrate
     return lines
 
 
+def first_boot_refusals(tenant: Tenant, image_of: Callable[[str], str]) -> list[str]:
+    """Why the tenant's nodes could not converge, by the image they boot (`image_of`, by accelerator: booted_image):
+    one line per image whose first boot cannot run (Image.first_boot_gap), and one per image whose GPU nodes would
+    run a DCGM exporter paired with no host-engine release (the role refuses to start it, failing their converge:
+    `_exporter_gaps`), naming the node kinds. Plan says it and exits 2; the deploy refuses before it changes anything,
+    rather than create a cluster whose every node of that kind fails its first boot."""
+    catalog = load_images()
+    unpaired = [f"tenant '{tenant.org}': {', '.join(kinds)} boot {catalog[key].name} ({key}), whose DCGM host engine "
+                "has no recorded release (images.yml contract dcgm_version), so no dcgm-exporter image is paired with "
+                "it and the dcgm_exporter role refuses to start there: their converge would fail. Fix: record the "
+                "release from the image's notes, with its source"
+                for key, kinds in _exporter_gaps(tenant, image_of)[1].items()]
+    kinds_of: dict[str, list[str]] = {}
+    for kind, accelerator in node_kinds(tenant):
+        kinds_of.setdefault(image_of(accelerator), []).append(kind)
+    refusals = []
+    for key, kinds in kinds_of.items():
+        gap = catalog[key].first_boot_gap()
+        if gap is not None:
+            refusals.append(f"tenant '{tenant.org}': {', '.join(kinds)} boot {catalog[key].name} ({key}), and "
+                            f"fmcluster's first boot cannot run there: {gap}. Fix: boot an image the first boot runs on "
+                            f"(src/fmcluster/data/images.yml), or make it run on this one (its entry's "
+                            "first_boot_adds says what is missing)")
+    return refusals + unpaired
+
+
 def gpu_exporter_gaps(tenant: Tenant, image_of: Callable[[str], str]) -> list[str]:
     """What differs is listed: the GPU node kinds that get no dcgm-exporter, because the image they boot (`image_of`,
     by accelerator) ships no container runtime to run NVIDIA's exporter container (contract: container_runtime), and
     those whose image runs one but whose DCGM host engine has no exporter image paired with its release
     (contract: dcgm_version; the role refuses to start an unpaired exporter there, so their converge fails)."""
+    catalog = load_images()
+    missing, unpaired = _exporter_gaps(tenant, image_of)
+    return [f"  no GPU exporter on {', '.join(kinds)}: {catalog[key].name} ships no container runtime "
+            "(dcgm-exporter runs as NVIDIA's container); GPU health there comes from fmcluster-health's DCGM checks "
+            "and their metrics, and Prometheus scrapes no dcgm target"
+            for key, kinds in missing.items()] + [
+            f"  GAP on {', '.join(kinds)}: {catalog[key].name} runs DCGM's host engine of no recorded release "
+            "(images.yml contract dcgm_version), so no dcgm-exporter image is paired with it and the dcgm_exporter "
+            "role refuses to start there (the node's converge fails): record the release from the image's notes"
+            for key, kinds in unpaired.items()]
+
+
+def _exporter_gaps(tenant: Tenant, image_of: Callable[[str], str]) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+    """(image → GPU node kinds whose image ships no container runtime, image → those whose host engine's DCGM release
+    is not recorded), by the image they boot."""
     catalog = load_images()
     missing: dict[str, list[str]] = {}
     unpaired: dict[str, list[str]] = {}
@@ -434,11 +502,4 @@ def gpu_exporter_gaps(tenant: Tenant, image_of: Callable[[str], str]) -> list[st
             missing.setdefault(image_of(accelerator), []).append(kind)
         elif contract.dcgm_exporter_image() is None:
             unpaired.setdefault(image_of(accelerator), []).append(kind)
-    return [f"  no GPU exporter on {', '.join(kinds)}: {catalog[key].name} ships no container runtime "
-            "(dcgm-exporter runs as NVIDIA's container); GPU health there comes from fmcluster-health's DCGM checks "
-            "and their metrics, and Prometheus scrapes no dcgm target"
-            for key, kinds in missing.items()] + [
-            f"  GAP on {', '.join(kinds)}: {catalog[key].name} runs DCGM's host engine of no recorded release "
-            "(images.yml contract dcgm_version), so no dcgm-exporter image is paired with it and the dcgm_exporter "
-            "role refuses to start there (the node's converge fails): record the release from the image's notes"
-            for key, kinds in unpaired.items()]
+    return missing, unpaired

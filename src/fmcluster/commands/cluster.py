@@ -91,11 +91,20 @@ def plan(org: str, show_templates: bool = False) -> int:
     except UnsafePath as err:
         print(f"plan: {err}", file=sys.stderr)
         return ExitCode.FAILED
-    from fmcluster.images import image_lines
+    from fmcluster.images import booted_image, first_boot_refusals, image_lines
 
-    print("\n".join(image_lines(tenant, scheduler_for(tenant).image, provider.node_image)))
+    scheduler = scheduler_for(tenant)
+    print("\n".join(image_lines(tenant, scheduler.image, provider.node_image)))
     code = ExitCode.OK if result.ok and not result.notes else ExitCode.FAILED  # notes: security findings
-    return scheduler_for(tenant).plan(print) or code
+    code = scheduler.plan(print) or code
+    # What the deploy refuses before changing anything (Deploy.validate), said here with the same words.
+    refusals = first_boot_refusals(tenant, booted_image(scheduler.image, provider.node_image))
+    for line in refusals:
+        print(f"REFUSED: {line}")
+    if refusals:
+        print(f"`invoke deploy --org={tenant.org}` refuses this tenant before it creates or changes anything.")
+        return ExitCode.INVALID
+    return code
 
 
 def capacity_preflight(tenant: Tenant, endpoint: str | None, unreachable: NoEndpointType | None,

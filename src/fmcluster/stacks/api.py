@@ -389,7 +389,7 @@ def plan_stacks(tenant: Tenant, endpoint: str | None, *, scheduler: SchedulerSta
     if not result.notes:
         out("  security check: clean (only the resource types fmcluster creates, EFA group self-only, no open "
             "ingress, bucket private/encrypted/retained, file systems retained, IMDSv2, encrypted volumes, "
-            "least-privilege roles, tags)")
+            "least-privilege roles, tags, user data within EC2's 16 KB)")
     result.endpoint = None if offline else endpoint
     apis = apis or tenant.capabilities.provider.apis
     cf = None if offline else aws.client("cloudformation", tenant.region, endpoint, apis)

@@ -275,10 +275,38 @@ def _check_role(stack: str, name: str, res: dict[str, Any]) -> list[Finding]:
     return findings
 
 
+#: EC2 takes user data up to 16 KB "in raw form, before it is base64-encoded"
+#: (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/instancedata-add-user-data.html): a larger one fails the
+#: launch, so every node of the group never boots.
+USER_DATA_MAX_BYTES = 16 * 1024
+#: The longest value each reference in a user data may take: a bucket name 63 bytes (S3's naming rules), a stack name
+#: 128 (CloudFormation's), a region name 25 (the longest today is 14). Any other reference counts as 1,024 bytes.
+REF_MAX_BYTES = {"DataBucketName": 63, "AWS::StackName": 128, "AWS::Region": 25}
+UNKNOWN_REF_BYTES = 1024
+
+
+def user_data_max_bytes(value: Any) -> int:
+    """The most bytes a (Fn::Base64 of a) user data can decode to, its references at their longest."""
+    if isinstance(value, str):
+        return len(value.encode())
+    if isinstance(value, dict) and "Fn::Base64" in value:
+        return user_data_max_bytes(value["Fn::Base64"])
+    if isinstance(value, dict) and "Ref" in value:
+        return REF_MAX_BYTES.get(str(value["Ref"]), UNKNOWN_REF_BYTES)
+    if isinstance(value, dict) and "Fn::Join" in value and isinstance(value["Fn::Join"], list):
+        delimiter, parts = value["Fn::Join"]
+        return len(str(delimiter).encode()) * max(len(parts) - 1, 0) + sum(user_data_max_bytes(p) for p in parts)
+    return UNKNOWN_REF_BYTES
+
+
 def _check_launch_template(stack: str, name: str, res: dict[str, Any]) -> list[Finding]:
     data, findings = res.get("Properties", {}).get("LaunchTemplateData", {}), []
     if data.get("MetadataOptions", {}).get("HttpTokens") != "required":
         findings.append(Finding(stack, name, "IMDSv1 allowed", "MetadataOptions: HttpTokens: required"))
+    if "UserData" in data and (size := user_data_max_bytes(data["UserData"])) > USER_DATA_MAX_BYTES:
+        findings.append(Finding(stack, name, f"user data of up to {size} bytes, over EC2's {USER_DATA_MAX_BYTES} "
+                                "(the launch would fail)", "shrink scripts/node-user-data.sh or the packed "
+                                "fmcluster-s3 it carries (fmcluster.stacks.first_boot)"))
     for mapping in data.get("BlockDeviceMappings", []):
         if mapping.get("Ebs") and mapping["Ebs"].get("Encrypted") is not True:
             findings.append(Finding(stack, name, "unencrypted EBS volume", "Ebs: Encrypted: true"))
