@@ -45,7 +45,8 @@ def plan_image_stack(tenant: Tenant, kind: str | None = None, out: Out = print, 
         kind = None
     ref = pinned_commit()
     # the checkout the bundle is made from, not $FMCLUSTER_ROOT (the tenants' inventories may live elsewhere)
-    digests = {k: baked.committed_digest(ref, k, image.pristine(found), SOURCE_ROOT) for k, found in kinds.items()}
+    steps = image.scheduler_steps(scheduler_for(tenant))
+    digests = {k: baked.committed_digest(ref, k, image.pristine(found, steps), SOURCE_ROOT) for k, found in kinds.items()}
     stack = render_image_stack(tenant, scheduler_for(tenant), ref, digests, image_parameter)
     path = write_rendered(tenant, [stack]) / f"{stack.name}.yaml"
     out(f"image stack {stack.name} (EC2 Image Builder), rendered to {path} ({len(stack.body)} bytes)")
@@ -69,9 +70,11 @@ def build_images(tenant: Tenant, stack: Any, kinds: dict[str, Any], digests: dic
     """Deploy the rendered image stack, then record each kind's AMI (its output) with `ref` and its digest."""
     from fmcluster import baked
     from fmcluster.stacks import aws
+    from fmcluster.schedulers.registry import scheduler_for
     from fmcluster.stacks.api import deploy_image_stack
     from fmcluster.stacks.templates import image
 
+    steps = image.scheduler_steps(scheduler_for(tenant))  # as plan_image_stack's digests name the base
     refused = published_elsewhere(tenant, ref, endpoint)
     if refused:
         out(f"image: {refused}; nothing built, nothing recorded")
@@ -94,7 +97,7 @@ def build_images(tenant: Tenant, stack: Any, kinds: dict[str, Any], digests: dic
                    else f"{stack.name} holds no image")
             out(f"  {name}: no AMI (output {image.output_name(name)} absent: {why}); nothing recorded")
             continue
-        record = baked.Record(tenant.org, name, digests[name], image.pristine(found), ref, baked.pins(),
+        record = baked.Record(tenant.org, name, digests[name], image.pristine(found, steps), ref, baked.pins(),
                               datetime.now(timezone.utc).isoformat(timespec="seconds"), _ami_bytes(ec2, ami), ami,
                               seconds)
         try:
