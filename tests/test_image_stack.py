@@ -34,8 +34,9 @@ from iam_policy import Request, allows, resolve
 
 GOLDEN = ROOT / "tests" / "golden" / "image_stacks"
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
-#: Tenants whose nodes boot catalogued images with SSM parameters (slurm-ec2): an AWS one and the local rehearsal's.
-ORGS = ("stockmark", "demo")
+#: Tenants whose nodes boot catalogued images with SSM parameters: slurm-ec2 on AWS and the local rehearsal's, and
+#: PCS on AWS (its installers run first).
+ORGS = ("stockmark", "demo", "pcslab")
 BUCKET = "fmc-stockmark-data-123456789012"
 VALUES = {"DataBucketName": BUCKET, "AWS::Region": "ap-northeast-1", "AWS::Partition": "aws",
           "AWS::AccountId": "123456789012", "SourceCommit": COMMIT, "CpuInstallDigest": "aaaaaaaaaaaa",
@@ -149,6 +150,45 @@ def test_the_component_is_an_awstoe_document_whose_build_runs_the_first_boot_fet
     assert 'image-inventory --kind "$kind"' in script
     # the node's state goes, the marker a node reads (fmcluster.baked.booted_image) is written
     assert baked.IMAGE_MARKER in script and "/etc/munge/munge.key" in script
+
+
+@pytest.mark.parametrize("kind", ["cpu", "gpu"])
+def test_a_pcs_image_installs_aws_s_pcs_installers_verified_against_the_pinned_key_before_fmcluster_s_steps(
+        kind: str, tmp_path: Path) -> None:
+    """pcslab's component (its scheduler hands the step in: ClusterTemplate.image_steps): AWS's signing key, refused
+    unless its fingerprint is installers.yml's; each installer's tarball and detached signature, verified, then its
+    documented install command, Slurm's before the agent's; all of it before fmcluster's first-boot fetch. The
+    digest's base names the step, so a changed installer makes the image stale."""
+    from fmcluster.schedulers.pcs.image import load_installers
+
+    tenant, stack = rendered("pcslab")
+    installers = load_installers()
+    text = document(load_cfn_yaml(stack.body), kind)
+    assert len(text) <= 16000 and "{{" not in text
+    [script] = yaml.safe_load(text)["phases"][0]["steps"][0]["inputs"]["commands"]
+    (tmp_path / "build.sh").write_text(script)
+    assert subprocess.run(["bash", "-n", str(tmp_path / "build.sh")]).returncode == 0
+    lines = script.splitlines()
+
+    def at(fragment: str) -> int:
+        return next(i for i, line in enumerate(lines) if fragment in line)
+
+    assert f'if [ "$pcs_fpr" != "{installers.fingerprint}" ]; then' in lines
+    assert at("--import") < at("pcs_fpr=") < at("$pcs_fpr\" !=") < at("--verify")
+    for installer in installers.ordered:
+        url = installer.url.replace("{region}", "${FMCLUSTER_REGION}")
+        get, sig = at(f'"{url}" -o "$pcs_work/{installer.name}.tar.gz"'), at(f'"{url}.sig" -o')
+        verify = at(f'--verify "$pcs_work/{installer.name}.tar.gz.sig" "$pcs_work/{installer.name}.tar.gz"')
+        run = at(f'cd "$pcs_work/{installer.directory}"')
+        assert get < sig < verify < run < at('"$bin_dir/fmcluster-s3" get'), installer.name
+        assert lines[run].endswith(f"&& {installer.install})")
+    assert at("aws-pcs-slurm-") < at("aws-pcs-agent-v1-")
+    found = image.kind_images(tenant, scheduler_for(tenant))[kind]
+    assert image.pristine(found, image.scheduler_steps(scheduler_for(tenant))).startswith(f"{found.key}@")
+    assert image.pristine(found, "other") != image.pristine(found, image.scheduler_steps(scheduler_for(tenant)))
+    # slurm-ec2's images run no scheduler step: their digests are what they were
+    stockmark = tenant_of("stockmark")
+    assert image.scheduler_steps(scheduler_for(stockmark)) == ""
 
 
 def builder_inventory(tenant: Tenant, kind: str, tmp_path: Path) -> Path:

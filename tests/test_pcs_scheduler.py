@@ -21,7 +21,7 @@ from fmcluster import commands
 from fmcluster.exits import ExitCode
 from fmcluster.images import load_images
 from fmcluster.model import load_tenant
-from fmcluster.schedulers.pcs.image import IMAGE, SLURM_VERSION
+from fmcluster.schedulers.pcs.image import SAMPLE_IMAGE, SLURM_VERSION, load_installers
 from fmcluster.schedulers.pcs.scheduler import SLURM_BIN_DIR
 from fmcluster.schedulers.pcs.template import MIME_HEAD, MIME_TAIL
 from fmcluster.schedulers.registry import scheduler_for
@@ -42,15 +42,61 @@ def of_type(resources: dict[str, Any], kind: str) -> dict[str, Any]:
     return {name: res for name, res in resources.items() if res["Type"] == kind}
 
 
-def test_pcslab_is_a_p5_cluster_on_pcs_whose_nodes_boot_pcs_s_image() -> None:
+def test_pcslab_is_a_p5_cluster_on_pcs_whose_nodes_boot_an_image_baked_on_the_installers_base() -> None:
     scheduler = scheduler_for(PCSLAB)
     assert PCSLAB.scheduler == "pcs" and type(scheduler).__module__ == "fmcluster.schedulers.pcs.scheduler"
     assert PCSLAB.capabilities.slurm_owner == "scheduler"  # the PCS agent starts PCS's Slurm
-    contract = load_images()[IMAGE].contract
-    assert scheduler.image("cuda") == scheduler.image("none") == IMAGE
+    # the image stack bakes on the installers' base (installers.yml bases); PCS's Slurm lands where its installer puts
+    # it, as on PCS's sample AMI, whose contract records that path
+    assert scheduler.image("cuda") == scheduler.image("none") == load_installers().base("cuda") \
+        == "dlami-base-gpu-ubuntu-22.04"
+    contract = load_images()[SAMPLE_IMAGE].contract
     assert contract.slurm_installed_by == "service" and contract.slurm_bin_dir == SLURM_BIN_DIR
     assert contract.slurm_version == SLURM_VERSION
     assert scheduler.manifest_vars()["node_health_commands"]["sinfo"] == [f"{SLURM_BIN_DIR}/sinfo"]
+
+
+def test_the_installers_and_their_bases_are_catalogued_with_a_public_source_each() -> None:
+    """installers.yml: AWS's two installers (agent, Slurm) and the key their signatures are made with, each with its
+    source; every base an image the installers support (its OS in their list), with a public SSM parameter for the
+    image stack to resolve, that fmcluster's first boot runs on (apt, a toolchain Python)."""
+    from fmcluster.schedulers.pcs.image import INSTALLERS_PATH
+
+    raw = yaml.safe_load(INSTALLERS_PATH.read_text())
+    installers = load_installers()
+    assert raw["installers_page"] == "https://docs.aws.amazon.com/pcs/latest/userguide/working-with_ami_installers.html"
+    assert raw["public_key"]["source"].startswith("https://") and raw["supported_os"]["source"].startswith("https://")
+    assert all(entry["source"].startswith("https://") and entry["versions_page"].startswith(
+        "https://docs.aws.amazon.com/pcs/") for entry in raw["installers"].values())
+    assert [i.name for i in installers.ordered] == ["slurm", "agent"]
+    assert all(i.url.startswith("https://aws-pcs-repo-{region}.s3.") and "{" not in i.url.replace("{region}", "")
+               for i in installers.ordered)
+    assert f"aws-pcs-slurm-{SLURM_VERSION}-installer" in [i.directory for i in installers.ordered]
+    catalog = load_images()
+    for accelerator, key in installers.bases.items():
+        base = catalog[key]
+        assert base.os in installers.supported_os, (accelerator, base.os)
+        assert base.source == "ssm" and base.ssm_parameter and base.first_boot_gap() is None, key
+    assert set(installers.refused) == {"neuron"}  # no source cited for Trainium on PCS: refused at validate
+
+
+@pytest.mark.parametrize(("change", "fragment"), [
+    (lambda raw: raw["public_key"].update(fingerprint="1C24 32C1"), "public_key.fingerprint"),
+    (lambda raw: raw["installers"].pop("agent"), "installers must be exactly slurm, agent"),
+    (lambda raw: raw["installers"]["slurm"].update(version="1.0; rm -rf /"), "installers.slurm.version"),
+    (lambda raw: raw["installers"]["agent"].update(url="http://example.com/a.tar.gz"), "installers.agent.url"),
+    (lambda raw: raw["installers"]["agent"].pop("source"), "installers.agent.source is missing"),
+    (lambda raw: raw.pop("bases"), "bases"),
+])
+def test_installers_data_it_cannot_render_is_refused_naming_the_file_and_key(
+        change: Callable[[dict[str, Any]], Any], fragment: str) -> None:
+    from fmcluster.schedulers.pcs.image import INSTALLERS_PATH, InstallersError, parse_installers
+
+    raw = yaml.safe_load(INSTALLERS_PATH.read_text())
+    change(raw)
+    with pytest.raises(InstallersError, match="installers.yml: ") as err:
+        parse_installers(raw)
+    assert fragment in str(err.value)
 
 
 def test_the_cluster_stack_holds_the_pcs_cluster_a_node_group_and_queue_per_queue_and_two_node_groups_in_no_queue(
@@ -65,7 +111,8 @@ def test_the_cluster_stack_holds_the_pcs_cluster_a_node_group_and_queue_per_queu
     gpu = groups["QueueGpuNodeGroup"]["Properties"]
     assert gpu["InstanceConfigs"] == [{"InstanceType": "p5.48xlarge"}]
     assert gpu["ScalingConfiguration"] == {"MinInstanceCount": 4, "MaxInstanceCount": 4}
-    assert gpu["AmiId"] == {"Ref": "PcsImageId"} and gpu["SubnetIds"] == [{"Ref": "PrivateSubnetId"}]
+    assert gpu["AmiId"] == {"Ref": "PcsGpuImageId"} and gpu["SubnetIds"] == [{"Ref": "PrivateSubnetId"}]
+    assert groups["ControllerNodeGroup"]["Properties"]["AmiId"] == {"Ref": "PcsCpuImageId"}
     assert gpu["IamInstanceProfileArn"] == {"Fn::GetAtt": ["NodeInstanceProfile", "Arn"]}
     assert gpu["CustomLaunchTemplate"]["TemplateId"] == {"Ref": "QueueGpuLaunchTemplate"}
     assert groups["ControllerNodeGroup"]["Properties"]["IamInstanceProfileArn"] == {
@@ -141,32 +188,72 @@ def test_cfn_lint_and_fmcluster_s_security_checks_accept_the_pcs_tenant_s_stacks
     assert run.returncode == 0, run.stdout + run.stderr
 
 
-def test_validate_and_plan_run_offline_for_pcslab_and_plan_says_the_deploy_refuses_it(
-        capsys: pytest.CaptureFixture[str]) -> None:
-    """pcslab validates and plans (every stack rendered), but PCS's image (Amazon Linux 2023, Python 3.9) is one
-    fmcluster's first boot cannot run on: plan says so and exits 2, as the deploy refuses it before any change."""
+@pytest.fixture
+def image_records(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An image cache of this test's own (FMCLUSTER_IMAGE_CACHE), empty: no tenant has a baked image."""
+    monkeypatch.setenv("FMCLUSTER_IMAGE_CACHE", str(tmp_path / "images"))
+    return tmp_path / "images"
+
+
+def test_validate_and_plan_run_offline_for_pcslab_and_plan_says_the_deploy_refuses_it_until_invoke_image(
+        image_records: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """pcslab validates and plans (every stack rendered); its nodes boot only a baked image (PCS's agent and Slurm
+    are on no catalogued base), and none is recorded: plan says the fix and exits 2, as the deploy refuses it."""
     lines: list[str] = []
     assert commands.validate("pcslab", out=lines.append) == 0, lines
     capsys.readouterr()
     assert commands.plan("pcslab") == ExitCode.INVALID
     shown = capsys.readouterr().out
     assert "rendered 3 templates" in shown
-    assert "REFUSED: tenant 'pcslab': controller, login, queue gpu, queue cpu boot" in shown and "Python 3.9" in shown
+    for kind in ("cpu", "gpu"):
+        assert f"REFUSED: tenant 'pcslab': its {kind} nodes boot only a baked image" in shown
+    assert "Fix: run `invoke image --org=pcslab` first" in shown and "Python 3.9" not in shown
 
 
-def test_the_deploy_refuses_pcslab_before_it_creates_anything_and_its_local_stand_in_not_at_all() -> None:
-    """Deploying pcslab on AWS would create a PCS cluster whose every node fails its first boot (no apt, Python 3.9:
-    node-bootstrap.sh's packages and toolchain stages): the deploy's first step refuses, naming the image and why,
-    before the endpoint, the secrets, the key pair or any stack. pcsdemo's nodes boot the local image: no refusal."""
+def record(org: str, kind: str, digest: str) -> Any:
+    from fmcluster import baked
+
+    return baked.Record(org, kind, digest, "base", "0" * 40, {}, "2026-12-07T00:00:00+00:00", 1, "ami-0123456789abcdef0",
+                        1.0)
+
+
+def test_the_deploy_refuses_pcslab_before_it_creates_anything_until_its_images_are_baked_and_current(
+        image_records: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before anything is created, the deploy's first step refuses each node kind with no baked image recorded (the
+    fix: `invoke image --org=pcslab`), then one baked from another install set (stale); current records pass.
+    pcsdemo's nodes boot the local image through the stand-in: no refusal."""
+    from fmcluster import baked
     from fmcluster.deploy import Deploy
+    from fmcluster.stacks import api
 
     lines: list[str] = []
     deploy = Deploy(PCSLAB, out=lines.append)
     assert [name for name, _ in deploy.steps()][0] == "validate"
     outcome = deploy.validate()
     assert outcome.status == "failed" and "nothing was created or changed" in outcome.summary, outcome
-    assert len(outcome.details) == 1 and IMAGE in outcome.details[0] and "Python 3.9" in outcome.details[0]
+    assert len(outcome.details) == 2 and all("`invoke image --org=pcslab` first" in d for d in outcome.details)
+    monkeypatch.setattr(api, "_current_digest", lambda kind, pristine: f"{kind}-current"[:12].ljust(12, "0"))
+    baked.write_record(record("pcslab", "cpu", "cpu-current0"))
+    baked.write_record(record("pcslab", "gpu", "gpu-old00000"))
+    outcome = Deploy(PCSLAB, out=lines.append).validate()
+    assert outcome.status == "failed" and len(outcome.details) == 1 and "STALE" not in outcome.details[0]
+    assert "its gpu image ami-0123456789abcdef0 was baked from install set gpu-old00000" in outcome.details[0]
+    baked.write_record(record("pcslab", "gpu", "gpu-current0"))
+    assert Deploy(PCSLAB, out=lines.append).validate().status == "ok"
     assert Deploy(load_tenant("pcsdemo", ROOT), out=lines.append).validate().status == "ok"
+
+
+def test_another_image_fmcluster_s_first_boot_cannot_run_on_stays_refused_before_the_baked_gate(
+        image_records: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """h15's refusal still stands for any image without apt or a toolchain Python: were PCS's base its sample AMI
+    again, the deploy would say so (and not ask for a bake on an image the bake cannot run on either)."""
+    from fmcluster.deploy import Deploy
+    from fmcluster.schedulers.pcs import scheduler as pcs_scheduler
+
+    monkeypatch.setattr(pcs_scheduler.Pcs, "image", lambda self, accelerator: SAMPLE_IMAGE)
+    outcome = Deploy(PCSLAB, out=[].append).validate()
+    assert outcome.status == "failed" and len(outcome.details) == 1
+    assert SAMPLE_IMAGE in outcome.details[0] and "Python 3.9" in outcome.details[0]
 
 
 Change = Callable[[dict[str, Any]], None]
@@ -188,7 +275,7 @@ REFUSED: list[tuple[str, Change, str, list[str]]] = [
     ("pcs-queue-name", lambda t: t["queues"][0].update(name="gpu-h100-pretraining-large"), "tenant.queues[0].name",
      ["[pcs-queue-name]", "26 characters", "at most 25", "shorten it"]),
     ("pcs-image-neuron", lambda t: t["queues"][0].update(instance_type="trn1.32xlarge"),
-     "tenant.queues[0].instance_type", ["[pcs-image-neuron]", "ships no AWS Neuron", "scheduler hyperpod"]),
+     "tenant.queues[0].instance_type", ["[pcs-image-neuron]", "no source cited yet that AWS PCS", "scheduler hyperpod"]),
     ("pcs-cluster-size", lambda t: t["queues"][1].update(count=2045), "tenant.queues",
      ["[pcs-cluster-size]", "2051 nodes", "at most 2048"]),
     ("pcs-accounting", lambda t: t.update(accounting={"database_endpoint": "db.example.org:3306"}),
@@ -231,16 +318,13 @@ class FakeEc2:
         return {"Images": self.images}
 
 
-def test_the_node_image_is_resolved_once_by_name_and_owner_when_the_cluster_stack_is_created(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    from fmcluster.schedulers.pcs.image import AMI_NAME, AMI_OWNER
+def test_an_image_named_by_owner_and_name_resolves_to_the_newest_available_one() -> None:
+    """NamedImageRef (an image with no public SSM parameter, as PCS's sample AMIs are): the newest available image of
+    that owner and name, never a same-named image of another owner."""
     from fmcluster.stacks import api
     from fmcluster.stacks.render import NamedImageRef
 
-    stack = next(s for s in render_stacks(PCSLAB) if s.key == "cluster")
-    ref = stack.parameters["PcsImageId"]
-    assert ref == NamedImageRef(AMI_OWNER, AMI_NAME) == NamedImageRef("amazon", "aws-pcs-sample_ami-al2023-x86_64-slurm-25.11*")
-    assert load_cfn_yaml(stack.body)["Parameters"]["PcsImageId"]["Type"] == "AWS::EC2::Image::Id"
+    ref = NamedImageRef("amazon", "aws-pcs-sample_ami-al2023-x86_64-slurm-25.11*")
     ec2 = FakeEc2([{"ImageId": "ami-0000000000000old1", "CreationDate": "2026-09-01T00:00:00.000Z"},
                    {"ImageId": "ami-0000000000000new2", "CreationDate": "2026-11-20T00:00:00.000Z"}])
     assert api.newest_named_image(ec2, ref) == "ami-0000000000000new2"
@@ -249,13 +333,23 @@ def test_the_node_image_is_resolved_once_by_name_and_owner_when_the_cluster_stac
         {"Name": "state", "Values": ["available"]}]}]
     with pytest.raises(RuntimeError, match="no available image named .*aws-pcs-sample_ami.* of owner 'amazon'"):
         api.newest_named_image(FakeEc2([]), ref)
-    # Pinned as the SSM-resolved images are: a stack that holds an AMI keeps it; a new one resolves it.
-    monkeypatch.setattr(api.aws, "client", lambda service, region, endpoint, apis=None: ec2)
-    for current, expected in (({"Parameters": [{"ParameterKey": "PcsImageId", "ParameterValue": "ami-0000000000000keep"}]},
-                               "ami-0000000000000keep"), (None, "ami-0000000000000new2")):
-        monkeypatch.setattr(api, "stack_status", lambda cf, name, current=current: current)
-        notes: list[str] = []
-        assert api.image_resolver(PCSLAB, None, stack, None, False, notes)("PcsImageId", ref) == expected, notes
+
+
+def test_each_node_kind_boots_its_baked_image_parameter_which_never_falls_back_to_the_base() -> None:
+    """One AMI parameter per image kind, each a baked-image reference that a missing record refuses (never the
+    base, which has no PCS agent), whose base is the installers' base image of that kind."""
+    from fmcluster.images import load_images
+    from fmcluster.stacks.render import BakedImageRef, ImageRef
+
+    stack = next(s for s in render_stacks(PCSLAB) if s.key == "cluster")
+    base = load_images()[load_installers().base("cuda")].ssm_parameter
+    for name, kind in (("PcsCpuImageId", "cpu"), ("PcsGpuImageId", "gpu")):
+        ref = stack.parameters[name]
+        assert isinstance(ref, BakedImageRef) and ref.kind == kind and ref.required and not ref.kept
+        assert ref.base == ImageRef(str(base)) and "+steps-" in ref.pristine
+        assert "refused (`invoke image` first)" in ref.describe()
+        assert load_cfn_yaml(stack.body)["Parameters"][name]["Type"] == "AWS::EC2::Image::Id"
+    assert "PcsTrainiumImageId" not in stack.parameters
 
 
 # --- provider local: the stand-in for the PCS service ----------------------------------------------

@@ -85,11 +85,16 @@ class Deploy:
         """The tenant (validated when it was loaded) and the images its nodes boot: a node kind whose image fmcluster's
         first boot cannot run on is refused here, before any secret, key pair or stack exists."""
         from fmcluster.images import booted_image, first_boot_refusals
+        from fmcluster.stacks.api import required_baked_refusals
 
         refusals = first_boot_refusals(self.tenant, booted_image(self.scheduler.image, self.provider.node_image))
         if refusals:
             return StepOutcome("failed", f"{len(refusals)} node image(s) fmcluster's first boot cannot run on; nothing "
                                "was created or changed", refusals)
+        refusals = required_baked_refusals(self.tenant, self.scheduler)
+        if refusals:
+            return StepOutcome("failed", f"{len(refusals)} node kind(s) with no current baked image, which their "
+                               "scheduler requires; nothing was created or changed", refusals)
         return StepOutcome("ok", self.tenant.describe())
 
     def aws_endpoint(self) -> StepOutcome:

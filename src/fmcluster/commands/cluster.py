@@ -92,6 +92,7 @@ def plan(org: str, show_templates: bool = False) -> int:
         print(f"plan: {err}", file=sys.stderr)
         return ExitCode.FAILED
     from fmcluster.images import booted_image, first_boot_refusals, image_lines
+    from fmcluster.stacks.api import required_baked_refusals
 
     scheduler = scheduler_for(tenant)
     print("\n".join(image_lines(tenant, scheduler.image, provider.node_image)))
@@ -99,6 +100,7 @@ def plan(org: str, show_templates: bool = False) -> int:
     code = scheduler.plan(print) or code
     # What the deploy refuses before changing anything (Deploy.validate), said here with the same words.
     refusals = first_boot_refusals(tenant, booted_image(scheduler.image, provider.node_image))
+    refusals = refusals or required_baked_refusals(tenant, scheduler)
     for line in refusals:
         print(f"REFUSED: {line}")
     if refusals:

@@ -50,7 +50,8 @@ def plan_image_stack(tenant: Tenant, kind: str | None = None, out: Out = print,
         kind = None
     ref = pinned_commit()
     # the checkout the bundle is made from, not $FMCLUSTER_ROOT (the tenants' inventories may live elsewhere)
-    digests = {k: baked.committed_digest(ref, k, image.pristine(found), SOURCE_ROOT) for k, found in kinds.items()}
+    steps = image.scheduler_steps(scheduler_for(tenant))
+    digests = {k: baked.committed_digest(ref, k, image.pristine(found, steps), SOURCE_ROOT) for k, found in kinds.items()}
     provider = provider or provider_for(tenant)
     stack = render_image_stack(tenant, scheduler_for(tenant), ref, digests, provider.image_parameter)
     path = write_rendered(tenant, [stack]) / f"{stack.name}.yaml"
@@ -77,9 +78,11 @@ def build_images(tenant: Tenant, stack: Any, kinds: dict[str, Any], digests: dic
     """Deploy the rendered image stack, then record each kind's AMI (its output) with `ref` and its digest."""
     from fmcluster import baked
     from fmcluster.stacks import aws
+    from fmcluster.schedulers.registry import scheduler_for
     from fmcluster.stacks.api import deploy_image_stack
     from fmcluster.stacks.templates import image
 
+    steps = image.scheduler_steps(scheduler_for(tenant))  # as plan_image_stack's digests name the base
     refused = published_elsewhere(tenant, ref, endpoint, apis)
     if refused:
         out(f"image: {refused}; nothing built, nothing recorded")
@@ -101,7 +104,7 @@ def build_images(tenant: Tenant, stack: Any, kinds: dict[str, Any], digests: dic
             why = apis.image_builder_missing or f"{stack.name} holds no image"
             out(f"  {name}: no AMI (output {image.output_name(name)} absent: {why}); nothing recorded")
             continue
-        record = baked.Record(tenant.org, name, digests[name], image.pristine(found), ref, baked.pins(),
+        record = baked.Record(tenant.org, name, digests[name], image.pristine(found, steps), ref, baked.pins(),
                               datetime.now(timezone.utc).isoformat(timespec="seconds"), _ami_bytes(ec2, ami), ami,
                               seconds)
         try:

@@ -36,7 +36,10 @@ from fmcluster.stacks.render import (
     IMAGE_STACK_KEY, SOURCE_ROOT, TEMPLATES_DIR, AnyImageRef, BakedImageRef, ImageResolver, NamedImageRef,
     RenderedStack, load_cfn_yaml, render_stacks,
 )
+from fmcluster.images import load_images
+from fmcluster.stacks import render
 from fmcluster.stacks.templates import SchedulerStacks
+from fmcluster.stacks.templates import image as image_template
 from fmcluster.stacks.templates.common import TEMPLATES_PREFIX
 from fmcluster.stacks.result import (
     DeleteFirst,
@@ -128,6 +131,31 @@ def _current_digest(kind: str, pristine: str) -> str:
     return baked.committed_digest(pinned_commit(), kind, pristine, SOURCE_ROOT)
 
 
+def required_baked_refusals(tenant: Tenant, scheduler: SchedulerStacks) -> list[str]:
+    """Where the tenant's cluster stack boots only baked images (ClusterTemplate.baked_required: PCS's), each kind
+    whose image is not recorded or was baked from another install set, with the fix: said by plan and refused by the
+    deploy's first step, before anything is created (the stacks' own gate, `baked_images`, also checks that the AMI
+    still exists). Empty on a provider that bakes its own layers, or for a cluster whose base image serves."""
+    cluster = render.cluster_template(tenant, scheduler)
+    if cluster is None or not cluster.baked_required or tenant.capabilities.provider.bakes_images:
+        return []
+    refusals = []
+    for kind in dict.fromkeys(cluster.baked_images(tenant).values()):
+        record = baked.read_record(baked.record_path(tenant.org, kind))
+        if record is None:
+            refusals.append(f"tenant '{tenant.org}': its {kind} nodes boot only a baked image ({cluster.baked_required}"
+                            f"), and none is recorded ({baked.record_path(tenant.org, kind)}). Fix: run `invoke image "
+                            f"--org={tenant.org}` first, then deploy")
+            continue
+        found = load_images()[scheduler.image(baked.KIND_ACCELERATOR[kind])]
+        try:
+            baked.aws_image(tenant.org, kind, record, _current_digest(kind, image_template.pristine(
+                found, cluster.image_steps())), True)
+        except baked.BakedImageRefused as err:
+            refusals.append(str(err))
+    return refusals
+
+
 def baked_images(tenant: Tenant, stacks: list[RenderedStack], ec2: Any | None,
                  pinned: dict[str, str] | None = None) -> tuple[dict[str, str | None], list[str], list[str]]:
     """Each BakedImageRef parameter → the baked AMI it boots (None: the catalogued base image, or the AMI `pinned`
@@ -148,6 +176,11 @@ def baked_images(tenant: Tenant, stacks: list[RenderedStack], ec2: Any | None,
                              f"would replace it); a baked {ref.kind} image boots there from a new cluster stack")
                 continue
             record = baked.read_record(baked.record_path(tenant.org, ref.kind))
+            if record is None and ref.required:
+                refusals.append(f"tenant '{tenant.org}': its {ref.kind} nodes boot only a baked image ({ref.required}), "
+                                f"and none is recorded ({baked.record_path(tenant.org, ref.kind)}): run `invoke image "
+                                f"--org={tenant.org}` first, then deploy")
+                continue
             if record is None:
                 chosen[name] = None
                 lines.append(f"{name}: no {ref.kind} image baked (`invoke image --org={tenant.org} --kind={ref.kind}` "

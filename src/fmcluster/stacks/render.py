@@ -105,11 +105,14 @@ class BakedImageRef:
     pristine: str
     base: ImageRef | NamedImageRef
     kept: bool = False
+    #: Why only a baked image serves (ClusterTemplate.baked_required): none recorded is then refused, not `base`.
+    required: str = ""
 
     def describe(self) -> str:
         when = "when the stack is created (then kept: an instance created once reads it)" if self.kept else \
             "while its install set is this commit's"
-        return f"<the {self.kind} image `invoke image` baked, {when}; where none is recorded {self.base.describe()[1:-1]}>"
+        fallback = "refused (`invoke image` first)" if self.required else self.base.describe()[1:-1]
+        return f"<the {self.kind} image `invoke image` baked, {when}; where none is recorded {fallback}>"
 
 
 @dataclass(frozen=True)
@@ -294,7 +297,8 @@ def baked_image_refs(tenant: Tenant, scheduler: SchedulerStacks, cluster: Cluste
         if not isinstance(base, (ImageRef, NamedImageRef)):
             raise ValueError(f"{cluster.source.name}: baked image parameter {name} is not an AMI parameter")
         found = load_images()[scheduler.image(baked.KIND_ACCELERATOR[kind])]
-        refs[name] = BakedImageRef(kind, image.pristine(found), base, name in cluster.kept_images(tenant))
+        refs[name] = BakedImageRef(kind, image.pristine(found, cluster.image_steps()), base,
+                                   name in cluster.kept_images(tenant), cluster.baked_required)
     return refs
 
 

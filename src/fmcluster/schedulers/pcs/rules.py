@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fmcluster.escape import escaped
-from fmcluster.schedulers.pcs.image import IMAGE
+from fmcluster.schedulers.pcs.image import INSTALLERS_PATH, load_installers
 
 KeyPath = tuple[str | int, ...]
 Add = Callable[[KeyPath, str, str], None]
@@ -27,9 +27,8 @@ MAX_NODES = 2048
 
 def check_tenant(tenant: dict[str, Any], add: Add) -> None:
     from fmcluster.catalog import load_catalog
-    from fmcluster.images import load_images
 
-    catalog, image = load_catalog(), load_images()[IMAGE]
+    catalog, refused = load_catalog(), load_installers().refused
     t: KeyPath = ("tenant",)
     raw_queues = tenant.get("queues")
     queues: list[Any] = raw_queues if isinstance(raw_queues, list) else []
@@ -42,9 +41,9 @@ def check_tenant(tenant: dict[str, Any], add: Add) -> None:
                 f"queue names have at most {QUEUE_NAME_MAX}", f"shorten it to {QUEUE_NAME_MAX} characters or fewer")
         itype = queue.get("instance_type")
         instance = catalog.get(itype) if isinstance(itype, str) else None
-        if instance is not None and instance.accelerator == "neuron" and not image.ships["neuron"].present:
-            add((*t, "queues", i, "instance_type"), f"[pcs-image-neuron] {escaped(itype)} is a Neuron instance, and the "
-                f"image PCS nodes boot (data/images.yml: {IMAGE}) ships no AWS Neuron driver or tools",
+        if instance is not None and instance.accelerator in refused:
+            add((*t, "queues", i, "instance_type"), f"[pcs-image-neuron] {escaped(itype)} is a {instance.accelerator} "
+                f"instance: {refused[instance.accelerator]} ({INSTALLERS_PATH.name} refused_accelerators)",
                 "use a GPU or CPU instance type on scheduler pcs, or scheduler hyperpod or slurm-ec2 for Trainium")
     nodes = _count(tenant.get("login"), 1) + 1 + sum(_count(q, 0) for q in queues)
     if nodes > MAX_NODES:

@@ -19,7 +19,7 @@ from typing import Any
 from fmcluster.capabilities import SCHEDULERS, SchedulerCapabilities
 from fmcluster.nodes import Node
 from fmcluster.model import Tenant
-from fmcluster.schedulers.pcs.image import IMAGE, SLURM_VERSION
+from fmcluster.schedulers.pcs.image import SLURM_VERSION, load_installers
 from fmcluster.schedulers.pcs.stand_in import STAND_IN_TEMPLATE, STOOD_IN
 from fmcluster.schedulers.pcs.template import CLUSTER_TEMPLATE
 from fmcluster.schedulers.protocol import Out, TenantEc2Cluster
@@ -52,7 +52,8 @@ class Pcs(TenantEc2Cluster):
         self.stand_in = tenant.capabilities.stand_in
 
     def image(self, accelerator: str) -> str:
-        return IMAGE
+        # The base its baked image is built on (installers.yml bases); the node boots the baked image (template.py).
+        return load_installers().base(accelerator)
 
     def manifest_vars(self) -> dict[str, Any]:
         if self.stand_in:
@@ -68,8 +69,9 @@ class Pcs(TenantEc2Cluster):
         if self.stand_in:
             out(f"  PCS: local stand-in (the cluster stack is src/fmcluster/schedulers/pcs/stand_in.py's). {STOOD_IN}")
             return 0
-        out(f"  PCS: Slurm {SLURM_VERSION}; every node group boots {IMAGE} (parameter PcsImageId, resolved by name when "
-            "the cluster stack is created); its first boot cannot run there yet: src/fmcluster/schedulers/pcs/README.md")
+        out(f"  PCS: Slurm {SLURM_VERSION}; every node group boots the tenant's baked image of its kind (`invoke image "
+            f"--org={self.tenant.org}`: its base with AWS's PCS agent and Slurm installers, then fmcluster's install "
+            "steps); without a current one the deploy is refused (src/fmcluster/schedulers/pcs/README.md)")
         return 0
 
     def make_cluster(self, outputs: Mapping[str, str], out: Out) -> StepOutcome:

@@ -10,9 +10,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fmcluster import baked
 from fmcluster.catalog import InstanceType
+from fmcluster.images import load_images
 from fmcluster.model import Queue, Tenant
-from fmcluster.schedulers.pcs.image import AMI_NAME, AMI_OWNER, IMAGE, SLURM_VERSION
+from fmcluster.schedulers.pcs.image import INSTALLERS_PATH, SAMPLE_IMAGE, SLURM_VERSION, load_installers
 from fmcluster.stacks.cfn import Fn, GetAtt, Ref, text
 from fmcluster.stacks.templates import ClusterTemplate, UserData
 from fmcluster.stacks.templates.common import (
@@ -31,8 +33,10 @@ EPHEMERAL_PORTS = (1024, 65535)
 #: The IAM path PCS requires of the instance profile (and its role) it passes to a node group's instances.
 PCS_IAM_PATH = "/aws-pcs/"
 MANAGED_POLICIES = ("AmazonSSMManagedInstanceCore", "CloudWatchAgentServerPolicy")
-#: The node image's AMI, resolved once by the deploy from the image's name (image.py: AMI_NAME), then kept.
-IMAGE_PARAMETER = "PcsImageId"
+#: Why a PCS node boots only the tenant's baked image (fmcluster.stacks.templates.ClusterTemplate.baked_required).
+BAKED_REQUIRED = (f"the PCS agent and PCS's Slurm are on no catalogued base image: `invoke image` installs them with "
+                  f"AWS's installers ({INSTALLERS_PATH.name}); PCS's sample AMI {SAMPLE_IMAGE} is a demonstration "
+                  "fmcluster's first boot cannot run on")
 #: MIME multi-part user data, which PCS merges with its own: a text/x-shellscript part runs after the node has
 #: registered with PCS and before its Slurm daemon starts (PCS user guide "Working with Amazon EC2 user data").
 MIME_BOUNDARY = "==FMCLUSTER=="
@@ -154,7 +158,7 @@ def _node_group(tenant: Tenant, group: NodeGroup) -> dict[str, Any]:
     return {"Type": "AWS::PCS::ComputeNodeGroup", "Properties": {
         "ClusterId": GetAtt("Cluster", "Id"),
         "Name": group.name,
-        "AmiId": Ref(IMAGE_PARAMETER),
+        "AmiId": Ref(image_parameter(group.instance.accelerator)),
         "CustomLaunchTemplate": {"TemplateId": Ref(f"{group.logical}LaunchTemplate"),
                                  "Version": GetAtt(f"{group.logical}LaunchTemplate", "LatestVersionNumber")},
         "IamInstanceProfileArn": GetAtt(group.profile, "Arn"),
@@ -221,10 +225,13 @@ def build(tenant: Tenant, user_data: UserData) -> dict[str, Any]:
             "Cluster placement group of the EFA node groups (network stack output PlacementGroupName).")
     parameters["DataBucketName"] = bucket_name(
         "The tenant data bucket (storage stack output); the node roles may use their prefixes of it only.")
-    parameters[IMAGE_PARAMETER] = {
-        "Type": "AWS::EC2::Image::Id",
-        "Description": f"AMI of every node group: data/images.yml's {IMAGE}, the newest image named {AMI_NAME} of "
-                       f"{AMI_OWNER} in the region, resolved by fmcluster when the stack is created and kept."}
+    catalog = load_images()
+    for accelerator in image_accelerators(tenant):
+        kind = KIND_OF[accelerator]
+        parameters[image_parameter(accelerator)] = {
+            "Type": "AWS::EC2::Image::Id",
+            "Description": f"AMI of the {kind} node groups: the tenant's baked {kind} image (`invoke image`: "
+                           f"{catalog[load_installers().base(accelerator)].name} with PCS's agent and Slurm)."}
 
     node = [*node_statements(tenant, controller=False), register_statement()]
     controller = [*node_statements(tenant, controller=True), *controller_statements(), *remote_write_statements(tenant),
@@ -277,9 +284,33 @@ def build(tenant: Tenant, user_data: UserData) -> dict[str, Any]:
         parameters, resources, outputs, placement=efa)
 
 
+#: The image kind (fmcluster.baked.IMAGE_KINDS) of each accelerator's nodes.
+KIND_OF = {accelerator: kind for kind, accelerator in baked.KIND_ACCELERATOR.items()}
+
+
+def image_parameter(accelerator: str) -> str:
+    """The AMI parameter of the node groups with this accelerator: PcsCpuImageId, PcsGpuImageId, PcsTrainiumImageId."""
+    return f"Pcs{logical_name(KIND_OF[accelerator])}ImageId"
+
+
+def image_accelerators(tenant: Tenant) -> list[str]:
+    found = {g.instance.accelerator for g in node_groups(tenant)}
+    return [accelerator for accelerator in baked.KIND_ACCELERATOR.values() if accelerator in found]
+
+
+def image_parameters(tenant: Tenant) -> dict[str, str]:
+    """Each AMI parameter → the public SSM parameter of the base its image is baked on (installers.yml bases): what
+    the baked-image reference carries; a PCS node never boots it (BAKED_REQUIRED)."""
+    catalog = load_images()
+    return {image_parameter(a): str(catalog[load_installers().base(a)].ssm_parameter) for a in image_accelerators(tenant)}
+
+
+def baked_images(tenant: Tenant) -> dict[str, str]:
+    """Each AMI parameter → the image kind `invoke image` bakes for its node groups."""
+    return {image_parameter(a): KIND_OF[a] for a in image_accelerators(tenant)}
+
+
 #: What the renderer builds for a pcs tenant (fmcluster.schedulers.pcs.scheduler hands it over).
-def image_names(tenant: Tenant) -> dict[str, tuple[str, str]]:
-    return {IMAGE_PARAMETER: (AMI_OWNER, AMI_NAME)}
-
-
-CLUSTER_TEMPLATE = ClusterTemplate(source=Path(__file__), build=build, image_names=image_names)
+CLUSTER_TEMPLATE = ClusterTemplate(source=Path(__file__), build=build, image_parameters=image_parameters,
+                                   baked_images=baked_images, baked_required=BAKED_REQUIRED,
+                                   image_steps=lambda: load_installers().install_script())

@@ -53,6 +53,14 @@ class ClusterTemplate:
     kept_images: Callable[[Tenant], frozenset[str]] = field(default=lambda tenant: frozenset())
     #: Capacity Block scale-in parameters: parameter name → the queue whose block end it is.
     capacity_parameters: Callable[[Tenant], dict[str, str]] = field(default=_none)
+    #: Why its nodes can boot only a baked image (the base images lack what its service needs on a node, e.g. PCS's
+    #: agent): then a kind with no current record is refused with the fix, never booted on its base. Empty: the
+    #: base image serves where nothing is baked.
+    baked_required: str = ""
+    #: What the image stack's component runs for it before fmcluster's own install steps (bash, as root, under
+    #: `set -euo pipefail` with FMCLUSTER_REGION set): software its service needs that no role installs. It is part
+    #: of what a baked image is made of (fmcluster.stacks.templates.image.pristine).
+    image_steps: Callable[[], str] = field(default=lambda: "")
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ the index vouches for both) and the index digest's SSM parameter. No secret, no 
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import Any
 
@@ -81,10 +82,19 @@ def kind_images(tenant: Tenant, scheduler: SchedulerStacks) -> dict[str, Image]:
     return found
 
 
-def pristine(image: Image) -> str:
+def scheduler_steps(scheduler: SchedulerStacks) -> str:
+    """What the tenant's scheduler (handed in) has the component run before fmcluster's install steps
+    (ClusterTemplate.image_steps: PCS's installers); empty for most."""
+    cluster = scheduler.cluster_template
+    return cluster.image_steps() if cluster is not None else ""
+
+
+def pristine(image: Image, steps: str = "") -> str:
     """What a baked AWS image's digest names as its base: the catalogued image and its SSM parameter (the AMI it
-    resolves to is pinned in the stack's parameter and recorded beside the digest)."""
-    return f"{image.key}@{image.ssm_parameter}"
+    resolves to is pinned in the stack's parameter and recorded beside the digest), and the digest of the scheduler's
+    own steps where it has some (scheduler_steps: a changed installer makes the image stale)."""
+    base = f"{image.key}@{image.ssm_parameter}"
+    return f"{base}+steps-{hashlib.sha256(steps.encode()).hexdigest()[:12]}" if steps else base
 
 
 def parent_parameter(kind: str) -> str:
@@ -99,8 +109,9 @@ def output_name(kind: str) -> str:
     return f"{logical_name(kind)}ImageId"
 
 
-def build_script(org: str, kind: str) -> list[Any]:
-    """The component's build phase, as Fn::Join parts (the bucket, region, commit and digest are references)."""
+def build_script(org: str, kind: str, steps: str = "") -> list[Any]:
+    """The component's build phase, as Fn::Join parts (the bucket, region, commit and digest are references);
+    `steps` (scheduler_steps) run first, before fmcluster's own."""
     if not _ORG.fullmatch(org):
         raise ValueError(f"org {org!r}: not an org name (validation refuses it earlier)")
     head = ["set -euo pipefail\n",
@@ -111,7 +122,7 @@ def build_script(org: str, kind: str) -> list[Any]:
     body = f"""bin_dir=/usr/local/sbin
 # No service a package installs starts while the image is made (invoke-rc.d's policy, Debian Policy 9.3.3).
 printf '#!/bin/sh\\nexit 101\\n' >/usr/sbin/policy-rc.d && chmod 0755 /usr/sbin/policy-rc.d
-# The first boot's own S3 client and fetch (scripts/node-user-data.sh): node-bootstrap.sh as the deploy published it.
+{steps}# The first boot's own S3 client and fetch (scripts/node-user-data.sh): node-bootstrap.sh as the deploy published it.
 {s3_client_writer('"$bin_dir/fmcluster-s3"')}boot={BOOTSTRAP_PREFIX}node-bootstrap.sh
 "$bin_dir/fmcluster-s3" get "s3://$FMCLUSTER_BUCKET/$boot" "$bin_dir/fmcluster-bootstrap.new"
 "$bin_dir/fmcluster-s3" verify "/fmcluster/$FMCLUSTER_ORG/bootstrap-index-sha256" \\
@@ -140,7 +151,7 @@ cloud-init clean --logs
     return head + [body]
 
 
-def component_document(org: str, kind: str) -> Any:
+def component_document(org: str, kind: str, steps: str = "") -> Any:
     """The AWSTOE document (YAML): one build phase, one ExecuteBash step running build_script as a literal block."""
     parts: list[Any] = [
         f"name: fmcluster-{kind}-install\n"
@@ -158,7 +169,7 @@ def component_document(org: str, kind: str) -> Any:
         "            - |\n"]
     indent = " " * 14
     at_line_start = True
-    for part in build_script(org, kind):
+    for part in build_script(org, kind, steps):
         if not isinstance(part, str):
             parts.append(part)
             at_line_start = False
@@ -178,6 +189,7 @@ def component_document(org: str, kind: str) -> Any:
 
 def build(tenant: Tenant, scheduler: SchedulerStacks) -> dict[str, Any]:
     kinds = kind_images(tenant, scheduler)
+    steps = scheduler_steps(scheduler)
     prefix = tenant.stack_prefix
     tag_map = {**tenant.tags}
 
@@ -237,7 +249,7 @@ def build(tenant: Tenant, scheduler: SchedulerStacks) -> dict[str, Any]:
         resources[f"{name}Component"] = {"Type": "AWS::ImageBuilder::Component", "Properties": {
             "Name": named, "Version": "1.0.0", "Platform": "Linux",
             "Description": f"fmcluster {kind} nodes: the roles' install tasks of the pinned commit",
-            "Data": component_document(tenant.org, kind), "Tags": map_tags(f"{kind}-component", kind)}}
+            "Data": component_document(tenant.org, kind, steps), "Tags": map_tags(f"{kind}-component", kind)}}
         resources[f"{name}Recipe"] = {"Type": "AWS::ImageBuilder::ImageRecipe", "Properties": {
             "Name": named, "Version": "1.0.0", "ParentImage": Ref(parent_parameter(kind)),
             "Description": f"fmcluster {kind} node image on {image.name}",
