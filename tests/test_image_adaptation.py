@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from conftest import ROOT, venv_tool
+from fmcluster import versions
 
 pytestmark = pytest.mark.slow  # one ansible-playbook run (several seconds on a loaded machine)
 
@@ -36,7 +37,10 @@ EFA = [("", True), ("# EFA installer version: 1.38.0\n# Debug packages installed
 def playbook() -> list[dict[str, Any]]:
     tasks: list[dict[str, Any]] = []
     for role in ("nvidia_driver", "efa"):
+        # Outside the role there is no role_path for its defaults' versions.yml lookup (`<role>_pins`): the play
+        # hands the pins in, as the manifest does on a node.
         tasks += [{"ansible.builtin.include_vars": str(ROOT / "roles" / role / "defaults" / "main.yml")},
+                  {"ansible.builtin.set_fact": {f"{role}_pins": versions.load()}},
                   {"ansible.builtin.include_vars": str(ROOT / "roles" / role / "vars" / "main.yml")}]
     for i, (driver, fm, cuda, *_) in enumerate(NVIDIA):
         tasks += [
