@@ -531,7 +531,10 @@ def kept_images(tenant: Tenant) -> list[str]:
     image stack deletes Image Builder's image resources, not the AMIs they made
     (https://docs.aws.amazon.com/cli/latest/reference/imagebuilder/delete-image.html), and a later deploy boots them
     while they are current. Each costs its snapshots until deregistered."""
-    lines = baked.kept_lines(tenant.org)
+    try:
+        lines = baked.kept_lines(tenant.org)
+    except ValueError as err:  # after the stacks are gone: say it, the AMIs are there all the same
+        return [f"the baked images of '{tenant.org}' (their records cannot be read: {err})"]
     if any(line.startswith("baked ") and " ami-" in line for line in lines):
         lines.append(f"to drop an AMI: aws ec2 deregister-image --image-id AMI --region {tenant.region}, then aws ec2 "
                      "delete-snapshot for each of its snapshots, and remove its record")
@@ -559,8 +562,9 @@ def deregister_image(ec2: Any, ami: str) -> list[str]:
 
 
 def amis_in_use(tenant: Tenant, cf: Any, ec2: Any) -> set[str]:
-    """The AMIs the tenant's cluster boots now: those its deployed stacks hold as parameters (its launch templates'
-    and instances') and those of its instances that exist (an instance keeps the AMI it was launched from)."""
+    """The AMIs the tenant's cluster boots now: those its deployed stacks hold as parameters (what its launch templates
+    and instances launch from) and those its instances that exist, stopped ones too, were launched from (what each
+    reports it booted, and the image to rebuild it from)."""
     used: set[str] = set()
     for page in cf.get_paginator("describe_stacks").paginate():
         for stack in page["Stacks"]:
