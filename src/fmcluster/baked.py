@@ -61,6 +61,13 @@ NODE_KINDS = ("controller", "login", "compute")
 IMAGE_KINDS = ("cpu", "gpu", "trainium")
 #: The accelerator of each image kind's nodes (catalog `accelerator`).
 KIND_ACCELERATOR = {"cpu": "none", "gpu": "cuda", "trainium": "neuron"}
+
+
+def image_kind(accelerator: str) -> str:
+    """The image kind whose image a node of this accelerator (catalog `accelerator`) boots."""
+    return next((kind for kind, acc in KIND_ACCELERATOR.items() if acc == accelerator), "cpu")
+
+
 #: The builder's name in its inventory (every node group of its kind holds it alone).
 BUILDER_NAME = "fmcluster-builder"
 #: What an AWS builder (the image stack's component) removes before Image Builder snapshots it: the node's state and

@@ -85,7 +85,7 @@ def rotate_layers(org: str, kind: str, keep: int, hosts: Iterable[Host]) -> list
 
 
 def kind_of(accelerator: str) -> str:
-    return next((kind for kind, acc in KIND_ACCELERATOR.items() if acc == accelerator), "cpu")
+    return baked.image_kind(accelerator)
 
 
 def head_commit() -> str:
