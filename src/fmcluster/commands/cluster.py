@@ -209,7 +209,8 @@ def destroy(org: str, yes: bool = False) -> int:
 
 
 def status(org: str) -> int:
-    """Each stack's status and outputs, then each node's last convergence report (read from the bucket)."""
+    """Each stack's status and outputs, each kind's recorded baked images (current or stale, booted or not), then each
+    node's last convergence report (read from the bucket)."""
     from fmcluster.commands.image_stack import image_status
     from fmcluster.inventory import read_manifest
     from fmcluster.manifest import digest
