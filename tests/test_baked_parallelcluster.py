@@ -86,3 +86,14 @@ def test_the_local_stand_in_never_renders_a_layer_as_an_ami(cache: Path) -> None
     tenant = load_tenant("pcdemo")  # provider local: its hosts boot the substrate's layers
     baked.write_record(record("pcdemo", "cpu", "abc123abc123", str(cache / "baked" / "pcdemo" / "cpu-abc123abc123")))
     assert baked_amis(tenant, None) == ({}, [], [])
+
+
+def test_status_compares_a_parallelcluster_record_with_the_install_set_over_its_official_image(cache: Path) -> None:
+    from fmcluster.commands.image_stack import image_status
+
+    tenant = load_tenant("pclab")
+    official = load_images()[f"parallelcluster-{render_cluster_config(tenant).data['Image']['Os']}"]
+    current = baked.committed_digest(pinned_commit(), "gpu", pristine(official), SOURCE_ROOT)
+    baked.write_record(record("pclab", "gpu", current, "ami-0gpu"))
+    lines = image_status(tenant, None, reachable=False)
+    assert lines[1].startswith("  gpu: ami-0gpu commit") and f"install set {current}: current" in lines[1], lines

@@ -204,9 +204,14 @@ def image_status(tenant: Tenant, endpoint: str | None, reachable: bool) -> list[
             kinds = {layers.kind_of(acc) for acc in image.tenant_accelerators(tenant)} & recorded
             current = {kind: layers.install_digest(ref, kind) for kind in kinds}
             in_use = layers.layers_in_use(load_hosts(tenant.org))
-        else:
-            current = {kind: baked.committed_digest(ref, kind, image.pristine(found), SOURCE_ROOT)
-                       for kind, found in image.kind_images(tenant, scheduler_for(tenant)).items() if kind in recorded}
+        else:  # each kind's digest over the image the scheduler boots it on, as its bake names it
+            from fmcluster.images import load_images
+
+            catalog, scheduler = load_images(), scheduler_for(tenant)
+            kinds = {baked.image_kind(acc) for acc in image.tenant_accelerators(tenant)} & recorded
+            current = {kind: baked.committed_digest(
+                ref, kind, image.pristine(catalog[scheduler.image(baked.KIND_ACCELERATOR[kind])]), SOURCE_ROOT)
+                for kind in kinds}
             if reachable:
                 in_use = amis_in_use(tenant, aws.client("cloudformation", tenant.region, endpoint),
                                      aws.client("ec2", tenant.region, endpoint))
