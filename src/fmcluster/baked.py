@@ -61,13 +61,6 @@ NODE_KINDS = ("controller", "login", "compute")
 IMAGE_KINDS = ("cpu", "gpu", "trainium")
 #: The accelerator of each image kind's nodes (catalog `accelerator`).
 KIND_ACCELERATOR = {"cpu": "none", "gpu": "cuda", "trainium": "neuron"}
-
-
-def image_kind(accelerator: str) -> str:
-    """The image kind whose image a node of this accelerator (catalog `accelerator`) boots."""
-    return next((kind for kind, acc in KIND_ACCELERATOR.items() if acc == accelerator), "cpu")
-
-
 #: The builder's name in its inventory (every node group of its kind holds it alone).
 BUILDER_NAME = "fmcluster-builder"
 #: What an AWS builder (the image stack's component) removes before Image Builder snapshots it: the node's state and
@@ -76,6 +69,11 @@ BUILDER_NAME = "fmcluster-builder"
 NOT_BAKED_ON_AWS = ("/var/lib/fmcluster", "/var/lib/fmcluster-image", "/etc/fmcluster", "/opt/fmcluster/bootstrap",
                     "/var/log/fmcluster", "/etc/munge/munge.key", "/usr/local/sbin/fmcluster-bootstrap",
                     "/usr/sbin/policy-rc.d", "/root/.ansible")
+
+
+def image_kind(accelerator: str) -> str:
+    """The image kind whose image a node of this accelerator (catalog `accelerator`) boots."""
+    return next((kind for kind, acc in KIND_ACCELERATOR.items() if acc == accelerator), "cpu")
 
 
 @dataclass(frozen=True)
