@@ -131,6 +131,7 @@ def test_status_lists_each_kinds_images_with_commit_age_use_and_staleness(cache:
         "trainium: ami-t1 commit 0123456789ab, built 3 h ago, install set abc123abc123: no such nodes now; not booted "
         "by the cluster"]
     assert baked.status_lines("nobody", {}, set()) == ["no baked images recorded (`invoke image` bakes them)"]
+    assert baked.age("2026-12-07T11:59:30", now) == "30 s"  # a record without a zone: UTC, as they are written
 
 
 def host(image: str) -> Host:

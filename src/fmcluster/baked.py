@@ -384,6 +384,7 @@ def kept_lines(org: str, price: Price | None = None) -> list[str]:
 def age(created: str, now: datetime | None = None) -> str:
     """How long ago a record's `created` was, in the largest whole unit."""
     then = datetime.fromisoformat(created)
+    then = then if then.tzinfo is not None else then.replace(tzinfo=timezone.utc)  # records are written in UTC
     seconds = ((now or datetime.now(timezone.utc)) - then).total_seconds()
     for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
         if seconds >= size:
