@@ -16,7 +16,7 @@ from fmcluster import baked
 from fmcluster.model import load_tenant
 from fmcluster.publish import SOURCE_ROOT, pinned_commit
 from fmcluster.schedulers.parallelcluster.config import render_cluster_config
-from fmcluster.schedulers.parallelcluster.scheduler import baked_amis
+from fmcluster.schedulers.parallelcluster.custom_ami import baked_amis
 from fmcluster.schedulers.parallelcluster.schema import ToolMissing, check_configs, tool_python
 from fmcluster.images import load_images
 from fmcluster.stacks.templates.image import pristine

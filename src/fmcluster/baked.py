@@ -407,6 +407,29 @@ def status_lines(org: str, current: Mapping[str, str], in_use: Collection[str], 
     return lines or ["no baked images recorded (`invoke image` bakes them)"]
 
 
+def head_commit(root: Path) -> str:
+    """The committed HEAD of the checkout `root`: what a deploy from it publishes, and an image baked from it records
+    (fmcluster.publish.pinned_commit, which the scheduler folders and the local provider's boot path may not import).
+    ValueError where it has none."""
+    run = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=False)
+    if run.returncode != 0:
+        raise ValueError(f"{root} has no commit: {run.stderr.strip()}")
+    return run.stdout.strip()
+
+
+def ami_available(ec2: Any, ami: str) -> bool:
+    """Whether EC2 describes `ami` as an available image (an unknown or malformed id: not; any other error raises)."""
+    from botocore.exceptions import ClientError
+
+    try:
+        found = ec2.describe_images(ImageIds=[ami])["Images"]
+    except ClientError as err:  # InvalidAMIID.NotFound / .Malformed: EC2 says it has no such image
+        if str(err.response.get("Error", {}).get("Code", "")).startswith("InvalidAMIID"):
+            return False
+        raise
+    return any(image.get("State", "available") == "available" for image in found)
+
+
 class BakedImageRefused(ValueError):
     """A recorded baked AMI that may not be booted (stale or gone); the message names the tenant, kind and fix."""
 

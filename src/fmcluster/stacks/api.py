@@ -110,14 +110,7 @@ def newest_named_image(ec2: Any, ref: NamedImageRef) -> str:
     return str(max(found, key=lambda image: str(image.get("CreationDate", "")))["ImageId"])
 
 
-def ami_available(ec2: Any, ami: str) -> bool:
-    try:
-        found = ec2.describe_images(ImageIds=[ami])["Images"]
-    except ClientError as err:  # InvalidAMIID.NotFound / .Malformed: EC2 says it has no such image
-        if str(err.response.get("Error", {}).get("Code", "")).startswith("InvalidAMIID"):
-            return False
-        raise
-    return any(image.get("State", "available") == "available" for image in found)
+ami_available = baked.ami_available
 
 
 def _current_digest(kind: str, pristine: str) -> str:

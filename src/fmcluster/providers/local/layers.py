@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import shutil
-import subprocess
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -90,7 +89,7 @@ def kind_of(accelerator: str) -> str:
 
 def head_commit() -> str:
     """The committed HEAD the deploy publishes (fmcluster.publish.pinned_commit, which this module may not import)."""
-    run = subprocess.run(["git", "rev-parse", "HEAD"], cwd=SOURCE_ROOT, capture_output=True, text=True, check=False)
-    if run.returncode != 0:
-        raise SubstrateError(f"{SOURCE_ROOT} has no commit: {run.stderr.strip()}")
-    return run.stdout.strip()
+    try:
+        return baked.head_commit(SOURCE_ROOT)
+    except ValueError as err:
+        raise SubstrateError(str(err)) from err

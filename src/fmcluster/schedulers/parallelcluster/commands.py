@@ -78,7 +78,7 @@ def plan(tenant: Tenant, out: Out = print, root: Path | None = None) -> int:
     """Render generated/cluster-config.yaml from the tenant and the outputs the stacks last wrote, and check it."""
     from fmcluster.stacks.outputs import read_stack_outputs
 
-    from fmcluster.schedulers.parallelcluster.scheduler import baked_amis
+    from fmcluster.schedulers.parallelcluster.custom_ami import baked_amis
 
     outputs = read_stack_outputs(tenant.org, root)
     chosen, refusals, said = baked_amis(tenant, None)  # offline: whether each AMI still exists is the deploy's check

@@ -45,42 +45,6 @@ def parallelcluster_refusal(org: str, node: str) -> str:
     return PARALLELCLUSTER_REFUSAL.format(org=org, node=plain)
 
 
-def baked_amis(tenant: Tenant, ec2: Any | None) -> tuple[dict[str, str], list[str], list[str]]:
-    """Image kind → the baked AMI its node groups boot (`CustomAmi`), the refusals and what to say: a recorded image
-    while it is current (baked on ParallelCluster's official image of the kind from this commit's install set) and,
-    `ec2` given, available; a stale or vanished one refused (fmcluster.baked.aws_image: never booted, never swapped
-    for the official AMI silently). A provider that bakes its own images (the local substrate's layers) has no AMI."""
-    from fmcluster import baked
-    from fmcluster.capabilities import provider_capabilities
-    from fmcluster.images import load_images
-    from fmcluster.publish import SOURCE_ROOT, pinned_commit
-    from fmcluster.stacks.api import ami_available
-    from fmcluster.stacks.templates.image import pristine, tenant_accelerators
-
-    chosen: dict[str, str] = {}
-    refusals: list[str] = []
-    lines: list[str] = []
-    if provider_capabilities(tenant.provider).bakes_images:
-        return chosen, refusals, lines
-    settings = settings_of(tenant)
-    official = load_images()[official_image(settings.os if settings else DEFAULT_OS)]  # every node's (Image/Os)
-    for kind in sorted({baked.image_kind(acc) for acc in tenant_accelerators(tenant)}):
-        record = baked.read_record(baked.record_path(tenant.org, kind))
-        if record is None:
-            continue
-        current = baked.committed_digest(pinned_commit(), kind, pristine(official), SOURCE_ROOT)
-        try:
-            ami = baked.aws_image(tenant.org, kind, record, current, ec2 is None or ami_available(ec2, record.layer))
-        except baked.BakedImageRefused as err:
-            refusals.append(str(err))
-            continue
-        if ami is not None:
-            chosen[kind] = ami
-            lines.append(f"{kind} nodes: CustomAmi {ami}, the baked {kind} image (install set {record.digest}, commit "
-                         f"{record.commit[:12]})" + ("; not checked offline that it still exists" if ec2 is None else ""))
-    return chosen, refusals, lines
-
-
 class ParallelCluster:
     name = "parallelcluster"
     capabilities: SchedulerCapabilities = SCHEDULERS["parallelcluster"]
@@ -147,6 +111,8 @@ class ParallelCluster:
         chosen: dict[str, str] = {}
         if not self.stand_in:  # the stand-in boots the substrate's hosts, never an AMI
             from fmcluster.stacks import aws
+
+            from fmcluster.schedulers.parallelcluster.custom_ami import baked_amis
 
             chosen, refusals, said = baked_amis(self.tenant, aws.client("ec2", self.tenant.region, None))
             for line in said:
