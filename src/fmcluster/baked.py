@@ -417,19 +417,6 @@ def head_commit(root: Path) -> str:
     return run.stdout.strip()
 
 
-def ami_available(ec2: Any, ami: str) -> bool:
-    """Whether EC2 describes `ami` as an available image (an unknown or malformed id: not; any other error raises)."""
-    from botocore.exceptions import ClientError
-
-    try:
-        found = ec2.describe_images(ImageIds=[ami])["Images"]
-    except ClientError as err:  # InvalidAMIID.NotFound / .Malformed: EC2 says it has no such image
-        if str(err.response.get("Error", {}).get("Code", "")).startswith("InvalidAMIID"):
-            return False
-        raise
-    return any(image.get("State", "available") == "available" for image in found)
-
-
 class BakedImageRefused(ValueError):
     """A recorded baked AMI that may not be booted (stale or gone); the message names the tenant, kind and fix."""
 

@@ -110,7 +110,7 @@ def newest_named_image(ec2: Any, ref: NamedImageRef) -> str:
     return str(max(found, key=lambda image: str(image.get("CreationDate", "")))["ImageId"])
 
 
-ami_available = baked.ami_available
+ami_available = aws.ami_available
 
 
 def _current_digest(kind: str, pristine: str) -> str:

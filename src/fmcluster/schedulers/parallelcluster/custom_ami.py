@@ -14,6 +14,7 @@ from fmcluster.model import Tenant
 from fmcluster.paths import source_root
 from fmcluster.schedulers.parallelcluster.rules import DEFAULT_OS, official_image
 from fmcluster.schedulers.parallelcluster.settings import settings_of
+from fmcluster.stacks.aws import ami_available
 from fmcluster.stacks.templates.image import pristine, tenant_accelerators
 
 
@@ -37,7 +38,7 @@ def baked_amis(tenant: Tenant, ec2: Any | None) -> tuple[dict[str, str], list[st
         ref = ref or baked.head_commit(source_root())  # only where a record is there to compare
         current = baked.committed_digest(ref, kind, pristine(official), source_root())
         try:
-            ami = baked.aws_image(tenant.org, kind, record, current, ec2 is None or baked.ami_available(ec2, record.layer))
+            ami = baked.aws_image(tenant.org, kind, record, current, ec2 is None or ami_available(ec2, record.layer))
         except baked.BakedImageRefused as err:
             refusals.append(str(err))
             continue
