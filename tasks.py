@@ -232,7 +232,7 @@ def destroy(c: Context, org: str, yes: bool = False) -> None:
 
 @task(help={"org": "tenant name"})
 def status(c: Context, org: str) -> None:
-    """Each stack's status and outputs, and each node's last convergence report (read from the tenant bucket)."""
+    """Each stack's status and outputs, each kind's recorded baked images, and each node's last convergence report."""
     _exit(commands.status(org))
 
 

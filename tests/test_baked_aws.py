@@ -323,11 +323,70 @@ def test_what_invoke_image_records_from_the_stack_s_outputs_is_what_the_deploy_t
     assert any(f"gpu: {amis['GpuImageId']} (install set {gpu.digest}" in line for line in lines)
     chosen, refusals, _ = api.baked_images(tenant, render_stacks(tenant), ec2)
     assert refusals == [] and chosen == amis
-    # destroy keeps them (deleting Image Builder's image leaves its AMI) and says how to drop each
+    # destroy keeps them (deleting Image Builder's image leaves its AMI) and says what each costs and how to drop it
     lines = []
     result = api.destroy_stacks(tenant, endpoint, scheduler=scheduler_for(tenant), apis=EMULATOR_APIS, confirm=None,
                                 out=lines.append)
-    assert [n for n in result.notes if n.startswith("kept: the baked")] == [
-        f"kept: the baked {kind} image {amis[name]} (record {baked.record_path('stockmark', kind)}; a later deploy boots "
-        f"it while current): aws ec2 deregister-image --image-id {amis[name]} --region {tenant.region}, then delete its "
-        "snapshots, when it is no longer needed" for kind, name in (("cpu", "CpuImageId"), ("gpu", "GpuImageId"))]
+    kept = [n for n in result.notes if n.startswith(("kept: baked cpu", "kept: baked gpu"))]
+    assert [n.split()[4] for n in kept] == [amis["CpuImageId"], amis["GpuImageId"]], result.notes
+    price = baked.snapshot_price()
+    for note, kind in zip(kept, ("cpu", "gpu")):  # moto's AMIs have one 15 GiB volume
+        assert f"15.0 GiB of EBS snapshots at most, about ${15 * price.usd:.2f} a month" in note, note
+        assert f"record {baked.record_path('stockmark', kind)}" in note
+    assert f"kept: baked images' snapshots: about ${30 * price.usd:.2f} a month at most, at {price.region}'s " \
+           f"${price.usd}/GB-month ({price.source})" in result.notes[-2], result.notes
+    assert f"aws ec2 deregister-image --image-id AMI --region {tenant.region}" in result.notes[-1]
+
+
+@pytest.mark.slow  # the emulator (~25 s on 2 cores)
+def test_a_new_image_deregisters_the_older_amis_and_their_snapshots_but_never_one_the_cluster_boots(
+        emulated: tuple[Tenant, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """`invoke image` three times with baked_images.keep 1 (its outputs stood in, as above): each new AMI deregisters
+    the one before with its snapshots (DescribeImages, DeregisterImage, DeleteSnapshot), except one an instance of the
+    tenant's runs from."""
+    import dataclasses
+
+    from fmcluster.commands.image_stack import plan_image_stack
+    from fmcluster.exits import ExitCode
+    from fmcluster.model import BakedImages
+    from fmcluster.stacks.result import StackOutcome
+
+    tenant, endpoint = emulated
+    tenant = dataclasses.replace(tenant, baked_images=BakedImages(keep=1))
+    ec2 = aws.client("ec2", tenant.region, endpoint, EMULATOR_APIS)
+    rounds = [{kind: baked_ami(ec2, f"fmc-stockmark-{kind}-{n}") for kind in ("cpu", "gpu")} for n in range(3)]
+    snapshots = {ami: [m["Ebs"]["SnapshotId"] for m in ec2.describe_images(ImageIds=[ami])["Images"][0][
+        "BlockDeviceMappings"]] for amis in rounds for ami in amis.values()}
+    assert all(snapshots.values())
+
+    def bake(amis: dict[str, str]) -> list[str]:
+        monkeypatch.setattr(api, "deploy_image_stack", lambda tenant, endpoint, stack, out, apis: StackOutcome(
+            "image", stack.name, "created", "CREATE_COMPLETE",
+            outputs={image.output_name(k): ami for k, ami in amis.items()}))
+        lines: list[str] = []
+        assert plan_image_stack(tenant, out=lines.append, provider=emulated_aws(endpoint)) == ExitCode.OK, lines
+        return lines
+
+    def exists(ami: str) -> bool:
+        return api.ami_available(ec2, ami)
+
+    def snapshot_exists(snapshot: str) -> bool:
+        return bool(ec2.describe_snapshots(Filters=[{"Name": "snapshot-id", "Values": [snapshot]}])["Snapshots"])
+
+    bake(rounds[0])
+    # a node of the tenant runs from round 0's GPU image (as a queue's instances do until replaced)
+    ec2.run_instances(ImageId=rounds[0]["gpu"], MinCount=1, MaxCount=1, InstanceType="m5.large",
+                      TagSpecifications=[{"ResourceType": "instance",
+                                          "Tags": [{"Key": "fmcluster:org", "Value": "stockmark"}]}])
+    lines = bake(rounds[1])
+    assert not exists(rounds[0]["cpu"]) and not any(map(snapshot_exists, snapshots[rounds[0]["cpu"]]))
+    assert exists(rounds[0]["gpu"]) and all(map(snapshot_exists, snapshots[rounds[0]["gpu"]]))
+    assert any(f"removed cpu image {rounds[0]['cpu']}" in line and f"deregistered {rounds[0]['cpu']}" in line
+               and f"deleted {snapshots[rounds[0]['cpu']][0]}" in line for line in lines), lines
+    assert any(f"kept gpu image {rounds[0]['gpu']}" in line and "the cluster still boots it" in line for line in lines)
+    # that node gone, the next image removes it too; the current one is always kept
+    ec2.terminate_instances(InstanceIds=[i["InstanceId"] for r in ec2.describe_instances(Filters=[
+        {"Name": "tag:fmcluster:org", "Values": ["stockmark"]}])["Reservations"] for i in r["Instances"]])
+    bake(rounds[2])
+    assert [exists(ami) for amis in rounds for ami in amis.values()] == [False, False, False, False, True, True]
+    assert [r.layer for _, r in baked.kept_records("stockmark", "gpu")] == [rounds[2]["gpu"]]

@@ -21,15 +21,15 @@ import json
 import subprocess
 import tarfile
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import asdict, dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from fmcluster.paths import image_cache, repo_root
+from fmcluster.paths import DATA_DIR, image_cache, repo_root
 
 #: The tag every task that installs software carries (playbooks/site.yml --tags install runs them alone).
 INSTALL_TAG = "install"
@@ -69,6 +69,11 @@ BUILDER_NAME = "fmcluster-builder"
 NOT_BAKED_ON_AWS = ("/var/lib/fmcluster", "/var/lib/fmcluster-image", "/etc/fmcluster", "/opt/fmcluster/bootstrap",
                     "/var/log/fmcluster", "/etc/munge/munge.key", "/usr/local/sbin/fmcluster-bootstrap",
                     "/usr/sbin/policy-rc.d", "/root/.ansible")
+
+
+def image_kind(accelerator: str) -> str:
+    """The image kind whose image a node of this accelerator (catalog `accelerator`) boots."""
+    return next((kind for kind, acc in KIND_ACCELERATOR.items() if acc == accelerator), "cpu")
 
 
 @dataclass(frozen=True)
@@ -260,13 +265,24 @@ def record_path(org: str, kind: str) -> Path:
     return records_dir(org) / f"{kind}.json"
 
 
+def previous_dir(org: str) -> Path:
+    """Where a tenant's earlier records are kept while their images are (rotate): `<kind>-<image>.json`."""
+    return records_dir(org) / "previous"
+
+
 def write_record(record: Record) -> Path:
-    """Keep `record` as its tenant's and kind's (record_path). ValueError naming the folder and the fix where this
-    machine cannot write there (the default is under /var/cache: an operator who is not root sets
-    FMCLUSTER_IMAGE_CACHE)."""
+    """Keep `record` as its tenant's and kind's (record_path); the record it replaces moves to previous_dir while its
+    image is another (rotate then says which are kept). ValueError naming the folder and the fix where this machine
+    cannot write there (the default is under /var/cache: an operator who is not root sets FMCLUSTER_IMAGE_CACHE), or
+    where the record it replaces cannot be read (its image would be forgotten, not removed)."""
     path = record_path(record.tenant, record.kind)
     try:
+        before = read_record(path)
         path.parent.mkdir(parents=True, exist_ok=True)
+        if before is not None and before.layer != record.layer:
+            earlier = previous_dir(record.tenant) / f"{record.kind}-{Path(before.layer).name}.json"
+            earlier.parent.mkdir(parents=True, exist_ok=True)
+            earlier.write_text(before.to_json())
         path.write_text(record.to_json())
     except OSError as err:
         raise ValueError(f"cannot keep the {record.kind} image's record in {path.parent} ({err.strerror or err}): set "
@@ -274,6 +290,131 @@ def write_record(record: Record) -> Path:
                          f"--kind={record.kind}` again (the image {record.layer} exists; it is simply not recorded)"
                          ) from err
     return path
+
+
+def kept_records(org: str, kind: str) -> list[tuple[Path, Record]]:
+    """Every record of the tenant's `kind` images, with its file: the current one first, then the earlier ones newest
+    first. ValueError (read_record) for one that cannot be read: never taken for no image."""
+    found = [(path, record) for path in sorted(previous_dir(org).glob(f"{kind}-*.json"))
+             if (record := read_record(path)) is not None and record.kind == kind]
+    found.sort(key=lambda pair: pair[1].created, reverse=True)
+    current = read_record(record_path(org, kind))
+    return ([(record_path(org, kind), current)] if current is not None else []) + found
+
+
+def rotate(org: str, kind: str, keep: int, in_use: Collection[str], remove: Callable[[Record], list[str]]
+           ) -> list[str]:
+    """Keep the newest `keep` images of the tenant's `kind` (the current one always), and each one whose `layer` is
+    `in_use` (what the deployed cluster or a running host boots); `remove` the others' images (it says what it did,
+    or raises OSError/ValueError/RuntimeError: then the record stays, so the next rotation tries again), then their
+    records. A record naming the image of a newer one is dropped alone (the image is the newer one's). What was done,
+    said."""
+    lines: list[str] = []
+    seen: set[str] = set()
+    for path, record in kept_records(org, kind):
+        if record.layer in seen:
+            path.unlink()
+            continue
+        seen.add(record.layer)
+        if len(seen) <= keep:
+            continue
+        if record.layer in in_use:
+            lines.append(f"kept {kind} image {record.layer} (built {record.created}) beyond the newest {keep}: the "
+                         "cluster still boots it")
+            continue
+        try:
+            done = remove(record)
+        except (OSError, ValueError, RuntimeError) as err:
+            lines.append(f"could not remove {kind} image {record.layer} ({err}); its record {path} stays, the next "
+                         "`invoke image` tries again")
+            continue
+        path.unlink()
+        lines.append(f"removed {kind} image {record.layer} (built {record.created}; older than the newest {keep}, "
+                     "baked_images.keep)" + (f": {'; '.join(done)}" if done else ""))
+    return lines
+
+
+@dataclass(frozen=True)
+class Price:
+    """A list price (data/prices.yml) and the page that lists it."""
+
+    usd: float
+    region: str
+    source: str
+
+
+#: data/prices.yml: the prices costs are estimated with, each with its source.
+PRICES_FILE = DATA_DIR / "prices.yml"
+
+
+def snapshot_price(path: Path = PRICES_FILE) -> Price:
+    """EBS snapshot storage, Standard tier, per GB-month. ValueError naming the file, key and fix."""
+    key = "ebs_snapshot_standard"
+    try:
+        entry = (yaml.safe_load(path.read_text()) or {})[key]
+        return Price(float(entry["usd_per_gb_month"]), str(entry["region"]), str(entry["source"]))
+    except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError) as err:
+        raise ValueError(f"{path}: {key}: cannot read usd_per_gb_month, region and source ({err!r}); restore the "
+                         "entry from git") from err
+
+
+def kept_lines(org: str, price: Price | None = None) -> list[str]:
+    """Each recorded image of the tenant, newest first per kind, with what it costs while kept: an AMI its snapshots
+    (at most its volumes' size: snapshots store written blocks only) at `price`; a local layer this machine's disk."""
+    price = price or snapshot_price()
+    lines: list[str] = []
+    total = 0.0
+    for kind in IMAGE_KINDS:
+        for path, record in kept_records(org, kind):
+            size = f"{record.size_bytes / 2**30:.1f} GiB"
+            if record.layer.startswith("ami-"):
+                cost = record.size_bytes / 2**30 * price.usd
+                total += cost
+                where = f"{size} of EBS snapshots at most, about ${cost:.2f} a month"
+            else:
+                where = f"{size} on this machine's disk"
+            lines.append(f"baked {kind} image {record.layer} (install set {record.digest}, commit {record.commit[:12]}, "
+                         f"built {record.created}; {where}; record {path})")
+    if total:
+        lines.append(f"baked images' snapshots: about ${total:.2f} a month at most, at {price.region}'s "
+                     f"${price.usd}/GB-month ({price.source}); deregister an AMI and delete its snapshots to stop it")
+    return lines
+
+
+def age(created: str, now: datetime | None = None) -> str:
+    """How long ago a record's `created` was, in the largest whole unit."""
+    then = datetime.fromisoformat(created)
+    then = then if then.tzinfo is not None else then.replace(tzinfo=timezone.utc)  # records are written in UTC
+    seconds = ((now or datetime.now(timezone.utc)) - then).total_seconds()
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{int(seconds // size)} {unit}"
+    return f"{max(int(seconds), 0)} s"
+
+
+def status_lines(org: str, current: Mapping[str, str], in_use: Collection[str], now: datetime | None = None
+                 ) -> list[str]:
+    """`invoke status`: each kind's recorded images (id, commit, age), whether the cluster boots it, and whether it is
+    the install set's `current` digest of its kind (a kind absent from `current`: the tenant has no such nodes)."""
+    lines: list[str] = []
+    for kind in IMAGE_KINDS:
+        for rank, (_, record) in enumerate(kept_records(org, kind)):
+            fresh = ("current" if record.digest == current.get(kind) else
+                     f"STALE (install set now {current[kind]})" if kind in current else "no such nodes now")
+            used = "the cluster boots it" if record.layer in in_use else "not booted by the cluster"
+            lines.append(f"{kind}: {record.layer}{' (previous)' if rank else ''} commit {record.commit[:12]}, built "
+                         f"{age(record.created, now)} ago, install set {record.digest}: {fresh}; {used}")
+    return lines or ["no baked images recorded (`invoke image` bakes them)"]
+
+
+def head_commit(root: Path) -> str:
+    """The committed HEAD of the checkout `root`: what a deploy from it publishes, and an image baked from it records
+    (fmcluster.publish.pinned_commit, which the scheduler folders and the local provider's boot path may not import).
+    ValueError where it has none."""
+    run = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=False)
+    if run.returncode != 0:
+        raise ValueError(f"{root} has no commit: {run.stderr.strip()}")
+    return run.stdout.strip()
 
 
 class BakedImageRefused(ValueError):

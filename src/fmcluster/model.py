@@ -149,6 +149,25 @@ class Health:
     repair: Repair = field(default_factory=Repair)
 
 
+def _schema_default(*keys: str) -> Any:
+    """A default the schema gives (the one place defaults live), for a Tenant made without a spec (tests)."""
+    import json
+
+    from fmcluster.paths import SCHEMA_PATH
+
+    node: Any = json.loads(SCHEMA_PATH.read_text())["properties"]["tenant"]
+    for key in keys:
+        node = node["properties"][key]
+    return node["default"]
+
+
+@dataclass(frozen=True)
+class BakedImages:
+    """The `baked_images` section: how many of each kind's baked images are kept (fmcluster.baked.rotate)."""
+
+    keep: int = field(default_factory=lambda: int(_schema_default("baked_images", "keep")))
+
+
 @dataclass(frozen=True)
 class Qos:
     """One Slurm QoS of `qos:` (docs/users.md); a limit of None is no limit."""
@@ -245,6 +264,7 @@ class Tenant:
     users: tuple[User, ...] = ()
     directory: Directory | None = None
     containers: Containers = Containers()
+    baked_images: BakedImages = field(default_factory=BakedImages)
 
     @property
     def stack_prefix(self) -> str:
@@ -345,6 +365,7 @@ def _build(spec_path: Path, raw: dict[str, Any]) -> Tenant:
                     for u in doc["users"]),
         directory=_directory(spec_path, doc.get("directory")),
         containers=Containers(doc["containers"]["enabled"], tuple(doc["containers"]["registries"])),
+        baked_images=BakedImages(doc["baked_images"]["keep"]),
     )
 
 

@@ -224,7 +224,9 @@ def destroy(org: str, yes: bool = False) -> int:
 
 
 def status(org: str) -> int:
-    """Each stack's status and outputs, then each node's last convergence report (read from the bucket)."""
+    """Each stack's status and outputs, each kind's recorded baked images (current or stale, booted or not), then each
+    node's last convergence report (read from the bucket)."""
+    from fmcluster.commands.image_stack import image_status
     from fmcluster.inventory import read_manifest
     from fmcluster.manifest import digest
     from fmcluster.nodes import discover
@@ -238,10 +240,14 @@ def status(org: str) -> int:
     endpoint, unreachable = _endpoint(tenant, start=False)
     if unreachable is not None:
         print(f"status: {unreachable}")
+        for line in image_status(tenant, None, reachable=False):  # what is kept is the tenant's, deployed or not
+            print(line)
         return ExitCode.NOT_READY
     apis = provider_for(tenant).capabilities.apis
     result = stacks_status(tenant, endpoint, scheduler=scheduler_for(tenant), apis=apis)
     for line in scheduler_for(tenant).status_lines():
+        print(line)
+    for line in image_status(tenant, endpoint, reachable=True):
         print(line)
     manifest = read_manifest(org)
     bucket = result.outputs.get("DataBucketName")

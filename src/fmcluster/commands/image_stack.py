@@ -97,7 +97,7 @@ def build_images(tenant: Tenant, stack: Any, kinds: dict[str, Any], digests: dic
         return ExitCode.FAILED
     seconds = round(time.monotonic() - started, 1)
     ec2 = aws.client("ec2", tenant.region, endpoint, apis)
-    recorded = 0
+    recorded: list[str] = []
     for name, found in kinds.items():
         ami = outcome.outputs.get(image.output_name(name))
         if not ami:
@@ -112,11 +112,41 @@ def build_images(tenant: Tenant, stack: Any, kinds: dict[str, Any], digests: dic
         except ValueError as err:
             out(f"  {name}: {err}")
             continue
-        recorded += 1
+        recorded.append(name)
         out(f"  {name}: {ami} (install set {digests[name]}, commit {ref[:12]}) recorded in {path}; the cluster's "
             f"{name} nodes boot it from the next `invoke deploy --org={tenant.org}` while that commit's install set is "
             f"{digests[name]}")
-    return ExitCode.OK if recorded == len(kinds) else ExitCode.FAILED
+    rotate_images(tenant, recorded, ec2, aws.client("cloudformation", tenant.region, endpoint, apis), out)
+    return ExitCode.OK if len(recorded) == len(kinds) else ExitCode.FAILED
+
+
+def rotate_images(tenant: Tenant, kinds: list[str], ec2: Any, cf: Any, out: Out) -> None:
+    """After a new image of each of `kinds` is recorded: keep the newest baked_images.keep of each, and every AMI the
+    cluster boots; deregister the others with their snapshots (fmcluster.baked.rotate, stacks.api.deregister_image)."""
+    from fmcluster import baked
+    from fmcluster.stacks.api import amis_in_use, deregister_image
+
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    if not kinds:
+        return
+
+    def remove(record: baked.Record) -> list[str]:
+        if not record.layer.startswith("ami-"):
+            raise ValueError(f"{record.layer} is not an AMI id")
+        try:
+            return deregister_image(ec2, record.layer)
+        except (ClientError, BotoCoreError) as err:
+            raise RuntimeError(str(err)) from err
+
+    try:
+        in_use = amis_in_use(tenant, cf, ec2)
+    except (ClientError, BotoCoreError) as err:  # what the cluster boots unknown: nothing is removed
+        out(f"  earlier images kept: cannot tell which AMIs the cluster boots ({err})")
+        return
+    for kind in kinds:
+        for line in baked.rotate(tenant.org, kind, tenant.baked_images.keep, in_use, remove):
+            out(f"  {line}")
 
 
 def published_elsewhere(tenant: Tenant, ref: str, endpoint: str | None, apis: ApiCapabilities) -> str | None:
@@ -154,3 +184,51 @@ def _ami_bytes(ec2: Any, ami: str) -> int:
     images = ec2.describe_images(ImageIds=[ami])["Images"]
     return sum(int(m.get("Ebs", {}).get("VolumeSize", 0)) for i in images for m in i.get("BlockDeviceMappings") or []
                ) * 2**30
+
+
+def image_status(tenant: Tenant, endpoint: str | None, reachable: bool) -> list[str]:
+    """`invoke status`: each kind's recorded baked images (fmcluster.baked.status_lines), whether the cluster boots
+    each (`reachable`: the provider's APIs can be asked; else said unknown) and whether each is current against the
+    install set of the commit a deploy would publish. An unreadable record is said, never skipped."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from fmcluster import baked
+    from fmcluster.capabilities import provider_capabilities
+    from fmcluster.publish import SOURCE_ROOT, pinned_commit
+    from fmcluster.schedulers.registry import scheduler_for
+    from fmcluster.stacks import aws
+    from fmcluster.stacks.api import amis_in_use
+    from fmcluster.stacks.templates import image
+
+    notes: list[str] = []
+    in_use: set[str] = set()
+    try:
+        recorded = {kind for kind in baked.IMAGE_KINDS if baked.kept_records(tenant.org, kind)}
+        if not recorded:  # nothing to compare: the install set's digests (a git archive each) are not computed
+            return [f"baked images of '{tenant.org}': {baked.status_lines(tenant.org, {}, set())[0]}"]
+        ref = pinned_commit()
+        if provider_capabilities(tenant.provider).bakes_images:  # the local substrate's layers
+            from fmcluster.providers.local import layers
+            from fmcluster.providers.local.hosts import load_hosts
+
+            kinds = {layers.kind_of(acc) for acc in image.tenant_accelerators(tenant)} & recorded
+            current = {kind: layers.install_digest(ref, kind) for kind in kinds}
+            in_use = layers.layers_in_use(load_hosts(tenant.org))
+        else:  # each kind's digest over the image the scheduler boots it on, as its bake names it
+            from fmcluster.images import load_images
+
+            catalog, scheduler = load_images(), scheduler_for(tenant)
+            kinds = {baked.image_kind(acc) for acc in image.tenant_accelerators(tenant)} & recorded
+            current = {kind: baked.committed_digest(
+                ref, kind, image.pristine(catalog[scheduler.image(baked.KIND_ACCELERATOR[kind])]), SOURCE_ROOT)
+                for kind in kinds}
+            if reachable:
+                apis = provider_capabilities(tenant.provider).apis
+                in_use = amis_in_use(tenant, aws.client("cloudformation", tenant.region, endpoint, apis),
+                                     aws.client("ec2", tenant.region, endpoint, apis))
+            else:
+                notes.append("(AWS's APIs are not reachable: which AMI the cluster boots is not known)")
+        return [f"baked images of '{tenant.org}' (keep {tenant.baked_images.keep} per kind):"] + [
+            f"  {line}" for line in baked.status_lines(tenant.org, current, in_use) + notes]
+    except (ValueError, RuntimeError, ClientError, BotoCoreError) as err:
+        return [f"baked images of '{tenant.org}': cannot say ({err})"]

@@ -114,14 +114,7 @@ def newest_named_image(ec2: Any, ref: NamedImageRef) -> str:
     return str(max(found, key=lambda image: str(image.get("CreationDate", "")))["ImageId"])
 
 
-def ami_available(ec2: Any, ami: str) -> bool:
-    try:
-        found = ec2.describe_images(ImageIds=[ami])["Images"]
-    except ClientError as err:  # InvalidAMIID.NotFound / .Malformed: EC2 says it has no such image
-        if str(err.response.get("Error", {}).get("Code", "")).startswith("InvalidAMIID"):
-            return False
-        raise
-    return any(image.get("State", "available") == "available" for image in found)
+ami_available = aws.ami_available
 
 
 def _current_digest(kind: str, pristine: str) -> str:
@@ -565,17 +558,55 @@ def destroy_stacks(tenant: Tenant, endpoint: str | None, *, scheduler: Scheduler
 
 
 def kept_images(tenant: Tenant) -> list[str]:
-    """The baked AMIs `invoke image` recorded, which destroy leaves: deleting the image stack deletes Image Builder's
-    image resources, not the AMIs they made (https://docs.aws.amazon.com/cli/latest/reference/imagebuilder/delete-image.html),
-    and a later deploy boots them while they are current. Each costs its snapshots until deregistered."""
-    lines = []
-    for kind in baked.IMAGE_KINDS:
-        record = baked.read_record(baked.record_path(tenant.org, kind))
-        if record is not None and record.layer.startswith("ami-"):
-            lines.append(f"the baked {kind} image {record.layer} (record {baked.record_path(tenant.org, kind)}; a later "
-                         f"deploy boots it while current): aws ec2 deregister-image --image-id {record.layer} --region "
-                         f"{tenant.region}, then delete its snapshots, when it is no longer needed")
+    """The baked images `invoke image` recorded, which destroy leaves, with what they cost while kept: deleting the
+    image stack deletes Image Builder's image resources, not the AMIs they made
+    (https://docs.aws.amazon.com/cli/latest/reference/imagebuilder/delete-image.html), and a later deploy boots them
+    while they are current. Each costs its snapshots until deregistered."""
+    try:
+        lines = baked.kept_lines(tenant.org)
+    except ValueError as err:  # after the stacks are gone: say it, the AMIs are there all the same
+        return [f"the baked images of '{tenant.org}' (their records cannot be read: {err})"]
+    if any(line.startswith("baked ") and " ami-" in line for line in lines):
+        lines.append(f"to drop an AMI: aws ec2 deregister-image --image-id AMI --region {tenant.region}, then aws ec2 "
+                     "delete-snapshot for each of its snapshots, and remove its record")
     return lines
+
+
+def deregister_image(ec2: Any, ami: str) -> list[str]:
+    """Remove a baked AMI and what it costs: EC2's DescribeImages names its EBS snapshots, DeregisterImage removes the
+    AMI, then DeleteSnapshot each snapshot (EC2 refuses to delete one a registered AMI uses, so the AMI goes first:
+    https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/deregister-ami.html). An AMI EC2 no longer has: nothing to do,
+    said."""
+    try:
+        images = ec2.describe_images(ImageIds=[ami])["Images"]
+    except ClientError as err:
+        if str(err.response.get("Error", {}).get("Code", "")).startswith("InvalidAMIID"):
+            return [f"{ami} was already gone"]
+        raise
+    snapshots = [str(m["Ebs"]["SnapshotId"]) for i in images for m in i.get("BlockDeviceMappings") or []
+                 if (m.get("Ebs") or {}).get("SnapshotId")]
+    if images:
+        ec2.deregister_image(ImageId=ami)
+    for snapshot in snapshots:
+        ec2.delete_snapshot(SnapshotId=snapshot)
+    return [f"deregistered {ami}" if images else f"{ami} was already gone"] + [f"deleted {s}" for s in snapshots]
+
+
+def amis_in_use(tenant: Tenant, cf: Any, ec2: Any) -> set[str]:
+    """The AMIs the tenant's cluster boots now: those its deployed stacks hold as parameters (what its launch templates
+    and instances launch from) and those its instances that exist, stopped ones too, were launched from (what each
+    reports it booted, and the image to rebuild it from)."""
+    used: set[str] = set()
+    for page in cf.get_paginator("describe_stacks").paginate():
+        for stack in page["Stacks"]:
+            if stack["StackName"].startswith(f"{tenant.stack_prefix}-") and stack["StackStatus"] != "DELETE_COMPLETE":
+                used |= {str(value) for p in stack.get("Parameters") or []
+                         if str(value := p.get("ResolvedValue") or p.get("ParameterValue", "")).startswith("ami-")}
+    filters = [{"Name": "tag:fmcluster:org", "Values": [tenant.org]},
+               {"Name": "instance-state-name", "Values": ["pending", "running", "stopping", "stopped"]}]
+    for page in ec2.get_paginator("describe_instances").paginate(Filters=filters):
+        used |= {str(i["ImageId"]) for r in page["Reservations"] for i in r["Instances"] if i.get("ImageId")}
+    return used
 
 
 def _file_systems_still_there(tenant: Tenant, cf: Any, stack_name: str, endpoint: str | None,

@@ -35,3 +35,16 @@ def client(service: str, region: str, endpoint: str | None, apis: ApiCapabilitie
 def has_credentials(region: str) -> bool:
     """Whether the boto3 chain finds credentials (no network call)."""
     return session(region, None).get_credentials() is not None
+
+
+def ami_available(ec2: Any, ami: str) -> bool:
+    """Whether EC2 describes `ami` as an available image (an unknown or malformed id: not; any other error raises)."""
+    from botocore.exceptions import ClientError
+
+    try:
+        found = ec2.describe_images(ImageIds=[ami])["Images"]
+    except ClientError as err:  # InvalidAMIID.NotFound / .Malformed: EC2 says it has no such image
+        if str(err.response.get("Error", {}).get("Code", "")).startswith("InvalidAMIID"):
+            return False
+        raise
+    return any(image.get("State", "available") == "available" for image in found)

@@ -500,9 +500,15 @@ class LocalProvider:
             out(f"  removed {line}")
         if stop_emulator(self.tenant.org):
             out(f"  stopped the AWS emulator of '{self.tenant.org}' (its state goes with it)")
+        from fmcluster.baked import kept_lines
         from fmcluster.providers.local.layers import baked_root
 
-        kept = sorted(p.stem for p in baked_root(self.tenant.org).glob("*.json"))
+        try:
+            kept = kept_lines(self.tenant.org)
+        except ValueError as err:  # a record that cannot be read: its image is there all the same
+            kept = [str(err)]
         if kept:  # the tenant's, like the package cache: said, not removed
-            out(f"  kept the baked images of '{self.tenant.org}' ({', '.join(kept)}) in {baked_root(self.tenant.org)}; "
-                "remove that folder to drop them")
+            out(f"  kept the baked images of '{self.tenant.org}' in {baked_root(self.tenant.org)} (remove that folder "
+                "to drop them):")
+            for line in kept:
+                out(f"    {line}")

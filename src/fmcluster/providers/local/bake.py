@@ -32,7 +32,9 @@ from fmcluster import baked
 from fmcluster.manifest import assemble_inventory, inventory_yaml
 from fmcluster.model import Tenant
 from fmcluster.nodes import Node
-from fmcluster.providers.local.layers import baked_root, install_digest, kind_of, layer_dir, lowerdir
+from fmcluster.providers.local.layers import (
+    install_digest, kind_of, layer_dir, layers_in_use, lowerdir, rotate_layers,
+)
 from fmcluster.providers.local import image
 from fmcluster.providers.local.hosts import (
     Host, HostSpec, SubstrateError, _ensure_substrate_dirs, _stop_init, bridge_name, ensure_host, ensure_network,
@@ -207,6 +209,9 @@ def bake(tenant: Tenant, kind: str, out: Out = print) -> Bake:
     digest = install_digest(ref, kind)
     pristine = image.ensure_image(out)
     target = layer_dir(org, kind, digest)
+    if str(target) in layers_in_use(load_hosts(org)):  # replacing it would change a running host's root under it
+        raise SubstrateError(f"the {kind} image of this install set ({target}) is booted by hosts of '{org}' now: it "
+                             "is current already; to bake it again, destroy the tenant's hosts first")
     with _builder(tenant, kind, "bake", str(pristine.rootfs), out) as host:
         _install(host, tenant, kind, ref, lines)
         # cloud-init's own clean (its state, logs and the machine id), as an image pipeline runs it last.
@@ -231,11 +236,10 @@ def bake(tenant: Tenant, kind: str, out: Out = print) -> Bake:
     (partial / ".complete").write_text(record.to_json())
     shutil.rmtree(target, ignore_errors=True)
     partial.rename(target)
-    for old in baked_root(org).glob(f"{kind}-*"):  # one image per tenant and kind is kept
-        if old != target:
-            shutil.rmtree(old, ignore_errors=True)
     baked.write_record(record)
     lines.append(f"baked layer {target} ({record.size_bytes / 2**20:.0f} MiB) in {record.seconds:.0f}s")
+    # the newest baked_images.keep layers, and each one a host boots, stay (fmcluster.baked.rotate)
+    lines += rotate_layers(org, kind, tenant.baked_images.keep, load_hosts(org))
     return Bake(record, lines)
 
 

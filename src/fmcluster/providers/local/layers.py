@@ -7,13 +7,14 @@ Kept apart from the builder so the provider's boot path imports nothing of the d
 from __future__ import annotations
 
 import functools
-import subprocess
+import shutil
+from collections.abc import Iterable
 from pathlib import Path
 
 from fmcluster import baked
 from fmcluster.paths import PACKAGE_DIR
 from fmcluster.providers.local import image
-from fmcluster.providers.local.hosts import SubstrateError
+from fmcluster.providers.local.hosts import Host, SubstrateError
 
 #: The checkout whose committed HEAD the nodes converge to (fmcluster.publish.SOURCE_ROOT).
 SOURCE_ROOT = PACKAGE_DIR.parent.parent
@@ -58,13 +59,37 @@ def lowerdir(org: str, kind: str, ref: str, pristine: Path) -> tuple[str, baked.
     return str(pristine), found
 
 
+def layers_in_use(hosts: Iterable[Host]) -> set[str]:
+    """The baked layers (their folders, as records name them) the tenant's hosts boot: each host's `image` is its
+    overlay's lower layers, `<layer>/rootfs:<pristine>` for a baked one (lowerdir)."""
+    return {str(Path(part).parent) for host in hosts for part in str(host.spec.get("image", "")).split(":")
+            if Path(part).name == "rootfs" and Path(part).parent.parent == baked_root(host.org)}
+
+
+def remove_layer(org: str, record: baked.Record) -> list[str]:
+    """Remove a baked layer of the tenant's: only a folder of its own under baked_root (a record naming anything
+    else is refused, never followed)."""
+    layer = Path(record.layer)
+    if layer.parent != baked_root(org) or not layer.name.startswith(f"{record.kind}-"):
+        raise ValueError(f"{layer} is not a {record.kind} layer of '{org}' under {baked_root(org)}")
+    if layer.is_dir():
+        shutil.rmtree(layer)
+        return [f"removed {layer} ({record.size_bytes / 2**20:.0f} MiB)"]
+    return [f"{layer} was already gone"]
+
+
+def rotate_layers(org: str, kind: str, keep: int, hosts: Iterable[Host]) -> list[str]:
+    """Keep the newest `keep` baked layers of `kind` and each one a host boots; remove the rest (fmcluster.baked.rotate)."""
+    return baked.rotate(org, kind, keep, layers_in_use(hosts), lambda record: remove_layer(org, record))
+
+
 def kind_of(accelerator: str) -> str:
-    return next((kind for kind, acc in KIND_ACCELERATOR.items() if acc == accelerator), "cpu")
+    return baked.image_kind(accelerator)
 
 
 def head_commit() -> str:
     """The committed HEAD the deploy publishes (fmcluster.publish.pinned_commit, which this module may not import)."""
-    run = subprocess.run(["git", "rev-parse", "HEAD"], cwd=SOURCE_ROOT, capture_output=True, text=True, check=False)
-    if run.returncode != 0:
-        raise SubstrateError(f"{SOURCE_ROOT} has no commit: {run.stderr.strip()}")
-    return run.stdout.strip()
+    try:
+        return baked.head_commit(SOURCE_ROOT)
+    except ValueError as err:
+        raise SubstrateError(str(err)) from err

@@ -78,14 +78,22 @@ def plan(tenant: Tenant, out: Out = print, root: Path | None = None) -> int:
     """Render generated/cluster-config.yaml from the tenant and the outputs the stacks last wrote, and check it."""
     from fmcluster.stacks.outputs import read_stack_outputs
 
+    from fmcluster.schedulers.parallelcluster.custom_ami import baked_amis
+
     outputs = read_stack_outputs(tenant.org, root)
-    cfg = render_cluster_config(tenant, outputs)
+    chosen, refusals, said = baked_amis(tenant, None)  # offline: whether each AMI still exists is the deploy's check
+    cfg = render_cluster_config(tenant, outputs, chosen)
     path = write_cluster_config(cfg, root)
     out(f"[cluster] {cfg.cluster_name}  (AWS ParallelCluster 3; fmcluster.schedulers.parallelcluster.config)")
+    for line in said:
+        out(f"  image: {line}")
+    for line in refusals:
+        out(f"  REFUSED: {line}")
     out(f"  rendered the cluster config to {path}")
     if cfg.placeholders:
         out(f"  placeholders for stack outputs not known yet ({'no stacks deployed' if not outputs else 'not in the outputs'}): "
             + ", ".join(cfg.placeholders))
     out(f"  on deploy: pcluster create-cluster -n {cfg.cluster_name} --dryrun true, then for real "
         "(update-cluster once it exists)")
-    return check_rendered(cfg, out)
+    checked = check_rendered(cfg, out)
+    return checked or (1 if refusals else 0)

@@ -30,12 +30,13 @@ What the config holds (docs/parallelcluster.md):
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from fmcluster import nccl
+from fmcluster import baked, nccl
 from fmcluster.model import Queue, Tenant
 from fmcluster.schedulers.parallelcluster.offline_aws import answers
 from fmcluster.schedulers.parallelcluster.rendered import ClusterConfig, ConfigPath
@@ -131,8 +132,9 @@ def placeholder_outputs(tenant: Tenant) -> dict[str, str]:
 
 
 class _Render:
-    def __init__(self, tenant: Tenant, outputs: dict[str, str]) -> None:
+    def __init__(self, tenant: Tenant, outputs: dict[str, str], baked_amis: Mapping[str, str] | None = None) -> None:
         self.tenant = tenant
+        self.baked_amis = dict(baked_amis or {})
         self.outputs = {k: v for k, v in outputs.items() if v}  # an empty output (emulator) is no value
         self.stand_ins = placeholder_outputs(tenant)
         self.used: dict[str, str] = {}
@@ -153,6 +155,16 @@ class _Render:
         args = [f"{name}={value}" for name, value in on_node_configured_settings(
             bucket=bucket, region=self.tenant.region, org=self.tenant.org, role=role, queue=queue)]
         return {"OnNodeConfigured": {"Script": f"s3://{bucket}/{CUSTOM_ACTION_KEY}", "Args": args}}
+
+    def image(self, at: ConfigPath, accelerator: str) -> dict[str, Any]:
+        """`Image: {CustomAmi}` of a node group whose kind has a baked image (`baked_amis`), else nothing: the group
+        boots ParallelCluster's official AMI of `Image.Os`. Per group, never the cluster-wide Image.CustomAmi, which
+        every group without its own would inherit, a CPU image on GPU nodes included."""
+        ami = self.baked_amis.get(baked.image_kind(accelerator))
+        if ami is None:
+            return {}
+        self.key((*at, "Image", "CustomAmi"), "baked_images")
+        return {"Image": {"CustomAmi": ami}}
 
     def iam(self, at: ConfigPath, head: bool = False) -> dict[str, Any]:
         # The head node is fmcluster's controller (its secrets, Prometheus's discovery); the others get less.
@@ -210,6 +222,7 @@ class _Render:
             "Ssh": ssh,
             "LocalStorage": {"RootVolume": {"Size": HEAD_ROOT_GIB, "Encrypted": True, "VolumeType": "gp3"}},
             "Imds": {"Secured": True},
+            **self.image(h, t.controller.accelerator),
             "Iam": self.iam((*h, "Iam"), head=True),
             "CustomActions": self.custom_actions((*h, "CustomActions"), "controller"),
         }
@@ -235,6 +248,7 @@ class _Render:
             },
             # No KeyName: since ParallelCluster 3.15 login nodes take the head node's key (its schema refuses one).
             "Ssh": {"AllowedIps": t.network.ssh_ingress_cidr or t.network.vpc_cidr},
+            **self.image(p, t.login.accelerator),
             "Iam": self.iam((*p, "Iam")),
             "CustomActions": self.custom_actions((*p, "CustomActions"), "login"),
         }
@@ -328,6 +342,7 @@ class _Render:
             "Size": 500 if instance.accelerator != "none" else 100, "Encrypted": True, "VolumeType": "gp3"}}}
         if instance.accelerator == "cuda":
             out["HealthChecks"] = {"Gpu": {"Enabled": True}}  # ParallelCluster's DCGM check before each job
+        out.update(self.image(q, instance.accelerator))
         out["Iam"] = self.iam((*q, "Iam"))
         out["CustomActions"] = self.custom_actions((*q, "CustomActions"), "compute", queue.name)
         return out
@@ -354,10 +369,12 @@ class _Render:
         return storage
 
 
-def render_cluster_config(tenant: Tenant, outputs: dict[str, str] | None = None) -> ClusterConfig:
+def render_cluster_config(tenant: Tenant, outputs: dict[str, str] | None = None,
+                          baked_amis: Mapping[str, str] | None = None) -> ClusterConfig:
     """The tenant's ParallelCluster 3 config. `outputs`: the network and storage stacks' outputs (merged);
-    each one missing is rendered as a marked placeholder and listed in `placeholders`."""
-    return _Render(tenant, outputs or {}).render()
+    each one missing is rendered as a marked placeholder and listed in `placeholders`. `baked_amis`: image kind →
+    the baked AMI its node groups boot (`CustomAmi`; fmcluster.schedulers.parallelcluster.scheduler.baked_amis)."""
+    return _Render(tenant, outputs or {}, baked_amis).render()
 
 
 class _IndentedDumper(yaml.SafeDumper):

@@ -158,5 +158,18 @@ def answers(tenant: Tenant, cfg: ClusterConfig) -> dict[str, Any]:
              "State": "available", "Architecture": ARCHITECTURE, "RootDeviceName": "/dev/sda1",
              "BlockDeviceMappings": [{"DeviceName": "/dev/sda1", "Ebs": {"VolumeSize": 40}}],
              "Tags": [{"Key": OS_TAG, "Value": os_name}]}
+    # A baked image's CustomAmi (fmcluster.baked): described as the official image is, its own id and name; what the
+    # AMI really is (architecture, volumes) only AWS says, at `pcluster create-cluster --dryrun true`.
+    custom = sorted({str(group["Image"]["CustomAmi"]) for group in _node_groups(cfg.data)
+                     if isinstance(group.get("Image"), dict) and "CustomAmi" in group["Image"]})
+    custom_images = [{**image, "ImageId": ami, "Name": f"fmcluster offline stand-in for the baked image {ami}"}
+                     for ami in custom]
     return {"instance_types": [instance_type(t) for t in types], "capacity_reservations": reservations,
-            **_network(tenant, outputs), "file_systems": file_systems, "volumes": volumes, "image": image}
+            **_network(tenant, outputs), "file_systems": file_systems, "volumes": volumes, "image": image,
+            "custom_images": custom_images}
+
+
+def _node_groups(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """The config's head node, login pools and queues: where a CustomAmi may be."""
+    return [data.get("HeadNode") or {}, *((data.get("LoginNodes") or {}).get("Pools") or []),
+            *((data.get("Scheduling") or {}).get("SlurmQueues") or [])]

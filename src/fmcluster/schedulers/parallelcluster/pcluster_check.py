@@ -137,6 +137,9 @@ class _Stub:
             return {"VpcId": params["VpcId"], attribute[0].upper() + attribute[1:]: {"Value": vpc[attribute]}}
         if call == "ec2.DescribeImages" and params.get("ImageIds") == [a.get("image", {}).get("ImageId")]:
             return {"Images": [a["image"]]}
+        if call == "ec2.DescribeImages" and "ImageIds" in params:
+            found = pick("custom_images", "ImageId", params["ImageIds"])
+            return {"Images": found} if found and len(found) == len(params["ImageIds"]) else None
         if call == "fsx.DescribeVolumes":
             found = pick("volumes", "VolumeId", params.get("VolumeIds", []))
             return {"Volumes": found} if found and len(found) == len(params.get("VolumeIds", [])) else None

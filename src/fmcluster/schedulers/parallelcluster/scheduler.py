@@ -108,7 +108,21 @@ class ParallelCluster:
         from fmcluster.schedulers.parallelcluster import commands, operations
         from fmcluster.schedulers.parallelcluster.config import render_cluster_config, write_cluster_config
 
-        cfg = render_cluster_config(self.tenant, dict(outputs))
+        chosen: dict[str, str] = {}
+        if not self.stand_in:  # the stand-in boots the substrate's hosts, never an AMI
+            from fmcluster.stacks import aws
+
+            from fmcluster.schedulers.parallelcluster.custom_ami import baked_amis
+
+            from fmcluster.capabilities import provider_capabilities
+
+            apis = provider_capabilities(self.tenant.provider).apis
+            chosen, refusals, said = baked_amis(self.tenant, aws.client("ec2", self.tenant.region, None, apis))
+            for line in said:
+                out(f"  image: {line}")
+            if refusals:
+                return StepOutcome("failed", "a recorded baked image may not be booted", refusals)
+        cfg = render_cluster_config(self.tenant, dict(outputs), chosen)
         path = write_cluster_config(cfg)
         lines: list[str] = []
         checked = commands.check_rendered(cfg, lines.append)

@@ -61,14 +61,20 @@ BUILD_TIMEOUT_MINUTES = 240
 _ORG = re.compile(r"[a-z][a-z0-9-]{0,30}")
 
 
+def tenant_accelerators(tenant: Tenant) -> set[str]:
+    """The accelerators of the tenant's nodes (controller, login, queues): which image kinds it has."""
+    accelerators: set[str] = {tenant.controller.accelerator, *(q.instance.accelerator for q in tenant.queues)}
+    if tenant.login is not None:
+        accelerators.add(tenant.login.accelerator)
+    return accelerators
+
+
 def kind_images(tenant: Tenant, scheduler: SchedulerStacks) -> dict[str, Image]:
     """Each image kind the tenant's nodes boot → the catalogued image its recipe starts from: the image the tenant's
     scheduler (handed in by the caller) boots for the kind's accelerator. A scheduler whose nodes boot an image its
     service chooses has no catalogued parent to bake on here: refused, naming it."""
     catalog = load_images()
-    accelerators = {tenant.controller.accelerator, *(q.instance.accelerator for q in tenant.queues)}
-    if tenant.login is not None:
-        accelerators.add(tenant.login.accelerator)
+    accelerators = tenant_accelerators(tenant)
     found: dict[str, Image] = {}
     for kind in baked.IMAGE_KINDS:
         if KIND_ACCELERATOR[kind] not in accelerators:
