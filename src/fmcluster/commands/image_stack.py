@@ -207,18 +207,17 @@ def image_status(tenant: Tenant, endpoint: str | None, reachable: bool) -> list[
         if not recorded:  # nothing to compare: the install set's digests (a git archive each) are not computed
             return [f"baked images of '{tenant.org}': {baked.status_lines(tenant.org, {}, set())[0]}"]
         ref = pinned_commit()
+        kinds = {baked.image_kind(acc) for acc in image.tenant_accelerators(tenant)} & recorded
         if provider_capabilities(tenant.provider).bakes_images:  # the local substrate's layers
             from fmcluster.providers.local import layers
             from fmcluster.providers.local.hosts import load_hosts
 
-            kinds = {layers.kind_of(acc) for acc in image.tenant_accelerators(tenant)} & recorded
             current = {kind: layers.install_digest(ref, kind) for kind in kinds}
             in_use = layers.layers_in_use(load_hosts(tenant.org))
         else:  # each kind's digest over the image the scheduler boots it on, as its bake names it
             from fmcluster.images import load_images
 
             catalog, scheduler = load_images(), scheduler_for(tenant)
-            kinds = {baked.image_kind(acc) for acc in image.tenant_accelerators(tenant)} & recorded
             current = {kind: baked.committed_digest(
                 ref, kind, image.pristine(catalog[scheduler.image(baked.KIND_ACCELERATOR[kind])]), SOURCE_ROOT)
                 for kind in kinds}

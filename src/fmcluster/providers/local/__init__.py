@@ -223,13 +223,14 @@ class LocalProvider:
         """instance type → the lower layers its hosts boot: the tenant's baked image of its kind over the pristine
         image while the image is current (`invoke image`, fmcluster.providers.local.bake), else the pristine image;
         a stale image is said, never booted."""
+        from fmcluster import baked
         from fmcluster.catalog import load_catalog
         from fmcluster.providers.local import layers
 
         catalog, ref = load_catalog(), layers.head_commit()
         lowers: dict[str, str] = {}
         for instance_type in sorted(t for t in instance_types if t in catalog):
-            kind = layers.kind_of(catalog[instance_type].accelerator)
+            kind = baked.image_kind(catalog[instance_type].accelerator)
             lowers[instance_type], found = layers.lowerdir(self.tenant.org, kind, ref, pristine)
             if found.record is not None and (kind, found.note) not in self._image_notes:
                 self._image_notes.add((kind, found.note))

@@ -33,7 +33,7 @@ from fmcluster.manifest import assemble_inventory, inventory_yaml
 from fmcluster.model import Tenant
 from fmcluster.nodes import Node
 from fmcluster.providers.local.layers import (
-    install_digest, kind_of, layer_dir, layers_in_use, lowerdir, rotate_layers,
+    install_digest, layer_dir, layers_in_use, lowerdir, rotate_layers,
 )
 from fmcluster.providers.local import image
 from fmcluster.providers.local.hosts import (
@@ -90,7 +90,7 @@ def _inventory(tenant: Tenant, kind: str, ref: str) -> str:
                               booted_image(scheduler.image, provider.node_image),
                               container_registry=provider.container_registry({}))
     address, _ = _builder_address(tenant.network.vpc_cidr)
-    queues = [q for q in tenant.queues if kind_of(q.instance.accelerator) == kind] or list(tenant.queues)[:1]
+    queues = [q for q in tenant.queues if baked.image_kind(q.instance.accelerator) == kind] or list(tenant.queues)[:1]
     nodes = [Node(BUILDER_NAME, address, "controller", None, "i-builder", tenant.controller.name),
              Node(BUILDER_NAME, address, "compute", queues[0].name, "i-builder", queues[0].instance.name)]
     if tenant.login is not None:

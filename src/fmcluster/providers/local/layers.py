@@ -83,10 +83,6 @@ def rotate_layers(org: str, kind: str, keep: int, hosts: Iterable[Host]) -> list
     return baked.rotate(org, kind, keep, layers_in_use(hosts), lambda record: remove_layer(org, record))
 
 
-def kind_of(accelerator: str) -> str:
-    return baked.image_kind(accelerator)
-
-
 def head_commit() -> str:
     """The committed HEAD the deploy publishes (fmcluster.publish.pinned_commit, which this module may not import)."""
     try:
