@@ -8,6 +8,7 @@ import os
 import shlex
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -109,6 +110,23 @@ def running_instance_tags(org: str) -> list[dict[str, str]]:
     return [t for t in tags if t.get("fmcluster:org") == org]
 
 
+def clear_previous_run(org: str) -> list[str]:
+    """Remove what an earlier run of a fixed-name tenant left on this machine (hosts, bridge, substrate directory,
+    baked images) before a tier deploys it again: a run killed mid-tier, or a machine copied while one ran, leaves the
+    state files without their processes, and `invoke image` then refuses to replace a layer those dead hosts boot.
+    The emulator's state lives in the inventory's generated folder, which each fixture writes afresh."""
+    from fmcluster.providers.local.hosts import remove_all
+    from fmcluster.providers.local.layers import baked_root
+
+    gone = remove_all(org)
+    if baked_root(org).exists():
+        shutil.rmtree(baked_root(org))
+        gone.append(str(baked_root(org)))
+    if gone:
+        print(f"{org}: removed what an earlier run left: {', '.join(gone)}", file=sys.stderr)
+    return gone
+
+
 def substrate_leftovers(org: str) -> list[str]:
     """What a destroyed local tenant must not leave: its network namespaces, mounts and substrate directory."""
     found = [ns for ns in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
@@ -130,6 +148,7 @@ def deploy_copy(bundled: str, bundled_vpc: str, org: str, vpc: str) -> Iterator[
     spec.parent.mkdir(parents=True, exist_ok=True)
     text = (ROOT / "inventories" / bundled / "group_vars" / "all" / "tenant.yml").read_text()
     spec.write_text(text.replace(f"org: {bundled}", f"org: {org}").replace(bundled_vpc, vpc))
+    clear_previous_run(org)
     try:
         yield invoke_org(org, "deploy", timeout=2400)  # the nodes boot the pristine image and install everything
     finally:

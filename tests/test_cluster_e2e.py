@@ -51,6 +51,7 @@ from typing import Any
 import pytest
 
 from conftest import ROOT, venv_tool
+from localtenant import clear_previous_run
 
 pytestmark = pytest.mark.e2e
 ORG = "e2e"
@@ -166,6 +167,7 @@ def cluster() -> Iterator[Cluster]:
     spec = spec.replace(bob, bob + f"      ssh_keys: [{json.dumps(BOB_KEY.with_suffix('.pub').read_text().strip())}]\n", 1)
     SPEC.write_text(spec.replace("    grafana: true\n", "    grafana: true\n    alert_receivers:\n      - name: e2e-oncall\n"
                                  "        type: email\n        target: oncall@example.org\n"))
+    clear_previous_run(ORG)
     try:
         # The tier deploys from the tenant's baked image (issue 40): first boots (the deploy's five, each join,
         # replacement and repair) only configure. The pristine path is the README's demo, tests/test_node_boot.py
