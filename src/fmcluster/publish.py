@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fmcluster import accelerators, accounting, containers, images, monitoring, nccl, users, versions
+from fmcluster import accelerators, accounting, baked, containers, images, monitoring, nccl, users, versions
 from fmcluster.containers import ContainerRegistry
 from fmcluster.health import inventory as health
 from fmcluster.manifest import (FORMAT, INDEX_KEY, NODE_SECRETS_DIR, SECRET_NAMES, index_parameter, secret_id,
@@ -62,11 +62,11 @@ class Published:
 
 def pinned_commit(root: Path = SOURCE_ROOT) -> str:
     """The committed HEAD nodes converge to (uncommitted changes do not travel in the bundle)."""
-    run = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=False)
-    if run.returncode != 0:
+    try:
+        return baked.head_commit(root)
+    except ValueError as err:
         raise RuntimeError(f"the node bootstrap bundles the committed HEAD of {root}, which is not a git checkout "
-                           f"with a commit: {run.stderr.strip()}")
-    return run.stdout.strip()
+                           f"with a commit: {err}") from err
 
 
 def uncommitted_changes(root: Path = SOURCE_ROOT) -> bool:
