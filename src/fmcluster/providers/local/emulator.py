@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
-import subprocess
 import sys
 import time
 import urllib.error
@@ -23,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fmcluster.paths import PACKAGE_DIR, generated_dir, real_dir, tenant_dir, write_fresh
+from fmcluster.providers.local import daemons
 
 STATE_FILE = "emulator.json"
 LOG_FILE = "emulator.log"
@@ -108,27 +107,16 @@ def ensure_emulator(org: str, root: Path | None = None, host: str = "127.0.0.1")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PACKAGE_DIR.parent), env.get("PYTHONPATH", "")]))
     env.setdefault("AWS_ACCESS_KEY_ID", "emulator")
     env.setdefault("AWS_SECRET_ACCESS_KEY", "emulator")
-    # O_NOFOLLOW: a link planted at the log's path is refused, not appended through.
-    with os.fdopen(os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644), "ab") as sink:
-        proc = subprocess.Popen(  # noqa: S603 - our own module, fixed arguments
-            [sys.executable, "-m", MODULE, "--host", host, "--port", str(port)],
-            stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT, env=env,
-            start_new_session=True,  # outlives this task on purpose; stopped by stop_emulator()
-        )
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while not _answers(host, port):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise RuntimeError(f"the AWS emulator did not start (exit {proc.poll()}); see {log}")
-        time.sleep(0.1)
-    write_fresh(_state_path(org, root), json.dumps({"pid": proc.pid, "host": host, "port": port, "log": str(log),
+    pid = daemons.start([sys.executable, "-m", MODULE, "--host", host, "--port", str(port)], log, host, port,
+                        START_TIMEOUT_S, "the AWS emulator", env=env, ready=lambda: _answers(host, port))
+    write_fresh(_state_path(org, root), json.dumps({"pid": pid, "host": host, "port": port, "log": str(log),
                                                     "started_at": time.time()}) + "\n", tenant_dir(org, root))
     if previous:
         note = (f"the AWS emulator of '{org}' (pid {previous.get('pid')}) is gone, and its state with it: "
-                f"started a fresh one (pid {proc.pid}, {host}:{port}); every stack will be created again")
+                f"started a fresh one (pid {pid}, {host}:{port}); every stack will be created again")
     else:
-        note = f"started the AWS emulator of '{org}' (moto, pid {proc.pid}, {host}:{port}, log {log})"
-    return Emulator(org, proc.pid, host, port, log, True, note)
+        note = f"started the AWS emulator of '{org}' (moto, pid {pid}, {host}:{port}, log {log})"
+    return Emulator(org, pid, host, port, log, True, note)
 
 
 def stop_emulator(org: str, root: Path | None = None, timeout_s: float = 10.0) -> bool:
@@ -140,32 +128,5 @@ def stop_emulator(org: str, root: Path | None = None, timeout_s: float = 10.0) -
     pid, port = int(str(state.get("pid", 0))), int(str(state.get("port", 0)))
     if not (pid and _is_our_emulator(pid, port)):
         return False
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout_s
-    while _alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    if _alive(pid):
-        os.kill(pid, signal.SIGKILL)
-        while _alive(pid):
-            time.sleep(0.05)
+    daemons.stop(pid, timeout_s)
     return True
-
-
-def _alive(pid: int) -> bool:
-    """Still running (a zombie child of ours is reaped and counts as gone)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8").rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    if state == "Z":
-        _reap(pid)
-        return False
-    return True
-
-
-def _reap(pid: int) -> None:
-    """Collect the exit status when the emulator is our own child (tests), so no zombie remains."""
-    try:
-        os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass
