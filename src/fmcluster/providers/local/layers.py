@@ -18,8 +18,6 @@ from fmcluster.providers.local.hosts import Host, SubstrateError
 
 #: The checkout whose committed HEAD the nodes converge to (fmcluster.publish.SOURCE_ROOT).
 SOURCE_ROOT = PACKAGE_DIR.parent.parent
-#: The accelerator of a node kind's instance types (catalog `accelerator`).
-KIND_ACCELERATOR = baked.KIND_ACCELERATOR
 
 
 def baked_root(org: str) -> Path:

@@ -227,7 +227,7 @@ def build(tenant: Tenant, user_data: UserData) -> dict[str, Any]:
         "The tenant data bucket (storage stack output); the node roles may use their prefixes of it only.")
     catalog = load_images()
     for accelerator in image_accelerators(tenant):
-        kind = KIND_OF[accelerator]
+        kind = baked.image_kind(accelerator)
         parameters[image_parameter(accelerator)] = {
             "Type": "AWS::EC2::Image::Id",
             "Description": f"AMI of the {kind} node groups: the tenant's baked {kind} image (`invoke image`: "
@@ -284,13 +284,9 @@ def build(tenant: Tenant, user_data: UserData) -> dict[str, Any]:
         parameters, resources, outputs, placement=efa)
 
 
-#: The image kind (fmcluster.baked.IMAGE_KINDS) of each accelerator's nodes.
-KIND_OF = {accelerator: kind for kind, accelerator in baked.KIND_ACCELERATOR.items()}
-
-
 def image_parameter(accelerator: str) -> str:
     """The AMI parameter of the node groups with this accelerator: PcsCpuImageId, PcsGpuImageId, PcsTrainiumImageId."""
-    return f"Pcs{logical_name(KIND_OF[accelerator])}ImageId"
+    return f"Pcs{logical_name(baked.image_kind(accelerator))}ImageId"
 
 
 def image_accelerators(tenant: Tenant) -> list[str]:
@@ -307,7 +303,7 @@ def image_parameters(tenant: Tenant) -> dict[str, str]:
 
 def baked_images(tenant: Tenant) -> dict[str, str]:
     """Each AMI parameter → the image kind `invoke image` bakes for its node groups."""
-    return {image_parameter(a): KIND_OF[a] for a in image_accelerators(tenant)}
+    return {image_parameter(a): baked.image_kind(a) for a in image_accelerators(tenant)}
 
 
 #: What the renderer builds for a pcs tenant (fmcluster.schedulers.pcs.scheduler hands it over).

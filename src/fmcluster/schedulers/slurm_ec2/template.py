@@ -126,9 +126,8 @@ def image_parameters(tenant: Tenant) -> dict[str, str]:
 
 
 def baked_images(tenant: Tenant) -> dict[str, str]:
-    """Each AMI parameter → the image kind `invoke image` bakes for its nodes (fmcluster.baked.KIND_ACCELERATOR)."""
-    kind_of = {accelerator: kind for kind, accelerator in baked.KIND_ACCELERATOR.items()}
-    return {IMAGE_PARAMETER_NAMES[accelerator]: kind_of[accelerator] for accelerator in image_kinds(tenant)}
+    """Each AMI parameter → the image kind `invoke image` bakes for its nodes (fmcluster.baked.image_kind)."""
+    return {IMAGE_PARAMETER_NAMES[accelerator]: baked.image_kind(accelerator) for accelerator in image_kinds(tenant)}
 
 
 def kept_images(tenant: Tenant) -> frozenset[str]:

@@ -44,7 +44,6 @@ from fmcluster.stacks.templates.common import (
     logical_name, metadata, output, resource_tags, spec_file, subnet_id, trusted_index_statement,
 )
 
-KIND_ACCELERATOR = baked.KIND_ACCELERATOR
 #: The instance each kind's image is built on: the smallest current type with the kind's accelerator, so the roles'
 #: accelerator installs (drivers below the pins, the Neuron runtime, nccl-tests' build) see the device they install
 #: for, at a fraction of a P5's or trn1.32xlarge's price and without their capacity reservations.
@@ -77,9 +76,9 @@ def kind_images(tenant: Tenant, scheduler: SchedulerStacks) -> dict[str, Image]:
     accelerators = tenant_accelerators(tenant)
     found: dict[str, Image] = {}
     for kind in baked.IMAGE_KINDS:
-        if KIND_ACCELERATOR[kind] not in accelerators:
+        if baked.KIND_ACCELERATOR[kind] not in accelerators:
             continue
-        image = catalog[scheduler.image(KIND_ACCELERATOR[kind])]
+        image = catalog[scheduler.image(baked.KIND_ACCELERATOR[kind])]
         if image.source != "ssm" or not image.ssm_parameter:
             raise ValueError(f"scheduler {tenant.scheduler!r}: its {kind} nodes boot {image.key} ({image.name}), which "
                              f"its service chooses (data/images.yml source {image.source!r}): the image stack builds "
