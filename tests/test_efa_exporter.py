@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 import threading
 import urllib.request
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
@@ -16,18 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
 import efa_sysfs  # noqa: E402
 
-EXPORTER = ROOT / "roles" / "efa_exporter" / "files" / "fmcluster_efa_exporter.py"
-
-
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("fmcluster_efa_exporter", EXPORTER)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-exporter = _load()
+from fmcluster.health import efa_exporter as exporter  # noqa: E402
 
 
 @pytest.fixture

@@ -177,20 +177,19 @@ def test_an_efa_port_without_link_drains(tmp_path: Path) -> None:
     assert detail == "EFA link not up: rdmap32s27/1 1: DOWN, 3: Disabled"
 
 
-def test_the_efa_check_and_the_efa_exporter_find_the_same_devices(tmp_path: Path) -> None:
-    import importlib.util
+def test_the_efa_module_run_as_the_role_s_probe_lists_the_devices_the_check_finds(tmp_path: Path) -> None:
+    """The efa_exporter role runs fmcluster/health/efa.py as a script (the node's python3, nothing of fmcluster on
+    its path): it names the devices the health check and the exporter count, and no other RDMA device."""
+    import subprocess
 
     from conftest import ROOT
     from fmcluster.health import efa
-
-    spec = importlib.util.spec_from_file_location("exporter", ROOT / "roles/efa_exporter/files/fmcluster_efa_exporter.py")
-    assert spec and spec.loader
-    exporter = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(exporter)
     import efa_ports
 
     ib = efa_ports.build(tmp_path)
-    assert [d.name for d in efa.efa_devices(ib)] == [d.name for d in exporter.efa_devices(ib)] == ["rdmap16s27", "rdmap32s27"]
+    probe = subprocess.run(["python3", "-I", str(ROOT / "src/fmcluster/health/efa.py"), str(ib)], capture_output=True,
+                           text=True, check=True, cwd=tmp_path)
+    assert probe.stdout.split() == [d.name for d in efa.efa_devices(ib)] == ["rdmap16s27", "rdmap32s27"]
 
 
 def test_on_provider_local_the_gpu_and_efa_checks_skip_and_say_why(tmp_path: Path) -> None:

@@ -383,7 +383,7 @@ def write_boot_record(ctx: Context, level: int, healthy: bool, reason: str, star
 
 @check("efa")
 def check_efa(ctx: Context) -> Outcome:
-    root = Path(ctx.path("infiniband", "/sys/class/infiniband"))
+    root = Path(ctx.path("infiniband", efa.SYSFS_ROOT))
     devices = efa.efa_devices(root)
     expected = ctx.facts.efa
     if len(devices) < expected:

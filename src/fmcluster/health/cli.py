@@ -22,9 +22,10 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 from typing import List, Optional, Sequence
 
-from fmcluster.health import checks, engine, facts, node
+from fmcluster.health import checks, efa, engine, facts, node
 
 
 def _checks_arg(value: str) -> List[str]:
@@ -96,6 +97,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     assoc.add_argument("--slurm-conf", default="", help="SLURM_CONF for sacctmgr")
     assoc.add_argument("--check", action="store_true", help="list the commands, run none")
 
+    exporter = sub.add_parser("efa-exporter", help="serve the efa driver's hardware counters as Prometheus metrics")
+    exporter.add_argument("--listen-address", default="0.0.0.0")
+    exporter.add_argument("--port", type=int, default=9109)
+    exporter.add_argument("--sysfs-root", default=efa.SYSFS_ROOT)
+    exporter.add_argument("--once", action="store_true", help="print the metrics once and exit")
+    devices = sub.add_parser("efa-devices", help="the RDMA devices bound to the efa driver, one name a line")
+    devices.add_argument("--sysfs-root", default=efa.SYSFS_ROOT)
+
     args = parser.parse_args(argv)
     try:
         return _dispatch(args)
@@ -157,6 +166,14 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         return usage.collect_forever(args.org, args.textfile, args.every, args.slurm_conf,
                                      rounds=None if args.every > 0 else 1)
+    if args.command == "efa-exporter":
+        from fmcluster.health import efa_exporter
+
+        return efa_exporter.run(args.listen_address, args.port, Path(args.sysfs_root), args.once)
+    if args.command == "efa-devices":
+        for device in efa.efa_devices(Path(args.sysfs_root)):
+            print(device.name)
+        return 0
     if args.command == "slurm-associations":
         from fmcluster.health import accounts
 

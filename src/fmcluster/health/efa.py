@@ -1,8 +1,8 @@
 """EFA devices and their port states, from /sys/class/infiniband.
 
-The device test is the EFA exporter's (roles/efa_exporter/files/fmcluster_efa_exporter.py: an RDMA device
-whose device/driver link points at the `efa` driver); a test keeps the two in agreement on the same sysfs
-fixture. Port state and physical state are the kernel's `ports/<n>/state` ("4: ACTIVE") and `phys_state`
+The one answer to "which devices are EFA" (an RDMA device whose device/driver link points at the `efa` driver): the
+health check, the EFA exporter (fmcluster.health.efa_exporter) and the efa_exporter role's probe
+(`fmcluster-health efa-devices`) all ask it. Port state and physical state are the kernel's `ports/<n>/state` ("4: ACTIVE") and `phys_state`
 ("5: LinkUp") files.
 """
 
@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import List
 
 EFA_DRIVER = "efa"
+#: The kernel's RDMA device class directory.
+SYSFS_ROOT = "/sys/class/infiniband"
 
 
 def is_efa_device(device: Path) -> bool:
@@ -55,3 +57,10 @@ def ports(device: Path) -> List[Port]:
         return []
     return [Port(device.name, p.name, _read(p / "state"), _read(p / "phys_state"))
             for p in sorted(root.iterdir(), key=lambda p: p.name)]
+
+
+if __name__ == "__main__":  # the efa_exporter role's probe, run by Ansible's script module with the node's python3
+    import sys
+
+    for found in efa_devices(Path(sys.argv[1] if len(sys.argv) > 1 else SYSFS_ROOT)):
+        print(found.name)

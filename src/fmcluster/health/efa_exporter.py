@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """fmcluster EFA exporter: the Linux efa driver's hardware counters as Prometheus metrics.
 
 Reads <sysfs-root>/<device>/ports/<port>/hw_counters/<counter> for every RDMA device bound to the
@@ -9,22 +8,21 @@ retrans_pkts, impaired_remote_conn_events, ...) at each scrape and serves them o
     efa_devices <number of EFA devices>
 
 Counters the driver adds later are exported too (under the same naming rule); `lifespan` (the
-driver's refresh period, not a counter) is skipped. Standard library only: it runs with the system
-python3 on any node.
+driver's refresh period, not a counter) is skipped. Standard library only, like the rest of fmcluster-health (the
+node_health role's program, whose `efa-exporter` command runs it with the node's python3); which devices are EFA is
+fmcluster.health.efa's one answer, shared with the health check and the role's `efa-devices` probe.
 """
 
 from __future__ import annotations
 
-import argparse
-import os
 import re
 import sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-DEFAULT_SYSFS_ROOT = "/sys/class/infiniband"
+from fmcluster.health.efa import efa_devices
+
 NOT_COUNTERS = frozenset({"lifespan"})
-EFA_DRIVER = "efa"
 
 # Help text for the counters the efa driver documents; unknown counters get a generic one.
 HELP = {
@@ -53,22 +51,6 @@ HELP = {
 }
 
 _UNSAFE = re.compile(r"[^a-zA-Z0-9_]")
-
-
-def is_efa_device(device: Path) -> bool:
-    """True when the RDMA device is bound to the efa driver (device/driver links to .../efa)."""
-    driver = device / "device" / "driver"
-    try:
-        return Path(os.path.realpath(driver)).name == EFA_DRIVER and driver.exists()
-    except OSError:
-        return False
-
-
-def efa_devices(sysfs_root: Path) -> list[Path]:
-    """EFA devices under the infiniband class directory, sorted by name."""
-    if not sysfs_root.is_dir():
-        return []
-    return sorted((d for d in sysfs_root.iterdir() if is_efa_device(d)), key=lambda d: d.name)
 
 
 def read_counters(device: Path) -> tuple[dict[tuple[str, str], int], int]:
@@ -158,25 +140,16 @@ def serve(address: str, port: int, sysfs_root: Path) -> ThreadingHTTPServer:
     return ThreadingHTTPServer((address, port), make_handler(sysfs_root))
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--listen-address", default="0.0.0.0")
-    parser.add_argument("--port", type=int, default=9109)
-    parser.add_argument("--sysfs-root", default=DEFAULT_SYSFS_ROOT, type=Path)
-    parser.add_argument("--once", action="store_true", help="print the metrics once and exit")
-    args = parser.parse_args(argv)
-    if args.once:
-        sys.stdout.write(render(args.sysfs_root))
+def run(address: str, port: int, sysfs_root: Path, once: bool = False) -> int:
+    """Serve the metrics until interrupted; `once`: print them and return."""
+    if once:
+        sys.stdout.write(render(sysfs_root))
         return 0
-    server = serve(args.listen_address, args.port, args.sysfs_root)
-    print(f"fmcluster EFA exporter on {args.listen_address}:{args.port}, "
-          f"{len(efa_devices(args.sysfs_root))} EFA device(s) under {args.sysfs_root}", flush=True)
+    server = serve(address, port, sysfs_root)
+    print(f"fmcluster EFA exporter on {address}:{port}, {len(efa_devices(sysfs_root))} EFA device(s) under "
+          f"{sysfs_root}", flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:
         pass
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
