@@ -228,7 +228,7 @@ def test_eight_trn1_hyperpod_nodes_would_run_the_same_first_boot_script_through_
     lifecycle = {o["Key"].rsplit("/", 1)[1]: s3.get_object(Bucket=bucket, Key=o["Key"])["Body"].read().decode()
                  for o in s3.list_objects_v2(Bucket=bucket, Prefix="hyperpod/lifecycle/")["Contents"]}
     assert lifecycle["node-user-data.sh"] == USER_DATA_SCRIPT
-    assert lifecycle["on_create.sh"] == (ROOT / "cfn" / "hyperpod-lifecycle" / "on_create.sh").read_text()
+    assert lifecycle["on_create.sh"] == (ROOT / "src/fmcluster/schedulers/hyperpod/node_files" / "on_create.sh").read_text()
     assert 'exec bash "$here/node-user-data.sh"' in lifecycle["on_create.sh"]
     assert (f"FMCLUSTER_BUCKET={bucket}\nFMCLUSTER_REGION=us-east-2\nFMCLUSTER_ORG=neuronlab\n"
             "FMCLUSTER_STACK=fmc-neuronlab-cluster\n") in lifecycle["fmcluster-lifecycle.env"]

@@ -247,7 +247,7 @@ def test_the_lifecycle_finds_the_nodes_slurm_role_in_hyperpods_resource_config(
         tmp_path: Path, addresses: list[str], answer: str) -> None:
     config = tmp_path / "resource_config.json"
     config.write_text(json.dumps(RESOURCE_CONFIG))
-    helper = ROOT / "cfn" / "hyperpod-lifecycle" / "hyperpod_slurm_role.py"
+    helper = ROOT / "src/fmcluster/schedulers/hyperpod/node_files" / "hyperpod_slurm_role.py"
     ran = subprocess.run([sys.executable, str(helper), str(config), *addresses], capture_output=True, text=True)
     assert (ran.returncode, ran.stdout.strip()) == (0, answer), ran.stderr
 
@@ -255,7 +255,7 @@ def test_the_lifecycle_finds_the_nodes_slurm_role_in_hyperpods_resource_config(
 def test_the_lifecycle_refuses_a_host_hyperpods_resource_config_does_not_list(tmp_path: Path) -> None:
     config = tmp_path / "resource_config.json"
     config.write_text(json.dumps(RESOURCE_CONFIG))
-    helper = ROOT / "cfn" / "hyperpod-lifecycle" / "hyperpod_slurm_role.py"
+    helper = ROOT / "src/fmcluster/schedulers/hyperpod/node_files" / "hyperpod_slurm_role.py"
     ran = subprocess.run([sys.executable, str(helper), str(config), "10.9.9.9"], capture_output=True, text=True)
     assert ran.returncode == 2 and ran.stdout == "" and "10.9.9.9" in ran.stderr
 

@@ -121,7 +121,7 @@ def test_the_hyperpod_lifecycle_runs_the_same_user_data_script_with_the_same_set
     assert settings["FMCLUSTER_ROLE"] == settings["FMCLUSTER_QUEUE"] == settings["FMCLUSTER_SIGNAL_RESOURCE"] == ""
     assert required_settings() == set(SETTINGS) <= set(settings)
     on_create = files["on_create.sh"].decode()
-    assert on_create == (ROOT / "cfn" / "hyperpod-lifecycle" / "on_create.sh").read_text()
+    assert on_create == (ROOT / "src/fmcluster/schedulers/hyperpod/node_files" / "on_create.sh").read_text()
     assert f'set -a\n# shellcheck source=/dev/null\n. "$here/{LIFECYCLE_ENV}"\nset +a\n' in on_create
     assert on_create.rstrip().endswith('exec bash "$here/node-user-data.sh"')
 

@@ -310,7 +310,7 @@ def script_variables(tenant: Tenant) -> dict[str, str]:
 
 def script_files() -> list[Path]:
     files = [ROOT / "scripts" / "node-bootstrap.sh", ROOT / "scripts" / "node-user-data.sh",
-             *sorted((ROOT / "cfn").rglob("*.sh"))]
+             *sorted((ROOT / "src/fmcluster/schedulers").glob("*/node_files/*.sh"))]
     files += [p for p in sorted((ROOT / "roles").rglob("*")) if p.is_file() and p.suffix in (".sh", ".j2", ".yml", ".py")]
     return files
 

@@ -9,7 +9,6 @@ refused with their key, and refused under another scheduler), parsed into Tenant
 the schema reference.
 
 What the phantom still cannot do (the remaining gap, for the rest of issue 41):
-- its node files (lifecycle or custom-action scripts) would live outside its folder (cfn/, scripts/);
 - `invoke new-tenant --scheduler=phantom` is refused: cookiecutters/tenant/cookiecutter.json lists the choices;
 - only validate → plan (offline) → manifest run here: no deploy;
 What a scheduler adds to the storage stack is its own (`storage_parts`, StorageParts: ParallelCluster's node

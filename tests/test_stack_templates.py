@@ -304,7 +304,7 @@ def test_every_node_boots_with_the_same_environment_on_ec2_and_on_hyperpod() -> 
     env = lifecycle_environment(NEURONLAB, "fmc-neuronlab-storage-databucket-x", "fmc-neuronlab-cluster")
     assert {line.split("=", 1)[0] for line in env.splitlines() if "=" in line} >= {
         "FMCLUSTER_BUCKET", "FMCLUSTER_REGION", "FMCLUSTER_ORG", "FMCLUSTER_STACK"}
-    on_create = (ROOT / "cfn" / "hyperpod-lifecycle" / "on_create.sh").read_text()
+    on_create = (ROOT / "src/fmcluster/schedulers/hyperpod/node_files" / "on_create.sh").read_text()
     assert 'set -a\n# shellcheck source=/dev/null\n. "$here/fmcluster-lifecycle.env"\nset +a' in on_create, \
         "exported to the bootstrap"
 

@@ -47,7 +47,6 @@ __all__ = ["BOOT_VARIABLES", "BOOTSTRAP_PREFIX", "BakedImageRef", "CapacityRef",
            "packed_s3_client", "render_image_stack", "render_stacks", "s3_client_writer", "user_data_text"]
 
 SOURCE_ROOT = PACKAGE_DIR.parent.parent
-CFN_DIR = SOURCE_ROOT / "cfn"
 TEMPLATES_DIR = PACKAGE_DIR / "stacks" / "templates"
 STACK_KEYS = ("network", "storage", "cluster")
 

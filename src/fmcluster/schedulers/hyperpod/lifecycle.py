@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import shlex
+from pathlib import Path
 
 from fmcluster.model import Tenant
-from fmcluster.paths import source_root
 from fmcluster.stacks.first_boot import boot_environment
 
 #: The lifecycle scripts HyperPod runs (on_create.sh and what it calls), uploaded as they are.
-LIFECYCLE_DIR = source_root() / "cfn" / "hyperpod-lifecycle"
+LIFECYCLE_DIR = Path(__file__).resolve().parent / "node_files"
 
 
 def lifecycle_environment(tenant: Tenant, bucket: str, stack: str) -> str:

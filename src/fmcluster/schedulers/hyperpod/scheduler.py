@@ -1,6 +1,6 @@
 """Scheduler `hyperpod`: SageMaker HyperPod with Slurm (fmcluster.schedulers.hyperpod.template). HyperPod makes the
 instances, starts its own Slurm and then runs the lifecycle script on each as OnInitComplete
-(cfn/hyperpod-lifecycle/on_create.sh), which waits for that Slurm and runs the same first-boot script as every
+(node_files/on_create.sh), which waits for that Slurm and runs the same first-boot script as every
 other node; the nodes are found through SageMaker's ListClusterNodes.
 
 One Slurm per cluster, HyperPod's: HyperPod's AMI ships Slurm and munge

@@ -24,7 +24,7 @@ What the config holds (docs/parallelcluster.md):
   DRAIN so an update never kills running jobs;
 - Tags, the node policies of the storage stack (bootstrap bundle, own report, own secrets: one for the head
   node, one for login and compute nodes) and SSM on every node, and CustomActions/OnNodeConfigured on head, login and compute nodes that run the fmcluster node
-  bootstrap (cfn/parallelcluster/on-node-configured.sh), so Ansible still lays NCCL, exporters and the
+  bootstrap (node_files/on-node-configured.sh), so Ansible still lays NCCL, exporters and the
   acceptance jobs over what ParallelCluster installs.
 """
 
@@ -41,12 +41,12 @@ from fmcluster.model import Queue, Tenant
 from fmcluster.schedulers.parallelcluster.offline_aws import answers
 from fmcluster.schedulers.parallelcluster.rendered import ClusterConfig, ConfigPath
 from fmcluster.schedulers.parallelcluster.settings import settings_of
-from fmcluster.paths import PACKAGE_DIR, generated_dir, tenant_dir, write_fresh
+from fmcluster.paths import generated_dir, tenant_dir, write_fresh
 from fmcluster.stacks.first_boot import first_boot_script
 
 #: The OnNodeConfigured script: its argument check in the repository, followed by the first-boot script every
 #: node runs (scripts/node-user-data.sh); the deploy uploads the two as one object inside the bootstrap prefix.
-CUSTOM_ACTION_SOURCE = PACKAGE_DIR.parent.parent / "cfn" / "parallelcluster" / "on-node-configured.sh"
+CUSTOM_ACTION_SOURCE = Path(__file__).resolve().parent / "node_files" / "on-node-configured.sh"
 CUSTOM_ACTION_KEY = "fmcluster/bootstrap/pcluster-on-node-configured.sh"
 CONFIG_FILE = "cluster-config.yaml"
 SSM_POLICY = "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"
