@@ -261,16 +261,16 @@ def test_the_emulator_honours_creation_policy_and_still_lists_update_policy_as_i
 
 @slow
 def test_the_first_boot_s_own_client_signals_as_the_agent_does(cloud: Aws, endpoint: str) -> None:
-    """scripts/fmcluster-s3 (Python's standard library alone): what node-bootstrap.sh's report_failure sends when a
+    """fmcluster/node/boot/fmcluster-s3 (Python's standard library alone): what node-bootstrap.sh's report_failure sends when a
     first boot fails before the agent (which has boto3) runs. Its FAILURE fails the group now, not at the Timeout."""
     import subprocess
 
-    from conftest import ROOT
+    from fmcluster.paths import NODE_BOOT_DIR
 
     def client(*args: str) -> subprocess.CompletedProcess[str]:
         env = {"PATH": "/usr/bin:/bin", "AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "emulator",
                "AWS_SECRET_ACCESS_KEY": "emulator", "FMCLUSTER_REGION": REGION}
-        return subprocess.run(["/usr/bin/python3", str(ROOT / "scripts" / "fmcluster-s3"), *args], capture_output=True,
+        return subprocess.run(["/usr/bin/python3", str(NODE_BOOT_DIR / "fmcluster-s3"), *args], capture_output=True,
                               text=True, env=env, timeout=60, check=False)
 
     name = "signals-first-boot-client"

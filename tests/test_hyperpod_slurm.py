@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from conftest import ROOT
+from fmcluster.paths import NODE_BOOT_DIR
 from role_helpers import trusted
 from fmcluster.manifest import assemble_inventory
 from fmcluster.model import Tenant, load_tenant
@@ -207,7 +208,7 @@ def test_the_rendered_hyperpod_template_and_lifecycle_install_no_slurm_package()
                                for g in accelerated), "deep health checks stay HyperPod's"
     texts = {"cluster template": cluster.body}
     texts.update({f"lifecycle {name}": body.decode() for name, body in HyperPod(tenant).lifecycle_files("b").items()})
-    texts["node-bootstrap.sh (what node-user-data.sh fetches and runs)"] = (ROOT / "scripts" / "node-bootstrap.sh").read_text()
+    texts["node-bootstrap.sh (what node-user-data.sh fetches and runs)"] = (NODE_BOOT_DIR / "node-bootstrap.sh").read_text()
     assert "lifecycle on_create.sh" in texts and "lifecycle wait_for_hyperpod_slurm.sh" in texts
     for where, text in texts.items():
         for match in INSTALL.finditer(text):

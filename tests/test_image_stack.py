@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 from conftest import ROOT, venv_tool
+from fmcluster.paths import NODE_BOOT_DIR
 from fmcluster import baked
 from fmcluster.manifest import assemble_inventory, inventory_yaml
 from fmcluster.model import Tenant, load_tenant
@@ -135,8 +136,8 @@ def test_the_component_is_an_awstoe_document_whose_build_runs_the_first_boot_fet
     assert subprocess.run(["bash", "-n", str(tmp_path / "build.sh")]).returncode == 0
     lines = script.splitlines()
     # the first boot's own fetch: the packed client, node-bootstrap.sh checked against the deploy's index, then the
-    # bootstrap's fetch mode (bundle, packages, toolchain, commit) — the same lines as scripts/node-user-data.sh
-    first_boot = (ROOT / "scripts" / "node-user-data.sh").read_text()
+    # bootstrap's fetch mode (bundle, packages, toolchain, commit) — the same lines as src/fmcluster/node/boot/node-user-data.sh
+    first_boot = (NODE_BOOT_DIR / "node-user-data.sh").read_text()
     assert '"$bin_dir/fmcluster-s3" verify "/fmcluster/$FMCLUSTER_ORG/bootstrap-index-sha256"' in first_boot
     assert any(line.startswith('"$bin_dir/fmcluster-s3" verify "/fmcluster/$FMCLUSTER_ORG/bootstrap-index-sha256"')
                for line in lines)

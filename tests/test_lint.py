@@ -112,7 +112,7 @@ def shell_scripts() -> list[str]:
 
 
 def python_scripts_without_suffix() -> list[str]:
-    """Python files ruff would not pick up by name (node scripts such as scripts/fmcluster-s3), by their shebang."""
+    """Python files ruff would not pick up by name (node scripts such as src/fmcluster/node/boot/fmcluster-s3), by their shebang."""
     return [f for f in repo_files() if not f.endswith((".py", ".pyi")) and interpreter(f).startswith("python")]
 
 
@@ -121,14 +121,14 @@ def test_ruff_is_clean() -> None:
     errors, over every Python file: ruff's own discovery of *.py plus the suffix-less scripts (pyproject's
     [tool.ruff] says which rules and why)."""
     scripts = python_scripts_without_suffix()
-    assert "scripts/fmcluster-s3" in scripts, scripts
+    assert "src/fmcluster/node/boot/fmcluster-s3" in scripts, scripts
     result = run(venv_tool("ruff"), "check", "--no-cache", "--output-format=concise", ".", *scripts)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_shellcheck_is_clean() -> None:
     scripts = shell_scripts()
-    assert {".ci/run", "scripts/bootstrap.sh", "scripts/node-user-data.sh"} <= set(scripts), scripts
+    assert {".ci/run", "scripts/bootstrap.sh", "src/fmcluster/node/boot/node-user-data.sh"} <= set(scripts), scripts
     if shutil.which("shellcheck") is None:
         pytest.fail("shellcheck is not installed: scripts/bootstrap.sh installs it (Debian package shellcheck)")
     result = run("shellcheck", "--format=gcc", *scripts)

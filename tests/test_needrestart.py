@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from fmcluster.paths import NODE_BOOT_DIR
 
-BOOTSTRAP = ROOT / "scripts" / "node-bootstrap.sh"
+BOOTSTRAP = NODE_BOOT_DIR / "node-bootstrap.sh"
 CONF_DIR = "/etc/needrestart/conf.d"
 
 

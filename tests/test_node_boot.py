@@ -1,7 +1,7 @@
 """The node boot contract: what every node runs at first boot, whatever made it, and what it reports.
 
 - The slurm-ec2 launch templates' UserData and HyperPod's lifecycle (on_create.sh, fmcluster-lifecycle.env) both
-  run scripts/node-user-data.sh with the same settings, which fetches and runs scripts/node-bootstrap.sh.
+  run src/fmcluster/node/boot/node-user-data.sh with the same settings, which fetches and runs src/fmcluster/node/boot/node-bootstrap.sh.
 - node-bootstrap.sh `--fetch` unpacks the pinned commit the deploy published and writes /etc/fmcluster/node.env.
 - The node agent (python -m fmcluster.node converge) reads the manifest and the secrets, finds itself among the
   cluster's instances, converges with ansible-pull and files its report in the bucket; each way it can fail
@@ -30,6 +30,7 @@ from typing import Any
 import pytest
 
 from conftest import ROOT
+from fmcluster.paths import NODE_BOOT_DIR
 from fmcluster import versions
 from fmcluster.manifest import INDEX_KEY, digest
 from fmcluster.model import Tenant, load_tenant
@@ -58,7 +59,7 @@ BUILT_VENV = "/opt/fmcluster/venv-from-wheelhouse"
 
 def required_settings() -> set[str]:
     """What node-bootstrap.sh refuses to run without (`${VAR:?…}`)."""
-    return set(re.findall(r"\$\{(FMCLUSTER_[A-Z_]+):\?", (ROOT / "scripts" / "node-bootstrap.sh").read_text()))
+    return set(re.findall(r"\$\{(FMCLUSTER_[A-Z_]+):\?", (NODE_BOOT_DIR / "node-bootstrap.sh").read_text()))
 
 
 def launch_templates(tenant: Tenant) -> dict[str, Any]:
@@ -288,7 +289,7 @@ def test_first_boot_fetch_unpacks_the_pinned_commit_and_writes_the_node_s_settin
     before = Path("/etc/fmcluster/node.env").read_bytes() if Path("/etc/fmcluster/node.env").exists() else None
     # The first boot's own S3 client (the user data writes it; the image has no AWS CLI), and a toolchain folder
     # of the node's own: /opt/fmcluster/venv is this work tree's, bound read-only, in this throw-away host.
-    node.put("/usr/local/sbin/fmcluster-s3", (ROOT / "scripts" / "fmcluster-s3").read_text(), "0755")
+    node.put("/usr/local/sbin/fmcluster-s3", (NODE_BOOT_DIR / "fmcluster-s3").read_text(), "0755")
     fetched = node.run(f"fmcluster-s3 get s3://{BUCKET}/fmcluster/bootstrap/node-bootstrap.sh /tmp/nb && "
                        "bash /tmp/nb --fetch", {**dict(zip(SETTINGS, (BUCKET, node.tenant.region, ORG))),
                                                  "FMCLUSTER_VENV": BUILT_VENV}, timeout=600)
@@ -307,7 +308,7 @@ def test_first_boot_fetch_unpacks_the_pinned_commit_and_writes_the_node_s_settin
     assert node.run("stat -c %a /etc/fmcluster/node.env").stdout.strip() == "600"
     assert node.run("git -C /var/lib/fmcluster/repo.git rev-parse refs/heads/fmcluster").stdout.strip() == node.ref
     assert node.run("git -C /var/lib/fmcluster/agent rev-parse HEAD").stdout.strip() == node.ref
-    assert node.read("/usr/local/sbin/fmcluster-bootstrap") == (ROOT / "scripts" / "node-bootstrap.sh").read_text()
+    assert node.read("/usr/local/sbin/fmcluster-bootstrap") == (NODE_BOOT_DIR / "node-bootstrap.sh").read_text()
     after = Path("/etc/fmcluster/node.env").read_bytes() if Path("/etc/fmcluster/node.env").exists() else None
     assert after == before, "this machine's /etc is not the node's"
 

@@ -28,6 +28,7 @@ import botocore.session
 import pytest
 
 from conftest import ROOT
+from fmcluster.paths import NODE_BOOT_DIR
 from fmcluster.accounting import secret_roles
 from fmcluster.model import Tenant, load_tenant
 from fmcluster.manifest import INDEX_KEY
@@ -309,7 +310,7 @@ def script_variables(tenant: Tenant) -> dict[str, str]:
 
 
 def script_files() -> list[Path]:
-    files = [ROOT / "scripts" / "node-bootstrap.sh", ROOT / "scripts" / "node-user-data.sh",
+    files = [NODE_BOOT_DIR / "node-bootstrap.sh", NODE_BOOT_DIR / "node-user-data.sh",
              *sorted((ROOT / "src/fmcluster/schedulers").glob("*/node_files/*.sh"))]
     files += [p for p in sorted((ROOT / "roles").rglob("*")) if p.is_file() and p.suffix in (".sh", ".j2", ".yml", ".py")]
     return files
@@ -319,7 +320,7 @@ def script_files() -> list[Path]:
 AWS_COMMAND = re.compile(r"(?:^|[;&|(!]\s*|\b(?:then|do|exec|if|cmd:|command:|shell:)\s+)aws\s+([a-z0-9-]+)\s+([a-z0-9-]+)(.*)")
 
 
-#: A call of the first boot's stdlib S3 client (scripts/fmcluster-s3), however the script names its path.
+#: A call of the first boot's stdlib S3 client (src/fmcluster/node/boot/fmcluster-s3), however the script names its path.
 S3_CLIENT_COMMAND = re.compile(r'(?:"\$s3client"|"\$bin_dir/fmcluster-s3"|\bfmcluster-s3)\s+([a-z-]+)\b(.*)')
 
 

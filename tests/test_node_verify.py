@@ -2,7 +2,7 @@
 in an index, and the index's own SHA-256 is in an SSM parameter only the deploy writes. A node checks each object
 against it before using it and refuses a mismatch, naming the object, both digests and the fix.
 
-Two node-side checkers, the same rule: the first boot's stdlib client (scripts/fmcluster-s3 verify: node-bootstrap.sh,
+Two node-side checkers, the same rule: the first boot's stdlib client (src/fmcluster/node/boot/fmcluster-s3 verify: node-bootstrap.sh,
 the bundle) against a real S3 and SSM API (moto's server), and the node agent (the manifest) in-process.
 """
 
@@ -18,11 +18,12 @@ from typing import Any
 import pytest
 
 from conftest import ROOT
+from fmcluster.paths import NODE_BOOT_DIR
 from fmcluster.manifest import INDEX_KEY, index_parameter
 from fmcluster.publish import Published, publish, trust_index
 from fmcluster.stacks import aws
 
-CLIENT = ROOT / "scripts" / "fmcluster-s3"
+CLIENT = NODE_BOOT_DIR / "fmcluster-s3"
 REGION = "ap-northeast-1"
 BUCKET = "fmc-verify-data"
 ORG = "verifyorg"

@@ -24,11 +24,11 @@ from typing import Any
 
 import pytest
 
-from conftest import ROOT
+from fmcluster.paths import NODE_BOOT_DIR
 from fmcluster.stacks import aws
 from fmcluster.stacks.render import S3_CLIENT_PLACEHOLDER, first_boot_script, packed_s3_client
 
-CLIENT = ROOT / "scripts" / "fmcluster-s3"
+CLIENT = NODE_BOOT_DIR / "fmcluster-s3"
 REGION = "ap-northeast-1"
 BUCKET = "fmc-s3-client"
 

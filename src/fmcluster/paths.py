@@ -13,6 +13,9 @@ DATA_DIR = PACKAGE_DIR / "data"
 SCHEMA_PATH = DATA_DIR / "tenant.schema.json"
 RESERVED_ACCOUNTS_PATH = DATA_DIR / "reserved_accounts.yml"
 CATALOG_PATH = DATA_DIR / "instances.yml"
+#: What a node runs before fmcluster's toolchain is there (shell and the standard library alone): the user data's
+#: script, the S3 client it writes out, the bootstrap it fetches.
+NODE_BOOT_DIR = PACKAGE_DIR / "node" / "boot"
 
 
 def repo_root() -> Path:
@@ -24,7 +27,7 @@ def repo_root() -> Path:
 
 
 def source_root() -> Path:
-    """The checkout this package's code ships in (roles, cfn, playbooks), whatever $FMCLUSTER_ROOT says:
+    """The checkout this package's code ships in (roles, playbooks), whatever $FMCLUSTER_ROOT says:
     tests and Molecule scenarios point $FMCLUSTER_ROOT at throwaway tenant trees, not at code."""
     return PACKAGE_DIR.parent.parent
 

@@ -1,7 +1,7 @@
 """The nodes' toolchain as wheels: built here, shipped in the bootstrap bundle, installed there with no index.
 
 A node's image has python3 and nothing of fmcluster's (src/fmcluster/data/images.yml). Its first boot builds
-/opt/fmcluster/venv from the bundle's `wheelhouse/` with `pip install --no-index` (scripts/node-bootstrap.sh),
+/opt/fmcluster/venv from the bundle's `wheelhouse/` with `pip install --no-index` (src/fmcluster/node/boot/node-bootstrap.sh),
 so the wheelhouse must hold, for every Python an image fmcluster boots has, a wheel of every pinned
 requirement and of everything they need, plus pip itself. pip resolves them here for each such Python and the
 oldest glibc among the images (`--python-version/--platform/--only-binary=:all:`), so a pin that has no

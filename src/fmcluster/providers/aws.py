@@ -45,7 +45,7 @@ class AwsProvider:
 
     def boot(self, endpoint: str | None, out: Out) -> BootResult:
         return BootResult(notes=["EC2 boots every instance of the cluster stack; each runs its user data "
-                                 "(scripts/node-user-data.sh → node-bootstrap.sh)"])
+                                 "(src/fmcluster/node/boot/node-user-data.sh → node-bootstrap.sh)"])
 
     def image_parameter(self, path: str) -> str:
         return path

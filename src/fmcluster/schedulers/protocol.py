@@ -13,7 +13,7 @@ capability, `capabilities`: fmcluster.capabilities.SCHEDULERS):
   of a cluster its service makes; nothing for most);
 - which playbook every node converges with (`playbook`), which image its nodes boot (`image`), and checks
   of its own (`validate`, `plan`).
-Every scheduler's nodes run the same first-boot script (scripts/node-user-data.sh → node-bootstrap.sh).
+Every scheduler's nodes run the same first-boot script (src/fmcluster/node/boot/node-user-data.sh → node-bootstrap.sh).
 """
 
 from __future__ import annotations

@@ -305,7 +305,7 @@ def _check_launch_template(stack: str, name: str, res: dict[str, Any]) -> list[F
         findings.append(Finding(stack, name, "IMDSv1 allowed", "MetadataOptions: HttpTokens: required"))
     if "UserData" in data and (size := user_data_max_bytes(data["UserData"])) > USER_DATA_MAX_BYTES:
         findings.append(Finding(stack, name, f"user data of up to {size} bytes, over EC2's {USER_DATA_MAX_BYTES} "
-                                "(the launch would fail)", "shrink scripts/node-user-data.sh or the packed "
+                                "(the launch would fail)", "shrink src/fmcluster/node/boot/node-user-data.sh or the packed "
                                 "fmcluster-s3 it carries (fmcluster.stacks.first_boot)"))
     for mapping in data.get("BlockDeviceMappings", []):
         if mapping.get("Ebs") and mapping["Ebs"].get("Encrypted") is not True:

@@ -12,20 +12,20 @@ import base64
 import gzip
 from typing import Any
 
-from fmcluster.paths import source_root
+from fmcluster.paths import NODE_BOOT_DIR, source_root
 
 SOURCE_ROOT = source_root()
 
 #: The rest of every node's first boot: fetch node-bootstrap.sh and run it. The same file is the tail of what a
 #: scheduler's service runs on its nodes (HyperPod's on_create.sh runs it).
-USER_DATA_SCRIPT = SOURCE_ROOT / "scripts" / "node-user-data.sh"
+USER_DATA_SCRIPT = NODE_BOOT_DIR / "node-user-data.sh"
 #: The first boot's S3 client (Python's standard library alone), written out by the first-boot script.
-S3_CLIENT = SOURCE_ROOT / "scripts" / "fmcluster-s3"
+S3_CLIENT = NODE_BOOT_DIR / "fmcluster-s3"
 S3_CLIENT_PLACEHOLDER = "@FMCLUSTER_S3_CLIENT_WRITER@"
 
 
 def first_boot_script() -> str:
-    """scripts/node-user-data.sh with the S3 client inlined: what every node runs at first boot, whatever made
+    """src/fmcluster/node/boot/node-user-data.sh with the S3 client inlined: what every node runs at first boot, whatever made
     it (EC2 user data, or the hook of the scheduler's service such as HyperPod's on_create.sh)."""
     script = USER_DATA_SCRIPT.read_text(encoding="utf-8")
     if script.count(S3_CLIENT_PLACEHOLDER) != 1:

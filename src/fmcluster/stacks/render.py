@@ -215,12 +215,12 @@ def load_cfn_yaml(text: str) -> dict[str, Any]:
 
 _USER_DATA_HEAD = """#!/bin/bash
 # fmcluster node boot (written by fmcluster.stacks.render.node_user_data): the FMCLUSTER_* environment below,
-# then scripts/node-user-data.sh. FMCLUSTER_SIGNAL_RESOURCE names the resource whose CreationPolicy waits
+# then fmcluster/node/boot/node-user-data.sh. FMCLUSTER_SIGNAL_RESOURCE names the resource whose CreationPolicy waits
 # for this node's `cloudformation:SignalResource` (the node agent sends it after its first converge).
 """
 def node_user_data(*, org: str, role: str, queue: str, signal_resource: str) -> cfn.Fn:
     """EC2 user data of every slurm-ec2 node (controller, login, compute): export the boot
-    environment, then scripts/node-user-data.sh (fetch and run the node bootstrap).
+    environment, then src/fmcluster/node/boot/node-user-data.sh (fetch and run the node bootstrap).
 
     The script is one Fn::Join (never Fn::Sub): tenant values are shell-quoted literal parts, the
     bucket, region and stack name CloudFormation references."""

@@ -45,7 +45,7 @@ from fmcluster.paths import generated_dir, tenant_dir, write_fresh
 from fmcluster.stacks.first_boot import first_boot_script
 
 #: The OnNodeConfigured script: its argument check in the repository, followed by the first-boot script every
-#: node runs (scripts/node-user-data.sh); the deploy uploads the two as one object inside the bootstrap prefix.
+#: node runs (src/fmcluster/node/boot/node-user-data.sh); the deploy uploads the two as one object inside the bootstrap prefix.
 CUSTOM_ACTION_SOURCE = Path(__file__).resolve().parent / "node_files" / "on-node-configured.sh"
 CUSTOM_ACTION_KEY = "fmcluster/bootstrap/pcluster-on-node-configured.sh"
 CONFIG_FILE = "cluster-config.yaml"

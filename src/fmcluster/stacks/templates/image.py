@@ -127,7 +127,7 @@ def build_script(org: str, kind: str, steps: str = "") -> list[Any]:
     body = f"""bin_dir=/usr/local/sbin
 # No service a package installs starts while the image is made (invoke-rc.d's policy, Debian Policy 9.3.3).
 printf '#!/bin/sh\\nexit 101\\n' >/usr/sbin/policy-rc.d && chmod 0755 /usr/sbin/policy-rc.d
-{steps}# The first boot's own S3 client and fetch (scripts/node-user-data.sh): node-bootstrap.sh as the deploy published it.
+{steps}# The first boot's own S3 client and fetch (src/fmcluster/node/boot/node-user-data.sh): node-bootstrap.sh as the deploy published it.
 {s3_client_writer('"$bin_dir/fmcluster-s3"')}boot={BOOTSTRAP_PREFIX}node-bootstrap.sh
 "$bin_dir/fmcluster-s3" get "s3://$FMCLUSTER_BUCKET/$boot" "$bin_dir/fmcluster-bootstrap.new"
 "$bin_dir/fmcluster-s3" verify "/fmcluster/$FMCLUSTER_ORG/bootstrap-index-sha256" \\

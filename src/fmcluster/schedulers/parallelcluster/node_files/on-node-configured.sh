@@ -1,7 +1,7 @@
 #!/bin/bash
 # fmcluster OnNodeConfigured custom action for AWS ParallelCluster 3 (scheduler parallelcluster).
 #
-# The deploy uploads this file followed by scripts/node-user-data.sh, as one script, to
+# The deploy uploads this file followed by src/fmcluster/node/boot/node-user-data.sh, as one script, to
 # s3://<data bucket>/fmcluster/bootstrap/pcluster-on-node-configured.sh; the cluster config fmcluster renders
 # (fmcluster.schedulers.parallelcluster.config) names it under CustomActions/OnNodeConfigured of the head node, the login
 # pool and every queue. ParallelCluster runs it as root once the node is configured (its Slurm, munge and
@@ -37,4 +37,4 @@ done
 : "${FMCLUSTER_BUCKET:?missing FMCLUSTER_BUCKET=}" "${FMCLUSTER_REGION:?missing FMCLUSTER_REGION=}"
 : "${FMCLUSTER_ORG:?missing FMCLUSTER_ORG=}" "${FMCLUSTER_ROLE:?missing FMCLUSTER_ROLE=}"
 echo "fmcluster on-node-configured: ${FMCLUSTER_ROLE}${FMCLUSTER_QUEUE:+ of queue $FMCLUSTER_QUEUE} of $FMCLUSTER_ORG"
-# --- scripts/node-user-data.sh follows (appended by the deploy) ---
+# --- src/fmcluster/node/boot/node-user-data.sh follows (appended by the deploy) ---

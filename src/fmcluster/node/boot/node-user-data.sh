@@ -2,7 +2,7 @@
 # this, after setting FMCLUSTER_BUCKET, FMCLUSTER_REGION, FMCLUSTER_ORG and, where CloudFormation waits for the
 # node, FMCLUSTER_STACK and FMCLUSTER_SIGNAL_RESOURCE): write the S3 client every image can run (fmcluster-s3,
 # Python's standard library alone: not every image has the AWS CLI), fetch the node bootstrap the deploy
-# published to the tenant bucket, retrying while the network comes up, and run it (scripts/node-bootstrap.sh) once
+# published to the tenant bucket, retrying while the network comes up, and run it (node-bootstrap.sh, beside this file) once
 # it is what the deploy published: its SHA-256 is the one the deploy's index lists, and the index's the one in the
 # SSM parameter /fmcluster/<org>/bootstrap-index-sha256, which the deploy alone writes (docs/stacks.md).
 # shellcheck shell=bash
@@ -12,7 +12,7 @@ FMCLUSTER_BOOT_STARTED=${FMCLUSTER_BOOT_STARTED:-$(date +%s)}
 export FMCLUSTER_BOOT_STARTED
 bin_dir=${FMCLUSTER_BIN_DIR:-/usr/local/sbin}  # another directory only where a test runs this off a node
 install -d -m 0755 "$bin_dir"
-# scripts/fmcluster-s3 written to $bin_dir, packed (gzip, base64): fmcluster.stacks.render.first_boot_script puts
+# fmcluster-s3 (beside this file) written to $bin_dir, packed (gzip, base64): fmcluster.stacks.render.first_boot_script puts
 # fmcluster.stacks.render.s3_client_writer's lines here.
 @FMCLUSTER_S3_CLIENT_WRITER@
 boot=fmcluster/bootstrap/node-bootstrap.sh

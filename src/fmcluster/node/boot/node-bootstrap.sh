@@ -168,7 +168,7 @@ fi
 # restarts or reboots the node (docs/node-convergence.md). Harmless where needrestart is absent: only it reads
 # its conf.d.
 install -d -m 0755 /etc/needrestart/conf.d
-printf '%s\n' "# written by fmcluster-bootstrap (scripts/node-bootstrap.sh): list what to restart, restart none" \
+printf '%s\n' "# written by fmcluster-bootstrap (fmcluster/node/boot/node-bootstrap.sh): list what to restart, restart none" \
   "\$nrconf{restart} = 'l';" >/etc/needrestart/conf.d/50-fmcluster.conf
 
 # What the image lacks for the toolchain, from the image's own package source (on AWS the distribution's
