@@ -1,5 +1,6 @@
-"""Every role variable is documented twice, for two readers: a comment in defaults/main.yml (the operator) and
-an entry in meta/argument_specs.yml (ansible, which then refuses a wrong type at the start of the play)."""
+"""A role variable is written once, in meta/argument_specs.yml (its type, default and description); the role's
+defaults/main.yml is generated from it (`python -m fmcluster.role_defaults`), each default under its description
+as the comment the operator reads."""
 
 from __future__ import annotations
 
@@ -9,23 +10,37 @@ import pytest
 import yaml
 
 from conftest import ROOT
+from fmcluster import role_defaults
 
-ROLES = sorted(p for p in (ROOT / "roles").iterdir() if (p / "defaults" / "main.yml").is_file())
-
-
-@pytest.mark.parametrize("role", ROLES, ids=lambda p: p.name)
-def test_every_default_has_an_argument_spec_and_every_argument_spec_a_default(role: Path) -> None:
-    defaults = set(yaml.safe_load((role / "defaults" / "main.yml").read_text()) or {})
-    specs = yaml.safe_load((role / "meta" / "argument_specs.yml").read_text())
-    assert defaults == set(specs["argument_specs"]["main"]["options"]), role.name
+SPECS = sorted(p.parent.parent for p in (ROOT / "roles").glob("*/meta/argument_specs.yml"))
 
 
-@pytest.mark.parametrize("role", ROLES, ids=lambda p: p.name)
-def test_an_argument_spec_s_default_is_the_role_default_it_documents(role: Path) -> None:
-    """The spec's `default` is documentation (ansible validates with it, the play reads defaults/main.yml): a
-    spec may omit it, never disagree with it."""
-    defaults = yaml.safe_load((role / "defaults" / "main.yml").read_text()) or {}
-    options = yaml.safe_load((role / "meta" / "argument_specs.yml").read_text())["argument_specs"]["main"]["options"]
-    disagree = {name: (spec["default"], defaults.get(name)) for name, spec in options.items()
-                if "default" in spec and spec["default"] != defaults.get(name)}
-    assert disagree == {}, f"{role.name}: argument_specs default vs defaults/main.yml: {disagree}"
+def test_every_role_s_defaults_file_is_what_its_argument_spec_generates() -> None:
+    assert role_defaults.main(["--check"]) == 0, "run: .venv/bin/python -m fmcluster.role_defaults"
+
+
+@pytest.mark.parametrize("role", SPECS, ids=lambda p: p.name)
+def test_every_argument_spec_option_has_a_default(role: Path) -> None:
+    """Ansible checks a play's values against the spec with the role's defaults among them, so a `required`
+    option would never be missing: each option says what it is until the play sets it."""
+    options = role_defaults.options(yaml.safe_load((role / "meta" / "argument_specs.yml").read_text()))
+    assert [name for name, option in options.items() if "default" not in option] == [], role.name
+
+
+def test_a_spec_without_defaults_generates_no_file_and_a_file_reads_back_as_its_spec(tmp_path: Path) -> None:
+    spec = {"argument_specs": {"main": {"short_description": "Bare.", "options": {"bare_x": {"type": "str"}}}}}
+    assert role_defaults.render("bare", spec) is None
+    role = tmp_path / "bare" / "meta"
+    role.mkdir(parents=True)
+    (role / "argument_specs.yml").write_text(yaml.safe_dump(spec))
+    assert role_defaults.generated(tmp_path) == {} and role_defaults.stale(tmp_path) == []
+
+    template = "{{ lookup('ansible.builtin.file', role_path ~ '/x.yml') | from_yaml }}"
+    values = {"x_template": template, "x_time": "00:20:00", "x_folded": "word " * 40 + "end",
+              "x_lines": "{{ a\n   | b }}", "x_list": [{"path": "/", "min": 5}], "x_empty": {}, "x_yes": "yes"}
+    spec["argument_specs"]["main"]["options"] = {
+        name: {"type": "raw", "default": value, "description": f"What {name} is."} for name, value in values.items()}
+    text = role_defaults.render("x", spec)
+    assert text is not None and yaml.safe_load(text) == values
+    assert f'x_template: "{template}"' in text and "# What x_folded is.\nx_folded: >-\n" in text
+    assert text.splitlines()[1] == role_defaults.HEADER and all(len(line) <= 160 for line in text.splitlines())
