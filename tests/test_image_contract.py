@@ -192,6 +192,93 @@ def test_the_roles_keep_no_literal_of_what_the_contract_owns() -> None:
         assert not found, f"{path.relative_to(ROOT)} names {found}: take it from the image contract (role_vars)"
 
 
+#: Where AWS's images keep what they ship (CUDA, the EFA installer's libfabric, Open MPI and aws-ofi-nccl, the Neuron
+#: tools, a service's Slurm and scripts, the DLAMI's NVMe mount): a role variable holding such a path holds a fact of the
+#: node's image, which its contract owns.
+IMAGE_PATH_PREFIXES = ("/usr/local/cuda", "/opt/amazon", "/opt/aws", "/opt/slurm", "/opt/parallelcluster", "/opt/nccl",
+                       "/opt/dlami", "/opt/ml")
+
+
+def image_path_literals(value: Any) -> list[str]:
+    """The strings in a role variable's default that name a path under IMAGE_PATH_PREFIXES (a list's or dict's too)."""
+    if isinstance(value, str):
+        return [value] if value.startswith("/usr/local/cuda-") or any(  # a DLAMI's CUDA of one release too
+            value == prefix or value.startswith(prefix + "/") for prefix in IMAGE_PATH_PREFIXES) else []
+    if isinstance(value, list):
+        return [found for item in value for found in image_path_literals(item)]
+    if isinstance(value, dict):
+        return [found for item in value.values() for found in image_path_literals(item)]
+    return []
+
+
+def role_default_image_paths(roles_dir: Path) -> list[str]:
+    """`role: variable = value` for every role variable whose default (defaults/main.yml, or meta/argument_specs.yml's
+    `default`) is a path into an image."""
+    found = []
+    for defaults in sorted(roles_dir.glob("*/defaults/main.yml")):
+        for name, value in (yaml.safe_load(defaults.read_text()) or {}).items():
+            found += [f"{defaults.parts[-3]}: {name} = {literal}" for literal in image_path_literals(value)]
+    for specs in sorted(roles_dir.glob("*/meta/argument_specs.yml")):
+        for entry in (yaml.safe_load(specs.read_text())["argument_specs"]).values():
+            for name, option in (entry.get("options") or {}).items():
+                found += [f"{specs.parts[-3]}: {name} = {literal} (argument_specs default)"
+                          for literal in image_path_literals(option.get("default"))]
+    return found
+
+
+def test_no_role_variable_defaults_to_a_path_into_an_image() -> None:
+    """Issue 36: nccl_tests built against /usr/local/cuda, /opt/amazon/openmpi and /opt/amazon/efa written in its
+    defaults, the efa role read /opt/amazon/efa/bin/fi_info, the neuron role /opt/aws/neuron/bin: paths that hold on
+    some images only, and on the others a node fails at a guessed path. Each is now a fact of the image's contract
+    (cuda_home, mpi_home, efa_home, neuron_bin_dir), given to every node kind by the manifest, and the role's default
+    is empty so a node whose image lacks it stops with a message naming the fact."""
+    assert role_default_image_paths(ROOT / "roles") == []
+
+
+def test_a_role_default_naming_an_image_path_is_found(tmp_path: Path) -> None:
+    """The walk above finds a literal in defaults, in a list, and in argument_specs; fmcluster's own prefixes pass."""
+    role = tmp_path / "roles" / "probe"
+    (role / "defaults").mkdir(parents=True)
+    (role / "meta").mkdir()
+    (role / "defaults" / "main.yml").write_text(yaml.safe_dump({
+        "probe_cuda": "/usr/local/cuda", "probe_cuda_12": "/usr/local/cuda-12.4", "probe_dirs": ["/opt/amazon/efa/lib"],
+        "probe_own": "/opt/nccl-tests", "probe_empty": "", "probe_fmcluster": "/opt/fmcluster/efa"}))
+    (role / "meta" / "argument_specs.yml").write_text(yaml.safe_dump({"argument_specs": {"main": {"options": {
+        "probe_mpi": {"type": "str", "default": "/opt/amazon/openmpi"}}}}}))
+    assert role_default_image_paths(tmp_path / "roles") == [
+        "probe: probe_cuda = /usr/local/cuda", "probe: probe_cuda_12 = /usr/local/cuda-12.4",
+        "probe: probe_dirs = /opt/amazon/efa/lib", "probe: probe_mpi = /opt/amazon/openmpi (argument_specs default)"]
+
+
+def test_the_toolchain_paths_come_from_each_image_s_contract() -> None:
+    """CUDA, Open MPI and the EFA installer's prefix reach the nccl_tests and efa roles from the node's image: the
+    DLAMI's default-CUDA link, the EFA installer's /opt/amazon; none on the local image (no GPU, no EFA: the build and
+    the EFA stack are skipped by facts there), and a GPU queue booted from an image without a CUDA toolkit is a gap."""
+    catalog = load_images()
+    dlami = catalog.ec2_image("cuda").contract.role_vars()
+    assert (dlami["nccl_tests_cuda_home"], dlami["nccl_tests_mpi_home"], dlami["nccl_tests_efa_home"]) == (
+        "/usr/local/cuda", "/opt/amazon/openmpi", "/opt/amazon/efa")
+    assert dlami["efa_fi_info"] == "/opt/amazon/efa/bin/fi_info"
+    assert dlami["efa_installed_marker"] == "/opt/amazon/efa_installed_packages"
+    local = catalog["debian-12-local"].contract
+    assert (local.cuda_home, local.mpi_home, local.efa_home, local.neuron_bin_dir) == (None, None, None, None)
+    assert {name: local.role_vars()[name] for name in ("nccl_tests_cuda_home", "nccl_tests_mpi_home",
+                                                        "nccl_tests_efa_home", "efa_fi_info", "neuron_bin_dir")} == {
+        "nccl_tests_cuda_home": "", "nccl_tests_mpi_home": "", "nccl_tests_efa_home": "", "efa_fi_info": "",
+        "neuron_bin_dir": ""}
+    for key, image in catalog.images.items():
+        if image.ships["efa_installer"].present:
+            assert image.contract.efa_home and image.contract.mpi_home, key
+        if image.contract.nccl_home == "/usr/local/cuda":
+            assert image.contract.cuda_home == "/usr/local/cuda", key  # NCCL beside the default CUDA
+    # the Neuron DLAMI has no CUDA toolkit: nccl-tests on a GPU queue booted from it is a gap the walk names
+    found = gaps(["nccl_tests"], "neuron-dlami-ubuntu-24.04", "cuda")
+    assert any("cuda_home" in gap for gap in found), found
+    assert not gaps(["nccl_tests"], "neuron-dlami-ubuntu-24.04", "neuron")
+    assert any("efa_home" in gap for gap in gaps(["efa"], "debian-12-local"))
+    assert any("neuron_bin_dir" in gap for gap in gaps(["neuron"], "parallelcluster-ubuntu2204", "neuron"))
+
+
 @pytest.mark.parametrize(("os_name", "release", "expected"), [
     ("Ubuntu 22.04", "1.43.2", {OFI_NCCL_ARCH_DIR}),
     ("Ubuntu 22.04", "1.44.0", {OFI_NCCL_ARCH_DIR, OFI_NCCL_FLAT_DIR}),  # the sources disagree from here ...

@@ -86,6 +86,14 @@ def run_role(tmp_path: Path, role: str, variables: dict[str, Any], *args: str) -
     return proc.returncode, json.loads(proc.stdout)
 
 
+def image_vars(image: str, *names: str) -> dict[str, Any]:
+    """The named role variables the manifest gives a node booted from `image` (its contract's paths)."""
+    from fmcluster.images import load_images
+
+    variables = load_images()[image].contract.role_vars()
+    return {name: variables[name] for name in names}
+
+
 def results(run: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     return [(t["task"]["name"], t["hosts"]["localhost"]) for p in run["plays"] for t in p["tasks"] if "localhost" in t["hosts"]]
 
@@ -96,6 +104,7 @@ def test_a_tampered_efa_tarball_from_the_mirror_is_refused_by_its_checksum(tmp_p
     rc, run = run_role(tmp_path, "efa", {
         "accel_detect_root": str(node), "efa_expected_interfaces": 2, "efa_require_devices": False, "efa_source": "s3",
         "efa_mirror_url": url, "efa_work_dir": str(work), "efa_limits_file": str(tmp_path / "limits.conf"),
+        **image_vars("dlami-base-gpu-ubuntu-24.04", "efa_fi_info", "efa_installed_marker"),
     })
     assert rc != 0
     failed = [(name, r) for name, r in results(run) if r.get("failed")]
@@ -105,6 +114,24 @@ def test_a_tampered_efa_tarball_from_the_mirror_is_refused_by_its_checksum(tmp_p
     assert actual != "cf2e9281a2328a243c76f911a490faed43ca0fecfe4733c25e34b2e92a32c309"
     assert "/mirror/efa/aws-efa-installer-1.49.0.tar.gz" in _Mirror.requested
     assert not (work / "aws-efa-installer").exists() and not (tmp_path / "limits.conf").exists()
+
+
+@pytest.mark.parametrize(("role", "variables", "stop"), [
+    ("efa", {"efa_expected_interfaces": 2, "efa_require_devices": False},
+     "efa : Stop where the node's image names no EFA installer prefix"),
+    ("neuron", {"neuron_expected_devices": 1}, "neuron : Stop where the node's image names no Neuron tools"),
+])
+def test_a_node_whose_image_names_no_path_for_its_devices_stops_before_anything_is_installed(
+        tmp_path: Path, node: Path, role: str, variables: dict[str, Any], stop: str) -> None:
+    """Issue 36: the EFA installer's fi_info and the Neuron tools' directory are facts of the node's image (its
+    contract's efa_home, neuron_bin_dir), never the role's guess: converged without them on a node with the devices,
+    the role stops first, naming the fact, and changes nothing."""
+    rc, run = run_role(tmp_path, role, {"accel_detect_root": str(node), **variables}, "--check")
+    assert rc != 0
+    failed = [(name, r) for name, r in results(run) if r.get("failed")]
+    assert [name for name, _ in failed] == [stop]
+    assert "src/fmcluster/data/images.yml" in failed[0][1]["msg"]
+    assert not [name for name, r in results(run) if r.get("changed")]
 
 
 def test_nvidia_install_path_in_check_mode_uses_the_mirror_and_writes_nothing(tmp_path: Path, mirror: tuple[str, Path], node: Path) -> None:
@@ -127,7 +154,7 @@ def test_neuron_install_path_in_check_mode_uses_the_mirror_and_writes_nothing(tm
     url, _ = mirror
     rc, run = run_role(tmp_path, "neuron", {
         "accel_detect_root": str(node), "neuron_expected_devices": 1, "neuron_source": "s3", "neuron_mirror_url": url,
-        "neuron_profile_path": str(tmp_path / "neuron.sh"),
+        "neuron_profile_path": str(tmp_path / "neuron.sh"), **image_vars("neuron-dlami-ubuntu-24.04", "neuron_bin_dir"),
     }, "--check", "--diff")
     assert rc == 0, [r.get("msg") for _, r in results(run) if r.get("failed")]
     assert not Path("/etc/apt/sources.list.d/fmcluster-neuron.sources").exists() and not (tmp_path / "neuron.sh").exists()
@@ -151,6 +178,7 @@ def test_the_neuron_dlami_s_own_entry_of_the_neuron_repository_is_used_never_lis
     rc, run = run_role(tmp_path, "neuron", {
         "accel_detect_root": str(node), "neuron_expected_devices": 1, "neuron_source": "s3", "neuron_mirror_url": url,
         "neuron_profile_path": str(tmp_path / "neuron.sh"), "neuron_apt_dir": str(apt),
+        **image_vars("neuron-dlami-ubuntu-24.04", "neuron_bin_dir"),
     }, "--check", "--diff")
     assert rc == 0, [r.get("msg") for _, r in results(run) if r.get("failed")]
     by_name = dict(results(run))

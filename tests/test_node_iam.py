@@ -523,6 +523,29 @@ def test_hyperpod_discovery_is_limited_to_clusters_carrying_the_tenants_org_tag(
                                             {"aws:ResourceTag/fmcluster:org": tenant.org}))
 
 
+@pytest.mark.parametrize(("prefix", "listed"), [
+    ("hyperpod/lifecycle/", True),  # the SourceS3Uri as the template gives it
+    ("hyperpod/lifecycle", True),  # ... without its trailing slash, which the API's pattern allows
+    ("hyperpod/lifecycle/base-config/", True),  # a folder under it
+    (None, False),  # the whole bucket
+    ("", False),
+    ("hyperpod/lifecycle-old", False),
+    ("fmcluster/report/", False),
+    ("data/", False),
+])
+def test_hyperpod_may_list_its_lifecycle_folder_however_it_names_it_and_nothing_else(
+        tenants: dict[str, Tenant], prefix: str | None, listed: bool) -> None:
+    """Issue 36: the execution roles listed only where s3:prefix is like hyperpod/lifecycle/*, and no AWS page says
+    with which prefix HyperPod lists SourceS3Uri (AWS's own policies grant s3:ListBucket on the whole bucket). The
+    folder's name with or without the slash, and what is under it, are listable; the bucket's other prefixes are not."""
+    tenant = tenants["hyperpod"]
+    ctx = {**context(tenant), **({} if prefix is None else {"s3:prefix": prefix})}
+    for role, policies in role_policies(tenant).items():
+        assert allows(policies, Request("s3:ListBucket", f"arn:aws:s3:::{BUCKET}", ctx)) is listed, (role, prefix)
+        assert allows(policies, Request("s3:GetObject", f"arn:aws:s3:::{BUCKET}/hyperpod/lifecycle/on_create.sh",
+                                        context(tenant))), role
+
+
 WORKSPACE = "ws-00000000-0000-0000-0000-000000000000"
 
 

@@ -11,7 +11,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import yaml
@@ -65,6 +65,12 @@ class Contract:
     slurm_installed_by: SlurmInstaller
     nccl_home: str | None
     ofi_nccl_lib_dirs: tuple[str, ...]
+    #: The CUDA toolkit nccl-tests builds with (nvcc, lib64/), or None: the image has no CUDA toolkit.
+    cuda_home: str | None
+    #: The EFA installer's prefix (libfabric: bin/fi_info, lib/), or None: the image has no EFA installer.
+    efa_home: str | None
+    #: The Open MPI nccl-tests builds and runs with (bin/mpicc, lib/), or None: the image has none.
+    mpi_home: str | None
     accelerator_stack: AcceleratorStack
     imds_access_tool: str | None
     neuron_bin_dir: str | None
@@ -111,6 +117,15 @@ class Contract:
         variables: dict[str, Any] = {
             "nccl_plugin_dirs": list(self.ofi_nccl_lib_dirs),
             "nccl_tests_ofi_nccl_lib_dirs": list(self.ofi_nccl_lib_dirs),
+            # Empty where the image has none: the roles stop with a message there, never at a guessed path.
+            "nccl_tests_cuda_home": self.cuda_home or "",
+            "nccl_tests_mpi_home": self.mpi_home or "",
+            "nccl_tests_efa_home": self.efa_home or "",
+            # The EFA installer's fi_info, and the record of what it installed, beside its prefix (ParallelCluster's
+            # cookbook reads both to find an image's EFA: https://github.com/aws/aws-parallelcluster-cookbook,
+            # aws-parallelcluster-environment's EFA recipe, `cat /opt/amazon/efa_installed_packages`).
+            "efa_fi_info": f"{self.efa_home}/bin/fi_info" if self.efa_home else "",
+            "efa_installed_marker": f"{PurePosixPath(self.efa_home).parent}/efa_installed_packages" if self.efa_home else "",
             # A service-owned stack (HyperPod's) is checked, never reinstalled or upgraded to the pins.
             "efa_manage_stack": self.accelerator_stack == "upgradable",
             "nvidia_driver_manage_stack": self.accelerator_stack == "upgradable",
@@ -127,8 +142,8 @@ class Contract:
         # versions.yml nvidia.nccl_package), and nccl-tests builds against where they put it.
         variables["nvidia_driver_install_nccl"] = self.nccl_home is None
         variables["nccl_tests_nccl_home"] = self.nccl_home or versions.packaged_nccl_home()
-        if self.neuron_bin_dir is not None:  # the neuron role checks the image's own stack with neuron-ls from here
-            variables["neuron_bin_dir"] = self.neuron_bin_dir
+        # the neuron role checks the Neuron stack with neuron-ls from here; empty: the image ships no Neuron tools
+        variables["neuron_bin_dir"] = self.neuron_bin_dir or ""
         # A GPU node's boot diagnostic (roles/node_health) wants and follows DCGM's host engine where the image ships
         # one; without it, the unit names none.
         variables["node_health_dcgm_service"] = self.dcgm_service or ""
@@ -338,6 +353,9 @@ _CONTRACT_FACTS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "accelerator_stack": (lambda v: v in get_args(AcceleratorStack), f"one of {', '.join(get_args(AcceleratorStack))}"),
     "imds_access_tool": (lambda v: v is None or (isinstance(v, str) and v.startswith("/")), "an absolute path, or null"),
     "neuron_bin_dir": (lambda v: v is None or (isinstance(v, str) and v.startswith("/")), "an absolute path, or null"),
+    "cuda_home": (lambda v: v is None or (isinstance(v, str) and v.startswith("/")), "an absolute path, or null"),
+    "efa_home": (lambda v: v is None or (isinstance(v, str) and v.startswith("/")), "an absolute path, or null"),
+    "mpi_home": (lambda v: v is None or (isinstance(v, str) and v.startswith("/")), "an absolute path, or null"),
     "dcgm_service": (lambda v: v is None or (isinstance(v, str) and v.endswith(".service") and "/" not in v
                                              and len(v) > len(".service")),
                      "a systemd service unit's name like \"nvidia-dcgm.service\", or null"),

@@ -11,7 +11,8 @@ from fmcluster.model import Tenant
 from fmcluster.stacks.cfn import NO_VALUE, Fn, GetAtt, Ref, Sub, if_, text
 from fmcluster.stacks.templates import ClusterTemplate
 from fmcluster.stacks.templates.common import (
-    LIFECYCLE_PREFIX, TEMPLATE_VERSION, alert_publish_statements, assume_role, bucket_name, controller_statements,
+    LIFECYCLE_PREFIX, TEMPLATE_VERSION, alert_publish_statements, assume_role, bucket_arn, bucket_name,
+    controller_statements,
     description, metadata, node_statements, output, remote_write_statements, resource_tags, security_group_id,
     spec_file, subnet_id,
 )
@@ -98,6 +99,21 @@ def network_statements() -> list[dict[str, Any]]:
     ]
 
 
+def lifecycle_source_statements() -> list[dict[str, Any]]:
+    """How HyperPod may list the lifecycle scripts' folder (LifeCycleConfig.SourceS3Uri) with the execution role.
+    The nodes' own grant (node_statements) lists where s3:prefix is like `hyperpod/lifecycle/*`: the URI as given
+    and any folder under it. No AWS page read says with which prefix HyperPod lists the URI, and the policies AWS
+    writes for it grant s3:ListBucket on the whole bucket with no prefix condition (AmazonSageMakerClusterInstance
+    RolePolicy, on `sagemaker-*` buckets:
+    https://docs.aws.amazon.com/sagemaker/latest/dg/security-iam-awsmanpol-AmazonSageMakerClusterInstanceRolePolicy.html;
+    awsome-distributed-training's execution-role policy, https://github.com/awslabs/awsome-distributed-ai/pull/1045).
+    The API allows the URI with or without its trailing slash (pattern `(https|s3)://([^/]+)/?(.*)`,
+    https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_ClusterLifeCycleConfig.html), so the folder's name
+    without it is listable too; the bucket's other prefixes, and a listing without a prefix, stay refused."""
+    return [{"Sid": "ListLifecycleSourceWithoutSlash", "Effect": "Allow", "Action": "s3:ListBucket",
+             "Resource": bucket_arn(), "Condition": {"StringEquals": {"s3:prefix": LIFECYCLE_PREFIX.rstrip("/")}}}]
+
+
 def discovery_statements(tenant: Tenant) -> list[dict[str, Any]]:
     """How a HyperPod node finds itself and the cluster's other nodes (fmcluster.nodes.hyperpod_nodes): the
     cluster's ARN ends in an id SageMaker assigns when it creates the cluster, after these roles exist, and the
@@ -175,10 +191,12 @@ def build(tenant: Tenant) -> dict[str, Any]:
         # prefixes of the tenant bucket (the lifecycle scripts among them), each role's own secrets, the
         # cluster's node list and the VPC interfaces HyperPod attaches.
         "ExecutionRole": _role(tenant, "hyperpod-role", [*node_statements(tenant, controller=False),
+                                                          *lifecycle_source_statements(),
                                                           *discovery_statements(tenant), *network_statements()],
                                f"{prefix} HyperPod login and compute instances"),
         "ControllerExecutionRole": _role(tenant, "hyperpod-controller-role",
-                                         [*node_statements(tenant, controller=True), *controller_statements(),
+                                         [*node_statements(tenant, controller=True), *lifecycle_source_statements(),
+                                          *controller_statements(),
                                           *remote_write_statements(tenant), *alert_publish_statements(tenant),
                                           *discovery_statements(tenant),
                                           *network_statements()], f"{prefix} HyperPod controller"),
