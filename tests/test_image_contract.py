@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from conftest import ROOT
-from fmcluster import versions
+from fmcluster import role_defaults, versions
 from fmcluster.images import (
     OFI_NCCL_ARCH_DIR,
     OFI_NCCL_FLAT_DIR,
@@ -219,7 +219,7 @@ def role_default_image_paths(roles_dir: Path) -> list[str]:
         for name, value in (yaml.safe_load(defaults.read_text()) or {}).items():
             found += [f"{defaults.parts[-3]}: {name} = {literal}" for literal in image_path_literals(value)]
     for specs in sorted(roles_dir.glob("*/meta/argument_specs.yml")):
-        for entry in (yaml.safe_load(specs.read_text())["argument_specs"]).values():
+        for entry in (role_defaults.load_spec(specs)["argument_specs"]).values():
             for name, option in (entry.get("options") or {}).items():
                 found += [f"{specs.parts[-3]}: {name} = {literal} (argument_specs default)"
                           for literal in image_path_literals(option.get("default"))]
@@ -621,5 +621,5 @@ def test_the_dcgm_exporter_role_says_why_and_starts_nothing_where_the_image_has_
     assert "dcgm_exporter_runtime == 'none'" in said["when"]
     run = next(t for t in tasks if t["name"] == "Run the DCGM exporter")
     assert "dcgm_exporter_runtime != 'none'" in run["when"]
-    specs = yaml.safe_load((ROOT / "roles/dcgm_exporter/meta/argument_specs.yml").read_text())
+    specs = role_defaults.load_spec(ROOT / "roles/dcgm_exporter/meta/argument_specs.yml")
     assert "none" in specs["argument_specs"]["main"]["options"]["dcgm_exporter_runtime"]["choices"]

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
+from fmcluster import role_defaults
 from fmcluster.images import booted_image
 from fmcluster.manifest import assemble_inventory
 from fmcluster.model import load_tenant
@@ -54,7 +54,7 @@ PER_QUEUE_OVERRIDES = {
 def declared_by_roles() -> set[str]:
     declared: set[str] = set()
     for spec in sorted(ROOT.glob("roles/*/meta/argument_specs.yml")):
-        for entry in (yaml.safe_load(spec.read_text()).get("argument_specs") or {}).values():
+        for entry in (role_defaults.load_spec(spec).get("argument_specs") or {}).values():
             declared |= set((entry or {}).get("options") or {})
     return declared
 

@@ -2,7 +2,10 @@
 
 A role variable is written once, in the spec: its type, its `default` and its `description` (ansible-doc's reader,
 and ansible's check of the play's values). The defaults file ansible reads is rendered from it, every default
-preceded by its description as the comment the operator reads. tests/test_role_variables.py keeps the committed
+preceded by its description as the comment the operator reads. A default that is a template is tagged `!unsafe` in
+the spec: ansible renders a spec before it validates the play's values against it, and a template naming a variable
+the play has not set would fail the role there; the defaults file holds it as the plain template ansible renders
+when the variable is read. tests/test_role_variables.py keeps the committed
 files equal to what the specs generate.
 
     python -m fmcluster.role_defaults           # rewrite every role's defaults/main.yml
@@ -34,6 +37,53 @@ FLOW_MAX = 100
 
 
 _UNREADABLE = object()
+
+
+class Unsafe(str):
+    """A spec value tagged `!unsafe`: a template ansible must not render when it validates the play's values."""
+
+
+class SpecLoader(yaml.SafeLoader):
+    """YAML as ansible reads a meta/argument_specs.yml, `!unsafe` included."""
+
+
+def _unsafe(loader: yaml.SafeLoader, node: yaml.Node) -> Unsafe:
+    assert isinstance(node, yaml.ScalarNode), "!unsafe tags a string"
+    return Unsafe(loader.construct_scalar(node))
+
+
+SpecLoader.add_constructor("!unsafe", _unsafe)
+
+
+def load_spec(path: Path) -> Any:
+    """A role's meta/argument_specs.yml as ansible reads it (`!unsafe` strings as Unsafe)."""
+    return yaml.load(path.read_text(), Loader=SpecLoader)  # noqa: S506 - SafeLoader plus one string tag
+
+
+def _is_template(text: str) -> bool:
+    return "{{" in text or "{%" in text
+
+
+def _untagged_templates(value: Any) -> List[str]:
+    """Template strings in `value` that are not tagged `!unsafe`."""
+    if isinstance(value, str):
+        return [value] if _is_template(value) and not isinstance(value, Unsafe) else []
+    if isinstance(value, Mapping):
+        return [t for k, v in value.items() for t in _untagged_templates(k) + _untagged_templates(v)]
+    if isinstance(value, list):
+        return [t for v in value for t in _untagged_templates(v)]
+    return []
+
+
+def _plain(value: Any) -> Any:
+    """`value` with its `!unsafe` strings as the plain strings defaults/main.yml holds (templates ansible renders)."""
+    if isinstance(value, Unsafe):
+        return str(value)
+    if isinstance(value, Mapping):
+        return {_plain(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
 
 
 def _loads(text: str) -> Any:
@@ -132,7 +182,14 @@ def options(spec: Mapping[str, Any]) -> Dict[str, Any]:
 def render(role: str, spec: Mapping[str, Any]) -> Optional[str]:
     """defaults/main.yml for `role` from its argument spec; None when no option has a default."""
     main = spec["argument_specs"]["main"]
-    defaults = {name: option["default"] for name, option in options(spec).items() if "default" in option}
+    for name, option in options(spec).items():
+        # ansible renders the whole spec before it checks the play's values: a template naming a variable the play
+        # has not set (yet: a registered result, another role's setting) would fail the role at its first task.
+        untagged = _untagged_templates(option.get("default"))
+        if untagged:
+            raise ValueError(f"roles/{role}/meta/argument_specs.yml: {name}'s default {untagged[0]!r} is a template; "
+                             "tag it `!unsafe` so ansible keeps it as text in the spec (defaults/main.yml renders it)")
+    defaults = {name: _plain(option["default"]) for name, option in options(spec).items() if "default" in option}
     if not defaults:
         return None
     lines = ["---", HEADER, *comment(f"{role}: {main.get('short_description', '')}")]
@@ -151,7 +208,7 @@ def generated(roles: Path = ROLES) -> Dict[Path, str]:
     files = {}
     for spec_path in sorted(roles.glob("*/meta/argument_specs.yml")):
         role = spec_path.parent.parent
-        text = render(role.name, yaml.safe_load(spec_path.read_text()))
+        text = render(role.name, load_spec(spec_path))
         if text is not None:
             files[role / "defaults" / "main.yml"] = text
     return files
