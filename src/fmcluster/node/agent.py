@@ -16,6 +16,7 @@ deploy` and `invoke status` read it there for that instance: no ssh from the dep
 from __future__ import annotations
 
 import fcntl
+import importlib.util
 import json
 import os
 import socket
@@ -405,6 +406,12 @@ class Agent:
                "ANSIBLE_INVENTORY": str(inventory), "ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_NOCOLOR": "1",
                "PYTHONPATH": startup_path(os.environ.get("PYTHONPATH", "")),
                **fact_cache_env(private_dir(self.state_dir / "facts"), reuse=membership_pass)}
+        strategy = mitogen_env()
+        if strategy:
+            env.update(strategy)
+        else:
+            report.notes.append("Mitogen is missing from the node's venv (versions.yml node_toolchain): Ansible ran "
+                                "its own linear strategy, a few times slower")
         if membership_pass and checked_out(checkout, self.settings.ref):
             # A membership pass of the commit already checked out (and unmodified): ansible-pull would only
             # check the same commit out again, a whole Ansible run of its own before the play.
@@ -635,6 +642,17 @@ def fact_cache_env(directory: Path, reuse: bool) -> dict[str, str]:
     about the host changes when another node joins)."""
     return {"ANSIBLE_CACHE_PLUGIN": "jsonfile", "ANSIBLE_CACHE_PLUGIN_CONNECTION": str(directory),
             "ANSIBLE_CACHE_PLUGIN_TIMEOUT": "0", "ANSIBLE_GATHERING": "smart" if reuse else "implicit"}
+
+
+def mitogen_env() -> dict[str, str]:
+    """Ansible settings that run the play with Mitogen's strategy (versions.yml node_toolchain `mitogen`): a task's
+    module runs in an interpreter kept for the play instead of a payload packed, written and started per task, the
+    cost that dominates a converge. Empty when the venv lacks it."""
+    spec = importlib.util.find_spec("ansible_mitogen")
+    if spec is None or not spec.submodule_search_locations:
+        return {}
+    package = Path(next(iter(spec.submodule_search_locations)))
+    return {"ANSIBLE_STRATEGY_PLUGINS": str(package / "plugins" / "strategy"), "ANSIBLE_STRATEGY": "mitogen_linear"}
 
 
 #: sitecustomize for the Pythons of the agent's Ansible runs: the bytecode cache of module payloads
