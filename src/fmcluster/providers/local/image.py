@@ -35,9 +35,11 @@ Out = Callable[[str], object]
 NAME = "debian-12-local"
 SUITE = "bookworm"
 MIRROR = "http://deb.debian.org/debian"
-#: What a Debian 12 cloud image carries that fmcluster's first boot relies on (and nothing more).
-PACKAGES = ("systemd", "systemd-sysv", "dbus", "cloud-init", "locales", "python3", "openssh-server", "curl", "ca-certificates",
-            "iproute2", "sudo", "procps", "netbase", "iputils-ping", "less")
+#: What a Debian 12 cloud image carries that fmcluster's first boot relies on (and nothing more). python3-apt: the
+#: binding Ansible's apt modules import in the system python3 the nodes' plays run their modules with (Debian's and
+#: Ubuntu's cloud images ship it with unattended-upgrades).
+PACKAGES = ("systemd", "systemd-sysv", "dbus", "cloud-init", "locales", "python3", "python3-apt", "openssh-server", "curl",
+            "ca-certificates", "iproute2", "sudo", "procps", "netbase", "iputils-ping", "less")
 #: cloud-init's configuration for the substrate (datasource EC2 through the IMDS stand-in).
 CLOUD_CFG = Path(__file__).with_name("cloud.cfg")
 CLOUD_CFG_TARGET = "/etc/cloud/cloud.cfg.d/90_fmcluster_local.cfg"
