@@ -1,7 +1,9 @@
 """Wait until no process holds dpkg's locks (apt, unattended-upgrades at first boot), then exit 0.
 
 apt and dpkg take fcntl (POSIX) locks on these files, which flock(1) does not see: this takes and releases the
-same kind of lock. Usage: wait-dpkg-lock.py SECONDS. Prints how long it waited; exits 1 after SECONDS."""
+same kind of lock. Usage: wait-dpkg-lock.py SECONDS. Prints how long it waited and how old apt's package lists are
+(lists_age_s=, as apt's `cache_valid_time` reads it: the periodic update's success stamp, else the lists
+directory); exits 1 after SECONDS."""
 
 import fcntl
 import os
@@ -9,6 +11,8 @@ import sys
 import time
 
 LOCKS = ("/var/lib/dpkg/lock-frontend", "/var/lib/dpkg/lock", "/var/lib/apt/lists/lock")
+#: What ansible.builtin.apt compares with cache_valid_time, in its order.
+LISTS_UPDATED = ("/var/lib/apt/periodic/update-success-stamp", "/var/lib/apt/lists")
 
 
 def main() -> int:
@@ -33,6 +37,9 @@ def main() -> int:
         finally:
             os.close(fd)
     print(f"waited {time.monotonic() - started:.0f}s")
+    updated = next((os.stat(path).st_mtime for path in LISTS_UPDATED if os.path.exists(path)), None)
+    if updated is not None:
+        print(f"lists_age_s={max(0, int(time.time() - updated))}")
     return 0
 
 
