@@ -178,6 +178,8 @@ apt_get() { DEBIAN_FRONTEND=noninteractive NEEDRESTART_MODE=l apt-get -q -o DPkg
 missing=()
 command -v git >/dev/null || missing+=(git)
 python3 -c 'import venv' 2>/dev/null || missing+=(python3-venv)
+# The plays' modules run with this python3 and the distribution's apt binding (fmcluster.node.agent, Mitogen).
+python3 -c 'import apt_pkg' 2>/dev/null || missing+=(python3-apt)
 if ((${#missing[@]})); then
   if [[ -d /run/systemd/system ]]; then
     systemctl stop apt-daily.timer apt-daily-upgrade.timer apt-daily.service apt-daily-upgrade.service \
