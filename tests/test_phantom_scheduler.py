@@ -1,6 +1,7 @@
 """A fourth scheduler is one folder plus one registry line (issue 41's proof): a copy of the package in which
 src/fmcluster/schedulers/slurm_ec2 is copied as `phantom` (its name written in its own files only) and the registry
-gets its line validates, plans and builds the manifest of a tenant naming `scheduler: phantom`, no other file changed.
+gets its line validates, plans and builds the manifest of a tenant naming `scheduler: phantom`, and the scaffold
+writes one (`invoke new-tenant --scheduler=phantom`), no other file changed.
 The phantom also brings its own entries of core data files (an image in its images.yml, an account in its
 reserved_accounts.yml, read through capabilities.scheduler_data) and a tenant section of its own, as ParallelCluster's
 `parallelcluster:` does, in its folder only: its schema fragment (section.schema.json, with a `$defs` entry), its
@@ -9,7 +10,6 @@ refused with their key, and refused under another scheduler), parsed into Tenant
 the schema reference.
 
 What the phantom still cannot do (the remaining gap, for the rest of issue 41):
-- `invoke new-tenant --scheduler=phantom` is refused: cookiecutters/tenant/cookiecutter.json lists the choices;
 - only validate → plan (offline) → manifest run here: no deploy;
 What a scheduler adds to the storage stack is its own (`storage_parts`, StorageParts: ParallelCluster's node
 policies and accounting database in its folder), and the stacks layer is handed the scheduler by the commands layer
@@ -78,6 +78,12 @@ from fmcluster.validation import reserved_accounts
 
 assert load_images()["phantom-ubuntu2204"].contract.default_user == "ubuntu"
 assert reserved_accounts()[0]["phantom-admin"] == "gpu_and_aws_images"
+
+# The scaffold offers it: `invoke new-tenant --scheduler=phantom` (the choices come from the registry).
+from fmcluster.scaffold import new_tenant
+
+scaffolded = new_tenant("scaffolded", {"scheduler": "phantom", "provider": "local", "instance_type": "c5.2xlarge"})
+assert scaffolded.scheduler == "phantom" and scaffolded.org == "scaffolded", scaffolded
 print("PHANTOM OK")
 """
 

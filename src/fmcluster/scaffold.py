@@ -80,9 +80,33 @@ def _option(answer: str) -> str:
     return "--region" if answer == "availability_zone" else "--" + answer.replace("_", "-")
 
 
+def _registered() -> dict[str, list[str]]:
+    """The answers whose choices are the registries' (a provider or scheduler is a folder plus a registry line)."""
+    from fmcluster.capabilities import PROVIDERS, SCHEDULERS
+
+    return {"provider": list(PROVIDERS), "scheduler": list(SCHEDULERS)}
+
+
+def _context(root: Path | None = None) -> dict[str, object]:
+    """The template's cookiecutter.json with each registered answer a choice among the registry's names, the
+    template's own default first."""
+    context: dict[str, object] = json.loads((template_dir(root) / "cookiecutter.json").read_text(encoding="utf-8"))
+    for key, names in _registered().items():
+        default = context.get(key)
+        context[key] = ([default] if default in names else []) + [n for n in names if n != default]
+    return context
+
+
 def _choices(root: Path | None = None) -> dict[str, list[str]]:
-    context = json.loads((template_dir(root) / "cookiecutter.json").read_text(encoding="utf-8"))
-    return {k: v for k, v in context.items() if isinstance(v, list)}
+    return {k: [str(c) for c in v] for k, v in _context(root).items() if isinstance(v, list)}
+
+
+def _staged_template(staging: Path) -> Path:
+    """The tenant template, copied with the registries' choices written into its cookiecutter.json."""
+    template = staging / ".template" / "tenant"
+    shutil.copytree(template_dir(), template)
+    (template / "cookiecutter.json").write_text(json.dumps(_context(), indent=2) + "\n", encoding="utf-8")
+    return template
 
 
 def answer_problems(answers: dict[str, str]) -> list[Problem]:
@@ -178,7 +202,7 @@ def new_tenant(
     try:
         try:
             rendered = Path(cookiecutter(
-                str(template_dir()),
+                str(_staged_template(staging)),
                 no_input=not interactive,
                 extra_context=answers,
                 output_dir=str(staging),
