@@ -25,8 +25,9 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 import yaml
 
 from fmcluster.exits import ExitCode
+from fmcluster.paths import source_root
 
-ROLES = Path(__file__).resolve().parents[2] / "roles"
+ROLES = source_root() / "roles"
 HEADER = ("# Generated from meta/argument_specs.yml by `python -m fmcluster.role_defaults`: edit the spec and run it "
           "again.")
 #: yamllint's line-length (.yamllint.yml); comments and long values wrap earlier, where the hand-written ones did.
