@@ -18,6 +18,7 @@ APT_PACKAGES=(
   docker-registry skopeo umoci                   # the local VPC's container registry (standing for ECR), the tests' image
   slapd ldap-utils openssl                       # the local substrate's directory (OpenLDAP, TLS) for `directory:`
   shellcheck                                     # the lint tier's shell linter (tests/test_lint.py)
+  python3-apt                                    # apt's binding for the tests' local plays under Mitogen (conftest)
 )
 
 missing=()

@@ -9,13 +9,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from conftest import ROOT, venv_tool
+from conftest import HOST_PYTHON, ROOT, venv_tool
 
 pytestmark = pytest.mark.slow
 
@@ -39,7 +38,7 @@ def detect(tmp_path: Path, root: str) -> dict[str, Any]:
     env = {**os.environ, "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json", "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
            "ANSIBLE_ROLES_PATH": str(ROOT / "roles"), "ANSIBLE_CACHE_PLUGIN": "memory"}
     proc = subprocess.run(
-        [venv_tool("ansible-playbook"), "-i", "localhost,", "-c", "local", "-e", f"ansible_python_interpreter={sys.executable}",
+        [venv_tool("ansible-playbook"), "-i", "localhost,", "-c", "local", "-e", f"ansible_python_interpreter={HOST_PYTHON}",
          "-e", f"accel_detect_root={root}", str(play)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=True,
     )

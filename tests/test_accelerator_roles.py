@@ -11,7 +11,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,7 @@ from fmcluster.catalog import load_catalog
 from fmcluster.accelerators import queue_vars as accelerator_queue_vars
 from fmcluster.nccl import queue_vars
 
-from conftest import ROOT, venv_tool
+from conftest import HOST_PYTHON, ROOT, venv_tool
 
 pytestmark = pytest.mark.slow
 
@@ -54,7 +53,7 @@ def write_inventory(path: Path, provider: str, types: list[str], out: Path | Non
         }
     inventory = {"all": {
         "vars": {**capabilities(provider, "slurm-ec2").manifest_vars(), "ansible_connection": "local",
-                 "ansible_python_interpreter": sys.executable},
+                 "ansible_python_interpreter": HOST_PYTHON},
         "children": {"compute": {"children": queues}},
     }}
     path.write_text(yaml.safe_dump(inventory, sort_keys=False), encoding="utf-8")

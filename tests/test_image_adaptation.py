@@ -10,13 +10,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from typing import Any
 
 import pytest
 import yaml
 
-from conftest import ROOT, venv_tool
+from conftest import HOST_PYTHON, ROOT, venv_tool
 from fmcluster import versions
 
 pytestmark = pytest.mark.slow  # one ansible-playbook run (several seconds on a loaded machine)
@@ -72,7 +71,7 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
            "ANSIBLE_ROLES_PATH": str(ROOT / "roles"), "ANSIBLE_LOCALHOST_WARNING": "false",
            "ANSIBLE_INVENTORY_UNPARSED_WARNING": "false"}
     proc = subprocess.run([venv_tool("ansible-playbook"), "-i", "localhost,", "-c", "local",
-                           "-e", f"ansible_python_interpreter={sys.executable}", str(path)],
+                           "-e", f"ansible_python_interpreter={HOST_PYTHON}", str(path)],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     run = json.loads(proc.stdout)

@@ -10,7 +10,6 @@ import io
 import json
 import os
 import subprocess
-import sys
 import tarfile
 import threading
 from collections.abc import Iterator
@@ -19,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from conftest import ROOT, venv_tool
+from conftest import HOST_PYTHON, ROOT, venv_tool
 
 pytestmark = pytest.mark.slow
 
@@ -78,7 +77,7 @@ def run_role(tmp_path: Path, role: str, variables: dict[str, Any], *args: str) -
     play = tmp_path / f"{role}.yml"
     play.write_text(f"- hosts: localhost\n  gather_facts: true\n  roles: [{role}]\n", encoding="utf-8")
     extra = tmp_path / f"{role}-vars.json"
-    extra.write_text(json.dumps({"ansible_python_interpreter": sys.executable, **variables}), encoding="utf-8")
+    extra.write_text(json.dumps({"ansible_python_interpreter": HOST_PYTHON, **variables}), encoding="utf-8")
     env = {**os.environ, "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json", "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
            "ANSIBLE_ROLES_PATH": str(ROOT / "roles"), "ANSIBLE_CACHE_PLUGIN": "memory"}
     proc = subprocess.run([venv_tool("ansible-playbook"), "-i", "localhost,", "-c", "local", "-e", f"@{extra}", str(play), *args],

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, venv_tool
+from conftest import HOST_PYTHON, ROOT, venv_tool
 from fmcluster.images import load_images
 from fmcluster.model import load_tenant
 from fmcluster.providers.local.hosts import Host, host_run
@@ -44,7 +44,7 @@ def converge_here(tmp_path: Path, **variables: object) -> subprocess.CompletedPr
     play = tmp_path / "play.yml"
     play.write_text("- hosts: localhost\n  gather_facts: false\n  roles: [operator_access]\n")
     argv = [venv_tool("ansible-playbook"), "-i", "localhost,", "-c", "local", str(play), "-e", json.dumps(variables),
-            "-e", f"ansible_python_interpreter={venv_tool('python')}"]
+            "-e", f"ansible_python_interpreter={HOST_PYTHON}"]
     return subprocess.run(argv, cwd=ROOT, capture_output=True, text=True,
                           env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
                                "ANSIBLE_ROLES_PATH": str(ROOT / "roles")})

@@ -10,14 +10,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from conftest import venv_tool
+from conftest import HOST_PYTHON, venv_tool
 from fmcluster.manifest import scrape_configs
 from fmcluster.nodes import Node
 from monitoring_helpers import PROMTOOL, ROOT, RULES_FILE
@@ -66,7 +65,7 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     hosts = {}
     for shape, values in SHAPES.items():
         hosts[shape] = {**defaults, "prometheus_rules_dir": str(rules_dir), **values, "ansible_connection": "local",
-                        "ansible_python_interpreter": sys.executable, "out": str(tmp / f"{shape}.yml"),
+                        "ansible_python_interpreter": HOST_PYTHON, "out": str(tmp / f"{shape}.yml"),
                         "template": str(ROOT / "roles" / "prometheus" / "templates" / "prometheus.yml.j2")}
     (tmp / "hosts.json").write_text(json.dumps({"all": {"hosts": hosts}}))
     (tmp / "play.yml").write_text(PLAY)

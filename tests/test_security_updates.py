@@ -8,14 +8,13 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from conftest import ROOT, venv_tool
+from conftest import HOST_PYTHON, ROOT, venv_tool
 from fmcluster import versions
 from fmcluster.model import load_tenant
 from localtenant import manifest_for
@@ -71,7 +70,7 @@ def run_role(tmp_path: Path, variables: dict[str, Any], *args: str) -> tuple[int
     play = tmp_path / "play.yml"
     play.write_text("- hosts: localhost\n  gather_facts: false\n  roles: [security_updates]\n", encoding="utf-8")
     extra = tmp_path / "vars.json"
-    extra.write_text(json.dumps({"ansible_python_interpreter": sys.executable, **variables}), encoding="utf-8")
+    extra.write_text(json.dumps({"ansible_python_interpreter": HOST_PYTHON, **variables}), encoding="utf-8")
     env = {**os.environ, "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json", "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
            "ANSIBLE_ROLES_PATH": str(ROOT / "roles")}
     proc = subprocess.run([venv_tool("ansible-playbook"), "-i", "localhost,", "-c", "local", "-e", f"@{extra}",

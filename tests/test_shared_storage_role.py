@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import ROOT, venv_tool
+from conftest import HOST_PYTHON, ROOT, venv_tool
 
 pytestmark = pytest.mark.slow
 
@@ -34,7 +34,7 @@ def test_a_kernel_without_a_lustre_client_build_is_refused_by_name(tmp_path: Pat
         {"name": "check", "ansible.builtin.assert": {"that": the_check(), "quiet": True}}]}]))
     done = subprocess.run([venv_tool("ansible-playbook"), "-i", "localhost,", "-c", "local", str(play),
                            "-e", json.dumps({"shared_storage_lustre_policy": {"stdout": answer},
-                                             "ansible_python_interpreter": venv_tool("python")})],
+                                             "ansible_python_interpreter": HOST_PYTHON})],
                           capture_output=True, text=True, env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")})
     assert (done.returncode == 0) is passes, done.stdout
 
@@ -45,7 +45,7 @@ def run_lustre_repository(tmp_path: Path, apt: Path, key: Path) -> dict[str, dic
     play.write_text(yaml.safe_dump([{"hosts": "localhost", "gather_facts": True, "tasks": [
         {"ansible.builtin.import_role": {"name": "shared_storage", "tasks_from": "lustre_repository"}}]}]))
     extra = {"shared_storage_apt_dir": str(apt), "shared_storage_lustre_key_url": key.as_uri(),
-             "ansible_python_interpreter": venv_tool("python")}
+             "ansible_python_interpreter": HOST_PYTHON}
     env = {**os.environ, "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json", "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
            "ANSIBLE_ROLES_PATH": str(ROOT / "roles"), "ANSIBLE_CACHE_PLUGIN": "memory"}
     done = subprocess.run([venv_tool("ansible-playbook"), "-i", "localhost,", "-c", "local", "-e", json.dumps(extra),

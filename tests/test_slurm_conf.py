@@ -14,14 +14,13 @@ import re
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from conftest import ROOT, venv_tool
+from conftest import HOST_PYTHON, ROOT, venv_tool
 from fmcluster.manifest import assemble_inventory, placement_group_output_key
 from fmcluster.model import Tenant, load_tenant
 from localtenant import manifest_for, nodes_for
@@ -87,7 +86,7 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> Path:
     }
     for group in cases.values():
         for case, variables in group.items():
-            variables.update(ansible_connection="local", ansible_python_interpreter=sys.executable,
+            variables.update(ansible_connection="local", ansible_python_interpreter=HOST_PYTHON,
                              out_dir=str(tmp / case), templates_dir=str(TEMPLATES))
             (tmp / case).mkdir()
     inventory = {"all": {"children": {group: {"hosts": hosts} for group, hosts in cases.items()}}}

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, venv_tool
+from conftest import HOST_PYTHON, ROOT, venv_tool
 from fmcluster.images import load_images
 
 pytestmark = pytest.mark.slow
@@ -51,7 +51,7 @@ def playbook(tmp_path: Path, *extra: str, accelerator: str = "none", gpus: int =
     if not inv.is_dir():
         inv.mkdir()
         backends = "[nccl]" if accelerator == "cuda" else "[cpu]"
-        (inv / "hosts.yml").write_text(INVENTORY.format(python=venv_tool("python"), accelerator=accelerator, gpus=gpus,
+        (inv / "hosts.yml").write_text(INVENTORY.format(python=HOST_PYTHON, accelerator=accelerator, gpus=gpus,
                                                         backends=backends))
     argv = [venv_tool("ansible-playbook"), "-i", str(inv), str(ROOT / "playbooks" / "acceptance-jobs.yml"),
             "-e", f"nccl_tests_job_dir={tmp_path / 'jobs'}", *extra]
@@ -88,7 +88,7 @@ def test_cuda_queues_get_nccl_tests_scripts_with_the_reference_command(tmp_path:
 def test_a_cluster_with_gpu_and_cpu_queues_gets_both_script_sets(tmp_path: Path) -> None:
     inv = tmp_path / "inventory"
     inv.mkdir()
-    (inv / "hosts.yml").write_text(MIXED.format(python=venv_tool("python")))
+    (inv / "hosts.yml").write_text(MIXED.format(python=HOST_PYTHON))
     result = playbook(tmp_path)
     assert result.returncode == 0, result.stdout
     names = sorted(p.name for p in (tmp_path / "jobs").iterdir())

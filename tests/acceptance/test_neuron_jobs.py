@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from conftest import ROOT, venv_tool
+from conftest import HOST_PYTHON, ROOT, venv_tool
 from fmcluster.acceptance import runner
 from fmcluster.acceptance.expectation import expectation_for
 from fmcluster.acceptance.neuron import NEURON_CORES
@@ -95,7 +95,7 @@ INVENTORY = """all:
 def neuronlab_jobs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """neuronlab's job scripts as the role renders them from its manifest's variables."""
     tmp = tmp_path_factory.mktemp("neuronlab-jobs")
-    (tmp / "hosts.yml").write_text(INVENTORY.format(python=venv_tool("python")))
+    (tmp / "hosts.yml").write_text(INVENTORY.format(python=HOST_PYTHON))
     variables = {**role_vars(manifest_for(load_tenant("neuronlab", ROOT))), "nccl_tests_job_dir": str(tmp / "jobs")}
     run = subprocess.run([venv_tool("ansible-playbook"), "-i", str(tmp / "hosts.yml"),
                           str(ROOT / "playbooks" / "acceptance-jobs.yml"), "-e", json.dumps(variables)],

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,7 @@ import pytest
 import yaml
 from cookiecutter.main import cookiecutter
 
-from conftest import venv_tool
+from conftest import HOST_PYTHON, venv_tool
 from hostile_helpers import HOSTILE, ROOT, _env, shape
 from fmcluster.manifest import assemble_inventory, placement_group_output_key
 from fmcluster.model import load_tenant
@@ -195,7 +194,7 @@ def test_the_slurm_role_refuses_values_slurm_conf_cannot_hold(tmp_path: Path) ->
         (tmp_path / f"{org}.json").write_text(json.dumps(_slurm_vars(org)))
     (tmp_path / "play.yml").write_text(yaml.safe_dump(play))
     result = subprocess.run([venv_tool("ansible-playbook"), "-c", "local", "-i", "localhost,",
-                             "-e", f"ansible_python_interpreter={sys.executable}", str(tmp_path / "play.yml")],
+                             "-e", f"ansible_python_interpreter={HOST_PYTHON}", str(tmp_path / "play.yml")],
                             capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     assert f"ignored={len(bad_cases)}" in result.stdout
