@@ -28,7 +28,7 @@ if "ANSIBLE_STRATEGY" not in os.environ:
 #: The interpreter of every play the tests run on this machine (local connection): the distribution's python3 with
 #: its apt binding (scripts/bootstrap.sh installs python3-apt). Mitogen runs a module in place, so Ansible's apt
 #: modules cannot re-start themselves under that interpreter from the venv's python, as they do with the linear
-#: strategy; a node's plays use its image's python3 for the same reason (fmcluster.node.agent.SYSTEM_PYTHON).
+#: strategy; a node's plays use its image's python3 for the same reason (images.yml contract python_interpreter).
 HOST_PYTHON = "/usr/bin/python3"
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from conftest import ROOT, substrate_root_at, venv_tool
+from conftest import HOST_PYTHON, ROOT, substrate_root_at, venv_tool
 from fmcluster.providers.local import harness
 from fmcluster.providers.local.hosts import Host, remove_all
 from fmcluster.providers.local.packages import stop_package_source
@@ -29,7 +29,7 @@ def converge_role(role: str, tmp: Path, variables: dict[str, Any], *extra: str) 
     env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_ROLES_PATH": str(ROOT / "roles"),
            "ANSIBLE_CACHE_PLUGIN": "memory", "ANSIBLE_NOCOLOR": "1"}
     done = subprocess.run([venv_tool("ansible-playbook"), "-i", "localhost,", "-c", "local", "-e",
-                           "ansible_python_interpreter=/usr/bin/python3", "-e", f"@{tmp / 'vars.yml'}",
+                           f"ansible_python_interpreter={HOST_PYTHON}", "-e", f"@{tmp / 'vars.yml'}",
                            str(tmp / "play.yml"), *extra], capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
     changed = re.search(r"^localhost\s+: ok=\d+\s+changed=(\d+)", done.stdout, re.M)
     return done.returncode, int(changed.group(1)) if changed else -1, done.stdout + done.stderr

@@ -623,3 +623,26 @@ def test_the_dcgm_exporter_role_says_why_and_starts_nothing_where_the_image_has_
     assert "dcgm_exporter_runtime != 'none'" in run["when"]
     specs = role_defaults.load_spec(ROOT / "roles/dcgm_exporter/meta/argument_specs.yml")
     assert "none" in specs["argument_specs"]["main"]["options"]["dcgm_exporter_runtime"]["choices"]
+
+
+def test_every_node_kind_runs_its_modules_with_its_image_s_python3_and_the_agent_names_none() -> None:
+    """The modules of a node's plays run with the image's python3 (images.yml python_interpreter, its package's file
+    list or the OS's guide), which has the distribution's apt binding where there is apt: Mitogen runs a module in
+    place, so apt's modules cannot re-start themselves there from the venv's python. The manifest gives it every node
+    kind; the agent passes no interpreter of its own that would override it."""
+    catalog = load_images()
+    for key, image in catalog.images.items():
+        contract = image.contract
+        assert contract.python_interpreter == "/usr/bin/python3" and image.ships["python"].present, key
+        assert contract.role_vars()["ansible_python_interpreter"] == contract.python_interpreter, key
+    for org in ORGS:
+        groups = manifest_for(load_tenant(org, ROOT))["groups"]
+        kinds = [groups["controller"], *([groups["login"]] if groups["login"] else []), *groups["queues"].values()]
+        assert all(kind["vars"]["ansible_python_interpreter"] == "/usr/bin/python3" for kind in kinds), org
+    agent = (ROOT / "src" / "fmcluster" / "node" / "agent.py").read_text()
+    assert "ansible_python_interpreter=" not in agent
+    broken = copy.deepcopy(raw_catalog())
+    broken["images"]["debian-12-local"]["contract"]["python_interpreter"]["value"] = "python3"
+    with pytest.raises(ImageCatalogError, match=r"images\.debian-12-local\.contract\.python_interpreter\.value.*"
+                                                r"absolute path of the image's python3"):
+        parse_catalog(broken)

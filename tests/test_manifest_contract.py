@@ -42,6 +42,8 @@ READERS: dict[str, tuple[str, ...]] = {
     # group vars
     "fmcluster_accelerator_roles": ("playbooks/accelerators.yml",),
     "fmcluster_image": ("roles/dcgm_exporter/defaults/main.yml",),
+    # Ansible's own: the interpreter of the node's modules (the image's contract); the agent runs the plays with it
+    "ansible_python_interpreter": ("src/fmcluster/node/agent.py",),
 }
 #: Keys both in `vars` and in a queue's group vars on purpose (Ansible's group vars win on that queue's nodes).
 PER_QUEUE_OVERRIDES = {

@@ -14,6 +14,7 @@ import subprocess
 import pytest
 import yaml
 
+from conftest import HOST_PYTHON
 from fmcluster.catalog import load_catalog
 from fmcluster.manifest import assemble_inventory
 from fmcluster.model import load_tenant
@@ -36,7 +37,7 @@ def check_diff(tmp_path_factory: pytest.TempPathFactory, gpu_node: tuple[str, st
     outputs = {"LustreDnsName": "fs-1.fsx.example", "LustreMountName": "abc", "HomeDnsName": "fs-2.fsx.example"}
     inventory = assemble_inventory(manifest_for(tenant, outputs), nodes_for(tenant))
     inventory["all"]["vars"].update({
-        "ansible_connection": "local", "ansible_python_interpreter": "/usr/bin/python3",
+        "ansible_connection": "local", "ansible_python_interpreter": HOST_PYTHON,
         "prometheus_config_dir": str(workdir / "prometheus"), "node_exporter_run_dir": str(workdir / "{{ inventory_hostname }}")})
     path = workdir / "hosts.yml"
     path.write_text(yaml.safe_dump(inventory))

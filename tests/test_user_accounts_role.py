@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import ROOT, venv_tool
+from conftest import HOST_PYTHON, ROOT, venv_tool
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(os.geteuid() != 0, reason="users, chown and a mount namespace need root"),
@@ -54,7 +54,7 @@ def converge(tmp: Path, *extra: str) -> tuple[int, int, str]:
     env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_ROLES_PATH": str(ROOT / "roles"),
            "ANSIBLE_CACHE_PLUGIN": "memory", "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0"}
     playbook = [venv_tool("ansible-playbook"), "-i", "localhost,", "-c", "local",
-                "-e", "ansible_python_interpreter=/usr/bin/python3", "-e", f"@{tmp / 'vars.yml'}",
+                "-e", f"ansible_python_interpreter={HOST_PYTHON}", "-e", f"@{tmp / 'vars.yml'}",
                 str(tmp / "play.yml"), *extra]
     script = 'set -e; mount --bind "$1/etc" /etc; mount --bind "$1/fsx" "$1/fsx"; shift; exec "$@"'
     done = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", str(tmp),

@@ -78,6 +78,8 @@ class Contract:
     #: The DCGM release the image ships (its release notes' dcgm_version), or None: it ships no DCGM, or no public
     #: source names the release. Its major picks the dcgm-exporter image that talks to that host engine.
     dcgm_version: str | None
+    #: The image's python3, which the node's plays run their modules with (role_vars: ansible_python_interpreter).
+    python_interpreter: str
     reboot_program: str | None
     #: Where the Slurm clients are when a non-login shell's PATH lacks them (a service's /opt/slurm/bin), or None.
     slurm_bin_dir: str | None
@@ -137,6 +139,10 @@ class Contract:
             "slurm_associations_operator": self.default_user,
             # ... which, where they run from an image, it runs as itself (roles/slurm_containers).
             "slurm_containers_operator": self.default_user,
+            # Every play on the node runs its modules with the image's python3, not the toolchain's venv: Mitogen's
+            # strategy (fmcluster.node.agent) runs a module in place, so Ansible's apt modules cannot re-start
+            # themselves under the interpreter that has the distribution's apt binding, as they do from the venv.
+            "ansible_python_interpreter": self.python_interpreter,
         }
         # An image without NCCL gets NVIDIA's packages on its GPU nodes (roles/nvidia_driver,
         # versions.yml nvidia.nccl_package), and nccl-tests builds against where they put it.
@@ -362,6 +368,8 @@ _CONTRACT_FACTS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "dcgm_version": (lambda v: v is None or (isinstance(v, str) and v.count(".") >= 1
                                              and all(p.isdigit() for p in v.split("."))),
                      "a quoted DCGM release like \"4.7.0\", or null"),
+    "python_interpreter": (lambda v: isinstance(v, str) and v.startswith("/") and " " not in v,
+                           "the absolute path of the image's python3, e.g. \"/usr/bin/python3\""),
     "reboot_program": (lambda v: v is None or (isinstance(v, str) and v.startswith("/")), "an absolute path, or null"),
     "slurm_bin_dir": (lambda v: v is None or (isinstance(v, str) and v.startswith("/") and v.replace("/", "").replace(
         "_", "").replace("-", "").replace(".", "").isalnum()), "an absolute path (letters, digits, . _ -), or null"),

@@ -401,11 +401,10 @@ class Agent:
         checkout = self.state_dir / "pull"
         membership_pass = playbook != self.settings.playbook
         strategy = mitogen_env()
-        # Modules run with the image's own python3 under Mitogen: it runs them in place, so the apt modules cannot
-        # re-start themselves under the interpreter that has the distribution's apt binding, as they do from the venv.
-        interpreter = SYSTEM_PYTHON if strategy else sys.executable
-        play = ["--limit", me.name, "--extra-vars", "ansible_connection=local",
-                "--extra-vars", f"ansible_python_interpreter={interpreter}", playbook]
+        # The modules' interpreter is the image's python3, from the manifest (images.yml contract python_interpreter:
+        # the group vars' ansible_python_interpreter), never the venv's: Mitogen runs a module in place, where the apt
+        # modules cannot re-start themselves under the interpreter that has the distribution's apt binding.
+        play = ["--limit", me.name, "--extra-vars", "ansible_connection=local", playbook]
         env = {**clean_environment(), "PATH": f"{venv_bin}:{os.environ.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}",
                "ANSIBLE_INVENTORY": str(inventory), "ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_NOCOLOR": "1",
                "PYTHONPATH": startup_path(os.environ.get("PYTHONPATH", "")),
@@ -645,10 +644,6 @@ def fact_cache_env(directory: Path, reuse: bool) -> dict[str, str]:
     about the host changes when another node joins)."""
     return {"ANSIBLE_CACHE_PLUGIN": "jsonfile", "ANSIBLE_CACHE_PLUGIN_CONNECTION": str(directory),
             "ANSIBLE_CACHE_PLUGIN_TIMEOUT": "0", "ANSIBLE_GATHERING": "smart" if reuse else "implicit"}
-
-
-#: The image's python3 (every catalogued image ships one: images.yml `ships.python`), with the distribution's apt binding.
-SYSTEM_PYTHON = "/usr/bin/python3"
 
 
 def mitogen_env() -> dict[str, str]:

@@ -36,6 +36,7 @@ from pathlib import Path
 
 import yaml
 
+from fmcluster.images import load_images
 from fmcluster.nodes import hostname_for
 from fmcluster.providers.local import image
 from fmcluster.providers.local.hosts import (
@@ -129,7 +130,8 @@ def _first_boot(host: Host) -> None:
 def inventory_document(hosts: Sequence[Host], key: Path) -> dict[str, object]:
     return {"all": {
         "vars": {"ansible_user": "root", "ansible_ssh_private_key_file": str(key),
-                 "ansible_python_interpreter": "/usr/bin/python3",
+                 # the pristine image's python3, as a node's manifest gives it (images.yml contract)
+                 "ansible_python_interpreter": load_images()[image.NAME].contract.python_interpreter,
                  # Every run's hosts reuse addresses and this machine's host keys: nothing to remember.
                  "ansible_ssh_common_args": "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null"},
         "hosts": {h.hostname: {"ansible_host": h.address} for h in hosts},
