@@ -91,6 +91,18 @@ def import_graph(src: Path = SRC, package: str = PACKAGE) -> dict[str, set[str]]
     return {name: imports_of(name, path, modules, package) for name, path in modules.items()}
 
 
+def reachable(graph: dict[str, set[str]], roots: set[str]) -> set[str]:
+    """The modules `roots` import, directly or through others, the roots included."""
+    seen: set[str] = set()
+    work = list(roots)
+    while work:
+        module = work.pop()
+        if module not in seen:
+            seen.add(module)
+            work.extend(graph.get(module, ()))
+    return seen
+
+
 def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
     """Tarjan's algorithm, iterative (the graph is a few hundred modules; recursion depth is not the point)."""
     index: dict[str, int] = {}

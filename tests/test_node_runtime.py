@@ -20,21 +20,10 @@ import yaml
 from packaging.requirements import Requirement
 
 from conftest import ROOT
-from test_import_graph import SRC, import_graph, package_modules
+from test_import_graph import SRC, import_graph, package_modules, reachable
 
 OPERATOR_LAYERS = ("fmcluster.stacks", "fmcluster.commands", "fmcluster.providers", "fmcluster.schedulers",
                    "fmcluster.deploy", "fmcluster.publish", "fmcluster.cli")
-
-
-def _closure(graph: dict[str, set[str]], roots: set[str]) -> set[str]:
-    seen: set[str] = set()
-    work = list(roots)
-    while work:
-        module = work.pop()
-        if module not in seen:
-            seen.add(module)
-            work.extend(graph.get(module, ()))
-    return seen
 
 
 def _third_party(path: Path) -> set[str]:
@@ -92,7 +81,7 @@ def _oldest_python() -> tuple[int, int]:
 
 def _agent_modules() -> set[str]:
     graph = import_graph()
-    return _closure(graph, {m for m in graph if m == "fmcluster.node" or m.startswith("fmcluster.node.")})
+    return reachable(graph, {m for m in graph if m == "fmcluster.node" or m.startswith("fmcluster.node.")})
 
 
 def _health_program_modules() -> set[str]:
@@ -119,7 +108,7 @@ def test_the_node_agent_imports_only_what_the_node_s_venv_holds() -> None:
 def test_the_health_program_is_the_standard_library_and_its_own_modules() -> None:
     """Every module the role packs, and every module they import, is in the zip; none needs more than python3."""
     packed = _health_program_modules()
-    reached = _closure(import_graph(), packed)
+    reached = reachable(import_graph(), packed)
     assert reached == packed, f"imported but not packed (roles/node_health node_health_modules): {sorted(reached - packed)}"
     paths = package_modules(SRC, "fmcluster")
     outside = {f"{module}: {sorted(_third_party(paths[module]))}" for module in packed if _third_party(paths[module])}
@@ -145,6 +134,6 @@ def test_a_module_the_graph_reaches_is_held_to_the_rule(tmp_path: Path) -> None:
     (package / "node" / "agent.py").write_text("def later():\n    from fmcluster.stacks import api\n")
     (package / "stacks" / "api.py").write_text("import jsonschema\n")
     graph = import_graph(tmp_path, "fmcluster")
-    reached = _closure(graph, {"fmcluster.node.agent"})
+    reached = reachable(graph, {"fmcluster.node.agent"})
     assert "fmcluster.stacks.api" in reached
     assert _third_party(package / "stacks" / "api.py") == {"jsonschema"}
