@@ -21,7 +21,7 @@ os.environ.setdefault("FMCLUSTER_ROOT", str(ROOT))
 from fmcluster import commands  # noqa: E402
 from fmcluster.capabilities import SCHEDULERS  # noqa: E402
 from fmcluster.exits import ExitCode  # noqa: E402
-from fmcluster.node.agent import mitogen_env  # noqa: E402
+from fmcluster.node.strategy import mitogen_unless_chosen  # noqa: E402
 
 
 def _one_of(names: list[str]) -> str:
@@ -126,9 +126,8 @@ STREAMS: tuple[tuple[tuple[str, ...], int], ...] = ((("e2e",), 0), (("slow", "mo
 def _run_tier(c: Context, name: str, extra: str) -> None:
     if name == "molecule":
         if (ROOT / "molecule").is_dir():
-            env = {"PATH": f"{ROOT / '.venv' / 'bin'}:{os.environ['PATH']}"}
-            if "ANSIBLE_STRATEGY" not in os.environ:  # Mitogen's strategy, as pytest's plays (tests/conftest.py)
-                env.update(mitogen_env())
+            # Mitogen's strategy, as pytest's plays (tests/conftest.py)
+            env = {"PATH": f"{ROOT / '.venv' / 'bin'}:{os.environ['PATH']}", **mitogen_unless_chosen(os.environ)}
             c.run(f"{_venv_bin('molecule')} test --all", env=env)
     else:
         _pytest(c, name, extra)

@@ -18,13 +18,12 @@ sys.path.insert(0, str(ROOT / "src"))
 os.environ.setdefault("FMCLUSTER_ROOT", str(ROOT))
 VENV_BIN = ROOT / ".venv" / "bin"
 
-from fmcluster.node.agent import mitogen_env  # noqa: E402 (needs src/ on the path)
+from fmcluster.node.strategy import mitogen_unless_chosen  # noqa: E402 (needs src/ on the path)
 
 #: The tests' plays (role tests, Molecule, acceptance) run with Mitogen's strategy, as a node's agent runs its own:
 #: a task's module runs in an interpreter kept for the play, not a payload started per task (BENCHMARKS.md). Export
 #: ANSIBLE_STRATEGY=linear to run them with Ansible's own strategy instead.
-if "ANSIBLE_STRATEGY" not in os.environ:
-    os.environ.update(mitogen_env())
+os.environ.update(mitogen_unless_chosen(os.environ))
 #: The interpreter of every play the tests run on this machine (local connection): the distribution's python3 with
 #: its apt binding (scripts/bootstrap.sh installs python3-apt). Mitogen runs a module in place, so Ansible's apt
 #: modules cannot re-start themselves under that interpreter from the venv's python, as they do with the linear

@@ -16,7 +16,6 @@ deploy` and `invoke status` read it there for that instance: no ssh from the dep
 from __future__ import annotations
 
 import fcntl
-import importlib.util
 import json
 import os
 import socket
@@ -39,6 +38,7 @@ from botocore.config import Config
 from fmcluster.manifest import (INDEX_KEY, assemble_inventory, check_digest, digest, index_parameter, inventory_yaml,
                                 membership_digest, membership_playbook, trusted_objects)
 from fmcluster.baked import IMAGE_MARKER, booted_image, installed_since
+from fmcluster.node.strategy import mitogen_env
 from fmcluster.nodes import Node, discover, node_at
 
 STATE_DIR = Path("/var/lib/fmcluster")
@@ -644,17 +644,6 @@ def fact_cache_env(directory: Path, reuse: bool) -> dict[str, str]:
     about the host changes when another node joins)."""
     return {"ANSIBLE_CACHE_PLUGIN": "jsonfile", "ANSIBLE_CACHE_PLUGIN_CONNECTION": str(directory),
             "ANSIBLE_CACHE_PLUGIN_TIMEOUT": "0", "ANSIBLE_GATHERING": "smart" if reuse else "implicit"}
-
-
-def mitogen_env() -> dict[str, str]:
-    """Ansible settings that run the play with Mitogen's strategy (versions.yml node_toolchain `mitogen`): a task's
-    module runs in an interpreter kept for the play instead of a payload packed, written and started per task, the
-    cost that dominates a converge. Empty when the venv lacks it."""
-    spec = importlib.util.find_spec("ansible_mitogen")
-    if spec is None or not spec.submodule_search_locations:
-        return {}
-    package = Path(next(iter(spec.submodule_search_locations)))
-    return {"ANSIBLE_STRATEGY_PLUGINS": str(package / "plugins" / "strategy"), "ANSIBLE_STRATEGY": "mitogen_linear"}
 
 
 #: sitecustomize for the Pythons of the agent's Ansible runs: the bytecode cache of module payloads
